@@ -1,0 +1,188 @@
+import Yams
+
+/// Reads typed values out of a Yams node tree, collecting every problem with its line and column instead of
+/// stopping at the first.
+struct NodeReader {
+    let file: String
+    private(set) var errors: [ConfigError] = []
+
+    init(file: String) { self.file = file }
+
+    func location(_ node: Node) -> SourceLocation {
+        let mark = node.mark
+        return SourceLocation(file: file, line: mark?.line ?? 1, column: mark?.column ?? 1)
+    }
+
+    mutating func fail(_ node: Node, _ message: String) {
+        errors.append(ConfigError(location: location(node), message: message))
+    }
+
+    mutating func fail(at location: SourceLocation, _ message: String) {
+        errors.append(ConfigError(location: location, message: message))
+    }
+
+    /// The entries of a mapping, reporting keys not in `allowed` (with a suggestion) and duplicate keys.
+    mutating func mapping(_ node: Node, _ path: String, allowed: [String]) -> MappingView? {
+        guard case .mapping(let mapping) = node else {
+            fail(node, "'\(path)' must be a mapping, not \(Self.kind(node))")
+            return nil
+        }
+        var view = MappingView()
+        for (key, value) in mapping {
+            guard case .scalar(let scalar) = key else {
+                fail(key, "keys in '\(path)' must be plain strings")
+                continue
+            }
+            let name = scalar.string
+            guard allowed.contains(name) else {
+                var message = "unknown key '\(name)' in '\(path)'"
+                if let suggestion = Self.closest(name, allowed) { message += "; did you mean '\(suggestion)'?" }
+                message += " (allowed: \(allowed.joined(separator: ", ")))"
+                fail(key, message)
+                continue
+            }
+            if view.entries[name] != nil {
+                fail(key, "duplicate key '\(name)' in '\(path)'")
+                continue
+            }
+            view.entries[name] = (key, value)
+        }
+        return view
+    }
+
+    mutating func scalar(_ node: Node, _ path: String) -> String? {
+        if case .scalar(let scalar) = node { return scalar.string }
+        fail(node, "'\(path)' must be a single value, not \(Self.kind(node))")
+        return nil
+    }
+
+    mutating func string(_ node: Node, _ path: String, allowEmpty: Bool = false) -> String? {
+        guard let text = scalar(node, path) else { return nil }
+        if case .scalar(let s) = node, s.style == .plain, text == "~" || text == "null" {
+            fail(node, "'\(path)' must not be null")
+            return nil
+        }
+        if !allowEmpty && text.isEmpty {
+            fail(node, "'\(path)' must not be empty")
+            return nil
+        }
+        return text
+    }
+
+    mutating func bool(_ node: Node, _ path: String) -> Bool? {
+        guard let text = scalar(node, path) else { return nil }
+        switch text {
+        case "true", "True", "TRUE", "yes", "on": return true
+        case "false", "False", "FALSE", "no", "off": return false
+        default:
+            fail(node, "'\(path)' must be true or false, not '\(text)'")
+            return nil
+        }
+    }
+
+    mutating func int(_ node: Node, _ path: String, range: ClosedRange<Int>) -> Int? {
+        guard let text = scalar(node, path) else { return nil }
+        guard let value = Int(text) else {
+            fail(node, "'\(path)' must be a whole number, not '\(text)'")
+            return nil
+        }
+        guard range.contains(value) else {
+            fail(node, "'\(path)' must be between \(range.lowerBound) and \(range.upperBound), not \(value)")
+            return nil
+        }
+        return value
+    }
+
+    mutating func double(_ node: Node, _ path: String, minimum: Double) -> Double? {
+        guard let text = scalar(node, path) else { return nil }
+        guard let value = Double(text), value.isFinite else {
+            fail(node, "'\(path)' must be a number, not '\(text)'")
+            return nil
+        }
+        guard value >= minimum else {
+            fail(node, "'\(path)' must be at least \(minimum), not \(text)")
+            return nil
+        }
+        return value
+    }
+
+    mutating func duration(_ node: Node, _ path: String) -> Duration? {
+        guard let text = scalar(node, path) else { return nil }
+        guard let value = DurationParser.parse(text) else {
+            fail(node, "'\(path)': '\(text)' is not a duration (use a number with a unit: 250ms, 2s, 5m, 1h)")
+            return nil
+        }
+        return value
+    }
+
+    mutating func size(_ node: Node, _ path: String) -> Int? {
+        guard let text = scalar(node, path) else { return nil }
+        guard let value = SizeParser.parse(text) else {
+            fail(node, "'\(path)': '\(text)' is not a size (use bytes or a unit: 512KiB, 8MiB, 1GiB)")
+            return nil
+        }
+        return value
+    }
+
+    mutating func sequence(_ node: Node, _ path: String) -> [Node]? {
+        if case .sequence(let sequence) = node { return Array(sequence) }
+        fail(node, "'\(path)' must be a list, not \(Self.kind(node))")
+        return nil
+    }
+
+    mutating func stringList(_ node: Node, _ path: String) -> [(String, Node)]? {
+        guard let items = sequence(node, path) else { return nil }
+        var out: [(String, Node)] = []
+        for item in items {
+            if let text = string(item, "\(path)[]") { out.append((text, item)) }
+        }
+        return out
+    }
+
+    mutating func oneOf<T: RawRepresentable>(_ node: Node, _ path: String, _ cases: [T]) -> T? where T.RawValue == String {
+        guard let text = scalar(node, path) else { return nil }
+        if let value = cases.first(where: { $0.rawValue == text }) { return value }
+        fail(node, "'\(path)' must be one of \(cases.map(\.rawValue).joined(separator: " | ")), not '\(text)'")
+        return nil
+    }
+
+    static func kind(_ node: Node) -> String {
+        switch node {
+        case .scalar: "a single value"
+        case .mapping: "a mapping"
+        case .sequence: "a list"
+        case .alias: "an alias"
+        }
+    }
+
+    /// The allowed key closest to a misspelt one (edit distance ≤ 2), for "did you mean".
+    static func closest(_ name: String, _ allowed: [String]) -> String? {
+        var best: (String, Int)?
+        for candidate in allowed {
+            let d = editDistance(Array(name), Array(candidate))
+            if d <= 2, best == nil || d < best!.1 { best = (candidate, d) }
+        }
+        return best?.0
+    }
+
+    static func editDistance(_ a: [Character], _ b: [Character]) -> Int {
+        if a.isEmpty { return b.count }
+        if b.isEmpty { return a.count }
+        var previous = Array(0...b.count)
+        for i in 1...a.count {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...b.count {
+                current[j] = Swift.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+}
+
+/// The known keys of one mapping, with their key and value nodes.
+struct MappingView {
+    var entries: [String: (key: Node, value: Node)] = [:]
+    subscript(_ name: String) -> Node? { entries[name]?.value }
+    func keyNode(_ name: String) -> Node? { entries[name]?.key }
+}

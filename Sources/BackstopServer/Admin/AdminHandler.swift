@@ -1,0 +1,61 @@
+import NIOCore
+import NIOHTTP1
+
+/// The admin endpoints: `/healthz` (200 while the process runs), `/readyz` (200 once serving, 503 while
+/// draining), `/metrics` (Prometheus text, filled by the metrics issue).
+final class AdminHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let state: AdminState
+    private var requestHead: HTTPRequestHead?
+
+    init(state: AdminState) { self.state = state }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head): requestHead = head
+        case .body: break
+        case .end:
+            guard let head = requestHead else { return }
+            requestHead = nil
+            let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+            let (status, body, contentType): (HTTPResponseStatus, String, String)
+            switch (head.method, path) {
+            case (.GET, "/healthz"), (.HEAD, "/healthz"):
+                (status, body, contentType) = (.ok, "ok\n", "text/plain; charset=utf-8")
+            case (.GET, "/readyz"), (.HEAD, "/readyz"):
+                let ready = state.isReady()
+                (status, body, contentType) = ready
+                    ? (.ok, "ready\n", "text/plain; charset=utf-8")
+                    : (.serviceUnavailable, "not ready\n", "text/plain; charset=utf-8")
+            case (.GET, "/metrics"):
+                (status, body, contentType) = (.ok, state.metricsText(), "text/plain; version=0.0.4; charset=utf-8")
+            default:
+                (status, body, contentType) = (.notFound, "not found\n", "text/plain; charset=utf-8")
+            }
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: contentType)
+            headers.add(name: "Content-Length", value: String(body.utf8.count))
+            if !head.isKeepAlive { headers.add(name: "Connection", value: "close") }
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+                          promise: nil)
+            if head.method != .HEAD {
+                var buffer = context.channel.allocator.buffer(capacity: body.utf8.count)
+                buffer.writeString(body)
+                context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+            }
+            let keepAlive = head.isKeepAlive
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+                if !keepAlive { channel.close(promise: nil) }
+            }
+        }
+    }
+}
+
+/// What the admin endpoints report; supplied by the daemon.
+struct AdminState: Sendable {
+    var isReady: @Sendable () -> Bool
+    var metricsText: @Sendable () -> String
+}

@@ -1,0 +1,235 @@
+import BackstopCore
+import BackstopKeychain
+import BackstopTransport
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+
+/// One upstream's OAuth2 token: hands out the current token, refreshes it (single flight, also across
+/// processes sharing the keychain file), and persists every refresh before anyone uses it.
+///
+/// The decisions come from the pure `TokenState`; this actor performs them. A refresh runs as an unstructured
+/// task owned by the manager, so a waiting request that is cancelled never cancels it. Across processes the
+/// refresh holds the keychain's exclusive lock, re-reads the keychain first, and adopts a token another process
+/// already stored instead of calling the endpoint.
+public actor TokenManager {
+    /// Outcomes counted for `backstop_token_refreshes_total{result}`.
+    public enum RefreshResult: String, Sendable, CaseIterable {
+        case success, failure, adopted
+    }
+
+    private let upstreamName: String
+    private let config: OAuth2Config
+    private let keychain: FileKeychain
+    private let fetcher: TransportFetcher
+    private let tls: TransportTLSOptions
+    private let logger: Logger
+    private let now: @Sendable () -> Double
+    private let endpointPolicy = TokenEndpointRetryPolicy()
+    private let counters: TokenRefreshCounters
+    private var state: TokenState
+    private var refresh: Task<Void, Never>?
+    private var random = SystemRandomNumberGenerator()
+
+    init(
+        upstreamName: String, config: OAuth2Config, keychain: FileKeychain, fetcher: TransportFetcher,
+        tls: TransportTLSOptions, logger: Logger, counters: TokenRefreshCounters,
+        now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
+    ) {
+        self.upstreamName = upstreamName
+        self.config = config
+        self.keychain = keychain
+        self.fetcher = fetcher
+        self.tls = tls
+        self.logger = logger
+        self.counters = counters
+        self.now = now
+        self.state = TokenState(configuration: TokenState.Configuration(config))
+    }
+
+    /// The token for a request about to be sent; nil when none can be had (→ 502 `token-unavailable`).
+    public func tokenForRequest() async -> ManagedToken? {
+        await resolve(state.tokenForRequest(now: now()))
+    }
+
+    /// The upstream rejected `token` (a `refresh_on` status): returns the token to replay with, or nil when the
+    /// refresh failed (→ the original response with `token-refresh-failed`).
+    public func tokenRejected(_ token: ManagedToken) async -> ManagedToken? {
+        let replacement = await resolve(state.markStale(token: token, now: now()))
+        guard let replacement, replacement.generation != token.generation else { return nil }
+        return replacement
+    }
+
+    private func resolve(_ first: TokenAction) async -> ManagedToken? {
+        var action = first
+        // Each wait ends with a finished refresh, so a handful of rounds always settles.
+        for _ in 0..<4 {
+            switch action {
+            case .use(let token):
+                return token
+            case .useAndStartRefresh(let token):
+                startRefresh()
+                return token
+            case .startRefresh:
+                startRefresh()
+                await refresh?.value
+            case .waitForRefresh:
+                if refresh == nil { startRefresh() }
+                await refresh?.value
+            case .fail:
+                return nil
+            }
+            action = state.tokenForRequest(now: now())
+        }
+        return nil
+    }
+
+    private func startRefresh() {
+        guard refresh == nil else { return }
+        let staleValue = state.currentToken?.value
+        refresh = Task { await self.performRefresh(replacing: staleValue) }
+    }
+
+    private var accessEntry: String { "\(config.keychainPrefix)/access_token" }
+    private var refreshEntry: String { "\(config.keychainPrefix)/refresh_token" }
+    private var expiryEntry: String { "\(config.keychainPrefix)/expires_at" }
+
+    private func performRefresh(replacing staleValue: String?) async {
+        defer { refresh = nil }
+        do {
+            try await keychain.withExclusiveLock { session in
+                try await refreshHoldingLock(session, replacing: staleValue)
+            }
+        } catch {
+            logger.error("token refresh failed", metadata: [
+                "upstream": .string(upstreamName), "error": .string(Self.describe(error)),
+            ])
+            counters.record(upstream: upstreamName, result: .failure)
+            state.refreshFailed(final: false, now: now())
+        }
+    }
+
+    private func refreshHoldingLock(_ session: KeychainLockedSession, replacing staleValue: String?) async throws {
+        let entries = session.entries
+        let stored = entries[accessEntry]?.stringValue
+        let storedExpiry = entries[expiryEntry]?.stringValue.flatMap(Double.init)
+        // Another process (or an earlier run) already stored a token this one has not seen: adopt it.
+        if let stored, !stored.isEmpty, stored != staleValue, storedExpiry.map({ $0 > now() }) ?? true {
+            state.refreshSucceeded(token: stored, expiry: storedExpiry, now: now(), using: &random)
+            counters.record(upstream: upstreamName, result: .adopted)
+            logger.info("token loaded from keychain", metadata: ["upstream": .string(upstreamName)])
+            return
+        }
+        let secret = config.clientSecretEntry.flatMap { entries[$0]?.stringValue }
+        let endpointRequest: TokenEndpointRequest
+        do {
+            endpointRequest = try TokenRequestBuilder.build(
+                config: config, refreshToken: entries[refreshEntry]?.stringValue, clientSecret: secret)
+        } catch {
+            logger.error("no refresh token in the keychain", metadata: [
+                "upstream": .string(upstreamName), "entry": .string(refreshEntry),
+            ])
+            counters.record(upstream: upstreamName, result: .failure)
+            state.refreshFailed(final: true, now: now())
+            return
+        }
+        var attempt = 1
+        while true {
+            let result = await fetcher.fetch(
+                TransportRequest(
+                    url: endpointRequest.url, method: endpointRequest.method, headers: endpointRequest.headers,
+                    body: .buffered(ByteBufferAllocator().buffer(bytes: endpointRequest.body)),
+                    connectTimeout: .seconds(5), tls: tls),
+                timeout: .seconds(15))
+            let outcome: TokenEndpointOutcome
+            switch result {
+            case .success(let response): outcome = .status(response.head.status)
+            case .failure: outcome = .transportFailure
+            }
+            switch endpointPolicy.decide(outcome, attempt: attempt, using: &random) {
+            case .accept:
+                guard case .success(let response) = result else { return }
+                try accept(response.body, entries: entries, session: session)
+                return
+            case .retry(let delay):
+                logger.warning("token endpoint failed; retrying", metadata: [
+                    "upstream": .string(upstreamName), "attempt": .stringConvertible(attempt),
+                    "outcome": .string(Self.describe(outcome)),
+                ])
+                attempt += 1
+                try? await Task.sleep(for: delay)
+            case .giveUp(let final):
+                var metadata: Logger.Metadata = [
+                    "upstream": .string(upstreamName), "outcome": .string(Self.describe(outcome)),
+                    "final": .stringConvertible(final),
+                ]
+                if case .success(let response) = result, let code = TokenResponseParser.oauthErrorCode(response.body) {
+                    metadata["oauth_error"] = .string(code)
+                }
+                logger.error("token refresh failed", metadata: metadata)
+                counters.record(upstream: upstreamName, result: .failure)
+                state.refreshFailed(final: final, now: now())
+                return
+            }
+        }
+    }
+
+    private func accept(_ body: [UInt8], entries: [String: KeychainEntry], session: KeychainLockedSession) throws {
+        let parsed: TokenResponse
+        do {
+            parsed = try TokenResponseParser.parse(body, fields: config.fields)
+        } catch {
+            logger.error("token endpoint response unusable", metadata: [
+                "upstream": .string(upstreamName), "problem": .string("\(error)"),
+            ])
+            counters.record(upstream: upstreamName, result: .failure)
+            state.refreshFailed(final: false, now: now())
+            return
+        }
+        let issuedAt = now()
+        let expiry = parsed.expiry(now: issuedAt)
+        var updated = entries
+        let stamp = Date(timeIntervalSince1970: issuedAt)
+        updated[accessEntry] = KeychainEntry(string: parsed.accessToken, updated: stamp)
+        if let rotated = parsed.refreshToken { updated[refreshEntry] = KeychainEntry(string: rotated, updated: stamp) }
+        if let expiry {
+            updated[expiryEntry] = KeychainEntry(string: String(Int64(expiry.rounded(.down))), updated: stamp)
+        } else {
+            updated[expiryEntry] = nil
+        }
+        // Persist before anyone uses the new token: a crash now must not lose a rotated refresh token.
+        try session.write(updated)
+        state.refreshSucceeded(token: parsed.accessToken, expiry: expiry, now: issuedAt, using: &random)
+        counters.record(upstream: upstreamName, result: .success)
+        logger.info("token refreshed", metadata: [
+            "upstream": .string(upstreamName), "rotated": .stringConvertible(parsed.refreshToken != nil),
+        ])
+    }
+
+    private static func describe(_ outcome: TokenEndpointOutcome) -> String {
+        switch outcome {
+        case .transportFailure: "transport-failure"
+        case .status(let code): "status-\(code)"
+        }
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        if let keychainError = error as? KeychainError { return keychainError.description }
+        return String(describing: type(of: error))
+    }
+}
+
+/// Token refresh outcomes per upstream, read by the metrics endpoint.
+public final class TokenRefreshCounters: Sendable {
+    private let counts = Mutex<[String: [TokenManager.RefreshResult: Int]]>([:])
+
+    public init() {}
+
+    func record(upstream: String, result: TokenManager.RefreshResult) {
+        counts.withLock { $0[upstream, default: [:]][result, default: 0] += 1 }
+    }
+
+    /// `[upstream: [result: count]]`.
+    public var snapshot: [String: [TokenManager.RefreshResult: Int]] { counts.withLock { $0 } }
+}

@@ -1,0 +1,73 @@
+import BackstopTransport
+import NIOCore
+
+/// A whole response collected in memory (token endpoint calls: small bodies).
+struct FetchedResponse: Sendable {
+    var head: TransportResponseHead
+    var body: [UInt8]
+}
+
+/// Performs one request through the shared curl transport and collects the whole response, for Backstop's own
+/// calls (token endpoints). Bodies above `maxBody` fail the call rather than grow memory.
+struct TransportFetcher: Sendable {
+    let transport: CurlMultiTransport
+    let eventLoop: EventLoop
+
+    func fetch(_ request: TransportRequest, timeout: Duration, maxBody: Int = 1 << 20) async
+        -> Result<FetchedResponse, TransportFailure>
+    {
+        await withCheckedContinuation { continuation in
+            eventLoop.execute {
+                let collector = ResponseCollector(continuation: continuation, maxBody: maxBody)
+                let bound = NIOLoopBound(collector, eventLoop: eventLoop)
+                let transfer = transport.start(request, on: eventLoop) { events in bound.value.handle(events) }
+                collector.transfer = transfer
+                eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(timeout)) {
+                    collector.finish(.failure(.timeout(detail: "token endpoint timed out")))
+                }
+            }
+        }
+    }
+}
+
+/// Event-loop-confined accumulator for one fetched response; resumes its continuation exactly once.
+private final class ResponseCollector {
+    private var continuation: CheckedContinuation<Result<FetchedResponse, TransportFailure>, Never>?
+    private let maxBody: Int
+    private var head: TransportResponseHead?
+    private var body: [UInt8] = []
+    var transfer: CurlTransfer?
+
+    init(continuation: CheckedContinuation<Result<FetchedResponse, TransportFailure>, Never>, maxBody: Int) {
+        self.continuation = continuation
+        self.maxBody = maxBody
+    }
+
+    func handle(_ events: [TransportEvent]) {
+        for event in events {
+            switch event {
+            case .head(let h): head = h
+            case .body(let buffer):
+                transfer?.consumed(buffer.readableBytes)
+                if body.count + buffer.readableBytes > maxBody {
+                    finish(.failure(.reset(detail: "token endpoint response too large")))
+                    return
+                }
+                body.append(contentsOf: buffer.readableBytesView)
+            case .end:
+                if let head { finish(.success(FetchedResponse(head: head, body: body))) }
+                else { finish(.failure(.reset(detail: "no response head"))) }
+            case .failure(let failure):
+                finish(.failure(failure))
+            }
+        }
+    }
+
+    func finish(_ result: Result<FetchedResponse, TransportFailure>) {
+        guard let continuation else { return }
+        self.continuation = nil
+        if case .failure = result { transfer?.cancel() }
+        transfer = nil
+        continuation.resume(returning: result)
+    }
+}

@@ -1,0 +1,263 @@
+import BackstopCore
+import BackstopTransport
+import NIOCore
+import NIOHTTP1
+
+/// The per-connection handler: validates and routes each request head, answers what Backstop answers itself
+/// (SPEC §3 error table), and hands everything else to an `Exchange`. Requests on one connection are handled
+/// one at a time (NIO's pipelining assistance holds further reads), so responses leave in order.
+final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let runtime: ProxyRuntime
+    private var context: ChannelHandlerContext?
+    private var exchange: Exchange?
+    /// The current request is being ignored (an error response was sent; the connection closes after it).
+    private var discardingRequest = false
+    /// Reads are held while an upstream upload is above its high-water mark.
+    private var readsHeld = false
+    private var pendingRead = false
+    private var closeAfterResponse = false
+    /// Whether a response is being written (head sent, end not yet).
+    private var responseInProgress = false
+
+    init(runtime: ProxyRuntime) {
+        self.runtime = runtime
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            discardingRequest = false
+            handleHead(head, context: context)
+        case .body(let buffer):
+            if discardingRequest { return }
+            exchange?.receiveBody(buffer)
+        case .end:
+            if discardingRequest { return }
+            exchange?.receiveEnd()
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        exchange?.clientGone()
+        exchange = nil
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        if let parserError = error as? HTTPParserError {
+            exchange?.clientGone()
+            exchange = nil
+            if !responseInProgress {
+                let reason: ProxyErrorReason = parserError == .headerOverflow ? .headersTooLarge : .badRequest
+                sendLocalError(reason, version: .http1_1, close: true)
+            } else {
+                context.close(promise: nil)
+            }
+            return
+        }
+        exchange?.clientGone()
+        exchange = nil
+        context.close(promise: nil)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            // Idle between requests: close. A request in flight keeps the connection (the exchange has timeouts).
+            if exchange == nil && !responseInProgress { context.close(promise: nil) }
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if readsHeld {
+            pendingRead = true
+            return
+        }
+        context.read()
+    }
+
+    // MARK: request heads
+
+    private func handleHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+        let snapshot = runtime.snapshot
+        let limits = snapshot.config.limits
+
+        if runtime.isDraining {
+            rejectRequest(.shuttingDown, head: head, close: true)
+            return
+        }
+        if head.method == .CONNECT {
+            rejectRequest(.connectNotSupported, head: head, close: false)
+            return
+        }
+        var headerBytes = head.uri.utf8.count
+        for (name, value) in head.headers { headerBytes += name.utf8.count + value.utf8.count + 4 }
+        if headerBytes > limits.maxHeaderBytes {
+            rejectRequest(.headersTooLarge, head: head, close: true)
+            return
+        }
+        guard let framing = RequestFraming(head.headers) else {
+            rejectRequest(.badRequest, head: head, close: true)
+            return
+        }
+        if let length = framing.contentLength, length > limits.maxRequestBody {
+            rejectRequest(.bodyTooLarge, head: head, close: true)
+            return
+        }
+        guard let target = RequestTarget.parse(head.uri) else {
+            rejectRequest(.badRequest, head: head, close: true)
+            return
+        }
+        let hostHeader = head.headers.first(name: "host")
+        let decision = snapshot.router.route(target: target, hostHeader: hostHeader)
+        let destination: Exchange.Destination
+        switch decision {
+        case .noRoute:
+            rejectRequest(.noRoute, head: head, close: framing.hasBody)
+            return
+        case .upstream(let index, let path):
+            destination = .upstream(snapshot.upstreams[index], path: path)
+        case .passthrough(let url):
+            destination = .passthrough(url: url)
+        }
+
+        closeAfterResponse = !head.isKeepAlive
+        let exchange = Exchange(
+            runtime: runtime, snapshot: snapshot, head: head, framing: framing, destination: destination,
+            eventLoop: context.eventLoop, handler: self)
+        self.exchange = exchange
+        if head.headers.first(name: "expect")?.lowercased() == "100-continue" && framing.hasBody {
+            context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .continue))),
+                                  promise: nil)
+        }
+        exchange.start()
+    }
+
+    /// Answers a request with a Backstop error and ignores its body.
+    private func rejectRequest(_ reason: ProxyErrorReason, head: HTTPRequestHead, close: Bool) {
+        discardingRequest = true
+        runtime.logger.debug(
+            "request rejected",
+            metadata: ["reason": .string(reason.rawValue), "method": .string(head.method.rawValue)])
+        sendLocalError(reason, version: head.version, close: close || !head.isKeepAlive)
+    }
+
+    private func sendLocalError(_ reason: ProxyErrorReason, version: HTTPVersion, close: Bool) {
+        guard let context else { return }
+        let body = reason.message + "\n"
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+        headers.add(name: "Content-Length", value: String(body.utf8.count))
+        headers.add(name: "X-Backstop-Error", value: reason.rawValue)
+        if close { headers.add(name: "Connection", value: "close") }
+        let head = HTTPResponseHead(
+            version: version, status: HTTPResponseStatus(statusCode: reason.status), headers: headers)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        var buffer = context.channel.allocator.buffer(capacity: body.utf8.count)
+        buffer.writeString(body)
+        context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        if close {
+            let channel = context.channel
+            done.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    // MARK: called by the exchange (on the event loop)
+
+    /// The exchange answers with a Backstop error; `requestComplete` says whether the client's body was read.
+    func exchangeFailed(_ reason: ProxyErrorReason, version: HTTPVersion, requestComplete: Bool) {
+        exchange = nil
+        releaseReads()
+        if !requestComplete { discardingRequest = true }
+        sendLocalError(reason, version: version, close: closeAfterResponse || !requestComplete)
+    }
+
+    func writeResponseHead(_ head: HTTPResponseHead) {
+        guard let context else { return }
+        responseInProgress = true
+        var head = head
+        if closeAfterResponse { head.headers.replaceOrAdd(name: "Connection", value: "close") }
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+    }
+
+    func writeResponseBody(_ buffer: ByteBuffer, written: @escaping @Sendable () -> Void) {
+        guard let context else { return }
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        promise.futureResult.whenComplete { _ in written() }
+        context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: promise)
+    }
+
+    func flush() { context?.flush() }
+
+    /// The response is complete. `requestComplete` false means the client's body was not fully read.
+    func writeResponseEnd(requestComplete: Bool) {
+        exchange = nil
+        responseInProgress = false
+        releaseReads()
+        guard let context else { return }
+        let close = closeAfterResponse || !requestComplete
+        if !requestComplete { discardingRequest = true }
+        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        if close {
+            let channel = context.channel
+            done.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    /// The response broke after its head was sent: the only honest signal left is closing the connection.
+    func abortResponse() {
+        exchange = nil
+        responseInProgress = false
+        context?.close(promise: nil)
+    }
+
+    func holdReads() { readsHeld = true }
+
+    func releaseReads() {
+        guard readsHeld else { return }
+        readsHeld = false
+        if pendingRead {
+            pendingRead = false
+            context?.read()
+        }
+    }
+}
+
+/// How a request's body is framed, checked against smuggling (RFC 9112 §6.3).
+struct RequestFraming {
+    var contentLength: Int?
+    var chunked: Bool
+    var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
+
+    init?(_ headers: HTTPHeaders) {
+        let lengths = headers[canonicalForm: "content-length"]
+        let encodings = headers[canonicalForm: "transfer-encoding"]
+        if !lengths.isEmpty && !encodings.isEmpty { return nil }
+        if !encodings.isEmpty {
+            // Only a lone "chunked" is acceptable; "chunked, identity" and friends are smuggling vectors.
+            guard encodings.count == 1, encodings[0].lowercased() == "chunked" else { return nil }
+            chunked = true
+            contentLength = nil
+            return
+        }
+        chunked = false
+        if lengths.isEmpty {
+            contentLength = nil
+            return
+        }
+        let distinct = Set(lengths.map { String($0) })
+        guard distinct.count == 1, let value = distinct.first, !value.isEmpty,
+            value.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), value.utf8.count <= 18, let length = Int(value)
+        else { return nil }
+        contentLength = length
+    }
+}

@@ -1,0 +1,153 @@
+import BackstopCore
+import BackstopTransport
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Binds every proxy listener and the admin listener of a config and serves them on one event loop group.
+public final class ProxyServer: Sendable {
+    public let runtime: ProxyRuntime
+    private let group: MultiThreadedEventLoopGroup
+    private let channels: Mutex<[(ListenAddress, Channel)]>
+    private let adminChannel: Mutex<Channel?>
+    private let ready = Mutex(false)
+
+    /// Creates the runtime for `config` (transport thread included); call `start()` to bind.
+    public init(config: Config, logger: Logger, eventLoopThreads: Int = 1) {
+        self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
+        let upstreams = config.upstreams.map { UpstreamRuntime(config: $0) }
+        self.runtime = ProxyRuntime(
+            snapshot: ConfigSnapshot(config: config, upstreams: upstreams), transport: CurlMultiTransport(),
+            logger: logger)
+        self.channels = Mutex([])
+        self.adminChannel = Mutex(nil)
+    }
+
+    /// The addresses actually bound (ports resolved when the config said 0), in config order.
+    public var boundAddresses: [SocketAddress] {
+        channels.withLock { $0.compactMap { $0.1.localAddress } }
+    }
+
+    /// The admin listener's bound address, if any.
+    public var adminAddress: SocketAddress? { adminChannel.withLock { $0?.localAddress } }
+
+    /// Whether `/readyz` answers 200.
+    public var isReady: Bool { ready.withLock { $0 } && !runtime.isDraining }
+
+    /// Binds all listeners; throws naming the address that failed.
+    public func start() async throws {
+        let config = runtime.snapshot.config
+        for listener in config.listeners {
+            let channel = try await bind(listener, limits: config.limits)
+            channels.withLock { $0.append((listener.address, channel)) }
+        }
+        if let admin = config.admin {
+            let channel = try await bindAdmin(admin.address)
+            adminChannel.withLock { $0 = channel }
+        }
+        ready.withLock { $0 = true }
+    }
+
+    /// Stops accepting, waits for in-flight requests (up to `timeout`), then closes everything.
+    public func drainAndStop(timeout: Duration) async {
+        runtime.beginDraining()
+        let listening = channels.withLock { $0 }
+        for (address, channel) in listening {
+            try? await channel.close()
+            if case .unix(let path) = address { unlink(path) }
+        }
+        let deadline = ContinuousClock.now + timeout
+        while runtime.inflightRequests > 0 && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        if let admin = adminChannel.withLock({ $0 }) { try? await admin.close() }
+        await runtime.transport.shutdown()
+        try? await group.shutdownGracefully()
+    }
+
+    private func bind(_ listener: ListenerConfig, limits: Limits) async throws -> Channel {
+        let runtime = self.runtime
+        let filter = ClientAccessFilter(allowClients: listener.allowClients)
+        let idle = TimeAmount(limits.clientIdleTimeout)
+        let maxConnections = limits.maxConnections
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 1024)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ConnectionLimiter(limit: maxConnections))
+                }
+            }
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.maxMessagesPerRead, value: 16)
+            .childChannelInitializer { channel in
+                guard filter.allows(channel.remoteAddress) else {
+                    return channel.close()
+                }
+                return channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: false)
+                    try sync.addHandler(IdleStateHandler(allTimeout: idle))
+                    try sync.addHandler(ProxyHandler(runtime: runtime))
+                }
+            }
+        do {
+            switch listener.address {
+            case .tcp(let host, let port):
+                return try await bootstrap.bind(host: host, port: port).get()
+            case .unix(let path):
+                let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                chmod(path, 0o660)
+                return channel
+            }
+        } catch {
+            throw ListenerError(address: listener.address, underlying: "\(error)")
+        }
+    }
+
+    private func bindAdmin(_ address: ListenAddress) async throws -> Channel {
+        let state = AdminState(isReady: { [weak self] in self?.isReady ?? false }, metricsText: { "" })
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.configureHTTPServerPipeline()
+                    try sync.addHandler(AdminHandler(state: state))
+                }
+            }
+        do {
+            switch address {
+            case .tcp(let host, let port): return try await bootstrap.bind(host: host, port: port).get()
+            case .unix(let path):
+                let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                chmod(path, 0o660)
+                return channel
+            }
+        } catch {
+            throw ListenerError(address: address, underlying: "\(error)")
+        }
+    }
+}
+
+/// A listener could not be bound.
+public struct ListenerError: Error, CustomStringConvertible {
+    public var address: ListenAddress
+    public var underlying: String
+    public var description: String { "cannot listen on \(address): \(underlying)" }
+}
+
+extension ProxyServer {
+    /// Swaps in a new config for new requests; requests in flight finish on their snapshot.
+    /// Listener changes take effect on restart (reported by the caller).
+    public func reload(config: Config) {
+        let upstreams = config.upstreams.map { UpstreamRuntime(config: $0) }
+        runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams))
+    }
+}

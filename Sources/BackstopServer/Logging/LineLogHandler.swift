@@ -1,0 +1,134 @@
+import BackstopCore
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A swift-log handler writing one event per line to stderr, as logfmt or JSON (SPEC §4).
+///
+/// Metadata keys that could carry secrets (`authorization`, `cookie`, `token`, `secret`, `password`, `key`)
+/// are redacted here, as a last line of defence: callers must not log secrets in the first place.
+public struct LineLogHandler: LogHandler {
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level
+    private let format: LogFormat
+    private let label: String
+
+    public init(label: String, level: Logger.Level, format: LogFormat) {
+        self.label = label
+        self.logLevel = level
+        self.format = format
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var merged = metadata
+        if let extra = event.metadata { merged.merge(extra) { _, new in new } }
+        let line = Self.render(
+            time: Self.timestamp(), level: event.level, message: "\(event.message)", metadata: merged, format: format)
+        // One write(2) per line keeps lines whole when several threads log at once.
+        var bytes = Array(line.utf8)
+        bytes.withUnsafeMutableBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let n = Glibc.write(2, buffer.baseAddress! + offset, buffer.count - offset)
+                if n <= 0 { break }
+                offset += n
+            }
+        }
+    }
+
+    /// Renders one line (with trailing newline). Public for tests.
+    public static func render(
+        time: String, level: Logger.Level, message: String, metadata: Logger.Metadata, format: LogFormat
+    ) -> String {
+        var fields: [(String, String)] = [("time", time), ("level", level.rawValue), ("msg", message)]
+        for key in metadata.keys.sorted() {
+            let value = isSensitive(key) ? "[redacted]" : "\(metadata[key]!)"
+            fields.append((key, value))
+        }
+        switch format {
+        case .logfmt:
+            return fields.map { "\($0.0)=\(logfmtQuote($0.1))" }.joined(separator: " ") + "\n"
+        case .json:
+            return "{" + fields.map { "\(jsonQuote($0.0)):\(jsonQuote($0.1))" }.joined(separator: ",") + "}\n"
+        }
+    }
+
+    static func isSensitive(_ key: String) -> Bool {
+        let lower = key.lowercased()
+        if ["authorization", "cookie", "set-cookie", "api_key", "apikey", "x-api-key"].contains(lower) { return true }
+        return ["token", "secret", "password", "credential"].contains { lower.contains($0) }
+    }
+
+    static func logfmtQuote(_ value: String) -> String {
+        let needsQuotes = value.isEmpty || value.contains { $0 == " " || $0 == "=" || $0 == "\"" || $0.isNewline }
+        guard needsQuotes else { return value }
+        var out = "\""
+        for ch in value {
+            switch ch {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            default: out.append(ch)
+            }
+        }
+        return out + "\""
+    }
+
+    static func jsonQuote(_ value: String) -> String {
+        var out = "\""
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if scalar.value < 0x20 {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+
+    static func timestamp() -> String {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var t = now.tv_sec
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        func pad(_ v: Int32, _ width: Int = 2) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, width - s.count)) + s
+        }
+        let millis = pad(Int32(now.tv_nsec / 1_000_000), 3)
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1))-\(pad(parts.tm_mday))T"
+            + "\(pad(parts.tm_hour)):\(pad(parts.tm_min)):\(pad(parts.tm_sec)).\(millis)Z"
+    }
+}
+
+extension LogLevel {
+    /// The swift-log level for a config level.
+    public var loggerLevel: Logger.Level {
+        switch self {
+        case .trace: .trace
+        case .debug: .debug
+        case .info: .info
+        case .notice: .notice
+        case .warning: .warning
+        case .error: .error
+        }
+    }
+}

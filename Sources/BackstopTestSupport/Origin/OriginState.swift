@@ -1,0 +1,74 @@
+import NIOCore
+import Synchronization
+
+/// Everything a `TestOrigin` shares between its connections and the test, behind one lock.
+final class OriginState: Sendable {
+    private struct Inner {
+        var nextRequestIndex = 0
+        var acceptedConnections = 0
+        /// Sorted by `index`: requests can complete out of head order across connections.
+        var requests: [RecordedRequest] = []
+        var openConnections: [Int: any Channel] = [:]
+        var isShutDown = false
+        var bodyBytesSent = 0
+    }
+
+    private let inner = Mutex(Inner())
+
+    var requests: [RecordedRequest] {
+        inner.withLock { $0.requests }
+    }
+
+    var requestCount: Int {
+        inner.withLock { $0.requests.count }
+    }
+
+    var connectionCount: Int {
+        inner.withLock { $0.acceptedConnections }
+    }
+
+    var bodyBytesSent: Int {
+        inner.withLock { $0.bodyBytesSent }
+    }
+
+    func addBodyBytesSent(_ count: Int) {
+        inner.withLock { $0.bodyBytesSent += count }
+    }
+
+    /// Returns the connection's id, or nil when the origin is already shutting down (the caller closes it).
+    func registerConnection(_ channel: any Channel) -> Int? {
+        inner.withLock { state in
+            guard !state.isShutDown else { return nil }
+            state.acceptedConnections += 1
+            let id = state.acceptedConnections
+            state.openConnections[id] = channel
+            return id
+        }
+    }
+
+    func unregisterConnection(_ id: Int) {
+        _ = inner.withLock { $0.openConnections.removeValue(forKey: id) }
+    }
+
+    func takeRequestIndex() -> Int {
+        inner.withLock { state in
+            defer { state.nextRequestIndex += 1 }
+            return state.nextRequestIndex
+        }
+    }
+
+    func record(_ request: RecordedRequest) {
+        inner.withLock { state in
+            let position = state.requests.lastIndex { $0.index < request.index }.map { $0 + 1 } ?? 0
+            state.requests.insert(request, at: position)
+        }
+    }
+
+    /// Marks the origin as shut down and hands back the connections still open, for the caller to close.
+    func beginShutdown() -> [any Channel] {
+        inner.withLock { state in
+            state.isShutDown = true
+            return Array(state.openConnections.values)
+        }
+    }
+}

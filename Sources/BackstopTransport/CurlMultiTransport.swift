@@ -1,0 +1,349 @@
+import CCurl
+import Foundation
+import NIOCore
+import Synchronization
+
+/// The upstream HTTP engine: one dedicated thread driving a libcurl multi handle.
+///
+/// Other threads submit commands (start, cancel, resume) through a locked queue and wake the thread with
+/// `curl_multi_wakeup` only when it sleeps in `curl_multi_poll`. Events of each transfer are batched per loop
+/// turn and delivered with one hop onto the requester's event loop. The multi handle keeps upstream
+/// connections alive and multiplexes HTTP/2 where the upstream offers it over TLS.
+///
+/// `@unchecked Sendable`: `multi`, `active`, `dirty` and `stopping` are touched only on the transport thread
+/// (inside `run()` and the callbacks it triggers); other threads use only `commands` (a Mutex), `sleeping`
+/// (an atomic) and `curl_multi_wakeup`, which libcurl documents as safe from any thread.
+public final class CurlMultiTransport: @unchecked Sendable {
+    enum Command {
+        case start(CurlTransfer)
+        case cancel(CurlTransfer)
+        case resumeReceive(CurlTransfer)
+        case resumeSend(CurlTransfer)
+        case stop
+    }
+
+    let allocator = ByteBufferAllocator()
+    private let multi: UnsafeMutableRawPointer
+    private let commands = Mutex<[Command]>([])
+    private let sleeping = Atomic<Bool>(false)
+    private let stopped = Atomic<Bool>(false)
+    private var active: [ObjectIdentifier: CurlTransfer] = [:]
+    private var dirty: [CurlTransfer] = []
+    private var thread: Thread?
+    private let finishedSignal = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    private let threadDone = Atomic<Bool>(false)
+
+    /// Creates the engine and starts its thread.
+    public init(name: String = "backstop-curl") {
+        CurlGlobal.initialize()
+        guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed (out of memory)") }
+        self.multi = multi
+        _ = bs_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
+        _ = bs_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 1024)
+        let thread = Thread { [self] in self.run() }
+        thread.name = name
+        thread.stackSize = 1 << 20
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Starts an attempt. Events arrive, in order and batched, through `sink` on `eventLoop`.
+    public func start(
+        _ request: TransportRequest, on eventLoop: EventLoop,
+        sink: @escaping @Sendable ([TransportEvent]) -> Void
+    ) -> CurlTransfer {
+        let transfer = CurlTransfer(request: request, eventLoop: eventLoop, transport: self, sink: sink)
+        if case .streaming(let stream) = request.body {
+            stream.setResumeConsumer { [weak transfer, weak self] in
+                guard let transfer, let self else { return }
+                self.submit(.resumeSend(transfer))
+            }
+        }
+        submit(.start(transfer))
+        return transfer
+    }
+
+    /// Stops the thread after cancelling every transfer; returns when it has exited.
+    public func shutdown() async {
+        if stopped.exchange(true, ordering: .acquiringAndReleasing) { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let alreadyDone = finishedSignal.withLock { slot -> Bool in
+                if threadDone.load(ordering: .acquiring) { return true }
+                slot = continuation
+                return false
+            }
+            if alreadyDone { continuation.resume() }
+            submit(.stop)
+        }
+    }
+
+    func submit(_ command: Command) {
+        commands.withLock { $0.append(command) }
+        if sleeping.exchange(false, ordering: .sequentiallyConsistent) {
+            _ = curl_multi_wakeup(multi)
+        }
+    }
+
+    func markDirty(_ transfer: CurlTransfer) { dirty.append(transfer) }
+
+    // MARK: the transport thread
+
+    private func run() {
+        var running: Int32 = 0
+        var stopping = false
+        while true {
+            let batch = commands.withLock { queue -> [Command] in
+                let taken = queue
+                queue.removeAll(keepingCapacity: true)
+                return taken
+            }
+            for command in batch {
+                switch command {
+                case .start(let transfer):
+                    if stopping || transfer.cancelRequested.load(ordering: .acquiring) {
+                        transfer.emit(.failure(.cancelled))
+                        transfer.finished = true
+                    } else {
+                        begin(transfer)
+                    }
+                case .cancel(let transfer):
+                    if !transfer.finished, transfer.easy != nil {
+                        finish(transfer, with: .failure(.cancelled))
+                    }
+                case .resumeReceive(let transfer):
+                    if !transfer.finished, let easy = transfer.easy { _ = curl_easy_pause(easy, CURLPAUSE_CONT) }
+                case .resumeSend(let transfer):
+                    if !transfer.finished, let easy = transfer.easy { _ = curl_easy_pause(easy, CURLPAUSE_CONT) }
+                case .stop:
+                    stopping = true
+                }
+            }
+            if stopping {
+                for transfer in active.values { finish(transfer, with: .failure(.cancelled)) }
+                flushDirty()
+                break
+            }
+            curl_multi_perform(multi, &running)
+            readCompletions()
+            flushDirty()
+
+            sleeping.store(true, ordering: .sequentiallyConsistent)
+            let hasWork = commands.withLock { !$0.isEmpty }
+            if !hasWork {
+                var ready: Int32 = 0
+                curl_multi_poll(multi, nil, 0, 1000, &ready)
+            }
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+        }
+        curl_multi_cleanup(multi)
+        let continuation = finishedSignal.withLock { slot -> CheckedContinuation<Void, Never>? in
+            threadDone.store(true, ordering: .releasing)
+            let c = slot
+            slot = nil
+            return c
+        }
+        continuation?.resume()
+    }
+
+    private func flushDirty() {
+        guard !dirty.isEmpty else { return }
+        let touched = dirty
+        dirty.removeAll(keepingCapacity: true)
+        for transfer in touched { transfer.flush() }
+    }
+
+    private func readCompletions() {
+        var remaining: Int32 = 0
+        while let message = curl_multi_info_read(multi, &remaining) {
+            guard bs_msg_is_done(message) != 0, let easy = message.pointee.easy_handle else { continue }
+            var raw: UnsafeMutableRawPointer?
+            _ = bs_easy_getinfo_pointer(easy, CURLINFO_PRIVATE, &raw)
+            guard let raw else { continue }
+            let transfer = Unmanaged<CurlTransfer>.fromOpaque(raw).takeUnretainedValue()
+            let code = bs_msg_result(message)
+            if code == CURLE_OK {
+                if transfer.headDelivered {
+                    finish(transfer, with: .end)
+                } else {
+                    finish(transfer, with: .failure(.reset(detail: "upstream closed without a response")))
+                }
+            } else {
+                finish(transfer, with: .failure(classify(code, easy: easy, transfer: transfer)))
+            }
+        }
+    }
+
+    private func classify(_ code: CURLcode, easy: UnsafeMutableRawPointer, transfer: CurlTransfer) -> TransportFailure {
+        let detail = String(cString: curl_easy_strerror(code))
+        switch code {
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY,
+            CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE,
+            CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_ISSUER_ERROR:
+            return .connectFailure(detail: detail)
+        case CURLE_OPERATION_TIMEDOUT:
+            var connectTime: curl_off_t = 0
+            _ = bs_easy_getinfo_off(easy, CURLINFO_CONNECT_TIME_T, &connectTime)
+            return connectTime == 0 ? .connectFailure(detail: "connect timed out") : .timeout(detail: detail)
+        case CURLE_ABORTED_BY_CALLBACK:
+            return .requestBodyFailed
+        default:
+            return .reset(detail: detail)
+        }
+    }
+
+    private func begin(_ transfer: CurlTransfer) {
+        guard let easy = curl_easy_init() else {
+            transfer.emit(.failure(.connectFailure(detail: "curl_easy_init failed")))
+            transfer.finished = true
+            return
+        }
+        transfer.easy = easy
+        configure(easy, for: transfer)
+        active[ObjectIdentifier(transfer)] = transfer
+        let rc = curl_multi_add_handle(multi, easy)
+        if rc != CURLM_OK {
+            finish(transfer, with: .failure(.connectFailure(detail: "curl_multi_add_handle failed")))
+        }
+    }
+
+    /// Removes the transfer from the multi handle, frees its curl resources and emits its last event.
+    private func finish(_ transfer: CurlTransfer, with event: TransportEvent) {
+        guard !transfer.finished else { return }
+        transfer.finished = true
+        if let easy = transfer.easy {
+            curl_multi_remove_handle(multi, easy)
+            curl_easy_cleanup(easy)
+            transfer.easy = nil
+        }
+        if let list = transfer.headerList {
+            curl_slist_free_all(list)
+            transfer.headerList = nil
+        }
+        transfer.bufferedBody = nil
+        active[ObjectIdentifier(transfer)] = nil
+        transfer.emit(event)
+    }
+
+    private func configure(_ easy: UnsafeMutableRawPointer, for transfer: CurlTransfer) {
+        let request = transfer.request
+        let context = Unmanaged.passUnretained(transfer).toOpaque()
+        _ = bs_easy_setopt_string(easy, CURLOPT_URL, request.url)
+        _ = bs_easy_setopt_long(easy, CURLOPT_PATH_AS_IS, 1)
+        _ = bs_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context)
+        _ = bs_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        // The client decides about redirects; following one would carry an injected token to another host.
+        _ = bs_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0)
+        // Never read proxy settings from the daemon's environment: HTTP_PROXY pointing at ourselves would loop.
+        _ = bs_easy_setopt_string(easy, CURLOPT_PROXY, "")
+        _ = bs_easy_setopt_string(easy, CURLOPT_NOPROXY, "*")
+        _ = bs_easy_setopt_long(easy, CURLOPT_HTTP_CONTENT_DECODING, 0)
+        _ = bs_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)
+        _ = bs_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeout.milliseconds)
+        _ = bs_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1)
+        _ = bs_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback)
+        _ = bs_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
+        _ = bs_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, curlWriteCallback)
+        _ = bs_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context)
+        if let caFile = request.tls.caFile { _ = bs_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
+        if request.tls.insecureSkipVerify {
+            _ = bs_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 0)
+            _ = bs_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 0)
+        }
+
+        let method = request.method
+        var sendsBody = true
+        switch request.body {
+        case .empty:
+            sendsBody = !Self.methodsWithoutImplicitBody.contains(method)
+        case .buffered, .streaming:
+            sendsBody = true
+        }
+        if method == "HEAD" {
+            _ = bs_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
+        } else if method == "GET" && !sendsBody {
+            _ = bs_easy_setopt_long(easy, CURLOPT_HTTPGET, 1)
+        } else {
+            _ = bs_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+        }
+        if sendsBody && method != "HEAD" {
+            _ = bs_easy_setopt_long(easy, CURLOPT_UPLOAD, 1)
+            let length: Int
+            switch request.body {
+            case .empty: length = 0
+            case .buffered(let buffer): length = buffer.readableBytes
+            case .streaming(let stream): length = stream.expectedLength ?? -1
+            }
+            _ = bs_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, length)
+            _ = bs_easy_setopt_data_callback(easy, CURLOPT_READFUNCTION, curlReadCallback)
+            _ = bs_easy_setopt_pointer(easy, CURLOPT_READDATA, context)
+            _ = bs_easy_setopt_seek_callback(easy, curlSeekCallback)
+            _ = bs_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context)
+        }
+
+        var list: UnsafeMutablePointer<curl_slist>?
+        var sawAccept = false
+        for header in request.headers {
+            if header.name.caseInsensitiveEquals("accept") { sawAccept = true }
+            // "Name;" is curl's way of sending a header with an empty value ("Name:" would delete it).
+            let line = header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)"
+            list = curl_slist_append(list, line)
+        }
+        // Headers curl would add on its own: suppress them so the request passes through unchanged.
+        list = curl_slist_append(list, "Expect:")
+        if !sawAccept { list = curl_slist_append(list, "Accept:") }
+        transfer.headerList = list
+        _ = bs_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, list)
+    }
+
+    /// Methods that carry no body unless the client sent one.
+    static let methodsWithoutImplicitBody: Set<String> = ["GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
+}
+
+private let curlHeaderCallback: bs_curl_data_callback = { data, size, count, context in
+    let n = size * count
+    guard let data, let context else { return n }
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+    transfer.onHeaderLine(UnsafeRawBufferPointer(start: data, count: n))
+    return n
+}
+
+private let curlWriteCallback: bs_curl_data_callback = { data, size, count, context in
+    let n = size * count
+    guard let data, let context else { return n }
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+    return transfer.onBody(UnsafeRawBufferPointer(start: data, count: n)) ? n : bs_writefunc_pause()
+}
+
+private let curlReadCallback: bs_curl_data_callback = { data, size, count, context in
+    guard let data, let context else { return bs_readfunc_abort() }
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+    switch transfer.readBody(into: UnsafeMutableRawBufferPointer(start: data, count: size * count)) {
+    case .bytes(let n): return n
+    case .end: return 0
+    case .pause: return bs_readfunc_pause()
+    case .abort: return bs_readfunc_abort()
+    }
+}
+
+private let curlSeekCallback: bs_curl_seek_callback = { context, offset, origin in
+    guard let context, offset == 0, origin == SEEK_SET else { return 2 }  // CURL_SEEKFUNC_CANTSEEK
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+    return transfer.rewindBody() ? 0 : 2
+}
+
+/// One-time process-wide libcurl initialisation.
+enum CurlGlobal {
+    private static let once: Void = {
+        curl_global_init(Int(CURL_GLOBAL_ALL))
+    }()
+    static func initialize() { _ = once }
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded up so that a 1 µs timeout is not 0 ("no timeout" to curl).
+    var milliseconds: Int {
+        let (seconds, attoseconds) = components
+        let ms = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        return Int(max(ms, 0))
+    }
+}

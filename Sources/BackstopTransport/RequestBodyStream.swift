@@ -1,0 +1,121 @@
+import NIOCore
+import Synchronization
+
+/// A request body that is still arriving from the client while it is being sent upstream.
+///
+/// The client side (an event loop) appends chunks; the transport thread drains them from curl's read callback.
+/// Backpressure both ways: `append` returns false when the buffer is above its high-water mark (the client side
+/// then stops reading from its socket), and `onDrained` fires once the transport has drained it below the low mark.
+public final class RequestBodyStream: Sendable {
+    private struct State {
+        var chunks: [ByteBuffer] = []
+        var bufferedBytes = 0
+        var finished = false
+        var failed = false
+        /// curl returned CURL_READFUNC_PAUSE and waits for an unpause.
+        var consumerPaused = false
+        /// `append` told the producer to stop; tell it when drained.
+        var producerStopped = false
+    }
+
+    private let state = Mutex(State())
+    private let highWater: Int
+    private let lowWater: Int
+    /// Called (from the transport thread) when a stopped producer may resume.
+    private let onDrained: @Sendable () -> Void
+    /// Set by the transport when it starts sending; called to unpause curl after new data arrives.
+    private let resumeConsumer = Mutex<(@Sendable () -> Void)?>(nil)
+
+    /// The body's length when the client declared it (`Content-Length`), else nil (sent chunked).
+    public let expectedLength: Int?
+
+    public init(
+        expectedLength: Int?, highWater: Int = 256 * 1024, lowWater: Int = 64 * 1024,
+        onDrained: @escaping @Sendable () -> Void
+    ) {
+        self.expectedLength = expectedLength
+        self.highWater = highWater
+        self.lowWater = lowWater
+        self.onDrained = onDrained
+    }
+
+    /// Adds a chunk. Returns false when the producer should pause until `onDrained`.
+    @discardableResult
+    public func append(_ chunk: ByteBuffer) -> Bool {
+        let (wake, keepGoing) = state.withLock { s -> (Bool, Bool) in
+            s.chunks.append(chunk)
+            s.bufferedBytes += chunk.readableBytes
+            let wake = s.consumerPaused
+            s.consumerPaused = false
+            let keepGoing = s.bufferedBytes < highWater
+            if !keepGoing { s.producerStopped = true }
+            return (wake, keepGoing)
+        }
+        if wake { resumeConsumer.withLock { $0 }?() }
+        return keepGoing
+    }
+
+    /// Marks the end of the body.
+    public func finish() {
+        let wake = state.withLock { s -> Bool in
+            s.finished = true
+            let wake = s.consumerPaused
+            s.consumerPaused = false
+            return wake
+        }
+        if wake { resumeConsumer.withLock { $0 }?() }
+    }
+
+    /// Marks the body as broken (client gone); the transfer aborts.
+    public func fail() {
+        let wake = state.withLock { s -> Bool in
+            s.failed = true
+            let wake = s.consumerPaused
+            s.consumerPaused = false
+            return wake
+        }
+        if wake { resumeConsumer.withLock { $0 }?() }
+    }
+
+    func setResumeConsumer(_ resume: @escaping @Sendable () -> Void) {
+        resumeConsumer.withLock { $0 = resume }
+    }
+
+    /// What curl's read callback should do.
+    enum ReadResult {
+        case bytes(Int)
+        case pause
+        case end
+        case abort
+    }
+
+    /// Copies up to `capacity` bytes into `destination` (transport thread).
+    func read(into destination: UnsafeMutableRawBufferPointer) -> ReadResult {
+        var notifyDrained = false
+        let result = state.withLock { s -> ReadResult in
+            if s.failed { return .abort }
+            var written = 0
+            while written < destination.count, !s.chunks.isEmpty {
+                let n = min(destination.count - written, s.chunks[0].readableBytes)
+                s.chunks[0].withUnsafeReadableBytes { src in
+                    UnsafeMutableRawBufferPointer(rebasing: destination[written..<(written + n)])
+                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: src[0..<n]))
+                }
+                s.chunks[0].moveReaderIndex(forwardBy: n)
+                if s.chunks[0].readableBytes == 0 { s.chunks.removeFirst() }
+                written += n
+            }
+            s.bufferedBytes -= written
+            if s.producerStopped && s.bufferedBytes < lowWater {
+                s.producerStopped = false
+                notifyDrained = true
+            }
+            if written > 0 { return .bytes(written) }
+            if s.finished { return .end }
+            s.consumerPaused = true
+            return .pause
+        }
+        if notifyDrained { onDrained() }
+        return result
+    }
+}

@@ -1,0 +1,105 @@
+import NIOCore
+
+/// One upstream attempt as the transport performs it: a fully resolved URL, final headers and a body source.
+public struct TransportRequest: Sendable {
+    /// Absolute URL (`https://host:port/path?query`), sent byte for byte (curl's path normalisation is off).
+    public var url: String
+    public var method: String
+    /// Headers exactly as they go upstream (hop-by-hop already removed, `Host` already set).
+    public var headers: [(name: String, value: String)]
+    public var body: TransportRequestBody
+    public var connectTimeout: Duration
+    public var tls: TransportTLSOptions
+
+    public init(
+        url: String, method: String, headers: [(name: String, value: String)], body: TransportRequestBody = .empty,
+        connectTimeout: Duration = .seconds(2), tls: TransportTLSOptions = TransportTLSOptions()
+    ) {
+        self.url = url
+        self.method = method
+        self.headers = headers
+        self.body = body
+        self.connectTimeout = connectTimeout
+        self.tls = tls
+    }
+}
+
+/// TLS settings of one upstream.
+public struct TransportTLSOptions: Sendable, Equatable {
+    public var caFile: String?
+    public var insecureSkipVerify: Bool
+    public init(caFile: String? = nil, insecureSkipVerify: Bool = false) {
+        self.caFile = caFile
+        self.insecureSkipVerify = insecureSkipVerify
+    }
+}
+
+/// Where an attempt's request body comes from.
+public enum TransportRequestBody: Sendable {
+    /// No body (no `Content-Length` sent for GET/HEAD-like methods, `Content-Length: 0` otherwise).
+    case empty
+    /// A complete body held in memory; replayable, so usable for retries.
+    case buffered(ByteBuffer)
+    /// A body still arriving from the client; can be sent once only.
+    case streaming(RequestBodyStream)
+}
+
+/// The head of an upstream response (final, never a 1xx interim head).
+public struct TransportResponseHead: Sendable {
+    public var status: Int
+    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2` as the upstream spoke it.
+    public var httpVersion: String
+    /// Header fields in arrival order, exactly as received (hop-by-hop not yet removed).
+    public var headers: [(name: String, value: String)]
+    public init(status: Int, httpVersion: String, headers: [(name: String, value: String)]) {
+        self.status = status
+        self.httpVersion = httpVersion
+        self.headers = headers
+    }
+
+    /// The first value of a header, case-insensitively.
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.caseInsensitiveEquals(name) }?.value
+    }
+}
+
+/// Why an attempt failed below HTTP, in the terms of SPEC `retry.on`.
+public enum TransportFailure: Error, Sendable, Equatable {
+    /// Nothing reached the upstream (refused, unresolvable, connect timeout, TLS handshake failure).
+    case connectFailure(detail: String)
+    /// The connection broke after the request may have been sent.
+    case reset(detail: String)
+    /// The transport's own timeout fired (not used for `per_try`, which the exchange enforces).
+    case timeout(detail: String)
+    /// The exchange cancelled the attempt (client gone, per-try timer fired).
+    case cancelled
+    /// The request body stream failed (client disconnected mid-upload).
+    case requestBodyFailed
+}
+
+/// Events of one transfer, delivered in order on the requester's event loop.
+public enum TransportEvent: Sendable {
+    case head(TransportResponseHead)
+    case body(ByteBuffer)
+    case end
+    case failure(TransportFailure)
+}
+
+extension String {
+    /// ASCII case-insensitive comparison (header names are ASCII).
+    @inlinable
+    public func caseInsensitiveEquals(_ other: String) -> Bool {
+        var a = self.utf8.makeIterator()
+        var b = other.utf8.makeIterator()
+        while true {
+            let x = a.next()
+            let y = b.next()
+            if x == nil && y == nil { return true }
+            guard let x, let y else { return false }
+            if x == y { continue }
+            let lx = (x >= 65 && x <= 90) ? x + 32 : x
+            let ly = (y >= 65 && y <= 90) ? y + 32 : y
+            if lx != ly { return false }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import ArgumentParser
+import BackstopCore
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `backstop` command line (SPEC §1).
+struct BackstopCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backstop",
+        abstract: "A local forward HTTP proxy that retries and keeps upstreams authenticated.",
+        subcommands: [RunCommand.self, CheckCommand.self, KeychainCommand.self, VersionCommand.self]
+    )
+}
+
+/// Where the config file is: `--config`, else `$BACKSTOP_CONFIG`, else `/etc/backstop/backstop.yaml`.
+struct ConfigOption: ParsableArguments {
+    @Option(name: .long, help: "Config file (default: $BACKSTOP_CONFIG, else /etc/backstop/backstop.yaml).")
+    var config: String?
+
+    var path: String {
+        if let config { return config }
+        if let env = getenv("BACKSTOP_CONFIG"), let value = String(validatingCString: env), !value.isEmpty {
+            return value
+        }
+        return "/etc/backstop/backstop.yaml"
+    }
+}
+
+/// `backstop version`.
+struct VersionCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "version", abstract: "Print the version.")
+    func run() {
+        print("backstop \(BackstopVersion.current)")
+    }
+}
+
+/// `backstop check`: validate a config, print `ok` or every error as `FILE:LINE:COLUMN: message`.
+struct CheckCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "check", abstract: "Validate a config file.")
+    @OptionGroup var options: ConfigOption
+
+    func run() throws {
+        do {
+            let config = try ConfigLoader.load(path: options.path)
+            let problems = EnvironmentChecks.problems(in: config)
+            if !problems.isEmpty {
+                for problem in problems { print(problem.description) }
+                throw ExitCode(1)
+            }
+            print("ok")
+        } catch let errors as ConfigErrors {
+            for error in errors.errors { print(error.description) }
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// Entry point: maps argument errors to exit code 2 (SPEC §1) instead of ArgumentParser's 64.
+@main
+enum Main {
+    static func main() async {
+        do {
+            var command = try BackstopCommand.parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = BackstopCommand.exitCode(for: error)
+            if code == .validationFailure {
+                let message = BackstopCommand.fullMessage(for: error)
+                Console.error(message)
+                exit(2)
+            }
+            BackstopCommand.exit(withError: error)
+        }
+    }
+}
+
+/// Line output for the CLI: stdout for results, stderr for diagnostics.
+enum Console {
+    static func out(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+    static func error(_ line: String) { FileHandle.standardError.write(Data((line + "\n").utf8)) }
+}

@@ -1,0 +1,53 @@
+import BackstopCore
+import BackstopKeychain
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Config checks that look at the filesystem (what `backstop check` adds to pure validation): files the
+/// config names must be readable. Reported with the location of the key that names them.
+enum EnvironmentChecks {
+    static func problems(in config: Config) -> [ConfigError] {
+        var problems: [ConfigError] = []
+        for upstream in config.upstreams {
+            if let caFile = upstream.tls.caFile, access(caFile, R_OK) != 0 {
+                let location = upstream.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
+                problems.append(ConfigError(
+                    location: location,
+                    message: "upstream '\(upstream.name)': tls.ca_file \(caFile) is not readable: \(errnoText())"))
+            }
+        }
+        if let keychain = config.keychain, case .file(let keyPath) = keychain.key {
+            let location = keychain.keyLocation ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
+            if access(keyPath, F_OK) == 0 {
+                if access(keyPath, R_OK) != 0 {
+                    problems.append(ConfigError(
+                        location: location, message: "keychain.key_file \(keyPath) is not readable: \(errnoText())"))
+                } else if let problem = KeyFileCheck.problem(path: keyPath) {
+                    problems.append(ConfigError(location: location, message: problem))
+                }
+            } else if access(keychain.path, F_OK) == 0 {
+                problems.append(ConfigError(
+                    location: location,
+                    message: "keychain.key_file \(keyPath) is missing but keychain \(keychain.path) exists; "
+                        + "backstop would refuse to start"))
+            }
+        }
+        return problems
+    }
+
+    private static func errnoText() -> String { String(cString: strerror(errno)) }
+}
+
+/// Key file sanity for `check`: the same checks `run` applies when it loads the key.
+enum KeyFileCheck {
+    static func problem(path: String) -> String? {
+        do {
+            _ = try KeychainKey.load(path: path)
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+}

@@ -1,0 +1,152 @@
+import ArgumentParser
+import BackstopCore
+import BackstopKeychain
+import BackstopServer
+import Dispatch
+import Foundation
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `backstop run`: serve until SIGTERM/SIGINT (graceful drain); SIGHUP reloads the config.
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "run", abstract: "Run the daemon in the foreground.")
+    @OptionGroup var options: ConfigOption
+
+    @Option(name: .long, help: "How long a drain waits for in-flight requests (e.g. 30s).")
+    var drainTimeout: String = "30s"
+
+    func run() async throws {
+        let configPath = options.path
+        let config: Config
+        do {
+            config = try ConfigLoader.load(path: configPath)
+        } catch let errors {
+            for error in errors.errors { Console.error(error.description) }
+            throw ExitCode(1)
+        }
+        guard let drain = DurationParser.parse(drainTimeout) else {
+            Console.error("--drain-timeout: '\(drainTimeout)' is not a duration (e.g. 30s)")
+            throw ExitCode(2)
+        }
+        let level = config.log.level.loggerLevel
+        let format = config.log.format
+        LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level, format: format) }
+        let logger = Logger(label: "backstop")
+
+        let problems = EnvironmentChecks.problems(in: config)
+        for problem in problems { logger.error("config problem", metadata: ["detail": .string(problem.description)]) }
+        _ = try KeychainStartup.prepare(config: config, logger: logger)
+
+        let server = ProxyServer(config: config, logger: logger)
+        do {
+            try await server.start()
+        } catch {
+            logger.error("startup failed", metadata: ["error": .string("\(error)")])
+            await server.drainAndStop(timeout: .zero)
+            throw ExitCode(1)
+        }
+        let addresses = server.boundAddresses.map { "\($0)" }.joined(separator: ",")
+        logger.notice("listening", metadata: [
+            "listeners": .string(addresses), "admin": .string(server.adminAddress.map { "\($0)" } ?? "off"),
+            "upstreams": .stringConvertible(config.upstreams.count),
+        ])
+
+        let signals = SignalWaiter()
+        while true {
+            let signal = await signals.next()
+            if signal == SIGHUP {
+                Reloader.reload(path: configPath, server: server, logger: logger)
+                continue
+            }
+            logger.notice("draining", metadata: ["signal": .stringConvertible(signal)])
+            await server.drainAndStop(timeout: drain)
+            logger.notice("stopped")
+            return
+        }
+    }
+}
+
+/// Turns SIGTERM, SIGINT and SIGHUP into an async sequence of signal numbers.
+final class SignalWaiter {
+    private let stream: AsyncStream<Int32>
+    private let sources: [DispatchSourceSignal]
+
+    init() {
+        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
+        self.stream = stream
+        var sources: [DispatchSourceSignal] = []
+        for sig in [SIGTERM, SIGINT, SIGHUP] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { continuation.yield(sig) }
+            source.resume()
+            sources.append(source)
+        }
+        self.sources = sources
+    }
+
+    func next() async -> Int32 {
+        var iterator = stream.makeAsyncIterator()
+        return await iterator.next() ?? SIGTERM
+    }
+}
+
+/// SIGHUP: re-read the config; keep the old one when the new one is invalid.
+enum Reloader {
+    static func reload(path: String, server: ProxyServer, logger: Logger) {
+        do {
+            let config = try ConfigLoader.load(path: path)
+            server.reload(config: config)
+            logger.notice("config reloaded", metadata: ["upstreams": .stringConvertible(config.upstreams.count)])
+        } catch let errors {
+            for error in errors.errors {
+                logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
+            }
+        }
+    }
+}
+
+/// Opens (or creates) the keychain before serving, per SPEC §5.
+enum KeychainStartup {
+    static func prepare(config: Config, logger: Logger) throws -> FileKeychain? {
+        guard let keychain = config.keychain else { return nil }
+        let source: KeychainKeySource
+        switch keychain.key {
+        case .file(let path): source = .file(path: path)
+        case .credential(let name): source = .credential(name: name)
+        }
+        // A fresh machine has no state directory yet (systemd's StateDirectory= makes it in production).
+        for path in [keychain.path] + (source.filePath.map { [$0] } ?? []) {
+            let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+            try? FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        do {
+            let opened = try KeychainBootstrap.open(path: keychain.path, key: source)
+            switch opened.outcome {
+            case .createdKeyAndKeychain:
+                logger.notice("created a new keychain and key file", metadata: ["keychain": .string(keychain.path)])
+            case .createdKeychain:
+                logger.notice("created an empty keychain", metadata: ["keychain": .string(keychain.path)])
+            case .openedExisting:
+                logger.info("keychain opened", metadata: [
+                    "keychain": .string(keychain.path), "entries": .stringConvertible(opened.entryCount),
+                ])
+            }
+            return opened.keychain
+        } catch {
+            logger.error("cannot open the keychain; refusing to start", metadata: ["error": .string(error.description)])
+            throw ExitCode(1)
+        }
+    }
+}
+
+extension KeychainKeySource {
+    var filePath: String? {
+        if case .file(let path) = self { return path }
+        return nil
+    }
+}

@@ -1,0 +1,89 @@
+import BackstopTestSupport
+import Foundation
+import Testing
+
+/// The `backstop` binary: `check`, `version`, exit codes, and `run` start-up and drain.
+@Suite("Command line")
+struct CommandLineTests {
+    private let binary = DaemonProcess.binaryPath()
+
+    private func writeConfig(_ text: String) throws -> (directory: String, path: String) {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        let path = directory + "/backstop.yaml"
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return (directory, path)
+    }
+
+    @Test("check prints ok for the sample configs")
+    func checkSamples() async throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().path
+        for sample in ["config/backstop.yaml", "config/backstop.reference.yaml"] {
+            let result = try await TestProcess.run(binary, ["check", "--config", root + "/" + sample])
+            #expect(result.status == 0, "\(sample): \(result.standardOutput) \(result.standardError)")
+            #expect(result.standardOutput == "ok\n")
+        }
+    }
+
+    @Test("check reports each error as FILE:LINE:COLUMN: message and exits 1", arguments: [
+        // (config, expected line:column of the first error, a word the message must contain)
+        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retyr: {}\n", "7:5", "retyr"),
+        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retry:\n      attempts: 0\n", "8:17", "attempts"),
+        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retry:\n      backoff: {base: 2s, max: 1s}\n", "8:", "base"),
+        ("version: 1\nlisten:\n  - 0.0.0.0:8080\n", "3:5", "allow_remote"),
+        ("version: 1\nlisten: [127.0.0.1:8080]\nlimits:\n  client_idle_timeout: 10 parsecs\n", "4:24", "duration"),
+        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n  - name: a\n    match: {hosts: [b.test]}\n    url: http://127.0.0.1:2\n", "7:", "duplicate"),
+        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n  - name: b\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:2\n", "8:", "overlap"),
+    ])
+    func checkErrors(config: String, position: String, word: String) async throws {
+        let (directory, path) = try writeConfig(config)
+        defer { TestFiles.remove(directory) }
+        let result = try await TestProcess.run(binary, ["check", "--config", path])
+        #expect(result.status == 1)
+        let first = result.standardOutput.split(separator: "\n").first.map(String.init) ?? ""
+        #expect(first.hasPrefix("\(path):\(position)"), "got: \(result.standardOutput)")
+        #expect(first.lowercased().contains(word), "got: \(first)")
+    }
+
+    @Test("version prints the version; an unknown flag is a usage error (exit 2)")
+    func versionAndUsage() async throws {
+        let version = try await TestProcess.run(binary, ["version"])
+        #expect(version.status == 0)
+        #expect(version.standardOutput.hasPrefix("backstop "))
+        let usage = try await TestProcess.run(binary, ["check", "--no-such-flag"])
+        #expect(usage.status == 2)
+    }
+
+    @Test("run serves, answers /healthz and /readyz, and exits 0 on SIGTERM")
+    func runAndStop() async throws {
+        let origin = try await TestOrigin.start { _ in .text(200, "up") }
+        let port = try FreePort.reserveClosedPort()
+        let adminPort = try FreePort.reserveClosedPort()
+        let (directory, path) = try writeConfig("""
+            version: 1
+            listen: [127.0.0.1:\(port)]
+            admin: {listen: 127.0.0.1:\(adminPort)}
+            upstreams:
+              - name: app
+                match: {hosts: [app.test]}
+                url: \(origin.baseURL)
+            """)
+        defer { TestFiles.remove(directory) }
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
+        try await daemon.waitUntilListening(port: port)
+        try await daemon.waitUntilListening(port: adminPort)
+        let response = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://app.test/r", host: "app.test"), timeout: .seconds(10))
+        #expect(response.bodyString == "up")
+        let health = try await RawHTTP.exchange(port: adminPort, request: RawHTTP.request("GET", "/healthz"), timeout: .seconds(5))
+        #expect(health.status == 200)
+        let ready = try await RawHTTP.exchange(port: adminPort, request: RawHTTP.request("GET", "/readyz"), timeout: .seconds(5))
+        #expect(ready.status == 200)
+        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("status=200") && $0.contains("upstream=app") }
+        daemon.send(signal: SIGTERM)
+        let status = try await daemon.waitForExit(timeout: .seconds(10))
+        #expect(status == 0)
+        await daemon.stop()
+        try await origin.shutdown()
+    }
+}

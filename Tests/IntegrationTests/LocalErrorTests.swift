@@ -1,0 +1,119 @@
+import BackstopTestSupport
+import Foundation
+import Testing
+
+/// The responses Backstop makes itself (SPEC §3 error table), and that nothing reaches the upstream for them.
+@Suite("Errors made by Backstop")
+struct LocalErrorTests {
+    private func expectLocalError(_ response: RawHTTPResponse, status: Int, reason: String) {
+        #expect(response.status == status)
+        #expect(response.header("X-Backstop-Error") == reason)
+        #expect(response.header("Content-Type")?.hasPrefix("text/plain") == true)
+        let lines = response.bodyString.split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(lines.count == 2 && lines[1].isEmpty, "one-line body, got \(response.bodyString.debugDescription)")
+    }
+
+    @Test("CONNECT → 405 connect-not-supported")
+    func connect() async throws {
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+            let response = try await proxy.send(Array("CONNECT app.test:443 HTTP/1.1\r\nHost: app.test:443\r\n\r\n".utf8))
+            expectLocalError(response, status: 405, reason: "connect-not-supported")
+            #expect(origin.requestCount == 0)
+        }
+    }
+
+    @Test("no matching upstream → 403 no-route")
+    func noRoute() async throws {
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+            expectLocalError(try await proxy.get("http://other.test/x", host: "other.test"), status: 403, reason: "no-route")
+            expectLocalError(try await proxy.get("/x", host: "other.test"), status: 403, reason: "no-route")
+            #expect(origin.requestCount == 0)
+        }
+    }
+
+    @Test("body above max_request_body → 413 body-too-large, nothing sent upstream")
+    func bodyTooLarge() async throws {
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "no") },
+            config: { singleUpstreamConfig($0, extra: "limits:\n  max_request_body: 1KiB\n  retry_buffer: 512") }
+        ) { origin, proxy in
+            let declared = try await proxy.send(RawHTTP.request(
+                "POST", "http://app.test/up", host: "app.test", body: Array(repeating: 0x61, count: 2048)))
+            expectLocalError(declared, status: 413, reason: "body-too-large")
+            var chunked = "POST http://app.test/up HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+            for _ in 0..<8 { chunked += "100\r\n" + String(repeating: "b", count: 256) + "\r\n" }
+            chunked += "0\r\n\r\n"
+            let streamed = try await proxy.send(Array(chunked.utf8))
+            expectLocalError(streamed, status: 413, reason: "body-too-large")
+            #expect(origin.requestCount == 0)
+        }
+    }
+
+    @Test("headers above max_header_bytes → 431 headers-too-large")
+    func headersTooLarge() async throws {
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "no") },
+            config: { singleUpstreamConfig($0, extra: "limits:\n  max_header_bytes: 4KiB") }
+        ) { origin, proxy in
+            let big = String(repeating: "x", count: 8 * 1024)
+            let response = try await proxy.get("http://app.test/h", host: "app.test", headers: [("X-Big", big)])
+            expectLocalError(response, status: 431, reason: "headers-too-large")
+            let huge = String(repeating: "y", count: 100 * 1024)
+            let hugeResponse = try await proxy.get("http://app.test/h", host: "app.test", headers: [("X-Huge", huge)])
+            #expect(hugeResponse.status == 431)
+            #expect(origin.requestCount == 0)
+        }
+    }
+
+    @Test("conflicting framing → 400 bad-request", arguments: [
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Bad: a\rb\r\n\r\n",
+        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Folded: a\r\n b\r\n\r\n",
+        "GARBAGE\r\n\r\n",
+    ])
+    func badRequests(raw: String) async throws {
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+            let response = try await proxy.send(Array(raw.utf8))
+            #expect(response.status == 400)
+            #expect(response.header("X-Backstop-Error") == "bad-request")
+            #expect(origin.requestCount == 0)
+        }
+    }
+
+    @Test("closed upstream port → 502 upstream-unreachable")
+    func unreachable() async throws {
+        let closedPort = try FreePort.reserveClosedPort()
+        let proxy = try await ProxyHarness.start("""
+            upstreams:
+              - name: gone
+                match: {hosts: [gone.test]}
+                url: http://127.0.0.1:\(closedPort)
+                retry: {attempts: 1}
+            """)
+        expectLocalError(try await proxy.get("http://gone.test/", host: "gone.test"), status: 502, reason: "upstream-unreachable")
+        await proxy.stop()
+    }
+
+    @Test("hanging upstream → 504 upstream-timeout after per_try")
+    func timeout() async throws {
+        try await withOriginAndProxy(
+            origin: { _ in .hang },
+            config: { origin in
+                """
+                upstreams:
+                  - name: app
+                    match: {hosts: [app.test]}
+                    url: \(origin.baseURL)
+                    timeouts: {connect: 1s, per_try: 300ms, total: 2s}
+                    retry: {attempts: 1}
+                """
+            }
+        ) { _, proxy in
+            let started = ContinuousClock.now
+            expectLocalError(try await proxy.get("http://app.test/", host: "app.test"), status: 504, reason: "upstream-timeout")
+            #expect(ContinuousClock.now - started < .seconds(2))
+        }
+    }
+}

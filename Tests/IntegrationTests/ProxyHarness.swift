@@ -1,0 +1,76 @@
+import BackstopCore
+import BackstopServer
+import BackstopTestSupport
+import Foundation
+import Logging
+
+/// A Backstop proxy running in the test process on an ephemeral loopback port.
+struct ProxyHarness {
+    let server: ProxyServer
+    let port: Int
+
+    /// Starts a proxy from YAML (listener `127.0.0.1:0` is added unless the YAML has a `listen:` section).
+    static func start(_ yaml: String, directory: String = NSTemporaryDirectory()) async throws -> ProxyHarness {
+        var text = yaml
+        if !text.contains("listen:") { text = "listen: [\"127.0.0.1:0\"]\n" + text }
+        if !text.contains("version:") { text = "version: 1\n" + text }
+        let config = try ConfigLoader.parse(yaml: text, file: "test.yaml", baseDirectory: directory)
+        let logger = Logger(label: "backstop-test") { _ in SwiftLogNoOpLogHandler() }
+        let server = ProxyServer(config: config, logger: logger)
+        try await server.start()
+        guard let port = server.boundAddresses.first?.port else { throw HarnessError.noPort }
+        return ProxyHarness(server: server, port: port)
+    }
+
+    func stop() async { await server.drainAndStop(timeout: .seconds(2)) }
+
+    /// One request through the proxy on a fresh connection.
+    func send(_ request: [UInt8], timeout: Duration = .seconds(15)) async throws -> RawHTTPResponse {
+        try await RawHTTP.exchange(port: port, request: request, timeout: timeout)
+    }
+
+    func get(_ target: String, host: String = "localhost", headers: [(String, String)] = []) async throws
+        -> RawHTTPResponse
+    {
+        try await send(RawHTTP.request("GET", target, host: host, headers: headers))
+    }
+}
+
+enum HarnessError: Error { case noPort }
+
+/// Runs `body` with a started origin and proxy, shutting both down afterwards whatever happens.
+func withOriginAndProxy(
+    origin script: @escaping TestOrigin.Script,
+    config: (TestOrigin) -> String,
+    _ body: (TestOrigin, ProxyHarness) async throws -> Void
+) async throws {
+    let origin = try await TestOrigin.start(script: script)
+    let proxy: ProxyHarness
+    do {
+        proxy = try await ProxyHarness.start(config(origin))
+    } catch {
+        try? await origin.shutdown()
+        throw error
+    }
+    do {
+        try await body(origin, proxy)
+    } catch {
+        await proxy.stop()
+        try? await origin.shutdown()
+        throw error
+    }
+    await proxy.stop()
+    try await origin.shutdown()
+}
+
+/// A config with one upstream `app` for host `app.test` (and path prefix `/app`) pointing at `origin`.
+func singleUpstreamConfig(_ origin: TestOrigin, basePath: String = "", extra: String = "") -> String {
+    """
+    upstreams:
+      - name: app
+        match:
+          hosts: [app.test]
+        url: \(origin.baseURL)\(basePath)
+    \(extra)
+    """
+}
