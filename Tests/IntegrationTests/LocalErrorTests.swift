@@ -16,8 +16,14 @@ struct LocalErrorTests {
     @Test("CONNECT → 405 connect-not-supported")
     func connect() async throws {
         try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
-            let response = try await proxy.send(Array("CONNECT app.test:443 HTTP/1.1\r\nHost: app.test:443\r\n\r\n".utf8))
-            expectLocalError(response, status: 405, reason: "connect-not-supported")
+            // A client library would read a CONNECT response as a tunnel; read the raw bytes instead.
+            let port = proxy.port
+            let raw = try await Task.detached {
+                try rawExchange(port: port, Array("CONNECT app.test:443 HTTP/1.1\r\nHost: app.test:443\r\n\r\n".utf8))
+            }.value
+            #expect(raw.hasPrefix("HTTP/1.1 405 "))
+            #expect(raw.contains("\r\nX-Backstop-Error: connect-not-supported\r\n"))
+            #expect(raw.hasSuffix("\r\n\r\nCONNECT is not supported\n"))
             #expect(origin.requestCount == 0)
         }
     }
@@ -25,8 +31,10 @@ struct LocalErrorTests {
     @Test("no matching upstream → 403 no-route")
     func noRoute() async throws {
         try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
-            expectLocalError(try await proxy.get("http://other.test/x", host: "other.test"), status: 403, reason: "no-route")
-            expectLocalError(try await proxy.get("/x", host: "other.test"), status: 403, reason: "no-route")
+            let r1 = try await proxy.get("http://other.test/x", host: "other.test")
+            expectLocalError(r1, status: 403, reason: "no-route")
+            let r2 = try await proxy.get("/x", host: "other.test")
+            expectLocalError(r2, status: 403, reason: "no-route")
             #expect(origin.requestCount == 0)
         }
     }
@@ -92,7 +100,8 @@ struct LocalErrorTests {
                 url: http://127.0.0.1:\(closedPort)
                 retry: {attempts: 1}
             """)
-        expectLocalError(try await proxy.get("http://gone.test/", host: "gone.test"), status: 502, reason: "upstream-unreachable")
+        let r3 = try await proxy.get("http://gone.test/", host: "gone.test")
+        expectLocalError(r3, status: 502, reason: "upstream-unreachable")
         await proxy.stop()
     }
 
@@ -112,8 +121,34 @@ struct LocalErrorTests {
             }
         ) { _, proxy in
             let started = ContinuousClock.now
-            expectLocalError(try await proxy.get("http://app.test/", host: "app.test"), status: 504, reason: "upstream-timeout")
+            let r4 = try await proxy.get("http://app.test/", host: "app.test")
+            expectLocalError(r4, status: 504, reason: "upstream-timeout")
             #expect(ContinuousClock.now - started < .seconds(2))
         }
     }
+}
+
+/// Sends bytes on a plain blocking socket and returns everything until the server closes (≤ 5 s).
+func rawExchange(port: Int, _ bytes: [UInt8]) throws -> String {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
+    let connected = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard connected == 0 else { throw RawHTTPError.connectFailed("errno \(errno)") }
+    var timeout = timeval(tv_sec: 5, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+    var received: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = recv(fd, &buffer, buffer.count, 0)
+        if n <= 0 { break }
+        received += buffer[0..<n]
+    }
+    return String(decoding: received, as: UTF8.self)
 }

@@ -319,7 +319,10 @@ struct ConfigBuilder {
                 let bare = host.hasPrefix("*.") ? String(host.dropFirst(2)) : host
                 let valid = !bare.isEmpty && !bare.contains("*")
                     && bare.allSatisfy { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." || $0 == "_" || $0 == ":" }
-                if valid { config.hosts.append(host) } else {
+                if valid {
+                    config.hosts.append(host)
+                    config.hostLocations.append(reader.location(itemNode))
+                } else {
                     reader.fail(itemNode, "\(label): match.hosts: '\(text)' is not a host name (one leading '*.' wildcard allowed)")
                 }
             }
@@ -331,6 +334,7 @@ struct ConfigBuilder {
                 var p = prefix
                 while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
                 config.pathPrefix = p
+                config.pathPrefixLocation = reader.location(n)
             }
         }
         if let n = map["strip_prefix"], let v = reader.bool(n, "\(label): match.strip_prefix") { config.stripPrefix = v }

@@ -224,6 +224,9 @@ public struct MatchConfig: Sendable, Equatable {
     public var pathPrefix: String?
     /// Whether the prefix is removed before joining with the upstream base path (default true when a prefix is set).
     public var stripPrefix: Bool
+    /// Where each of `hosts` (same order) and `pathPrefix` were written, for overlap errors.
+    public var hostLocations: [SourceLocation] = []
+    public var pathPrefixLocation: SourceLocation?
     public init(hosts: [String] = [], pathPrefix: String? = nil, stripPrefix: Bool = true) {
         self.hosts = hosts
         self.pathPrefix = pathPrefix

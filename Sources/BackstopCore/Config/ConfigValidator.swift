@@ -20,13 +20,21 @@ enum ConfigValidator {
         var claims: [String: UpstreamConfig] = [:]
         for upstream in config.upstreams {
             let prefix = upstream.match.pathPrefix ?? ""
-            let keys = upstream.match.hosts.isEmpty ? ["*any*|\(prefix)"] : upstream.match.hosts.map { "\($0)|\(prefix)" }
-            for key in Set(keys) {
+            var keys: [(String, SourceLocation?)] = []
+            if upstream.match.hosts.isEmpty {
+                keys = [("*any*|\(prefix)", upstream.match.pathPrefixLocation)]
+            } else {
+                for (i, host) in upstream.match.hosts.enumerated() {
+                    let location = i < upstream.match.hostLocations.count ? upstream.match.hostLocations[i] : nil
+                    keys.append(("\(host)|\(prefix)", location))
+                }
+            }
+            for (key, location) in keys {
                 if let other = claims[key], other.name != upstream.name {
                     let what = key.hasPrefix("*any*|") ? "path_prefix '\(prefix)'" :
                         "host '\(key.split(separator: "|").first!)'" + (prefix.isEmpty ? "" : " with path_prefix '\(prefix)'")
                     errors.append(ConfigError(
-                        location: at(upstream),
+                        location: location ?? at(upstream),
                         message: "upstream '\(upstream.name)' overlaps upstream '\(other.name)': both match \(what)"))
                 } else {
                     claims[key] = upstream

@@ -95,7 +95,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         if head.method == .CONNECT {
-            rejectRequest(.connectNotSupported, head: head, close: false)
+            rejectConnect(context: context)
             return
         }
         var headerBytes = head.uri.utf8.count
@@ -148,6 +148,24 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             "request rejected",
             metadata: ["reason": .string(reason.rawValue), "method": .string(head.method.rawValue)])
         sendLocalError(reason, version: head.version, close: close || !head.isKeepAlive)
+    }
+
+    /// NIO's HTTP codec treats whatever follows a CONNECT as a tunnel and frames its response without a body, so
+    /// the 405 is written as raw bytes below the encoder, and the connection is closed.
+    private func rejectConnect(context: ChannelHandlerContext) {
+        discardingRequest = true
+        let reason = ProxyErrorReason.connectNotSupported
+        let body = reason.message + "\n"
+        let text = "HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            + "Content-Length: \(body.utf8.count)\r\nX-Backstop-Error: \(reason.rawValue)\r\nConnection: close\r\n\r\n"
+            + body
+        let channel = context.channel
+        guard let encoder = try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self) else {
+            channel.close(promise: nil)
+            return
+        }
+        let buffer = channel.allocator.buffer(string: text)
+        encoder.writeAndFlush(NIOAny(buffer)).whenComplete { _ in channel.close(promise: nil) }
     }
 
     private func sendLocalError(_ reason: ProxyErrorReason, version: HTTPVersion, close: Bool) {
