@@ -75,6 +75,7 @@ let package = Package(
             dependencies: [
                 "BackstopServer",
                 "BackstopCore",
+                "BackstopKeychain",
                 "BackstopTransport",
                 "BackstopTestSupport",
                 .product(name: "Logging", package: "swift-log"),

@@ -38,9 +38,9 @@ struct RunCommand: AsyncParsableCommand {
 
         let problems = EnvironmentChecks.problems(in: config)
         for problem in problems { logger.error("config problem", metadata: ["detail": .string(problem.description)]) }
-        _ = try KeychainStartup.prepare(config: config, logger: logger)
+        let keychain = try KeychainStartup.prepare(config: config, logger: logger)
 
-        let server = ProxyServer(config: config, logger: logger)
+        let server = ProxyServer(config: config, logger: logger, keychain: keychain)
         do {
             try await server.start()
         } catch {

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopKeychain
 import BackstopServer
 import BackstopTestSupport
 import Foundation
@@ -10,13 +11,15 @@ struct ProxyHarness {
     let port: Int
 
     /// Starts a proxy from YAML (listener `127.0.0.1:0` is added unless the YAML has a `listen:` section).
-    static func start(_ yaml: String, directory: String = NSTemporaryDirectory()) async throws -> ProxyHarness {
+    static func start(_ yaml: String, directory: String = NSTemporaryDirectory(), keychain: FileKeychain? = nil)
+        async throws -> ProxyHarness
+    {
         var text = yaml
         if !text.contains("listen:") { text = "listen: [\"127.0.0.1:0\"]\n" + text }
         if !text.contains("version:") { text = "version: 1\n" + text }
         let config = try ConfigLoader.parse(yaml: text, file: "test.yaml", baseDirectory: directory)
         let logger = Logger(label: "backstop-test") { _ in SwiftLogNoOpLogHandler() }
-        let server = ProxyServer(config: config, logger: logger)
+        let server = ProxyServer(config: config, logger: logger, keychain: keychain)
         try await server.start()
         guard let port = server.boundAddresses.first?.port else { throw HarnessError.noPort }
         return ProxyHarness(server: server, port: port)

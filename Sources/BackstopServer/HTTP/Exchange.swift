@@ -4,6 +4,10 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// One client request from routing to the last byte of its response: owns the attempt loop, the request body
 /// (buffered for replay, or streamed once), the per-try and total timers, and the relay of the response.
 ///
@@ -24,7 +28,11 @@ final class Exchange {
 
     private enum Phase {
         case waitingForBody
+        /// Waiting for the token manager before an attempt.
+        case acquiringToken
         case attempting
+        /// The upstream rejected the token (`refresh_on`); its response is held while the token is refreshed.
+        case awaitingRefresh
         case backingOff
         case relayingResponse
         case done
@@ -54,6 +62,18 @@ final class Exchange {
     private let startedAt = NIODeadline.now()
     private var responseStatus = 0
     private var responseBytes = 0
+    /// The OAuth2 token the current attempt carries.
+    private var token: ManagedToken?
+    /// The value injected into the auth header (static or OAuth2), if any.
+    private var authValue: String?
+    /// A request is replayed after a token refresh at most once.
+    private var replayedAfterRefresh = false
+    private var heldHead: TransportResponseHead?
+    private var heldEvents: [TransportEvent] = []
+    /// Conditions that caused retries, for the access log.
+    private var retryReasons: [String] = []
+    private var previousDelay: Duration?
+    private var random = SystemRandomNumberGenerator()
 
     init(
         runtime: ProxyRuntime, snapshot: ConfigSnapshot, head: HTTPRequestHead, framing: RequestFraming,
@@ -77,6 +97,19 @@ final class Exchange {
         switch destination {
         case .upstream(let upstream, _): upstream.config.name
         case .passthrough: "-"
+        }
+    }
+
+    private var upstream: UpstreamRuntime? {
+        if case .upstream(let upstream, _) = destination { return upstream }
+        return nil
+    }
+
+    /// Whether the request body can be sent again (fully buffered, or none).
+    private var bodyReplayable: Bool {
+        switch body {
+        case .none, .buffered: true
+        case .buffering, .streaming: false
         }
     }
 
@@ -123,10 +156,10 @@ final class Exchange {
         requestComplete = true
         switch body {
         case .none:
-            startAttempt()
+            prepareAttempt()
         case .buffering(let buffer):
             body = .buffered(buffer)
-            startAttempt()
+            prepareAttempt()
         case .buffered:
             break
         case .streaming(let stream):
@@ -151,6 +184,46 @@ final class Exchange {
         }
         if let initial, !stream.append(initial) { handler.holdReads() }
         body = .streaming(stream)
+        prepareAttempt()
+    }
+
+    /// Gets the credentials the attempt needs (if any), then starts it.
+    private func prepareAttempt() {
+        guard phase == .waitingForBody || phase == .backingOff else { return }
+        guard let upstream else {
+            startAttempt()
+            return
+        }
+        switch upstream.auth {
+        case .none:
+            startAttempt()
+        case .staticToken(let source, _):
+            guard let value = source.value() else {
+                failLocally(.tokenUnavailable)
+                return
+            }
+            authValue = value
+            startAttempt()
+        case .oauth2(let manager, _):
+            phase = .acquiringToken
+            let bound = NIOLoopBound(self, eventLoop: eventLoop)
+            let eventLoop = self.eventLoop
+            Task {
+                let token = await manager.tokenForRequest()
+                eventLoop.execute { bound.value.tokenAcquired(token) }
+            }
+        }
+    }
+
+    private func tokenAcquired(_ token: ManagedToken?) {
+        guard phase == .acquiringToken else { return }
+        guard let token else {
+            failLocally(.tokenUnavailable)
+            return
+        }
+        self.token = token
+        authValue = token.value
+        phase = .backingOff
         startAttempt()
     }
 
@@ -160,6 +233,10 @@ final class Exchange {
         attempts += 1
         attemptToken += 1
         let token = attemptToken
+        if attempts == 1, let upstream {
+            let now = Self.monotonicNow()
+            upstream.budget.withBudget { $0.recordRequest(now: now) }
+        }
 
         let request = makeTransportRequest()
         let bound = NIOLoopBound(self, eventLoop: eventLoop)
@@ -189,7 +266,15 @@ final class Exchange {
             url = passthroughURL
             hostHeader = Self.authority(of: passthroughURL) ?? head.headers.first(name: "host") ?? ""
         }
-        let headers = HeaderRewriter.upstreamRequestHeaders(pairs, upstreamHost: hostHeader)
+        var headers = HeaderRewriter.upstreamRequestHeaders(pairs, upstreamHost: hostHeader)
+        if let injection = upstream?.auth.injection, let authValue {
+            let value = injection.scheme.isEmpty ? authValue : "\(injection.scheme) \(authValue)"
+            let clientSent = headers.contains { $0.name.caseInsensitiveEquals(injection.header) }
+            if injection.policy == .replace || !clientSent {
+                headers.removeAll { $0.name.caseInsensitiveEquals(injection.header) }
+                headers.append((name: injection.header, value: value))
+            }
+        }
         let transportBody: TransportRequestBody
         switch body {
         case .none: transportBody = .empty
@@ -210,14 +295,19 @@ final class Exchange {
     }
 
     private func handle(_ events: [TransportEvent], token: Int) {
-        guard token == attemptToken, phase == .attempting || phase == .relayingResponse else { return }
-        for event in events {
+        guard token == attemptToken else { return }
+        guard phase == .attempting || phase == .relayingResponse || phase == .awaitingRefresh else { return }
+        for (index, event) in events.enumerated() {
             guard phase != .done else { return }
+            if phase == .awaitingRefresh {
+                heldEvents.append(contentsOf: events[index...])
+                return
+            }
             switch event {
             case .head(let responseHead):
                 perTryTimer?.cancel()
                 perTryTimer = nil
-                deliverHead(responseHead)
+                receivedHead(responseHead)
             case .body(let buffer):
                 guard phase == .relayingResponse, let transfer else { continue }
                 let count = buffer.readableBytes
@@ -231,7 +321,103 @@ final class Exchange {
         }
     }
 
-    private func deliverHead(_ upstreamHead: TransportResponseHead) {
+    /// A response head arrived: refresh the token and replay, retry, or deliver.
+    private func receivedHead(_ upstreamHead: TransportResponseHead) {
+        if case .oauth2(let manager, let oauth)? = upstream?.auth, oauth.refreshOn.contains(upstreamHead.status),
+            !replayedAfterRefresh, bodyReplayable, let rejected = token
+        {
+            phase = .awaitingRefresh
+            heldHead = upstreamHead
+            heldEvents = []
+            let bound = NIOLoopBound(self, eventLoop: eventLoop)
+            let eventLoop = self.eventLoop
+            Task {
+                let replacement = await manager.tokenRejected(rejected)
+                eventLoop.execute { bound.value.refreshFinished(replacement) }
+            }
+            return
+        }
+        if let upstream, upstream.config.retry.on.contains(.status(upstreamHead.status)) {
+            let outcome = AttemptOutcome.response(
+                status: upstreamHead.status, retryAfter: upstreamHead.header("Retry-After"),
+                rateLimitReset: upstreamHead.header("X-RateLimit-Reset"))
+            if case .retry(let delay, let reason) = decide(outcome, upstream: upstream) {
+                scheduleRetry(after: delay, reason: reason)
+                return
+            }
+        }
+        deliverHead(upstreamHead)
+    }
+
+    private func decide(_ outcome: AttemptOutcome, upstream: UpstreamRuntime) -> RetryDecision {
+        let keyHeader = upstream.config.retry.retryNonIdempotentWithKey
+        let request = RetryRequestInfo(
+            method: head.method.rawValue,
+            hasIdempotencyKey: keyHeader.map { head.headers.contains(name: $0) } ?? false,
+            bodyReplayable: bodyReplayable)
+        let elapsed = Duration.nanoseconds((NIODeadline.now() - startedAt).nanoseconds)
+        let now = Self.monotonicNow()
+        let wall = Self.wallNow()
+        let previous = previousDelay
+        var random = self.random
+        let decision = upstream.budget.withBudget { budget in
+            upstream.retryPolicy.decide(
+                attempt: attempts, outcome: outcome, request: request, elapsed: elapsed, previousDelay: previous,
+                nowWall: wall, now: now, budget: &budget, random: &random)
+        }
+        if case .giveUp(let reason) = decision {
+            runtime.logger.debug("no retry", metadata: ["upstream": .string(upstream.config.name), "reason": .string(reason.rawValue)])
+        }
+        return decision
+    }
+
+    /// Discards the current attempt (its body is never sent to the client) and starts another after `delay`.
+    private func scheduleRetry(after delay: Duration, reason: RetryCondition) {
+        transfer?.cancel()
+        transfer = nil
+        perTryTimer?.cancel()
+        perTryTimer = nil
+        attemptToken += 1
+        previousDelay = delay
+        retryReasons.append(reason.description)
+        phase = .backingOff
+        backoffTimer = eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(delay)) { [self] in
+            backoffTimer = nil
+            prepareAttempt()
+        }
+    }
+
+    static func monotonicNow() -> Duration { .nanoseconds(Int64(NIODeadline.now().uptimeNanoseconds)) }
+
+    static func wallNow() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+
+    private func refreshFinished(_ replacement: ManagedToken?) {
+        guard phase == .awaitingRefresh, let held = heldHead else { return }
+        heldHead = nil
+        if let replacement {
+            // Replay once with the new token; the rejected response is discarded, never sent.
+            transfer?.cancel()
+            attemptToken += 1
+            heldEvents = []
+            replayedAfterRefresh = true
+            token = replacement
+            authValue = replacement.value
+            phase = .backingOff
+            startAttempt()
+            return
+        }
+        phase = .attempting
+        deliverHead(held, error: .tokenRefreshFailed)
+        let events = heldEvents
+        heldEvents = []
+        handle(events, token: attemptToken)
+    }
+
+    private func deliverHead(_ upstreamHead: TransportResponseHead, error: ProxyErrorReason? = nil) {
         phase = .relayingResponse
         totalTimer?.cancel()
         totalTimer = nil
@@ -239,6 +425,7 @@ final class Exchange {
         let (headers, contentLength) = HeaderRewriter.clientResponseHeaders(
             upstreamHead.headers, attempts: attempts, upstreamVersion: upstreamHead.httpVersion)
         var httpHeaders = HTTPHeaders(headers.map { ($0.name, $0.value) })
+        if let error { httpHeaders.add(name: "X-Backstop-Error", value: error.rawValue) }
         let bodyless = head.method == .HEAD || upstreamHead.status == 204 || upstreamHead.status == 304
             || (100..<200).contains(upstreamHead.status)
         if let contentLength {
@@ -268,6 +455,19 @@ final class Exchange {
         }
         perTryTimer?.cancel()
         perTryTimer = nil
+        if let upstream {
+            let outcome: AttemptOutcome?
+            switch failure {
+            case .connectFailure: outcome = .connectFailure
+            case .reset: outcome = .reset
+            case .timeout: outcome = .timeout
+            case .cancelled, .requestBodyFailed: outcome = nil
+            }
+            if let outcome, case .retry(let delay, let reason) = decide(outcome, upstream: upstream) {
+                scheduleRetry(after: delay, reason: reason)
+                return
+            }
+        }
         switch failure {
         case .timeout: failLocally(.upstreamTimeout)
         case .cancelled: failLocally(.upstreamUnreachable)
@@ -284,10 +484,16 @@ final class Exchange {
     }
 
     private func totalDeadlinePassed() {
-        guard phase == .attempting || phase == .backingOff || phase == .waitingForBody else { return }
-        transfer?.cancel()
-        attemptToken += 1
-        failLocally(.upstreamTimeout)
+        switch phase {
+        case .attempting, .backingOff, .waitingForBody:
+            transfer?.cancel()
+            attemptToken += 1
+            failLocally(.upstreamTimeout)
+        case .acquiringToken:
+            failLocally(.tokenUnavailable)
+        case .awaitingRefresh, .relayingResponse, .done:
+            break
+        }
     }
 
     /// Answers with a Backstop error (only possible before a response head went out).
@@ -326,6 +532,7 @@ final class Exchange {
                 "bytes": .stringConvertible(responseBytes),
             ]
             if let note { metadata["error"] = .string(note) }
+            if !retryReasons.isEmpty { metadata["retries"] = .string(retryReasons.joined(separator: ",")) }
             runtime.logger.info("request", metadata: metadata)
         }
     }

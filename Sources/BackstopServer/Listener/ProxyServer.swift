@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopKeychain
 import BackstopTransport
 import Logging
 import NIOCore
@@ -18,13 +19,21 @@ public final class ProxyServer: Sendable {
     private let adminChannel: Mutex<Channel?>
     private let ready = Mutex(false)
 
-    /// Creates the runtime for `config` (transport thread included); call `start()` to bind.
-    public init(config: Config, logger: Logger, eventLoopThreads: Int = 1) {
+    private let keychain: FileKeychain?
+    /// Token refresh outcomes by upstream, for metrics.
+    public let tokenRefreshes = TokenRefreshCounters()
+
+    /// Creates the runtime for `config` (transport thread included); call `start()` to bind. `keychain` is the
+    /// opened keychain when the config has one.
+    public init(config: Config, logger: Logger, keychain: FileKeychain? = nil, eventLoopThreads: Int = 1) {
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
-        let upstreams = config.upstreams.map { UpstreamRuntime(config: $0) }
+        self.keychain = keychain
+        let transport = CurlMultiTransport()
+        let upstreams = Self.makeUpstreams(
+            config, previous: [], keychain: keychain, fetcher: TransportFetcher(transport: transport, eventLoop: group.next()),
+            logger: logger, counters: tokenRefreshes)
         self.runtime = ProxyRuntime(
-            snapshot: ConfigSnapshot(config: config, upstreams: upstreams), transport: CurlMultiTransport(),
-            logger: logger)
+            snapshot: ConfigSnapshot(config: config, upstreams: upstreams), transport: transport, logger: logger)
         self.channels = Mutex([])
         self.adminChannel = Mutex(nil)
     }
@@ -144,10 +153,42 @@ public struct ListenerError: Error, CustomStringConvertible {
 }
 
 extension ProxyServer {
-    /// Swaps in a new config for new requests; requests in flight finish on their snapshot.
+    /// Swaps in a new config for new requests; requests in flight finish on their snapshot. Token managers of
+    /// upstreams whose auth section did not change are kept (no needless refresh).
     /// Listener changes take effect on restart (reported by the caller).
     public func reload(config: Config) {
-        let upstreams = config.upstreams.map { UpstreamRuntime(config: $0) }
+        let upstreams = Self.makeUpstreams(
+            config, previous: runtime.snapshot.upstreams, keychain: keychain,
+            fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
+            counters: tokenRefreshes)
         runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams))
+    }
+
+    static func makeUpstreams(
+        _ config: Config, previous: [UpstreamRuntime], keychain: FileKeychain?, fetcher: TransportFetcher,
+        logger: Logger, counters: TokenRefreshCounters
+    ) -> [UpstreamRuntime] {
+        config.upstreams.map { upstream in
+            let old = previous.first { $0.config.name == upstream.name }
+            if let old, old.config.auth == upstream.auth, old.config.tls == upstream.tls {
+                return UpstreamRuntime(config: upstream, auth: old.auth, budget: old.budget)
+            }
+            let auth: AuthRuntime
+            switch upstream.auth {
+            case .none:
+                auth = .none
+            case .staticToken(let staticConfig):
+                guard let keychain else { auth = .none; break }
+                auth = .staticToken(StaticTokenSource(keychain: keychain, entry: staticConfig.entry), staticConfig)
+            case .oauth2(let oauth):
+                guard let keychain else { auth = .none; break }
+                let tls = TransportTLSOptions(caFile: upstream.tls.caFile, insecureSkipVerify: upstream.tls.insecureSkipVerify)
+                let manager = TokenManager(
+                    upstreamName: upstream.name, config: oauth, keychain: keychain, fetcher: fetcher, tls: tls,
+                    logger: logger, counters: counters)
+                auth = .oauth2(manager, oauth)
+            }
+            return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget)
+        }
     }
 }

@@ -1,5 +1,6 @@
 import BackstopCore
 import BackstopTransport
+import Synchronization
 
 /// One immutable view of the configuration and everything derived from it. Requests keep the snapshot they
 /// started with; a reload swaps in a new one.
@@ -15,13 +16,53 @@ public final class ConfigSnapshot: Sendable {
     }
 }
 
-/// Per-upstream live state that outlives single requests (retry budget, later the token manager).
+/// Per-upstream live state that outlives single requests: TLS options, the token source, the retry budget.
 public final class UpstreamRuntime: Sendable {
     public let config: UpstreamConfig
     public let tls: TransportTLSOptions
+    let auth: AuthRuntime
+    let retryPolicy: RetryPolicy
+    /// Shared by every request to this upstream (and kept across reloads while the budget settings stay).
+    let budget: SharedRetryBudget
 
-    public init(config: UpstreamConfig) {
+    init(config: UpstreamConfig, auth: AuthRuntime, budget: SharedRetryBudget? = nil) {
         self.config = config
         self.tls = TransportTLSOptions(caFile: config.tls.caFile, insecureSkipVerify: config.tls.insecureSkipVerify)
+        self.auth = auth
+        self.retryPolicy = RetryPolicy(config: config.retry, timeouts: config.timeouts)
+        if let budget, budget.config == config.retry.budget {
+            self.budget = budget
+        } else {
+            self.budget = SharedRetryBudget(config.retry.budget)
+        }
+    }
+}
+
+/// One upstream's retry budget behind a lock (requests on every event loop draw from it).
+final class SharedRetryBudget: Sendable {
+    let config: BudgetConfig
+    private let budget: Mutex<RetryBudget>
+
+    init(_ config: BudgetConfig) {
+        self.config = config
+        self.budget = Mutex(RetryBudget(config))
+    }
+
+    func withBudget<T>(_ body: (inout RetryBudget) -> T) -> T { budget.withLock { body(&$0) } }
+}
+
+/// How requests to one upstream are authenticated.
+enum AuthRuntime: Sendable {
+    case none
+    case staticToken(StaticTokenSource, StaticAuthConfig)
+    case oauth2(TokenManager, OAuth2Config)
+
+    /// The header name, scheme and client-header policy, when auth is on.
+    var injection: (header: String, scheme: String, policy: ClientAuthHeaderPolicy)? {
+        switch self {
+        case .none: return nil
+        case .staticToken(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
+        case .oauth2(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
+        }
     }
 }

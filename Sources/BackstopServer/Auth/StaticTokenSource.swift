@@ -1,0 +1,55 @@
+import BackstopKeychain
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The value of a keychain entry for `auth: static`, cached and re-read when the keychain file changes
+/// (checked at most once a second), so `backstop keychain set` takes effect without a restart.
+final class StaticTokenSource: Sendable {
+    private struct Cache {
+        var value: String?
+        var modified: timespec = timespec()
+        var size: Int = -1
+        var checkedAt: Int64 = 0
+    }
+
+    private let keychain: FileKeychain
+    private let entry: String
+    private let cache = Mutex(Cache())
+
+    init(keychain: FileKeychain, entry: String) {
+        self.keychain = keychain
+        self.entry = entry
+    }
+
+    /// The current value, or nil when the entry is absent or the keychain unreadable.
+    func value() -> String? {
+        let now = Self.monotonicSeconds()
+        return cache.withLock { cache in
+            if cache.checkedAt == now, cache.size >= 0 { return cache.value }
+            cache.checkedAt = now
+            var info = stat()
+            guard stat(keychain.path, &info) == 0 else {
+                cache.value = nil
+                return nil
+            }
+            if info.st_mtim.tv_sec == cache.modified.tv_sec && info.st_mtim.tv_nsec == cache.modified.tv_nsec
+                && Int(info.st_size) == cache.size
+            {
+                return cache.value
+            }
+            cache.modified = info.st_mtim
+            cache.size = Int(info.st_size)
+            cache.value = (try? keychain.entry(entry))??.stringValue
+            return cache.value
+        }
+    }
+
+    private static func monotonicSeconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Int64(now.tv_sec)
+    }
+}

@@ -1,0 +1,222 @@
+import BackstopKeychain
+import BackstopTestSupport
+import Foundation
+import Testing
+
+/// OAuth2 token injection and refresh through the proxy against a real token endpoint (SPEC §3 "Token refresh").
+@Suite("Token refresh")
+struct TokenRefreshTests {
+    /// A keychain in a fresh directory holding `entries`.
+    static func makeKeychain(_ entries: [String: String]) throws -> (FileKeychain, String) {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        let opened = try KeychainBootstrap.open(
+            path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
+        for (name, value) in entries { try opened.keychain.set(name, value: Array(value.utf8)) }
+        return (opened.keychain, directory)
+    }
+
+    static func config(origin: TestOrigin, auth: TestAuthServer, directory: String, extra: String = "") -> String {
+        """
+        keychain:
+          path: \(directory)/keychain.bkc
+          key_file: \(directory)/keychain.key
+        upstreams:
+          - name: api
+            match: {hosts: [api.test]}
+            url: \(origin.baseURL)
+            retry: {attempts: 1}
+            auth:
+              type: oauth2
+              token_url: \(auth.tokenURL)
+              keychain_prefix: api
+        \(extra)
+        """
+    }
+
+    @Test("first request fetches a token once; the rotated refresh token is persisted")
+    func firstFetch() async throws {
+        let auth = try await TestAuthServer.start()
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
+        defer { TestFiles.remove(directory) }
+        let proxy = try await ProxyHarness.start(
+            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
+        for _ in 0..<3 {
+            let response = try await proxy.get("http://api.test/data", host: "api.test")
+            #expect(response.status == 200)
+            #expect(response.header("X-Backstop-Attempts") == "1")
+        }
+        #expect(auth.tokenCalls == 1)
+        #expect(try keychain.entry("api/refresh_token")?.stringValue == auth.currentRefreshToken)
+        #expect(try keychain.entry("api/access_token")?.stringValue == "access-1")
+        await proxy.stop()
+        try await origin.shutdown()
+        try await auth.origin.shutdown()
+    }
+
+    @Test("revoked token → 401 → one refresh → replay; 50 concurrent requests share one refresh")
+    func revokedTokenSingleFlight() async throws {
+        let auth = try await TestAuthServer.start()
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
+        defer { TestFiles.remove(directory) }
+        let proxy = try await ProxyHarness.start(
+            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
+        #expect(try await proxy.get("http://api.test/warm", host: "api.test").status == 200)
+        #expect(auth.tokenCalls == 1)
+        auth.revokeAllAccessTokens()
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for i in 0..<50 {
+                group.addTask { try await proxy.get("http://api.test/c\(i)", host: "api.test").status }
+            }
+            var all: [Int] = []
+            for try await status in group { all.append(status) }
+            return all
+        }
+        #expect(statuses.count == 50)
+        #expect(statuses.allSatisfy { $0 == 200 }, "statuses: \(statuses)")
+        #expect(auth.tokenCalls == 2)
+        #expect(auth.rejectedRefreshTokens == 0)
+        await proxy.stop()
+        try await origin.shutdown()
+        try await auth.origin.shutdown()
+    }
+
+    @Test("invalid_grant → the client gets the original 401 with token-refresh-failed; one token call")
+    func invalidGrant() async throws {
+        let auth = try await TestAuthServer.start()
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        let stale = auth.issueAccessToken()
+        let (keychain, directory) = try Self.makeKeychain([
+            "api/refresh_token": "refresh-0", "api/access_token": stale,
+        ])
+        defer { TestFiles.remove(directory) }
+        let proxy = try await ProxyHarness.start(
+            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
+        #expect(try await proxy.get("http://api.test/ok", host: "api.test").status == 200)
+        #expect(auth.tokenCalls == 0)
+        auth.revokeAllAccessTokens()
+        auth.update { $0.invalidGrant = true }
+        let response = try await proxy.get("http://api.test/denied", host: "api.test")
+        #expect(response.status == 401)
+        #expect(response.header("X-Backstop-Error") == "token-refresh-failed")
+        #expect(response.header("WWW-Authenticate") != nil)
+        #expect(response.bodyString == "denied")
+        #expect(auth.tokenCalls == 1)
+        await proxy.stop()
+        try await origin.shutdown()
+        try await auth.origin.shutdown()
+    }
+
+    @Test("token endpoint 503, 503, 200 → the refresh succeeds")
+    func endpointRetries() async throws {
+        let auth = try await TestAuthServer.start()
+        auth.update { $0.failNext = 2 }
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
+        defer { TestFiles.remove(directory) }
+        let proxy = try await ProxyHarness.start(
+            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
+        #expect(try await proxy.get("http://api.test/x", host: "api.test").status == 200)
+        #expect(auth.tokenCalls == 3)
+        await proxy.stop()
+        try await origin.shutdown()
+        try await auth.origin.shutdown()
+    }
+
+    @Test("no token can be had → 502 token-unavailable before any attempt")
+    func tokenUnavailable() async throws {
+        let auth = try await TestAuthServer.start()
+        auth.update { $0.invalidGrant = true }
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
+        defer { TestFiles.remove(directory) }
+        let proxy = try await ProxyHarness.start(
+            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
+        let response = try await proxy.get("http://api.test/x", host: "api.test")
+        #expect(response.status == 502)
+        #expect(response.header("X-Backstop-Error") == "token-unavailable")
+        #expect(origin.requestCount == 0)
+        await proxy.stop()
+        try await origin.shutdown()
+        try await auth.origin.shutdown()
+    }
+
+    @Test("client_credentials with JSON and camelCase fields; the client's own Authorization is replaced")
+    func clientCredentialsJSON() async throws {
+        let auth = try await TestAuthServer.start()
+        auth.update {
+            $0.accessTokenField = "accessToken"
+            $0.expiresInField = "expiresIn"
+        }
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        let (keychain, directory) = try Self.makeKeychain(["api/secret": "s3cret"])
+        defer { TestFiles.remove(directory) }
+        let proxy = try await ProxyHarness.start("""
+            keychain:
+              path: \(directory)/keychain.bkc
+              key_file: \(directory)/keychain.key
+            upstreams:
+              - name: api
+                match: {hosts: [api.test]}
+                url: \(origin.baseURL)
+                auth:
+                  type: oauth2
+                  token_url: \(auth.tokenURL)
+                  grant: client_credentials
+                  request_format: json
+                  client_id: backstop
+                  client_secret_entry: api/secret
+                  keychain_prefix: api
+                  fields: {access_token: accessToken, expires_in: expiresIn}
+            """, keychain: keychain)
+        let response = try await proxy.get("http://api.test/x", host: "api.test", headers: [("Authorization", "Bearer client-own")])
+        #expect(response.status == 200)
+        #expect(origin.requests.first?.header("Authorization") == "Bearer access-1")
+        #expect(auth.requestBodies.first?.contains("\"grant_type\":\"client_credentials\"") == true)
+        #expect(auth.requestBodies.first?.contains("\"client_secret\":\"s3cret\"") == true)
+        await proxy.stop()
+        try await origin.shutdown()
+        try await auth.origin.shutdown()
+    }
+
+    @Test("the keychain file holds no token in plaintext or base64")
+    func keychainIsEncrypted() async throws {
+        let auth = try await TestAuthServer.start()
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
+        defer { TestFiles.remove(directory) }
+        let proxy = try await ProxyHarness.start(
+            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
+        #expect(try await proxy.get("http://api.test/x", host: "api.test").status == 200)
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: keychain.path))
+        let text = String(decoding: bytes, as: UTF8.self)
+        for secret in ["access-1", auth.currentRefreshToken] {
+            #expect(!text.contains(secret))
+            #expect(!text.contains(Data(secret.utf8).base64EncodedString().dropLast(2)))
+        }
+        await proxy.stop()
+        try await origin.shutdown()
+        try await auth.origin.shutdown()
+    }
+
+    @Test("static auth injects a keychain entry as is into the configured header")
+    func staticAuth() async throws {
+        let origin = try await TestOrigin.start { request in .text(200, request.header("X-Api-Key") ?? "none") }
+        let (keychain, directory) = try Self.makeKeychain(["legacy/token": "k-123"])
+        defer { TestFiles.remove(directory) }
+        let proxy = try await ProxyHarness.start("""
+            keychain:
+              path: \(directory)/keychain.bkc
+              key_file: \(directory)/keychain.key
+            upstreams:
+              - name: legacy
+                match: {hosts: [legacy.test]}
+                url: \(origin.baseURL)
+                auth: {type: static, entry: legacy/token, header: X-Api-Key, scheme: ""}
+            """, keychain: keychain)
+        #expect(try await proxy.get("http://legacy.test/", host: "legacy.test").bodyString == "k-123")
+        await proxy.stop()
+        try await origin.shutdown()
+    }
+}
