@@ -298,11 +298,12 @@ final class Exchange {
         guard token == attemptToken else { return }
         guard phase == .attempting || phase == .relayingResponse || phase == .awaitingRefresh else { return }
         for (index, event) in events.enumerated() {
-            guard phase != .done else { return }
             if phase == .awaitingRefresh {
                 heldEvents.append(contentsOf: events[index...])
                 return
             }
+            // A head can end the attempt (retry scheduled, request done): the rest of its events are discarded.
+            guard phase == .attempting || phase == .relayingResponse else { return }
             switch event {
             case .head(let responseHead):
                 perTryTimer?.cancel()
