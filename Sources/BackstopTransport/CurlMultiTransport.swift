@@ -29,6 +29,9 @@ public final class CurlMultiTransport: @unchecked Sendable {
     private let stopped = Atomic<Bool>(false)
     private var active: [ObjectIdentifier: CurlTransfer] = [:]
     private var dirty: [CurlTransfer] = []
+    /// Idle easy handles kept for reuse (`curl_easy_reset` keeps their buffers and DNS/TLS session caches).
+    private var idleHandles: [UnsafeMutableRawPointer] = []
+    private static let maxIdleHandles = 256
     private var thread: Thread?
     private let finishedSignal = Mutex<CheckedContinuation<Void, Never>?>(nil)
     private let threadDone = Atomic<Bool>(false)
@@ -135,6 +138,8 @@ public final class CurlMultiTransport: @unchecked Sendable {
             }
             sleeping.store(false, ordering: .sequentiallyConsistent)
         }
+        for easy in idleHandles { curl_easy_cleanup(easy) }
+        idleHandles.removeAll()
         curl_multi_cleanup(multi)
         let continuation = finishedSignal.withLock { slot -> CheckedContinuation<Void, Never>? in
             threadDone.store(true, ordering: .releasing)
@@ -192,7 +197,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     }
 
     private func begin(_ transfer: CurlTransfer) {
-        guard let easy = curl_easy_init() else {
+        guard let easy = idleHandles.popLast() ?? curl_easy_init() else {
             transfer.emit(.failure(.connectFailure(detail: "curl_easy_init failed")))
             transfer.finished = true
             return
@@ -212,7 +217,12 @@ public final class CurlMultiTransport: @unchecked Sendable {
         transfer.finished = true
         if let easy = transfer.easy {
             curl_multi_remove_handle(multi, easy)
-            curl_easy_cleanup(easy)
+            if idleHandles.count < Self.maxIdleHandles {
+                curl_easy_reset(easy)
+                idleHandles.append(easy)
+            } else {
+                curl_easy_cleanup(easy)
+            }
             transfer.easy = nil
         }
         if let list = transfer.headerList {

@@ -1,3 +1,4 @@
+import BackstopCore
 import NIOCore
 
 /// One upstream attempt as the transport performs it: a fully resolved URL, final headers and a body source.
@@ -83,23 +84,4 @@ public enum TransportEvent: Sendable {
     case body(ByteBuffer)
     case end
     case failure(TransportFailure)
-}
-
-extension String {
-    /// ASCII case-insensitive comparison (header names are ASCII).
-    @inlinable
-    public func caseInsensitiveEquals(_ other: String) -> Bool {
-        var a = self.utf8.makeIterator()
-        var b = other.utf8.makeIterator()
-        while true {
-            let x = a.next()
-            let y = b.next()
-            if x == nil && y == nil { return true }
-            guard let x, let y else { return false }
-            if x == y { continue }
-            let lx = (x >= 65 && x <= 90) ? x + 32 : x
-            let ly = (y >= 65 && y <= 90) ? y + 32 : y
-            if lx != ly { return false }
-        }
-    }
 }

@@ -5,6 +5,7 @@ import BackstopServer
 import Dispatch
 import Foundation
 import Logging
+import NIOCore
 
 #if canImport(Glibc)
 import Glibc
@@ -54,14 +55,29 @@ struct RunCommand: AsyncParsableCommand {
             "upstreams": .stringConvertible(config.upstreams.count),
         ])
 
+        let environment = ProcessInfo.processInfo.environment
+        let notifier = SystemdNotifier(environment: environment)
+        let summary = { (config: Config) in
+            "STATUS=serving \(config.upstreams.count) upstream(s) on \(config.listeners.count) listener(s)"
+        }
+        notifier.notify("READY=1\n" + summary(config))
+        var watchdog: RepeatedTask?
+        if let interval = SystemdNotifier.watchdogInterval(environment: environment) {
+            watchdog = notifier.startWatchdog(on: server.anyEventLoop, interval: interval)
+        }
+
         let signals = SignalWaiter()
         while true {
             let signal = await signals.next()
             if signal == SIGHUP {
-                Reloader.reload(path: configPath, server: server, logger: logger)
+                notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(SystemdNotifier.monotonicMicroseconds())")
+                let active = Reloader.reload(path: configPath, server: server, logger: logger) ?? config
+                notifier.notify("READY=1\n" + summary(active))
                 continue
             }
             logger.notice("draining", metadata: ["signal": .stringConvertible(signal)])
+            notifier.notify("STOPPING=1\nSTATUS=draining")
+            watchdog?.cancel()
             await server.drainAndStop(timeout: drain)
             logger.notice("stopped")
             return
@@ -96,15 +112,23 @@ final class SignalWaiter {
 
 /// SIGHUP: re-read the config; keep the old one when the new one is invalid.
 enum Reloader {
-    static func reload(path: String, server: ProxyServer, logger: Logger) {
+    /// Returns the new config when it was applied, nil when the old one stays.
+    @discardableResult
+    static func reload(path: String, server: ProxyServer, logger: Logger) -> Config? {
         do {
             let config = try ConfigLoader.load(path: path)
+            let current = server.runtime.snapshot.config
+            if config.listeners != current.listeners || config.admin != current.admin {
+                logger.warning("listener changes take effect on restart; routes, retries and auth were reloaded")
+            }
             server.reload(config: config)
             logger.notice("config reloaded", metadata: ["upstreams": .stringConvertible(config.upstreams.count)])
+            return config
         } catch let errors {
             for error in errors.errors {
                 logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
             }
+            return nil
         }
     }
 }

@@ -9,9 +9,9 @@ public enum HeaderRewriter {
     /// Lowercased names listed in every `Connection` header (comma-separated tokens).
     public static func connectionListed(in headers: [(name: String, value: String)]) -> Set<String> {
         var names: Set<String> = []
-        for header in headers where header.name.lowercased() == "connection" {
+        for header in headers where header.name.asciiLowercased() == "connection" {
             for token in header.value.split(separator: ",") {
-                let name = token.trimmingCharacters(in: " \t").lowercased()
+                let name = token.trimmingCharacters(in: " \t").asciiLowercased()
                 if !name.isEmpty { names.insert(name) }
             }
         }
@@ -30,7 +30,7 @@ public enum HeaderRewriter {
         out.append((name: "Host", value: upstreamHost))
         var via: String?
         for header in headers {
-            let lower = header.name.lowercased()
+            let lower = header.name.asciiLowercased()
             if hopByHop.contains(lower) || listed.contains(lower) { continue }
             switch lower {
             case "host", "content-length", "expect": continue
@@ -55,7 +55,7 @@ public enum HeaderRewriter {
         var contentLength: Int?
         var via: String?
         for header in headers {
-            let lower = header.name.lowercased()
+            let lower = header.name.asciiLowercased()
             if hopByHop.contains(lower) || listed.contains(lower) { continue }
             switch lower {
             case "content-length":
@@ -82,5 +82,37 @@ extension StringProtocol {
         while let f = s.first, set.contains(f) { s = s.dropFirst() }
         while let l = s.last, set.contains(l) { s = s.dropLast() }
         return String(s)
+    }
+}
+
+extension StringProtocol {
+    /// Lowercases ASCII letters only: header names are ASCII tokens, and this skips Unicode case mapping.
+    public func asciiLowercased() -> String {
+        var bytes = Array(utf8)
+        var changed = false
+        for i in bytes.indices where bytes[i] >= 65 && bytes[i] <= 90 {
+            bytes[i] += 32
+            changed = true
+        }
+        return changed ? String(decoding: bytes, as: UTF8.self) : String(self)
+    }
+}
+
+extension String {
+    /// ASCII case-insensitive comparison (header names are ASCII).
+    @inlinable
+    public func caseInsensitiveEquals(_ other: String) -> Bool {
+        var a = self.utf8.makeIterator()
+        var b = other.utf8.makeIterator()
+        while true {
+            let x = a.next()
+            let y = b.next()
+            if x == nil && y == nil { return true }
+            guard let x, let y else { return false }
+            if x == y { continue }
+            let lx = (x >= 65 && x <= 90) ? x + 32 : x
+            let ly = (y >= 65 && y <= 90) ? y + 32 : y
+            if lx != ly { return false }
+        }
     }
 }

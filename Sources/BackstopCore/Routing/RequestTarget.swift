@@ -39,7 +39,7 @@ public struct RequestTarget: Sendable, Equatable {
             return RequestTarget(form: .origin, path: path, query: query)
         }
         if let colon = text.firstIndex(of: ":"), text[colon...].hasPrefix("://") {
-            let scheme = text[..<colon].lowercased()
+            let scheme = text[..<colon].asciiLowercased()
             guard scheme == "http" || scheme == "https" else { return nil }
             let rest = text[text.index(colon, offsetBy: 3)...]
             let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
@@ -91,7 +91,7 @@ public struct RequestTarget: Sendable, Equatable {
             else { return nil }
             port = value
         }
-        return (host.lowercased(), port)
+        return (host.asciiLowercased(), port)
     }
 }
 

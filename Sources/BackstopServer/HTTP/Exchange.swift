@@ -258,8 +258,8 @@ final class Exchange {
         var connectTimeout = timeouts.connect
         switch destination {
         case .upstream(let upstream, let path):
-            url = upstream.config.url.origin + path
-            hostHeader = upstream.config.url.hostHeader
+            url = upstream.origin + path
+            hostHeader = upstream.hostHeader
             tls = upstream.tls
             connectTimeout = upstream.config.timeouts.connect
         case .passthrough(let passthroughURL):
@@ -324,6 +324,7 @@ final class Exchange {
 
     /// A response head arrived: refresh the token and replay, retry, or deliver.
     private func receivedHead(_ upstreamHead: TransportResponseHead) {
+        runtime.metrics.recordAttempt(upstream: upstreamName, outcome: "\(upstreamHead.status / 100)xx")
         if case .oauth2(let manager, let oauth)? = upstream?.auth, oauth.refreshOn.contains(upstreamHead.status),
             !replayedAfterRefresh, bodyReplayable, let rejected = token
         {
@@ -366,6 +367,9 @@ final class Exchange {
                 attempt: attempts, outcome: outcome, request: request, elapsed: elapsed, previousDelay: previous,
                 nowWall: wall, now: now, budget: &budget, random: &random)
         }
+        if case .giveUp(.budgetExhausted) = decision {
+            runtime.metrics.recordBudgetExhausted(upstream: upstream.config.name)
+        }
         if case .giveUp(let reason) = decision {
             runtime.logger.debug("no retry", metadata: ["upstream": .string(upstream.config.name), "reason": .string(reason.rawValue)])
         }
@@ -381,10 +385,21 @@ final class Exchange {
         attemptToken += 1
         previousDelay = delay
         retryReasons.append(reason.description)
+        runtime.metrics.recordRetry(upstream: upstreamName, reason: reason.description)
         phase = .backingOff
         backoffTimer = eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(delay)) { [self] in
             backoffTimer = nil
             prepareAttempt()
+        }
+    }
+
+    static func outcomeLabel(_ failure: TransportFailure) -> String {
+        switch failure {
+        case .connectFailure: "connect-failure"
+        case .reset: "reset"
+        case .timeout: "timeout"
+        case .cancelled: "cancelled"
+        case .requestBodyFailed: "client-body-failed"
         }
     }
 
@@ -456,6 +471,7 @@ final class Exchange {
         }
         perTryTimer?.cancel()
         perTryTimer = nil
+        runtime.metrics.recordAttempt(upstream: upstreamName, outcome: Self.outcomeLabel(failure))
         if let upstream {
             let outcome: AttemptOutcome?
             switch failure {
@@ -521,8 +537,9 @@ final class Exchange {
         if status == 499 { transfer?.cancel() }
         transfer = nil
         runtime.requestFinished()
+        let elapsed = NIODeadline.now() - startedAt
+        runtime.metrics.recordRequest(upstream: upstreamName, status: status, seconds: Double(elapsed.nanoseconds) / 1e9)
         if snapshot.config.log.accessLog {
-            let elapsed = NIODeadline.now() - startedAt
             var metadata: Logger.Metadata = [
                 "upstream": .string(upstreamName),
                 "method": .string(head.method.rawValue),

@@ -134,7 +134,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             runtime: runtime, snapshot: snapshot, head: head, framing: framing, destination: destination,
             eventLoop: context.eventLoop, handler: self)
         self.exchange = exchange
-        if head.headers.first(name: "expect")?.lowercased() == "100-continue" && framing.hasBody {
+        if framing.hasBody, head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true {
             context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .continue))),
                                   promise: nil)
         }
@@ -144,6 +144,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Answers a request with a Backstop error and ignores its body.
     private func rejectRequest(_ reason: ProxyErrorReason, head: HTTPRequestHead, close: Bool) {
         discardingRequest = true
+        runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
         runtime.logger.debug(
             "request rejected",
             metadata: ["reason": .string(reason.rawValue), "method": .string(head.method.rawValue)])
@@ -257,12 +258,23 @@ struct RequestFraming {
     var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
 
     init?(_ headers: HTTPHeaders) {
-        let lengths = headers[canonicalForm: "content-length"]
-        let encodings = headers[canonicalForm: "transfer-encoding"]
+        var lengths: [String] = []
+        var encodings: [Substring] = []
+        for (name, value) in headers {
+            if name.caseInsensitiveEquals("content-length") {
+                for part in value.split(separator: ",", omittingEmptySubsequences: false) {
+                    lengths.append(part.trimmingASCIISpaces())
+                }
+            } else if name.caseInsensitiveEquals("transfer-encoding") {
+                encodings += value.split(separator: ",", omittingEmptySubsequences: false)
+            }
+        }
         if !lengths.isEmpty && !encodings.isEmpty { return nil }
         if !encodings.isEmpty {
             // Only a lone "chunked" is acceptable; "chunked, identity" and friends are smuggling vectors.
-            guard encodings.count == 1, encodings[0].lowercased() == "chunked" else { return nil }
+            guard encodings.count == 1, encodings[0].trimmingASCIISpaces().caseInsensitiveEquals("chunked") else {
+                return nil
+            }
             chunked = true
             contentLength = nil
             return
@@ -272,10 +284,20 @@ struct RequestFraming {
             contentLength = nil
             return
         }
-        let distinct = Set(lengths.map { String($0) })
+        let distinct = Set(lengths)
         guard distinct.count == 1, let value = distinct.first, !value.isEmpty,
             value.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), value.utf8.count <= 18, let length = Int(value)
         else { return nil }
         contentLength = length
+    }
+}
+
+extension StringProtocol {
+    /// Trims spaces and tabs (HTTP optional whitespace).
+    func trimmingASCIISpaces() -> String {
+        var s = self[...]
+        while let f = s.first, f == " " || f == "\t" { s = s.dropFirst() }
+        while let l = s.last, l == " " || l == "\t" { s = s.dropLast() }
+        return String(s)
     }
 }

@@ -38,6 +38,9 @@ public final class ProxyServer: Sendable {
         self.adminChannel = Mutex(nil)
     }
 
+    /// An event loop of the server's group (for timers such as the systemd watchdog).
+    public var anyEventLoop: EventLoop { group.next() }
+
     /// The addresses actually bound (ports resolved when the config said 0), in config order.
     public var boundAddresses: [SocketAddress] {
         channels.withLock { $0.compactMap { $0.1.localAddress } }
@@ -121,7 +124,13 @@ public final class ProxyServer: Sendable {
     }
 
     private func bindAdmin(_ address: ListenAddress) async throws -> Channel {
-        let state = AdminState(isReady: { [weak self] in self?.isReady ?? false }, metricsText: { "" })
+        let state = AdminState(
+            isReady: { [weak self] in self?.isReady ?? false },
+            metricsText: { [weak self] in
+                guard let self else { return "" }
+                return self.runtime.metrics.render(
+                    inflight: self.runtime.inflightRequests, tokenRefreshes: self.tokenRefreshes.snapshot)
+            })
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in

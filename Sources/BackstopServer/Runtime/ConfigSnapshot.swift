@@ -22,6 +22,9 @@ public final class UpstreamRuntime: Sendable {
     public let tls: TransportTLSOptions
     let auth: AuthRuntime
     let retryPolicy: RetryPolicy
+    /// `scheme://host[:port]` and the `Host` value, computed once rather than per request.
+    let origin: String
+    let hostHeader: String
     /// Shared by every request to this upstream (and kept across reloads while the budget settings stay).
     let budget: SharedRetryBudget
 
@@ -30,6 +33,8 @@ public final class UpstreamRuntime: Sendable {
         self.tls = TransportTLSOptions(caFile: config.tls.caFile, insecureSkipVerify: config.tls.insecureSkipVerify)
         self.auth = auth
         self.retryPolicy = RetryPolicy(config: config.retry, timeouts: config.timeouts)
+        self.origin = config.url.origin
+        self.hostHeader = config.url.hostHeader
         if let budget, budget.config == config.retry.budget {
             self.budget = budget
         } else {

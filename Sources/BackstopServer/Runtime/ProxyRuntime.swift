@@ -9,6 +9,7 @@ import Synchronization
 public final class ProxyRuntime: Sendable {
     public let transport: CurlMultiTransport
     public let logger: Logger
+    public let metrics = ProxyMetrics()
     private let current: Mutex<ConfigSnapshot>
     private let draining = Atomic<Bool>(false)
     private let inflight = Atomic<Int>(0)

@@ -1,0 +1,68 @@
+import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// sd_notify without libsystemd: datagrams to `$NOTIFY_SOCKET` (a path, or `@name` for the abstract namespace).
+/// Does nothing when the variable is unset (not started by systemd).
+public struct SystemdNotifier: Sendable {
+    private let socketPath: String?
+
+    public init(environment: [String: String]) {
+        let path = environment["NOTIFY_SOCKET"]
+        socketPath = (path?.isEmpty ?? true) ? nil : path
+    }
+
+    public var isEnabled: Bool { socketPath != nil }
+
+    /// Sends one notification (`READY=1`, `STATUS=...`, several lines joined with `\n`). Errors are ignored:
+    /// a missing supervisor must never stop the proxy.
+    @discardableResult
+    public func notify(_ message: String) -> Bool {
+        guard let socketPath else { return false }
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        var pathBytes = Array(socketPath.utf8)
+        if pathBytes.first == UInt8(ascii: "@") { pathBytes[0] = 0 }
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard pathBytes.count < capacity else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, byte) in pathBytes.enumerated() { raw[i] = byte }
+        }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + pathBytes.count + (pathBytes.first == 0 ? 0 : 1))
+        let sent = Array(message.utf8).withUnsafeBytes { bytes in
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL), $0, length)
+                }
+            }
+        }
+        return sent == message.utf8.count
+    }
+
+    /// `MONOTONIC_USEC=` value for `RELOADING=1` (CLOCK_MONOTONIC in microseconds).
+    public static func monotonicMicroseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+    }
+
+    /// Half of `$WATCHDOG_USEC` (when set for this process), the interval at which to send `WATCHDOG=1`.
+    public static func watchdogInterval(environment: [String: String]) -> Duration? {
+        guard let text = environment["WATCHDOG_USEC"], let usec = UInt64(text), usec > 0 else { return nil }
+        if let pid = environment["WATCHDOG_PID"], let value = Int32(pid), value != getpid() { return nil }
+        return .microseconds(Int64(usec / 2))
+    }
+
+    /// Sends `WATCHDOG=1` every `interval` from an event loop, so a wedged loop stops the pings.
+    public func startWatchdog(on eventLoop: EventLoop, interval: Duration) -> RepeatedTask {
+        let notifier = self
+        return eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: TimeAmount(interval)) { _ in
+            notifier.notify("WATCHDOG=1")
+        }
+    }
+}

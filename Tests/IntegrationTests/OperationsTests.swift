@@ -1,0 +1,181 @@
+import BackstopTestSupport
+import Foundation
+import Testing
+
+/// SPEC §4 operations against the real daemon process: sd_notify, reload, drain, metrics.
+@Suite("Operations", .serialized)
+struct OperationsTests {
+    private let binary = DaemonProcess.binaryPath()
+
+    /// A bound AF_UNIX datagram socket standing in for systemd's notify socket.
+    final class NotifySocket {
+        let path: String
+        private let fd: Int32
+        private(set) var messages: [String] = []
+
+        init(directory: String) throws {
+            path = directory + "/notify.sock"
+            fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
+            }
+            let result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard result == 0 else { throw RawHTTPError.connectFailed("bind notify socket: errno \(errno)") }
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        }
+
+        deinit { close(fd) }
+
+        private func drain() {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = recv(fd, &buffer, buffer.count, 0)
+                if n <= 0 { return }
+                messages.append(String(decoding: buffer[0..<n], as: UTF8.self))
+            }
+        }
+
+        /// Waits until some message satisfies `predicate`; returns its index.
+        @discardableResult
+        func waitFor(after start: Int = 0, timeout: Duration = .seconds(10), _ predicate: (String) -> Bool) async throws -> Int {
+            let deadline = ContinuousClock.now + timeout
+            while ContinuousClock.now < deadline {
+                drain()
+                if let index = messages.indices.first(where: { $0 >= start && predicate(messages[$0]) }) { return index }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            throw RawHTTPError.timeout(timeout, waitingFor: "notify message; got \(messages)")
+        }
+    }
+
+    private func config(port: Int, adminPort: Int, upstreams: String) -> String {
+        """
+        version: 1
+        listen: [127.0.0.1:\(port)]
+        admin: {listen: 127.0.0.1:\(adminPort)}
+        upstreams:
+        \(upstreams)
+        """
+    }
+
+    private func upstream(_ name: String, _ host: String, _ origin: TestOrigin, retry: String = "") -> String {
+        """
+          - name: \(name)
+            match: {hosts: [\(host)]}
+            url: \(origin.baseURL)
+            \(retry)
+        """
+    }
+
+    @Test("sd_notify READY, RELOADING/READY around SIGHUP, WATCHDOG, STOPPING; reload adds a route; a bad reload keeps the old config; drain finishes in-flight requests")
+    func lifecycle() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let origin = try await TestOrigin.start { request in
+            request.uri == "/slow" ? .delay(.seconds(2), then: .text(200, "slow done")) : .text(200, "ok \(request.uri)")
+        }
+        let notify = try NotifySocket(directory: directory)
+        let port = try FreePort.reserveClosedPort()
+        let adminPort = try FreePort.reserveClosedPort()
+        let path = directory + "/backstop.yaml"
+        try config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin))
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = notify.path
+        environment["WATCHDOG_USEC"] = "400000"
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path], environment: environment)
+        defer { Task { await daemon.stop() } }
+        try await daemon.waitUntilListening(port: port)
+        try await notify.waitFor { $0.contains("READY=1") }
+        try await notify.waitFor { $0.contains("WATCHDOG=1") }
+        let firstWatchdog = notify.messages.filter { $0.contains("WATCHDOG=1") }.count
+        try await notify.waitFor { _ in notify.messages.filter { $0.contains("WATCHDOG=1") }.count >= firstWatchdog + 2 }
+
+        // An open keep-alive client connection survives the reload.
+        let kept = try await RawHTTPConnection.connect(port: port)
+        #expect(try await kept.exchange(RawHTTP.request("GET", "http://one.test/a", host: "one.test"), timeout: .seconds(5)).status == 200)
+        let unknown = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/", host: "two.test"), timeout: .seconds(5))
+        #expect(unknown.status == 403)
+
+        try config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin) + "\n" + upstream("two", "two.test", origin))
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        let before = notify.messages.count
+        daemon.send(signal: SIGHUP)
+        let reloading = try await notify.waitFor(after: before) { $0.contains("RELOADING=1") && $0.contains("MONOTONIC_USEC=") }
+        try await notify.waitFor(after: reloading + 1) { $0.contains("READY=1") }
+        let added = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/b", host: "two.test"), timeout: .seconds(5))
+        #expect(added.status == 200)
+        #expect(try await kept.exchange(RawHTTP.request("GET", "http://one.test/c", host: "one.test"), timeout: .seconds(5)).status == 200)
+
+        try "version: 1\nlisten: [127.0.0.1:\(port)]\nupstreams: [{name: BAD}]\n".write(toFile: path, atomically: true, encoding: .utf8)
+        daemon.send(signal: SIGHUP)
+        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("reload rejected") }
+        let still = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/d", host: "two.test"), timeout: .seconds(5))
+        #expect(still.status == 200)
+        await kept.close()
+
+        // SIGTERM with a 2 s request in flight: it completes, new connections are refused, exit 0.
+        let seenBefore = origin.requestCount
+        let slow = Task { try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://one.test/slow", host: "one.test"), timeout: .seconds(10)) }
+        _ = try await origin.waitForRequests(seenBefore + 1, timeout: .seconds(5))
+        daemon.send(signal: SIGTERM)
+        try await notify.waitFor { $0.contains("STOPPING=1") }
+        try await Task.sleep(for: .milliseconds(200))
+        await #expect(throws: (any Error).self) {
+            _ = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://one.test/new", host: "one.test"), timeout: .seconds(2))
+        }
+        let finished = try await slow.value
+        #expect(finished.status == 200)
+        #expect(finished.bodyString == "slow done")
+        let status = try await daemon.waitForExit(timeout: .seconds(10))
+        #expect(status == 0)
+        try await origin.shutdown()
+    }
+
+    @Test("/metrics carries every SPEC §4 metric with values from scripted traffic")
+    func metrics() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let origin = try await TestOrigin.start(script: TestOrigin.sequence(
+            [.respond(status: 503), .respond(status: 503)], then: .text(200, "ok")))
+        let port = try FreePort.reserveClosedPort()
+        let adminPort = try FreePort.reserveClosedPort()
+        let path = directory + "/backstop.yaml"
+        try config(port: port, adminPort: adminPort, upstreams: upstream(
+            "app", "app.test", origin, retry: "retry: {attempts: 3, backoff: {strategy: constant, base: 10ms, max: 10ms, jitter: none}}"))
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
+        try await daemon.waitUntilListening(port: port)
+        let response = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://app.test/x", host: "app.test"), timeout: .seconds(5))
+        #expect(response.header("X-Backstop-Attempts") == "3")
+        _ = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://nowhere.test/", host: "nowhere.test"), timeout: .seconds(5))
+        let metrics = try await RawHTTP.exchange(port: adminPort, request: RawHTTP.request("GET", "/metrics"), timeout: .seconds(5))
+        #expect(metrics.status == 200)
+        let text = metrics.bodyString
+        for line in [
+            "backstop_requests_total{upstream=\"app\",code=\"200\"} 1",
+            "backstop_requests_total{upstream=\"-\",code=\"403\"} 1",
+            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"5xx\"} 2",
+            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"2xx\"} 1",
+            "backstop_retries_total{upstream=\"app\",reason=\"503\"} 2",
+            "backstop_request_duration_seconds_count{upstream=\"app\"} 1",
+            "backstop_inflight_requests 0",
+        ] {
+            #expect(text.contains(line + "\n"), "missing: \(line)")
+        }
+        for family in ["backstop_retry_budget_exhausted_total", "backstop_token_refreshes_total"] {
+            #expect(text.contains("# TYPE \(family) counter"))
+        }
+        // Every sample line parses as `name{labels} value`.
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            let parts = line.split(separator: " ")
+            #expect(parts.count == 2 && Double(parts[1]) != nil, "bad sample line: \(line)")
+        }
+        await daemon.stop()
+        try await origin.shutdown()
+    }
+}
