@@ -33,126 +33,117 @@ struct TokenRefreshTests {
         """
     }
 
+    /// Starts an auth server, a protected origin, a keychain holding `entries` and a proxy configured by
+    /// `config` (default: one oauth2 upstream `api.test`), runs `body`, and tears everything down.
+    static func withAuthProxy(
+        entries: [String: String] = ["api/refresh_token": "refresh-0"],
+        prepare: (TestAuthServer) -> Void = { _ in },
+        config: ((TestOrigin, TestAuthServer, String) -> String)? = nil,
+        _ body: (TestAuthServer, TestOrigin, FileKeychain, ProxyHarness) async throws -> Void
+    ) async throws {
+        let auth = try await TestAuthServer.start()
+        prepare(auth)
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        var values = entries
+        for (name, value) in values where value == "<issued>" { values[name] = auth.issueAccessToken() }
+        let (keychain, directory) = try makeKeychain(values)
+        defer { TestFiles.remove(directory) }
+        let yaml = config?(origin, auth, directory) ?? Self.config(origin: origin, auth: auth, directory: directory)
+        let proxy = try await ProxyHarness.start(yaml, keychain: keychain)
+        var failure: (any Error)?
+        do { try await body(auth, origin, keychain, proxy) } catch { failure = error }
+        await proxy.stop()
+        try? await origin.shutdown()
+        try? await auth.origin.shutdown()
+        if let failure { throw failure }
+    }
+
     @Test("first request fetches a token once; the rotated refresh token is persisted")
     func firstFetch() async throws {
-        let auth = try await TestAuthServer.start()
-        let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
-        defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start(
-            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
-        for _ in 0..<3 {
-            let response = try await proxy.get("http://api.test/data", host: "api.test")
-            #expect(response.status == 200)
-            #expect(response.header("X-Backstop-Attempts") == "1")
+        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-0"]) { auth, origin, keychain, proxy in
+            for _ in 0..<3 {
+                let response = try await proxy.get("http://api.test/data", host: "api.test")
+                #expect(response.status == 200)
+                #expect(response.header("X-Backstop-Attempts") == "1")
+            }
+            #expect(auth.tokenCalls == 1)
+            let v6 = try keychain.entry("api/refresh_token")
+            #expect(v6?.stringValue == auth.currentRefreshToken)
+            let v7 = try keychain.entry("api/access_token")
+            #expect(v7?.stringValue == "access-1")
         }
-        #expect(auth.tokenCalls == 1)
-        #expect(try keychain.entry("api/refresh_token")?.stringValue == auth.currentRefreshToken)
-        #expect(try keychain.entry("api/access_token")?.stringValue == "access-1")
-        await proxy.stop()
-        try await origin.shutdown()
-        try await auth.origin.shutdown()
     }
 
     @Test("revoked token → 401 → one refresh → replay; 50 concurrent requests share one refresh")
     func revokedTokenSingleFlight() async throws {
-        let auth = try await TestAuthServer.start()
-        let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
-        defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start(
-            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
-        #expect(try await proxy.get("http://api.test/warm", host: "api.test").status == 200)
-        #expect(auth.tokenCalls == 1)
-        auth.revokeAllAccessTokens()
-        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
-            for i in 0..<50 {
-                group.addTask { try await proxy.get("http://api.test/c\(i)", host: "api.test").status }
+        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-0"]) { auth, origin, keychain, proxy in
+            let r1 = try await proxy.get("http://api.test/warm", host: "api.test")
+            #expect(r1.status == 200)
+            #expect(auth.tokenCalls == 1)
+            auth.revokeAllAccessTokens()
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for i in 0..<50 {
+                    group.addTask { try await proxy.get("http://api.test/c\(i)", host: "api.test").status }
+                }
+                var all: [Int] = []
+                for try await status in group { all.append(status) }
+                return all
             }
-            var all: [Int] = []
-            for try await status in group { all.append(status) }
-            return all
+            #expect(statuses.count == 50)
+            #expect(statuses.allSatisfy { $0 == 200 }, "statuses: \(statuses)")
+            #expect(auth.tokenCalls == 2)
+            #expect(auth.rejectedRefreshTokens == 0)
         }
-        #expect(statuses.count == 50)
-        #expect(statuses.allSatisfy { $0 == 200 }, "statuses: \(statuses)")
-        #expect(auth.tokenCalls == 2)
-        #expect(auth.rejectedRefreshTokens == 0)
-        await proxy.stop()
-        try await origin.shutdown()
-        try await auth.origin.shutdown()
     }
 
     @Test("invalid_grant → the client gets the original 401 with token-refresh-failed; one token call")
     func invalidGrant() async throws {
-        let auth = try await TestAuthServer.start()
-        let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let stale = auth.issueAccessToken()
-        let (keychain, directory) = try Self.makeKeychain([
-            "api/refresh_token": "refresh-0", "api/access_token": stale,
-        ])
-        defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start(
-            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
-        #expect(try await proxy.get("http://api.test/ok", host: "api.test").status == 200)
-        #expect(auth.tokenCalls == 0)
-        auth.revokeAllAccessTokens()
-        auth.update { $0.invalidGrant = true }
-        let response = try await proxy.get("http://api.test/denied", host: "api.test")
-        #expect(response.status == 401)
-        #expect(response.header("X-Backstop-Error") == "token-refresh-failed")
-        #expect(response.header("WWW-Authenticate") != nil)
-        #expect(response.bodyString == "denied")
-        #expect(auth.tokenCalls == 1)
-        await proxy.stop()
-        try await origin.shutdown()
-        try await auth.origin.shutdown()
+        try await Self.withAuthProxy(entries: [
+            "api/refresh_token": "refresh-0", "api/access_token": "<issued>",
+        ]) { auth, origin, keychain, proxy in
+            let r2 = try await proxy.get("http://api.test/ok", host: "api.test")
+            #expect(r2.status == 200)
+            #expect(auth.tokenCalls == 0)
+            auth.revokeAllAccessTokens()
+            auth.update { $0.invalidGrant = true }
+            let response = try await proxy.get("http://api.test/denied", host: "api.test")
+            #expect(response.status == 401)
+            #expect(response.header("X-Backstop-Error") == "token-refresh-failed")
+            #expect(response.header("WWW-Authenticate") != nil)
+            #expect(response.bodyString == "denied")
+            #expect(auth.tokenCalls == 1)
+        }
     }
 
     @Test("token endpoint 503, 503, 200 → the refresh succeeds")
     func endpointRetries() async throws {
-        let auth = try await TestAuthServer.start()
-        auth.update { $0.failNext = 2 }
-        let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
-        defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start(
-            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
-        #expect(try await proxy.get("http://api.test/x", host: "api.test").status == 200)
-        #expect(auth.tokenCalls == 3)
-        await proxy.stop()
-        try await origin.shutdown()
-        try await auth.origin.shutdown()
+        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-0"], prepare: { auth in auth.update { $0.failNext = 2 } }) { auth, origin, keychain, proxy in
+            let r3 = try await proxy.get("http://api.test/x", host: "api.test")
+            #expect(r3.status == 200)
+            #expect(auth.tokenCalls == 3)
+        }
     }
 
     @Test("no token can be had → 502 token-unavailable before any attempt")
     func tokenUnavailable() async throws {
-        let auth = try await TestAuthServer.start()
-        auth.update { $0.invalidGrant = true }
-        let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
-        defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start(
-            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
-        let response = try await proxy.get("http://api.test/x", host: "api.test")
-        #expect(response.status == 502)
-        #expect(response.header("X-Backstop-Error") == "token-unavailable")
-        #expect(origin.requestCount == 0)
-        await proxy.stop()
-        try await origin.shutdown()
-        try await auth.origin.shutdown()
+        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-0"], prepare: { auth in auth.update { $0.invalidGrant = true } }) { auth, origin, keychain, proxy in
+            let response = try await proxy.get("http://api.test/x", host: "api.test")
+            #expect(response.status == 502)
+            #expect(response.header("X-Backstop-Error") == "token-unavailable")
+            #expect(origin.requestCount == 0)
+        }
     }
 
     @Test("client_credentials with JSON and camelCase fields; the client's own Authorization is replaced")
     func clientCredentialsJSON() async throws {
-        let auth = try await TestAuthServer.start()
-        auth.update {
-            $0.accessTokenField = "accessToken"
-            $0.expiresInField = "expiresIn"
+        let prepare: (TestAuthServer) -> Void = { auth in
+            auth.update {
+                $0.accessTokenField = "accessToken"
+                $0.expiresInField = "expiresIn"
+            }
         }
-        let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let (keychain, directory) = try Self.makeKeychain(["api/secret": "s3cret"])
-        defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start("""
+        let config: (TestOrigin, TestAuthServer, String) -> String = { origin, auth, directory in
+            """
             keychain:
               path: \(directory)/keychain.bkc
               key_file: \(directory)/keychain.key
@@ -169,35 +160,31 @@ struct TokenRefreshTests {
                   client_secret_entry: api/secret
                   keychain_prefix: api
                   fields: {access_token: accessToken, expires_in: expiresIn}
-            """, keychain: keychain)
-        let response = try await proxy.get("http://api.test/x", host: "api.test", headers: [("Authorization", "Bearer client-own")])
-        #expect(response.status == 200)
-        #expect(origin.requests.first?.header("Authorization") == "Bearer access-1")
-        #expect(auth.requestBodies.first?.contains("\"grant_type\":\"client_credentials\"") == true)
-        #expect(auth.requestBodies.first?.contains("\"client_secret\":\"s3cret\"") == true)
-        await proxy.stop()
-        try await origin.shutdown()
-        try await auth.origin.shutdown()
+            """
+        }
+        try await Self.withAuthProxy(entries: ["api/secret": "s3cret"], prepare: prepare, config: config) {
+            auth, origin, _, proxy in
+            let response = try await proxy.get(
+                "http://api.test/x", host: "api.test", headers: [("Authorization", "Bearer client-own")])
+            #expect(response.status == 200)
+            #expect(origin.requests.first?.header("Authorization") == "Bearer access-1")
+            #expect(auth.requestBodies.first?.contains("\"grant_type\":\"client_credentials\"") == true)
+            #expect(auth.requestBodies.first?.contains("\"client_secret\":\"s3cret\"") == true)
+        }
     }
 
     @Test("the keychain file holds no token in plaintext or base64")
     func keychainIsEncrypted() async throws {
-        let auth = try await TestAuthServer.start()
-        let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let (keychain, directory) = try Self.makeKeychain(["api/refresh_token": "refresh-0"])
-        defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start(
-            Self.config(origin: origin, auth: auth, directory: directory), keychain: keychain)
-        #expect(try await proxy.get("http://api.test/x", host: "api.test").status == 200)
-        let bytes = try Data(contentsOf: URL(fileURLWithPath: keychain.path))
-        let text = String(decoding: bytes, as: UTF8.self)
-        for secret in ["access-1", auth.currentRefreshToken] {
-            #expect(!text.contains(secret))
-            #expect(!text.contains(Data(secret.utf8).base64EncodedString().dropLast(2)))
+        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-0"]) { auth, origin, keychain, proxy in
+            let r4 = try await proxy.get("http://api.test/x", host: "api.test")
+            #expect(r4.status == 200)
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: keychain.path))
+            let text = String(decoding: bytes, as: UTF8.self)
+            for secret in ["access-1", auth.currentRefreshToken] {
+                #expect(!text.contains(secret))
+                #expect(!text.contains(Data(secret.utf8).base64EncodedString().dropLast(2)))
+            }
         }
-        await proxy.stop()
-        try await origin.shutdown()
-        try await auth.origin.shutdown()
     }
 
     @Test("static auth injects a keychain entry as is into the configured header")
@@ -215,7 +202,8 @@ struct TokenRefreshTests {
                 url: \(origin.baseURL)
                 auth: {type: static, entry: legacy/token, header: X-Api-Key, scheme: ""}
             """, keychain: keychain)
-        #expect(try await proxy.get("http://legacy.test/", host: "legacy.test").bodyString == "k-123")
+        let r5 = try await proxy.get("http://legacy.test/", host: "legacy.test")
+        #expect(r5.bodyString == "k-123")
         await proxy.stop()
         try await origin.shutdown()
     }
