@@ -225,3 +225,23 @@ struct ForwardingTests {
         try await origin.shutdown()
     }
 }
+
+@Suite("HTTP/1.0 clients")
+struct HTTP10Tests {
+    @Test("an HTTP/1.0 client gets a close-delimited body when the upstream sends no length")
+    func closeDelimited() async throws {
+        let chunks = [Array("part-one;".utf8), Array("part-two".utf8)]
+        try await withOriginAndProxy(
+            origin: { _ in .chunked(status: 200, headers: [], chunks: chunks) },
+            config: { singleUpstreamConfig($0) }
+        ) { _, proxy in
+            let port = proxy.port
+            let raw = try await Task.detached {
+                try rawExchange(port: port, Array("GET http://app.test/ HTTP/1.0\r\nHost: app.test\r\n\r\n".utf8))
+            }.value
+            #expect(raw.hasPrefix("HTTP/1.0 200"))
+            #expect(!raw.lowercased().contains("transfer-encoding"))
+            #expect(raw.hasSuffix("\r\n\r\npart-one;part-two"))
+        }
+    }
+}
