@@ -71,7 +71,7 @@ struct RunCommand: AsyncParsableCommand {
             let signal = await signals.next()
             if signal == SIGHUP {
                 notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(SystemdNotifier.monotonicMicroseconds())")
-                let active = Reloader.reload(path: configPath, server: server, logger: logger) ?? config
+                let active = await Reloader.reload(path: configPath, server: server, logger: logger) ?? config
                 notifier.notify("READY=1\n" + summary(active))
                 continue
             }
@@ -114,22 +114,22 @@ final class SignalWaiter {
 enum Reloader {
     /// Returns the new config when it was applied, nil when the old one stays.
     @discardableResult
-    static func reload(path: String, server: ProxyServer, logger: Logger) -> Config? {
+    static func reload(path: String, server: ProxyServer, logger: Logger) async -> Config? {
+        let config: Config
         do {
-            let config = try ConfigLoader.load(path: path)
-            let current = server.runtime.snapshot.config
-            if config.listeners != current.listeners || config.admin != current.admin {
-                logger.warning("listener changes take effect on restart; routes, retries and auth were reloaded")
-            }
-            server.reload(config: config)
-            logger.notice("config reloaded", metadata: ["upstreams": .stringConvertible(config.upstreams.count)])
-            return config
+            config = try ConfigLoader.load(path: path)
         } catch let errors {
             for error in errors.errors {
                 logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
             }
             return nil
         }
+        if config.admin != server.runtime.snapshot.config.admin {
+            logger.warning("admin listener changes take effect on restart")
+        }
+        await server.reload(config: config)
+        logger.notice("config reloaded", metadata: ["upstreams": .stringConvertible(config.upstreams.count)])
+        return config
     }
 }
 

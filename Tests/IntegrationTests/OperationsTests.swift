@@ -101,7 +101,9 @@ struct OperationsTests {
         let unknown = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/", host: "two.test"), timeout: .seconds(5))
         #expect(unknown.status == 403)
 
+        let addedPort = try FreePort.reserveClosedPort()
         try config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin) + "\n" + upstream("two", "two.test", origin))
+            .replacingOccurrences(of: "listen: [127.0.0.1:\(port)]", with: "listen: [127.0.0.1:\(port), 127.0.0.1:\(addedPort)]")
             .write(toFile: path, atomically: true, encoding: .utf8)
         let before = notify.messages.count
         daemon.send(signal: SIGHUP)
@@ -109,6 +111,9 @@ struct OperationsTests {
         try await notify.waitFor(after: reloading + 1) { $0.contains("READY=1") }
         let added = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/b", host: "two.test"), timeout: .seconds(5))
         #expect(added.status == 200)
+        let viaNewListener = try await RawHTTP.exchange(
+            port: addedPort, request: RawHTTP.request("GET", "http://one.test/n", host: "one.test"), timeout: .seconds(5))
+        #expect(viaNewListener.status == 200)
         #expect(try await kept.exchange(RawHTTP.request("GET", "http://one.test/c", host: "one.test"), timeout: .seconds(5)).status == 200)
 
         try "version: 1\nlisten: [127.0.0.1:\(port)]\nupstreams: [{name: BAD}]\n".write(toFile: path, atomically: true, encoding: .utf8)

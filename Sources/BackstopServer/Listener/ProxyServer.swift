@@ -15,7 +15,7 @@ import Glibc
 public final class ProxyServer: Sendable {
     public let runtime: ProxyRuntime
     private let group: MultiThreadedEventLoopGroup
-    private let channels: Mutex<[(ListenAddress, Channel)]>
+    private let channels: Mutex<[(ListenerConfig, Channel)]>
     private let adminChannel: Mutex<Channel?>
     private let ready = Mutex(false)
 
@@ -57,7 +57,7 @@ public final class ProxyServer: Sendable {
         let config = runtime.snapshot.config
         for listener in config.listeners {
             let channel = try await bind(listener, limits: config.limits)
-            channels.withLock { $0.append((listener.address, channel)) }
+            channels.withLock { $0.append((listener, channel)) }
         }
         if let admin = config.admin {
             let channel = try await bindAdmin(admin.address)
@@ -70,9 +70,9 @@ public final class ProxyServer: Sendable {
     public func drainAndStop(timeout: Duration) async {
         runtime.beginDraining()
         let listening = channels.withLock { $0 }
-        for (address, channel) in listening {
+        for (listener, channel) in listening {
             try? await channel.close()
-            if case .unix(let path) = address { unlink(path) }
+            if case .unix(let path) = listener.address { unlink(path) }
         }
         let deadline = ContinuousClock.now + timeout
         while runtime.inflightRequests > 0 && ContinuousClock.now < deadline {
@@ -163,14 +163,32 @@ public struct ListenerError: Error, CustomStringConvertible {
 
 extension ProxyServer {
     /// Swaps in a new config for new requests; requests in flight finish on their snapshot. Token managers of
-    /// upstreams whose auth section did not change are kept (no needless refresh).
-    /// Listener changes take effect on restart (reported by the caller).
-    public func reload(config: Config) {
+    /// upstreams whose auth section did not change are kept (no needless refresh). Listeners that left the config
+    /// stop accepting (their open connections finish), new ones are bound; a listener that cannot be bound is
+    /// reported and skipped. The admin listener and `limits` of listeners kept as they were need a restart.
+    public func reload(config: Config) async {
         let upstreams = Self.makeUpstreams(
             config, previous: runtime.snapshot.upstreams, keychain: keychain,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
             counters: tokenRefreshes)
         runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams))
+
+        let current = channels.withLock { $0 }
+        for (listener, channel) in current where !config.listeners.contains(listener) {
+            try? await channel.close()
+            if case .unix(let path) = listener.address { unlink(path) }
+            channels.withLock { $0.removeAll { $0.1 === channel } }
+            runtime.logger.notice("listener removed", metadata: ["address": .string("\(listener.address)")])
+        }
+        for listener in config.listeners where !current.contains(where: { $0.0 == listener }) {
+            do {
+                let channel = try await bind(listener, limits: config.limits)
+                channels.withLock { $0.append((listener, channel)) }
+                runtime.logger.notice("listener added", metadata: ["address": .string("\(listener.address)")])
+            } catch {
+                runtime.logger.error("cannot add listener", metadata: ["error": .string("\(error)")])
+            }
+        }
     }
 
     static func makeUpstreams(
