@@ -115,7 +115,7 @@ struct LocalErrorTests {
                   - name: app
                     match: {hosts: [app.test]}
                     url: \(origin.baseURL)
-                    timeouts: {connect: 1s, per_try: 300ms, total: 2s}
+                    timeouts: {connect: 1s, per_try: 300ms, total: 20s}
                     retry: {attempts: 1}
                 """
             }
@@ -123,7 +123,8 @@ struct LocalErrorTests {
             let started = ContinuousClock.now
             let r4 = try await proxy.get("http://app.test/", host: "app.test")
             expectLocalError(r4, status: 504, reason: "upstream-timeout")
-            #expect(ContinuousClock.now - started < .seconds(2))
+            // per_try (300 ms) ended it, not total (20 s); the margin absorbs a loaded test machine.
+            #expect(ContinuousClock.now - started < .seconds(10))
         }
     }
 }

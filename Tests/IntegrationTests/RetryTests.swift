@@ -46,7 +46,7 @@ struct RetryTests {
     @Test("a hang (per-try timeout), then 200")
     func hangThenSuccess() async throws {
         let script = TestOrigin.sequence([.hang], then: .text(200, "ok"))
-        try await withOriginAndProxy(origin: script, config: { Self.config($0, timeouts: "300ms") }) { origin, proxy in
+        try await withOriginAndProxy(origin: script, config: { Self.config($0, timeouts: "1s") }) { origin, proxy in
             let response = try await proxy.get("http://app.test/r", host: "app.test")
             #expect(response.status == 200)
             #expect(response.header("X-Backstop-Attempts") == "2")

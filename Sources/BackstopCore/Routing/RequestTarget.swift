@@ -63,35 +63,56 @@ public struct RequestTarget: Sendable, Equatable {
     }
 
     /// `host`, `host:port`, `[v6]`, `[v6]:port` → lowercased host and optional port; nil when malformed.
+    /// Works on the UTF-8 bytes: this runs for every origin-form request (the `Host` header).
     public static func parseAuthority(_ authority: String) -> (host: String, port: Int?)? {
-        guard !authority.isEmpty else { return nil }
-        var host: Substring
-        var portText: Substring?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return nil }
-            host = authority[authority.index(after: authority.startIndex)..<close]
-            let after = authority[authority.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":") else { return nil }
-                portText = after.dropFirst()
+        var bytes = Array(authority.utf8)
+        guard !bytes.isEmpty else { return nil }
+        var hostRange: Range<Int>
+        var portStart: Int?
+        if bytes[0] == UInt8(ascii: "[") {
+            guard let close = bytes.firstIndex(of: UInt8(ascii: "]")) else { return nil }
+            hostRange = 1..<close
+            if close + 1 < bytes.count {
+                guard bytes[close + 1] == UInt8(ascii: ":") else { return nil }
+                portStart = close + 2
             }
-            guard !host.isEmpty, host.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }) else { return nil }
+            guard !hostRange.isEmpty, bytes[hostRange].allSatisfy({ isHex($0) || $0 == 58 || $0 == 46 }) else { return nil }
         } else {
-            let parts = authority.split(separator: ":", omittingEmptySubsequences: false)
-            guard parts.count <= 2 else { return nil }
-            host = parts[0]
-            if parts.count == 2 { portText = parts[1] }
-            let allowed: (Character) -> Bool = { $0.isLetter || $0.isNumber || "-._~%!$&'()*+,;=".contains($0) }
-            guard !host.isEmpty, host.allSatisfy(allowed) else { return nil }
+            let colon = bytes.firstIndex(of: UInt8(ascii: ":"))
+            hostRange = 0..<(colon ?? bytes.count)
+            if let colon {
+                guard !bytes[(colon + 1)...].contains(UInt8(ascii: ":")) else { return nil }
+                portStart = colon + 1
+            }
+            guard !hostRange.isEmpty, bytes[hostRange].allSatisfy(isHostByte) else { return nil }
         }
         var port: Int?
-        if let portText {
-            guard !portText.isEmpty, portText.count <= 5, portText.allSatisfy(\.isASCIIDigit),
-                let value = Int(portText), value <= 65535
-            else { return nil }
+        if let portStart {
+            let digits = bytes[portStart...]
+            guard !digits.isEmpty, digits.count <= 5, digits.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
+            let value = digits.reduce(0) { $0 * 10 + Int($1 - 48) }
+            guard value <= 65535 else { return nil }
             port = value
         }
-        return (host.asciiLowercased(), port)
+        for i in hostRange where bytes[i] >= 65 && bytes[i] <= 90 { bytes[i] += 32 }
+        return (String(decoding: bytes[hostRange], as: UTF8.self), port)
+    }
+
+    private static func isHex(_ b: UInt8) -> Bool {
+        (b >= 48 && b <= 57) || (b >= 65 && b <= 70) || (b >= 97 && b <= 102)
+    }
+
+    /// RFC 3986 reg-name bytes: unreserved, pct-encoded, sub-delims.
+    private static func isHostByte(_ b: UInt8) -> Bool {
+        switch b {
+        case 48...57, 65...90, 97...122: true
+        case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "%"),
+            UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "("),
+            UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"),
+            UInt8(ascii: "="):
+            true
+        default: false
+        }
     }
 }
 

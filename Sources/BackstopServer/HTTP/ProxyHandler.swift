@@ -4,8 +4,12 @@ import NIOCore
 import NIOHTTP1
 
 /// The per-connection handler: validates and routes each request head, answers what Backstop answers itself
-/// (SPEC §3 error table), and hands everything else to an `Exchange`. Requests on one connection are handled
-/// one at a time (NIO's pipelining assistance holds further reads), so responses leave in order.
+/// (SPEC §3 error table), and hands everything else to an `Exchange`.
+///
+/// Requests on one connection are handled one at a time so responses leave in order. Pipelined requests that
+/// arrive meanwhile are queued here rather than by NIO's pipelining handler, which stops and restarts socket
+/// reads around every request (two `epoll_ctl` calls per request even when nobody pipelines); reads are held
+/// only when the queue grows.
 final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
@@ -16,9 +20,18 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var exchange: Exchange?
     /// The current request is being ignored (an error response was sent; the connection closes after it).
     private var discardingRequest = false
-    /// Reads are held while an upstream upload is above its high-water mark.
-    private var readsHeld = false
+    /// Reads are held while an upstream upload is above its high-water mark, or while pipelined requests queue.
+    private var uploadHold = false
+    private var queueHold = false
+    private var readsHeld: Bool { uploadHold || queueHold }
     private var pendingRead = false
+    /// A request is being handled: its head arrived and its response or its body has not finished yet.
+    private var inFlight = false
+    private var requestEnded = true
+    private var responseEnded = true
+    /// Parts of pipelined requests that arrived while one was in flight.
+    private var queued: [HTTPServerRequestPart] = []
+    private static let maxQueuedParts = 64
     private var closeAfterResponse = false
     /// Whether a response is being written (head sent, end not yet).
     private var responseInProgress = false
@@ -31,16 +44,53 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
+        let part = unwrapInboundIn(data)
+        if inFlight && (requestEnded || !queued.isEmpty) {
+            queued.append(part)
+            if queued.count >= Self.maxQueuedParts { queueHold = true }
+            return
+        }
+        process(part, context: context)
+    }
+
+    private func process(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
+        switch part {
         case .head(let head):
             discardingRequest = false
+            inFlight = true
+            requestEnded = false
+            responseEnded = false
             handleHead(head, context: context)
         case .body(let buffer):
             if discardingRequest { return }
             exchange?.receiveBody(buffer)
         case .end:
-            if discardingRequest { return }
-            exchange?.receiveEnd()
+            requestEnded = true
+            if !discardingRequest { exchange?.receiveEnd() }
+            requestMayBeDone()
+        }
+    }
+
+    /// The response went out: once the request's body was also consumed, the next queued request starts.
+    private func responseDone() {
+        responseEnded = true
+        requestMayBeDone()
+    }
+
+    private func requestMayBeDone() {
+        guard inFlight, requestEnded, responseEnded else { return }
+        inFlight = false
+        guard let context, context.channel.isActive else {
+            queued.removeAll()
+            return
+        }
+        // Feed queued parts until the next request has all its parts (its body and end belong to it).
+        while !queued.isEmpty, !inFlight || !requestEnded {
+            process(queued.removeFirst(), context: context)
+        }
+        if queueHold && queued.count < Self.maxQueuedParts / 2 {
+            queueHold = false
+            resumeReadingIfAllowed()
         }
     }
 
@@ -185,9 +235,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
         let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
         if close {
+            queued.removeAll()
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
         }
+        responseDone()
     }
 
     // MARK: called by the exchange (on the event loop)
@@ -227,9 +279,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if !requestComplete { discardingRequest = true }
         let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
         if close {
+            queued.removeAll()
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
         }
+        responseDone()
     }
 
     /// The response broke after its head was sent: the only honest signal left is closing the connection.
@@ -239,12 +293,16 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context?.close(promise: nil)
     }
 
-    func holdReads() { readsHeld = true }
+    func holdReads() { uploadHold = true }
 
     func releaseReads() {
-        guard readsHeld else { return }
-        readsHeld = false
-        if pendingRead {
+        guard uploadHold else { return }
+        uploadHold = false
+        resumeReadingIfAllowed()
+    }
+
+    private func resumeReadingIfAllowed() {
+        if !readsHeld && pendingRead {
             pendingRead = false
             context?.read()
         }
