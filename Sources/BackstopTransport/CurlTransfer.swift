@@ -103,23 +103,48 @@ public final class CurlTransfer: @unchecked Sendable {
             headHeaders = []
             return
         }
-        let text = String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<end]), as: UTF8.self)
-        if text.hasPrefix("HTTP/") {
+        // Parsed on the bytes: this runs for every header line of every response.
+        if end > 5, line[0] == 0x48, line[1] == 0x54, line[2] == 0x54, line[3] == 0x50, line[4] == 0x2F {  // "HTTP/"
             // Status line: "HTTP/1.1 200 OK" or "HTTP/2 200".
-            let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
-            headVersion = parts.first.map(String.init) ?? "HTTP/1.1"
-            headStatus = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+            var space = 5
+            while space < end, line[space] != 0x20 { space += 1 }
+            headVersion = String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<space]), as: UTF8.self)
+            var status = 0
+            var i = space + 1
+            var digits = 0
+            while i < end, line[i] >= 0x30, line[i] <= 0x39, digits < 3 {
+                status = status * 10 + Int(line[i] - 0x30)
+                i += 1
+                digits += 1
+            }
+            headStatus = digits == 3 ? status : 0
             headHeaders = []
             return
         }
-        if let colon = text.firstIndex(of: ":") {
-            let name = String(text[..<colon])
-            let value = text[text.index(after: colon)...].trimmingASCIIWhitespace()
-            headHeaders.append((name: name, value: value))
-        } else if let first = text.first, first == " " || first == "\t", !headHeaders.isEmpty {
+        if line[0] == 0x20 || line[0] == 0x09 {
             // Obsolete line folding from the upstream: join with a space (RFC 9112 §5.2).
-            headHeaders[headHeaders.count - 1].value += " " + text.trimmingASCIIWhitespace()
+            guard !headHeaders.isEmpty else { return }
+            let (start, stop) = Self.trimmed(line, 0, end)
+            let folded = String(decoding: UnsafeRawBufferPointer(rebasing: line[start..<stop]), as: UTF8.self)
+            headHeaders[headHeaders.count - 1].value += " " + folded
+            return
         }
+        var colon = 0
+        while colon < end, line[colon] != 0x3A { colon += 1 }
+        guard colon < end else { return }
+        let name = String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<colon]), as: UTF8.self)
+        let (start, stop) = Self.trimmed(line, colon + 1, end)
+        let value = String(decoding: UnsafeRawBufferPointer(rebasing: line[start..<stop]), as: UTF8.self)
+        headHeaders.append((name: name, value: value))
+    }
+
+    /// The range `from..<to` of `line` without leading and trailing spaces and tabs.
+    private static func trimmed(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> (Int, Int) {
+        var start = from
+        var stop = to
+        while start < stop, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
+        while stop > start, line[stop - 1] == 0x20 || line[stop - 1] == 0x09 { stop -= 1 }
+        return (start, stop)
     }
 
     /// Write callback: returns the number of bytes taken, or `nil` to pause.

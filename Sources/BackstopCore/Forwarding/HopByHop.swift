@@ -1,15 +1,38 @@
 /// Header rewriting at the proxy boundary (SPEC §3 "Forwarding"): pure functions over ordered header lists.
 public enum HeaderRewriter {
-    /// RFC 9110 §7.6.1 hop-by-hop fields, plus the `Proxy-*` fields aimed at this proxy.
-    public static let hopByHop: Set<String> = [
-        "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
-        "trailer", "transfer-encoding", "upgrade",
-    ]
+    /// What a header name means to the proxy; decided without allocating (this runs for every header).
+    /// Hop-by-hop: RFC 9110 §7.6.1 (`Connection`, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`,
+    /// `Upgrade`) plus `Proxy-Connection`, `Proxy-Authenticate` and `Proxy-Authorization`, aimed at this proxy.
+    enum Kind {
+        case hopByHop, host, contentLength, expect, via, backstopOwn, other
+    }
+
+    static func classify(_ name: String) -> Kind {
+        func named(_ candidate: String) -> Bool { name.caseInsensitiveEquals(candidate) }
+        switch name.utf8.count {
+        case 2: return named("te") ? .hopByHop : .other
+        case 3: return named("via") ? .via : .other
+        case 4: return named("host") ? .host : .other
+        case 6: return named("expect") ? .expect : .other
+        case 7: return named("upgrade") || named("trailer") ? .hopByHop : .other
+        case 10: return named("connection") || named("keep-alive") ? .hopByHop : .other
+        case 14: return named("content-length") ? .contentLength : .other
+        case 16:
+            if named("proxy-connection") { return .hopByHop }
+            return named("x-backstop-error") ? .backstopOwn : .other
+        case 17: return named("transfer-encoding") ? .hopByHop : .other
+        case 18: return named("proxy-authenticate") ? .hopByHop : .other
+        case 19:
+            if named("proxy-authorization") { return .hopByHop }
+            return named("x-backstop-attempts") ? .backstopOwn : .other
+        default: return .other
+        }
+    }
 
     /// Lowercased names listed in every `Connection` header (comma-separated tokens).
     public static func connectionListed(in headers: [(name: String, value: String)]) -> Set<String> {
         var names: Set<String> = []
-        for header in headers where header.name.asciiLowercased() == "connection" {
+        for header in headers where header.name.caseInsensitiveEquals("connection") {
             for token in header.value.split(separator: ",") {
                 let name = token.trimmingCharacters(in: " \t").asciiLowercased()
                 if !name.isEmpty { names.insert(name) }
@@ -30,14 +53,13 @@ public enum HeaderRewriter {
         out.append((name: "Host", value: upstreamHost))
         var via: String?
         for header in headers {
-            let lower = header.name.asciiLowercased()
-            if hopByHop.contains(lower) || listed.contains(lower) { continue }
-            switch lower {
-            case "host", "content-length", "expect": continue
-            case "via":
+            switch classify(header.name) {
+            case .hopByHop, .host, .contentLength, .expect: continue
+            case .via:
                 via = via.map { "\($0), \(header.value)" } ?? header.value
-                continue
-            default: out.append(header)
+            case .backstopOwn, .other:
+                if !listed.isEmpty && listed.contains(header.name.asciiLowercased()) { continue }
+                out.append(header)
             }
         }
         out.append((name: "Via", value: via.map { "\($0), 1.1 backstop" } ?? "1.1 backstop"))
@@ -55,17 +77,15 @@ public enum HeaderRewriter {
         var contentLength: Int?
         var via: String?
         for header in headers {
-            let lower = header.name.asciiLowercased()
-            if hopByHop.contains(lower) || listed.contains(lower) { continue }
-            switch lower {
-            case "content-length":
+            switch classify(header.name) {
+            case .hopByHop, .backstopOwn: continue
+            case .contentLength:
                 contentLength = Int(header.value.trimmingCharacters(in: " \t"))
-                continue
-            case "via":
+            case .via:
                 via = via.map { "\($0), \(header.value)" } ?? header.value
-                continue
-            case "x-backstop-attempts", "x-backstop-error": continue
-            default: out.append(header)
+            case .host, .expect, .other:
+                if !listed.isEmpty && listed.contains(header.name.asciiLowercased()) { continue }
+                out.append(header)
             }
         }
         let version = upstreamVersion.hasPrefix("HTTP/") ? String(upstreamVersion.dropFirst(5)) : upstreamVersion

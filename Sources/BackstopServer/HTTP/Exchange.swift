@@ -117,8 +117,6 @@ final class Exchange {
 
     func start() {
         runtime.requestStarted()
-        let total = timeouts.total
-        totalTimer = eventLoop.assumeIsolated().scheduleTask(in: .init(total)) { [self] in totalDeadlinePassed() }
         if !framing.hasBody {
             body = .none
         } else if let length = framing.contentLength, length > limits.retryBuffer {
@@ -206,12 +204,23 @@ final class Exchange {
             startAttempt()
         case .oauth2(let manager, _):
             phase = .acquiringToken
+            startTotalTimerIfNeeded()
             let bound = NIOLoopBound(self, eventLoop: eventLoop)
             let eventLoop = self.eventLoop
             Task {
                 let token = await manager.tokenForRequest()
                 eventLoop.execute { bound.value.tokenAcquired(token) }
             }
+        }
+    }
+
+    /// Bounds the waits outside attempts (token fetch, token refresh) by `timeouts.total`.
+    private func startTotalTimerIfNeeded() {
+        guard totalTimer == nil else { return }
+        let remaining = timeouts.total - Duration.nanoseconds((NIODeadline.now() - startedAt).nanoseconds)
+        totalTimer = eventLoop.assumeIsolated().scheduleTask(in: .init(max(remaining, .zero))) { [self] in
+            totalTimer = nil
+            totalDeadlinePassed()
         }
     }
 
@@ -243,8 +252,13 @@ final class Exchange {
         transfer = runtime.transport.start(request, on: eventLoop) { events in
             bound.value.handle(events, token: token)
         }
-        perTryTimer = eventLoop.assumeIsolated().scheduleTask(in: .init(timeouts.perTry)) { [self] in
-            perTryDeadlinePassed(token: token)
+        // One timer per attempt: per_try, cut short by what is left of total (one timer less per request than
+        // keeping a separate total timer; backoff waits are already bounded by the retry policy).
+        let remaining = timeouts.total - Duration.nanoseconds((NIODeadline.now() - startedAt).nanoseconds)
+        let totalEndsFirst = remaining <= timeouts.perTry
+        perTryTimer = eventLoop.assumeIsolated().scheduleTask(in: .init(min(timeouts.perTry, max(remaining, .zero)))) {
+            [self] in
+            if totalEndsFirst { totalDeadlinePassed() } else { perTryDeadlinePassed(token: token) }
         }
     }
 
@@ -329,6 +343,7 @@ final class Exchange {
             !replayedAfterRefresh, bodyReplayable, let rejected = token
         {
             phase = .awaitingRefresh
+            startTotalTimerIfNeeded()
             heldHead = upstreamHead
             heldEvents = []
             let bound = NIOLoopBound(self, eventLoop: eventLoop)
@@ -508,7 +523,10 @@ final class Exchange {
             failLocally(.upstreamTimeout)
         case .acquiringToken:
             failLocally(.tokenUnavailable)
-        case .awaitingRefresh, .relayingResponse, .done:
+        case .awaitingRefresh:
+            // The refresh outlived the request's budget: answer with what the upstream said.
+            refreshFinished(nil)
+        case .relayingResponse, .done:
             break
         }
     }
