@@ -37,7 +37,10 @@ public struct RetryBudget: Sendable, Equatable {
             requests += b.requests
             ratioRetries += b.ratioRetries
         }
-        if Double(ratioRetries + 1) <= ratio * Double(requests) {
+        // ratio × requests can land just below a whole number in floating point (0.57 × 100 = 56.99…), which would
+        // refuse a retry the ratio allows; a relative tolerance far below one retry absorbs that.
+        let allowance = ratio * Double(requests)
+        if Double(ratioRetries + 1) <= allowance + allowance * 1e-9 {
             buckets[current].ratioRetries += 1
             return true
         }

@@ -1,0 +1,345 @@
+import BackstopCore
+import Testing
+
+/// 2023-11-14T22:13:20Z.
+private let wallNow = 1_700_000_000.0
+
+/// A policy with predictable waits: constant 1 s backoff without jitter, 30 s total, a generous budget.
+private func policy(
+    attempts: Int = 4, on: Set<RetryCondition> = RetryConfig.defaultOn,
+    methods: Set<String> = RetryConfig.defaultMethods, key: String? = "Idempotency-Key",
+    backoff: BackoffConfig = BackoffConfig(strategy: .constant, base: .seconds(1), max: .seconds(10), jitter: .none),
+    honor: Bool = true, retryAfterMax: Duration = .seconds(60), total: Duration = .seconds(30)
+) -> RetryPolicy {
+    RetryPolicy(
+        config: RetryConfig(
+            attempts: attempts, on: on, methods: methods, retryNonIdempotentWithKey: key, backoff: backoff,
+            retryAfter: RetryAfterConfig(honor: honor, max: retryAfterMax), budget: BudgetConfig()),
+        timeouts: Timeouts(connect: .seconds(2), perTry: .seconds(10), total: total))
+}
+
+private func generousBudget() -> RetryBudget { RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 1000)) }
+
+private func status(_ code: Int, retryAfter: String? = nil, reset: String? = nil) -> AttemptOutcome {
+    .response(status: code, retryAfter: retryAfter, rateLimitReset: reset)
+}
+
+private func request(_ method: String = "GET", key: Bool = false, replayable: Bool = true) -> RetryRequestInfo {
+    RetryRequestInfo(method: method, hasIdempotencyKey: key, bodyReplayable: replayable)
+}
+
+/// One decision with its own budget and RNG.
+private func decide(
+    _ policy: RetryPolicy, attempt: Int = 1, _ outcome: AttemptOutcome, _ request: RetryRequestInfo = request(),
+    elapsed: Duration = .zero, previousDelay: Duration? = nil, nowWall: Double = wallNow
+) -> RetryDecision {
+    var budget = generousBudget()
+    var rng = RetryWordsRNG(RetryWordsRNG.half)
+    return policy.decide(
+        attempt: attempt, outcome: outcome, request: request, elapsed: elapsed, previousDelay: previousDelay,
+        nowWall: nowWall, now: .seconds(100), budget: &budget, random: &rng)
+}
+
+/// One decision against a shared budget.
+private func decide(
+    _ policy: RetryPolicy, attempt: Int = 1, _ outcome: AttemptOutcome, _ request: RetryRequestInfo = request(),
+    elapsed: Duration = .zero, now: Duration = .seconds(100), budget: inout RetryBudget
+) -> RetryDecision {
+    var rng = RetryWordsRNG(RetryWordsRNG.half)
+    return policy.decide(
+        attempt: attempt, outcome: outcome, request: request, elapsed: elapsed, previousDelay: nil,
+        nowWall: wallNow, now: now, budget: &budget, random: &rng)
+}
+
+@Suite("Retry policy")
+struct RetryPolicyTests {
+    // MARK: condition
+
+    @Test(arguments: [200, 201, 301, 400, 401, 403, 404, 409, 500, 501, 505])
+    func statusNotListedIsNotRetryable(code: Int) {
+        #expect(decide(policy(), status(code)) == .giveUp(.notRetryableCondition))
+    }
+
+    @Test func transportConditionsNotListedAreNotRetryable() {
+        let p = policy(on: [.status(503)])
+        #expect(decide(p, .connectFailure) == .giveUp(.notRetryableCondition))
+        #expect(decide(p, .reset) == .giveUp(.notRetryableCondition))
+        #expect(decide(p, .timeout) == .giveUp(.notRetryableCondition))
+        #expect(decide(p, status(502)) == .giveUp(.notRetryableCondition))
+        #expect(decide(p, status(503)) == .retry(after: .seconds(1), reason: .status(503)))
+    }
+
+    @Test func anEmptyOnListRetriesNothing() {
+        let p = policy(on: [])
+        for outcome in [AttemptOutcome.connectFailure, .reset, .timeout, status(503)] {
+            #expect(decide(p, outcome) == .giveUp(.notRetryableCondition))
+        }
+    }
+
+    @Test(arguments: [
+        (AttemptOutcome.connectFailure, RetryCondition.connectFailure),
+        (.reset, .reset),
+        (.timeout, .timeout),
+        (.response(status: 429, retryAfter: nil, rateLimitReset: nil), .status(429)),
+        (.response(status: 502, retryAfter: nil, rateLimitReset: nil), .status(502)),
+        (.response(status: 503, retryAfter: nil, rateLimitReset: nil), .status(503)),
+        (.response(status: 504, retryAfter: nil, rateLimitReset: nil), .status(504)),
+    ])
+    func theReasonIsTheMatchedCondition(outcome: AttemptOutcome, condition: RetryCondition) {
+        #expect(decide(policy(), outcome) == .retry(after: .seconds(1), reason: condition))
+    }
+
+    @Test func theConditionCheckComesFirst() {
+        // Attempts exhausted, POST, unreplayable body: still "not retryable" for a 500.
+        let p = policy(attempts: 1)
+        #expect(decide(p, attempt: 5, status(500), request("POST", replayable: false))
+            == .giveUp(.notRetryableCondition))
+    }
+
+    // MARK: attempts
+
+    @Test func attemptsCountTheFirstAttempt() {
+        let p = policy(attempts: 3)
+        #expect(decide(p, attempt: 1, status(503)) == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, attempt: 2, status(503)) == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, attempt: 3, status(503)) == .giveUp(.attemptsExhausted))
+        #expect(decide(p, attempt: 4, status(503)) == .giveUp(.attemptsExhausted))
+    }
+
+    @Test func oneAttemptDisablesRetries() {
+        let p = policy(attempts: 1)
+        for outcome in [AttemptOutcome.connectFailure, .reset, .timeout, status(503)] {
+            #expect(decide(p, attempt: 1, outcome) == .giveUp(.attemptsExhausted))
+        }
+    }
+
+    // MARK: methods
+
+    @Test(arguments: ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"])
+    func idempotentMethodsAreRetriedOnEveryCondition(method: String) {
+        for outcome in [AttemptOutcome.connectFailure, .reset, .timeout, status(503)] {
+            #expect(decide(policy(), outcome, request(method)) != .giveUp(.methodNotRetryable), "\(method)")
+            if case .retry = decide(policy(), outcome, request(method)) {} else {
+                Issue.record("\(method) \(outcome) not retried")
+            }
+        }
+    }
+
+    @Test(arguments: ["POST", "PATCH", "CONNECT", "PROPFIND"])
+    func nonIdempotentMethodsWithoutKeyAreNotRetried(method: String) {
+        for outcome in [AttemptOutcome.reset, .timeout, status(502), status(503), status(429)] {
+            #expect(decide(policy(), outcome, request(method)) == .giveUp(.methodNotRetryable), "\(method) \(outcome)")
+        }
+    }
+
+    @Test(arguments: ["POST", "PATCH"])
+    func nonIdempotentMethodsWithTheKeyHeaderAreRetried(method: String) {
+        for outcome in [AttemptOutcome.reset, .timeout, status(503)] {
+            if case .retry = decide(policy(), outcome, request(method, key: true)) {} else {
+                Issue.record("\(method) with key, \(outcome) not retried")
+            }
+        }
+    }
+
+    @Test(arguments: ["POST", "PATCH"])
+    func theKeyHeaderCountsOnlyWhenConfigured(method: String) {
+        let p = policy(key: nil)
+        #expect(decide(p, .reset, request(method, key: true)) == .giveUp(.methodNotRetryable))
+        #expect(decide(p, status(503), request(method, key: true)) == .giveUp(.methodNotRetryable))
+    }
+
+    @Test(arguments: ["POST", "PATCH"])
+    func aConnectFailureIsRetriedForEveryMethod(method: String) {
+        #expect(decide(policy(), .connectFailure, request(method))
+            == .retry(after: .seconds(1), reason: .connectFailure))
+        #expect(decide(policy(key: nil), .connectFailure, request(method))
+            == .retry(after: .seconds(1), reason: .connectFailure))
+        #expect(decide(policy(methods: []), .connectFailure, request(method))
+            == .retry(after: .seconds(1), reason: .connectFailure))
+    }
+
+    @Test func theMethodsListIsConfigurable() {
+        let p = policy(methods: ["GET"])
+        #expect(decide(p, status(503), request("GET")) == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, status(503), request("DELETE")) == .giveUp(.methodNotRetryable))
+        #expect(decide(p, .reset, request("PUT")) == .giveUp(.methodNotRetryable))
+        let withPost = policy(methods: ["GET", "POST"])
+        #expect(decide(withPost, .timeout, request("POST")) == .retry(after: .seconds(1), reason: .timeout))
+    }
+
+    @Test func theMethodCheckComesBeforeTheBodyCheck() {
+        #expect(decide(policy(), .reset, request("POST", replayable: false)) == .giveUp(.methodNotRetryable))
+    }
+
+    // MARK: body
+
+    @Test func anUnreplayableBodyIsNeverRetried() {
+        for outcome in [AttemptOutcome.connectFailure, .reset, .timeout, status(503)] {
+            #expect(decide(policy(), outcome, request("PUT", replayable: false)) == .giveUp(.bodyNotReplayable))
+            #expect(decide(policy(), outcome, request("POST", key: true, replayable: false))
+                == .giveUp(.bodyNotReplayable))
+        }
+        #expect(decide(policy(), .connectFailure, request("POST", replayable: false)) == .giveUp(.bodyNotReplayable))
+    }
+
+    // MARK: waits
+
+    @Test func theBackoffUsesTheAttemptNumberAsTheRetryNumber() {
+        let p = policy(
+            attempts: 10,
+            backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), multiplier: 2,
+                                   jitter: .none),
+            total: .seconds(100))
+        let waits = (1...6).map { decide(p, attempt: $0, status(503)) }
+        #expect(waits == [1, 2, 4, 8, 10, 10].map { RetryDecision.retry(after: .seconds($0), reason: .status(503)) })
+    }
+
+    @Test func theJitterUsesTheInjectedRandomSource() {
+        let p = policy(backoff: BackoffConfig(strategy: .constant, base: .seconds(4), max: .seconds(10), jitter: .full))
+        // The helper's RNG always draws 0.5.
+        #expect(decide(p, status(503)) == .retry(after: .seconds(2), reason: .status(503)))
+    }
+
+    @Test func decorrelatedBackoffGetsThePreviousDelay() {
+        let p = policy(backoff: BackoffConfig(strategy: .decorrelated, base: .seconds(1), max: .seconds(20)))
+        #expect(decide(p, status(503)) == .retry(after: .seconds(2), reason: .status(503)))
+        // previous 4 s → uniform [1, 12], half → 6.5 s.
+        #expect(decide(p, attempt: 2, status(503), previousDelay: .seconds(4))
+            == .retry(after: .milliseconds(6500), reason: .status(503)))
+    }
+
+    @Test func retryAfterReplacesTheBackoff() {
+        let p = policy()
+        #expect(decide(p, status(503, retryAfter: "5")) == .retry(after: .seconds(5), reason: .status(503)))
+        #expect(decide(p, status(429, retryAfter: "0")) == .retry(after: .zero, reason: .status(429)))
+        #expect(decide(p, status(429, reset: "7")) == .retry(after: .seconds(7), reason: .status(429)))
+        #expect(decide(p, status(429, reset: "1700000012")) == .retry(after: .seconds(12), reason: .status(429)))
+        #expect(decide(p, status(503, retryAfter: "3", reset: "7")) == .retry(after: .seconds(3), reason: .status(503)))
+    }
+
+    @Test func anHTTPDateHintUsesTheWallClock() {
+        let p = policy()
+        let date = "Sun, 06 Nov 1994 08:49:37 GMT"
+        #expect(decide(p, status(503, retryAfter: date), nowWall: 784_111_777 - 20)
+            == .retry(after: .seconds(20), reason: .status(503)))
+        #expect(decide(p, status(503, retryAfter: date), nowWall: wallNow)
+            == .retry(after: .zero, reason: .status(503)))
+    }
+
+    @Test(arguments: ["abc", "-1", "1.5", "", "9999999999", "Sun, 06 Nov 1994 25:00:00 GMT"])
+    func anUnusableRetryAfterFallsBackToTheRateLimitResetOrTheBackoff(value: String) {
+        let p = policy()
+        #expect(decide(p, status(503, retryAfter: value)) == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, status(503, retryAfter: value, reset: "4"))
+            == .retry(after: .seconds(4), reason: .status(503)))
+    }
+
+    @Test(arguments: ["abc", "-1", "", "9999999999", "999999999", "1e3"])
+    func anUnusableRateLimitResetFallsBackToTheBackoff(value: String) {
+        #expect(decide(policy(), status(429, reset: value)) == .retry(after: .seconds(1), reason: .status(429)))
+    }
+
+    @Test func aHintAboveTheMaximumGivesUp() {
+        let p = policy(retryAfterMax: .seconds(60), total: .seconds(120))
+        #expect(decide(p, status(503, retryAfter: "60")) == .retry(after: .seconds(60), reason: .status(503)))
+        #expect(decide(p, status(503, retryAfter: "61")) == .giveUp(.retryAfterTooLong))
+        #expect(decide(p, status(429, reset: "60.5")) == .giveUp(.retryAfterTooLong))
+        #expect(decide(p, status(429, reset: "1700003600")) == .giveUp(.retryAfterTooLong))
+        #expect(decide(p, status(503, retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT"), nowWall: 784_111_777 - 3600)
+            == .giveUp(.retryAfterTooLong))
+        // An absurd value is no hint at all, not "too long".
+        #expect(decide(p, status(503, retryAfter: "9999999999")) == .retry(after: .seconds(1), reason: .status(503)))
+    }
+
+    @Test func honorFalseIgnoresHints() {
+        let p = policy(honor: false, retryAfterMax: .seconds(60))
+        #expect(decide(p, status(503, retryAfter: "5")) == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, status(503, retryAfter: "3600")) == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, status(429, reset: "1700003600")) == .retry(after: .seconds(1), reason: .status(429)))
+        #expect(decide(p, status(429, retryAfter: "0")) == .retry(after: .seconds(1), reason: .status(429)))
+    }
+
+    // MARK: deadline
+
+    @Test func theWaitMustEndBeforeTheTotalTimeout() {
+        let p = policy(total: .seconds(30))
+        #expect(decide(p, status(503), elapsed: .seconds(28)) == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, status(503), elapsed: .milliseconds(28_999))
+            == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, status(503), elapsed: .seconds(29)) == .giveUp(.deadlineExceeded))
+        #expect(decide(p, .connectFailure, elapsed: .seconds(45)) == .giveUp(.deadlineExceeded))
+        #expect(decide(p, status(503, retryAfter: "30")) == .giveUp(.deadlineExceeded))
+        #expect(decide(p, status(503, retryAfter: "29"), elapsed: .milliseconds(999))
+            == .retry(after: .seconds(29), reason: .status(503)))
+        #expect(decide(p, status(503, retryAfter: "29"), elapsed: .seconds(1)) == .giveUp(.deadlineExceeded))
+    }
+
+    @Test func tooLongComesBeforeTheDeadline() {
+        let p = policy(retryAfterMax: .seconds(10), total: .seconds(30))
+        #expect(decide(p, status(503, retryAfter: "40")) == .giveUp(.retryAfterTooLong))
+    }
+
+    // MARK: budget
+
+    @Test func anExhaustedBudgetGivesUp() {
+        var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 1))
+        let p = policy()
+        #expect(decide(p, status(503), now: .seconds(50), budget: &budget)
+            == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, status(503), now: .seconds(50), budget: &budget) == .giveUp(.budgetExhausted))
+        #expect(decide(p, .connectFailure, now: .milliseconds(50_900), budget: &budget) == .giveUp(.budgetExhausted))
+        // The next second brings a new reserve retry.
+        #expect(decide(p, .connectFailure, now: .seconds(51), budget: &budget)
+            == .retry(after: .seconds(1), reason: .connectFailure))
+    }
+
+    @Test func aBudgetWithNoRoomRefusesEveryOtherwiseValidRetry() {
+        var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 0))
+        for outcome in [AttemptOutcome.connectFailure, .reset, .timeout, status(503, retryAfter: "2")] {
+            #expect(decide(policy(), outcome, budget: &budget) == .giveUp(.budgetExhausted))
+        }
+    }
+
+    @Test func earlierGiveUpsDoNotSpendTheBudget() {
+        var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 1))
+        let p = policy(attempts: 3, retryAfterMax: .seconds(10), total: .seconds(30))
+        let now = Duration.seconds(7)
+        #expect(decide(p, status(500), now: now, budget: &budget) == .giveUp(.notRetryableCondition))
+        #expect(decide(p, attempt: 3, status(503), now: now, budget: &budget) == .giveUp(.attemptsExhausted))
+        #expect(decide(p, .reset, request("POST"), now: now, budget: &budget) == .giveUp(.methodNotRetryable))
+        #expect(decide(p, .reset, request("PUT", replayable: false), now: now, budget: &budget)
+            == .giveUp(.bodyNotReplayable))
+        #expect(decide(p, status(429, retryAfter: "11"), now: now, budget: &budget) == .giveUp(.retryAfterTooLong))
+        #expect(decide(p, status(503), elapsed: .seconds(29), now: now, budget: &budget) == .giveUp(.deadlineExceeded))
+        #expect(budget.retriesInWindow(now: now) == 0)
+        // The one reserve retry of this second is still there.
+        #expect(decide(p, status(503), now: now, budget: &budget) == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(budget.retriesInWindow(now: now) == 1)
+        #expect(decide(p, status(503), now: now, budget: &budget) == .giveUp(.budgetExhausted))
+    }
+
+    @Test func theRatioBudgetFollowsRecordedRequests() {
+        var budget = RetryBudget(BudgetConfig(ratio: 0.2, minPerSecond: 0))
+        let p = policy()
+        for _ in 0..<10 { budget.recordRequest(now: .seconds(3)) }
+        #expect(decide(p, status(503), now: .seconds(3), budget: &budget)
+            == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(decide(p, .timeout, now: .seconds(4), budget: &budget) == .retry(after: .seconds(1), reason: .timeout))
+        #expect(decide(p, .timeout, now: .seconds(5), budget: &budget) == .giveUp(.budgetExhausted))
+    }
+
+    // MARK: misc
+
+    @Test func giveUpReasonsHaveStableNames() {
+        #expect(GiveUpReason.allCases.map(\.rawValue) == [
+            "not-retryable", "attempts-exhausted", "method-not-retryable", "body-not-replayable",
+            "retry-after-too-long", "deadline-exceeded", "budget-exhausted",
+        ])
+    }
+
+    @Test func thePolicyBuildsItsBackoffFromTheConfig() {
+        let p = policy()
+        #expect(p.backoff == Backoff(p.config.backoff))
+        #expect(p.timeouts.total == .seconds(30))
+    }
+}
