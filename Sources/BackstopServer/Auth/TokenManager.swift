@@ -28,8 +28,13 @@ public actor TokenManager {
     private let now: @Sendable () -> Double
     private let endpointPolicy = TokenEndpointRetryPolicy()
     private let counters: TokenRefreshCounters
-    private var state: TokenState
+    private var state: TokenState {
+        didSet { publishFastPath() }
+    }
     private var refresh: Task<Void, Never>?
+    /// The current token and until when it may be used without asking the actor (its proactive refresh point or
+    /// expiry): the per-request fast path, so a valid token costs a lock, not an actor hop.
+    private let fastPath = Mutex<(token: ManagedToken, until: Double)?>(nil)
     private var random = SystemRandomNumberGenerator()
 
     init(
@@ -46,6 +51,24 @@ public actor TokenManager {
         self.counters = counters
         self.now = now
         self.state = TokenState(configuration: TokenState.Configuration(config))
+    }
+
+    /// The current token when it is valid and not yet due for a proactive refresh; nil means "ask the actor".
+    public nonisolated func cachedToken() -> ManagedToken? {
+        let now = self.now()
+        return fastPath.withLock { entry in
+            guard let entry, now < entry.until else { return nil }
+            return entry.token
+        }
+    }
+
+    private func publishFastPath() {
+        var entry: (token: ManagedToken, until: Double)?
+        if case .valid(let token) = state.phase {
+            let until = state.nextProactiveRefreshTime ?? token.expiry ?? .infinity
+            entry = (token, until)
+        }
+        fastPath.withLock { $0 = entry }
     }
 
     /// The token for a request about to be sent; nil when none can be had (→ 502 `token-unavailable`).

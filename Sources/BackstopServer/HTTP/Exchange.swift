@@ -203,6 +203,12 @@ final class Exchange {
             authValue = value
             startAttempt()
         case .oauth2(let manager, _):
+            if let token = manager.cachedToken() {
+                self.token = token
+                authValue = token.value
+                startAttempt()
+                return
+            }
             phase = .acquiringToken
             startTotalTimerIfNeeded()
             let bound = NIOLoopBound(self, eventLoop: eventLoop)
