@@ -1,0 +1,35 @@
+# Backstop container image: build with the Swift toolchain, run on a slim Debian with libcurl only.
+#   docker build -t backstop .
+#   docker run --rm -v $PWD/config:/etc/backstop -v backstop-state:/var/lib/backstop -p 8080:8080 backstop
+# Sidecar: run it in the application's network namespace (--network container:APP) and give the app
+# HTTP_PROXY=http://127.0.0.1:8080.
+
+FROM swift:6.3-bookworm AS build
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libcurl4-openssl-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Package.swift ./
+COPY Sources ./Sources
+COPY Tests ./Tests
+RUN swift build -c release --static-swift-stdlib --product backstop \
+    && install -D -m 0755 "$(swift build -c release --show-bin-path)/backstop" /out/backstop
+
+FROM debian:bookworm-slim
+# Exactly what the binary links dynamically besides glibc (checked by scripts/check-runtime-deps.sh).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libcurl4 ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 backstop \
+    && useradd --system --uid 10001 --gid backstop --home-dir /var/lib/backstop --shell /usr/sbin/nologin backstop \
+    && install -d -o backstop -g backstop -m 0700 /var/lib/backstop \
+    && install -d -m 0755 /etc/backstop
+COPY --from=build /out/backstop /usr/local/bin/backstop
+USER backstop
+VOLUME ["/etc/backstop", "/var/lib/backstop"]
+EXPOSE 8080 9901
+# bash's /dev/tcp: no curl in the runtime image.
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
+    CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9901 && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q '200' <&3"]
+ENTRYPOINT ["/usr/local/bin/backstop"]
+CMD ["run", "--config", "/etc/backstop/backstop.yaml"]
