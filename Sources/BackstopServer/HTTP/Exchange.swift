@@ -365,7 +365,10 @@ final class Exchange {
                 status: upstreamHead.status, retryAfter: upstreamHead.header("Retry-After"),
                 rateLimitReset: upstreamHead.header("X-RateLimit-Reset"))
             if case .retry(let delay, let reason) = decide(outcome, upstream: upstream) {
-                scheduleRetry(after: delay, reason: reason)
+                // A small body is left to finish (and ignored) so curl keeps the connection for the retry;
+                // cancelling mid-response would close it.
+                let length = upstreamHead.header("Content-Length").flatMap { Int($0) }
+                scheduleRetry(after: delay, reason: reason, cancelAttempt: !(length.map { $0 <= 64 << 10 } ?? false))
                 return
             }
         }
@@ -398,8 +401,8 @@ final class Exchange {
     }
 
     /// Discards the current attempt (its body is never sent to the client) and starts another after `delay`.
-    private func scheduleRetry(after delay: Duration, reason: RetryCondition) {
-        transfer?.cancel()
+    private func scheduleRetry(after delay: Duration, reason: RetryCondition, cancelAttempt: Bool = true) {
+        if cancelAttempt { transfer?.cancel() }
         transfer = nil
         perTryTimer?.cancel()
         perTryTimer = nil
