@@ -36,8 +36,31 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Whether a response is being written (head sent, end not yet).
     private var responseInProgress = false
 
-    init(runtime: ProxyRuntime) {
+    /// `limits.client_idle_timeout`: how long a connection may go without a complete request head.
+    private let idleTimeout: TimeAmount
+    private var idleTimer: Scheduled<Void>?
+
+    init(runtime: ProxyRuntime, idleTimeout: TimeAmount) {
         self.runtime = runtime
+        self.idleTimeout = idleTimeout
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        armIdleTimer(context: context)
+        context.fireChannelActive()
+    }
+
+    /// Closes the connection unless a complete request head arrives in time. Measured from the end of the
+    /// previous response (or the accept), not from the last byte: a client trickling a head one byte at a time
+    /// (slowloris) is closed like an idle one.
+    private func armIdleTimer(context: ChannelHandlerContext) {
+        idleTimer?.cancel()
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        idleTimer = context.eventLoop.scheduleTask(in: idleTimeout) {
+            let handler = loopBound.value
+            handler.idleTimer = nil
+            if !handler.inFlight { handler.context?.close(promise: nil) }
+        }
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
@@ -56,6 +79,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func process(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
         switch part {
         case .head(let head):
+            idleTimer?.cancel()
+            idleTimer = nil
             discardingRequest = false
             inFlight = true
             requestEnded = false
@@ -88,6 +113,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         while !queued.isEmpty, !inFlight || !requestEnded {
             process(queued.removeFirst(), context: context)
         }
+        if !inFlight { armIdleTimer(context: context) }
         if queueHold && queued.count < Self.maxQueuedParts / 2 {
             queueHold = false
             resumeReadingIfAllowed()
@@ -95,6 +121,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        idleTimer?.cancel()
+        idleTimer = nil
         exchange?.clientGone()
         exchange = nil
         context.fireChannelInactive()
@@ -115,15 +143,6 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         exchange?.clientGone()
         exchange = nil
         context.close(promise: nil)
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is IdleStateHandler.IdleStateEvent {
-            // Idle between requests: close. A request in flight keeps the connection (the exchange has timeouts).
-            if exchange == nil && !responseInProgress { context.close(promise: nil) }
-            return
-        }
-        context.fireUserInboundEventTriggered(event)
     }
 
     func read(context: ChannelHandlerContext) {

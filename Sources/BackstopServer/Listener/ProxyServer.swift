@@ -105,8 +105,7 @@ public final class ProxyServer: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false)
-                    try sync.addHandler(IdleStateHandler(allTimeout: idle))
-                    try sync.addHandler(ProxyHandler(runtime: runtime))
+                    try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle))
                 }
             }
         do {
