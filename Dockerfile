@@ -1,15 +1,19 @@
 # Backstop container image: build with the Swift toolchain, run on a slim Debian with libcurl only.
 #   docker build -t backstop .
-#   docker run --rm -v $PWD/config:/etc/backstop -v backstop-state:/var/lib/backstop -p 8080:8080 backstop
-# Sidecar: run it in the application's network namespace (--network container:APP) and give the app
-# HTTP_PROXY=http://127.0.0.1:8080.
+# Sidecar (the usual use): run it in the application's network namespace and give the app
+# HTTP_PROXY=http://127.0.0.1:8080; the config's listener stays on loopback:
+#   docker run -d --network container:APP -v /srv/backstop:/etc/backstop -v backstop-state:/var/lib/backstop backstop
+# Publishing the port instead (-p 8080:8080) needs a non-loopback listener with allow_remote/allow_clients
+# (docs/operations.md, "Docker and sidecars").
 
 FROM swift:6.3-bookworm AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libcurl4-openssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY Package.swift ./
+# Package.resolved pins dependency versions when present (it is git-ignored, so a clean clone has none: the
+# [d] glob lets COPY go on without it). Tests/ only because the manifest declares test targets.
+COPY Package.swift Package.resolve[d] ./
 COPY Sources ./Sources
 COPY Tests ./Tests
 RUN swift build -c release --static-swift-stdlib --product backstop \
@@ -28,8 +32,9 @@ COPY --from=build /out/backstop /usr/local/bin/backstop
 USER backstop
 VOLUME ["/etc/backstop", "/var/lib/backstop"]
 EXPOSE 8080 9901
-# bash's /dev/tcp: no curl in the runtime image.
-HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
-    CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9901 && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q '200' <&3"]
+# No curl in the runtime image: bash's /dev/tcp sends GET /healthz to the admin listener (keep admin.listen at
+# 127.0.0.1:9901) and the status line must say 200. Checked against the daemon with /bin/sh = dash.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+    CMD bash -c 'exec 3<>/dev/tcp/127.0.0.1/9901 && printf "GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3 && IFS= read -r status <&3 && [[ "$status" == "HTTP/1."?" 200 "* ]]'
 ENTRYPOINT ["/usr/local/bin/backstop"]
 CMD ["run", "--config", "/etc/backstop/backstop.yaml"]

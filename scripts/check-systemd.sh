@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Checks systemd/backstop.service: `systemd-analyze verify` accepts it, and every directive the unit promises
+# (notify, watchdog, credentials, hardening) is present with the expected value. Installs nothing: needs the
+# Debian `systemd` package (.ci/run installs it).
+#   bash scripts/check-systemd.sh [BINARY]      e.g. .build/debug/backstop
+#
+# Why a temporary copy: verify refuses a unit whose ExecStart binary does not exist, and /usr/local/bin/backstop
+# is not installed on a build machine. The copy points every /usr/local/bin/backstop at BINARY (the built daemon),
+# or at /bin/true when none is given, which still checks the unit's syntax and every other path.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+unit=systemd/backstop.service
+analyzer=$(command -v systemd-analyze || true)
+[ -n "$analyzer" ] || { echo "check-systemd: systemd-analyze not found (apt-get install systemd)" >&2; exit 2; }
+[ -f "$unit" ] || { echo "check-systemd: $unit not found" >&2; exit 2; }
+
+binary=/bin/true
+if [ $# -ge 1 ]; then
+    [ -x "$1" ] || { echo "check-systemd: $1 is not an executable (build it first)" >&2; exit 2; }
+    binary=$(readlink -f "$1")   # verify wants absolute paths
+fi
+
+failed=0
+
+# 1. Every directive, as the value its last assignment leaves in force (a later `X=no` would undo an earlier
+#    `X=yes`, so a plain grep for presence is not enough).
+expected=(
+    "Type=notify"
+    "ExecStart=/usr/local/bin/backstop run --config /etc/backstop/backstop.yaml"
+    "WatchdogSec=30s"
+    "Restart=on-failure"
+    "DynamicUser=yes"
+    "StateDirectory=backstop"
+    "ConfigurationDirectory=backstop"
+    "RuntimeDirectory=backstop"
+    "LoadCredential=keychain.key:/etc/backstop/keychain.key"
+    "UMask=0077"
+    "NoNewPrivileges=yes"
+    "ProtectSystem=strict"
+    "ProtectHome=yes"
+    "PrivateTmp=yes"
+    "PrivateDevices=yes"
+    "ProtectKernelTunables=yes"
+    "ProtectKernelModules=yes"
+    "ProtectKernelLogs=yes"
+    "ProtectControlGroups=yes"
+    "ProtectClock=yes"
+    "ProtectHostname=yes"
+    "RestrictNamespaces=yes"
+    "RestrictRealtime=yes"
+    "RestrictSUIDSGID=yes"
+    "LockPersonality=yes"
+    "MemoryDenyWriteExecute=yes"
+    "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX"
+    "SystemCallFilter=@system-service"
+    "SystemCallArchitectures=native"
+    "CapabilityBoundingSet="
+    "AmbientCapabilities="
+)
+# Directives that may legitimately appear several times: the line must be there, wherever.
+listed=(
+    "ExecReload=/bin/kill -HUP \$MAINPID"
+)
+# Assignments only, without comments and surrounding blanks.
+assignments=$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' "$unit" | grep -E '^[A-Za-z]+=' || true)
+for want in "${expected[@]}"; do
+    key=${want%%=*}
+    last=$(printf '%s\n' "$assignments" | grep -E "^${key}=" | tail -1 || true)
+    if [ -z "$last" ]; then
+        echo "check-systemd: missing: $want"
+        failed=1
+    elif [ "$last" != "$want" ]; then
+        echo "check-systemd: wrong value: '$last' (want '$want')"
+        failed=1
+    fi
+done
+for want in "${listed[@]}"; do
+    if ! printf '%s\n' "$assignments" | grep -Fqx -- "$want"; then
+        echo "check-systemd: missing: $want"
+        failed=1
+    fi
+done
+
+# 2. systemd-analyze verify on the copy. It exits 0 even for unknown keys and unparsable values (it logs
+#    "..., ignoring."), so any diagnostic that names the unit counts as a failure too.
+workdir=$(mktemp -d)
+trap 'rm -rf "$workdir"' EXIT
+sed "s#/usr/local/bin/backstop#${binary}#g" "$unit" > "$workdir/backstop.service"
+set +e
+output=$("$analyzer" verify "$workdir/backstop.service" 2>&1)
+status=$?
+set -e
+[ -z "$output" ] || printf '%s\n' "$output"
+if [ "$status" -ne 0 ]; then
+    echo "check-systemd: systemd-analyze verify failed (exit $status)"
+    failed=1
+elif printf '%s\n' "$output" | grep -q 'backstop\.service'; then
+    echo "check-systemd: systemd-analyze verify reported problems in the unit (see above)"
+    failed=1
+fi
+
+# 3. For information only: systemd's own exposure score of the unit (lower is better; 'OK' is below 2.0).
+"$analyzer" security --offline=yes "$workdir/backstop.service" 2>/dev/null | grep -F 'Overall exposure level' || true
+
+if [ "$failed" -ne 0 ]; then
+    echo "check-systemd: FAILED"
+    exit 1
+fi
+echo "check-systemd: ok (${#expected[@]} directives + ExecReload checked; verified with ExecStart=${binary})"
