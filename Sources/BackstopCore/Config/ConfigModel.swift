@@ -112,7 +112,12 @@ public struct ListenerConfig: Sendable, Equatable, Hashable {
 /// The admin listener (`/healthz`, `/readyz`, `/metrics`).
 public struct AdminConfig: Sendable, Equatable {
     public var address: ListenAddress
-    public init(address: ListenAddress) { self.address = address }
+    /// Whether a non-loopback admin address was explicitly allowed (`admin.allow_remote: true`).
+    public var allowRemote: Bool
+    public init(address: ListenAddress, allowRemote: Bool = false) {
+        self.address = address
+        self.allowRemote = allowRemote
+    }
 }
 
 /// Log verbosity, in increasing severity.

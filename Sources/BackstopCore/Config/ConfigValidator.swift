@@ -1,55 +1,64 @@
-/// Semantic checks across sections (run after every section parsed): uniqueness, overlaps, cross references.
+/// Semantic checks across sections, run after every section parsed: upstream names unique, no two upstreams
+/// claiming the same requests, auth only with a keychain. Each problem is reported at the later of the two nodes.
 enum ConfigValidator {
-    static func validate(_ config: Config, file: String) -> [ConfigError] {
+    /// `upstreams` and `sites` run in parallel (one site per upstream).
+    static func validate(upstreams: [UpstreamConfig], sites: [UpstreamSite], hasKeychain: Bool) -> [ConfigError] {
         var errors: [ConfigError] = []
-        func at(_ upstream: UpstreamConfig) -> SourceLocation {
-            upstream.location ?? SourceLocation(file: file, line: 1, column: 1)
-        }
-        var names: [String: UpstreamConfig] = [:]
-        for upstream in config.upstreams {
-            if let first = names[upstream.name] {
+        func site(_ i: Int) -> UpstreamSite { sites[i] }
+        var firstByName: [String: Int] = [:]
+        for (i, upstream) in upstreams.enumerated() {
+            if let first = firstByName[upstream.name] {
                 errors.append(ConfigError(
-                    location: at(upstream),
-                    message: "duplicate upstream name '\(upstream.name)' (first defined at line \(at(first).line))"))
+                    location: site(i).name,
+                    message: "duplicate upstream name '\(upstream.name)' (first defined at line \(site(first).name.line))"))
             } else {
-                names[upstream.name] = upstream
+                firstByName[upstream.name] = i
             }
         }
-        // Two upstreams overlap when some request would match both equally: the same host pattern with the same
-        // path prefix (or both none), or the same prefix with no hosts on either.
-        var claims: [String: UpstreamConfig] = [:]
-        for upstream in config.upstreams {
-            let prefix = upstream.match.pathPrefix ?? ""
-            var keys: [(String, SourceLocation?)] = []
-            if upstream.match.hosts.isEmpty {
-                keys = [("*any*|\(prefix)", upstream.match.pathPrefixLocation)]
-            } else {
-                for (i, host) in upstream.match.hosts.enumerated() {
-                    let location = i < upstream.match.hostLocations.count ? upstream.match.hostLocations[i] : nil
-                    keys.append(("\(host)|\(prefix)", location))
-                }
-            }
-            for (key, location) in keys {
-                if let other = claims[key], other.name != upstream.name {
-                    let what = key.hasPrefix("*any*|") ? "path_prefix '\(prefix)'" :
-                        "host '\(key.split(separator: "|").first!)'" + (prefix.isEmpty ? "" : " with path_prefix '\(prefix)'")
-                    errors.append(ConfigError(
-                        location: location ?? at(upstream),
-                        message: "upstream '\(upstream.name)' overlaps upstream '\(other.name)': both match \(what)"))
-                } else {
-                    claims[key] = upstream
-                }
+        errors += overlaps(upstreams, site: site)
+        if !hasKeychain {
+            for (i, upstream) in upstreams.enumerated() where upstream.auth != .none {
+                errors.append(ConfigError(
+                    location: site(i).auth ?? site(i).name,
+                    message: "upstream '\(upstream.name)' uses auth but the config has no 'keychain' section"))
             }
         }
-        for upstream in config.upstreams {
-            switch upstream.auth {
-            case .none: break
-            case .staticToken, .oauth2:
-                if config.keychain == nil {
-                    errors.append(ConfigError(
-                        location: at(upstream),
-                        message: "upstream '\(upstream.name)' uses auth but the config has no 'keychain' section"))
+        return errors
+    }
+
+    /// Two upstreams overlap when the router could not tell them apart: the same host pattern with the same
+    /// path_prefix (or both without one), or the same path_prefix with no hosts on either. Different host patterns
+    /// or prefixes are fine (exact beats wildcard, longest prefix wins).
+    private static func overlaps(_ upstreams: [UpstreamConfig], site: (Int) -> UpstreamSite) -> [ConfigError] {
+        struct Claim: Hashable {
+            var host: String?
+            var prefix: String?
+        }
+        var errors: [ConfigError] = []
+        var claims: [Claim: Int] = [:]
+        for (i, upstream) in upstreams.enumerated() {
+            let match = upstream.match
+            // A match that failed to parse was reported already; it claims nothing.
+            if match.hosts.isEmpty && match.pathPrefix == nil { continue }
+            var mine: [(Claim, SourceLocation?)] = []
+            if match.hosts.isEmpty {
+                mine = [(Claim(host: nil, prefix: match.pathPrefix), match.pathPrefixLocation)]
+            } else {
+                for (h, host) in match.hosts.enumerated() {
+                    let at = h < match.hostLocations.count ? match.hostLocations[h] : nil
+                    mine.append((Claim(host: host, prefix: match.pathPrefix), at))
                 }
+            }
+            for (claim, location) in mine {
+                guard let other = claims[claim] else {
+                    claims[claim] = i
+                    continue
+                }
+                let what = claim.host.map { "host '\($0)'" + (claim.prefix.map { " with path_prefix '\($0)'" } ?? "") }
+                    ?? "path_prefix '\(claim.prefix ?? "")'"
+                errors.append(ConfigError(
+                    location: location ?? upstream.location ?? site(i).name,
+                    message: "upstream '\(upstream.name)' overlaps upstream '\(upstreams[other].name)': both match \(what)"))
             }
         }
         return errors

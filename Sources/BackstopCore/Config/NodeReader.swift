@@ -58,7 +58,7 @@ struct NodeReader {
 
     mutating func string(_ node: Node, _ path: String, allowEmpty: Bool = false) -> String? {
         guard let text = scalar(node, path) else { return nil }
-        if case .scalar(let s) = node, s.style == .plain, text == "~" || text == "null" {
+        if NodeReader.isNull(node) && !text.isEmpty {
             fail(node, "'\(path)' must not be null")
             return nil
         }
@@ -146,6 +146,18 @@ struct NodeReader {
         return nil
     }
 
+    /// A plain `~`, `null` or empty scalar: YAML's "no value".
+    static func isNull(_ node: Node) -> Bool {
+        guard case .scalar(let s) = node, s.style == .plain else { return false }
+        return s.string.isEmpty || s.string == "~" || s.string == "null" || s.string == "Null" || s.string == "NULL"
+    }
+
+    /// A scalar whose text is empty (`""`, `''`, or nothing).
+    static func isEmptyString(_ node: Node) -> Bool {
+        if case .scalar(let s) = node { return s.string.isEmpty }
+        return false
+    }
+
     static func kind(_ node: Node) -> String {
         switch node {
         case .scalar: "a single value"
@@ -155,25 +167,34 @@ struct NodeReader {
         }
     }
 
-    /// The allowed key closest to a misspelt one (edit distance ≤ 2), for "did you mean".
+    /// The allowed key closest to a misspelt one, for "did you mean": edit distance (a swap of neighbours counts
+    /// as one edit) at most 2, or a third of the key's length for long keys (`per_tries` → `per_try`).
     static func closest(_ name: String, _ allowed: [String]) -> String? {
+        let limit = Swift.max(2, name.count / 3)
         var best: (String, Int)?
         for candidate in allowed {
             let d = editDistance(Array(name), Array(candidate))
-            if d <= 2, best == nil || d < best!.1 { best = (candidate, d) }
+            if d <= limit, best == nil || d < best!.1 { best = (candidate, d) }
         }
         return best?.0
     }
 
+    /// Optimal string alignment distance: insertions, deletions, substitutions and adjacent transpositions.
     static func editDistance(_ a: [Character], _ b: [Character]) -> Int {
         if a.isEmpty { return b.count }
         if b.isEmpty { return a.count }
+        var beforePrevious: [Int] = []
         var previous = Array(0...b.count)
         for i in 1...a.count {
             var current = [i] + Array(repeating: 0, count: b.count)
             for j in 1...b.count {
-                current[j] = Swift.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+                let cost = a[i - 1] == b[j - 1] ? 0 : 1
+                current[j] = Swift.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+                    current[j] = Swift.min(current[j], beforePrevious[j - 2] + 1)
+                }
             }
+            beforePrevious = previous
             previous = current
         }
         return previous[b.count]

@@ -21,7 +21,7 @@ public struct Backoff: Sendable, Equatable {
             raw = base
         case .exponential:
             // Capped before it can overflow: multiplier^(n-1) in floating point saturates to +inf, not a trap.
-            raw = base * pow(config.multiplier, Double(n - 1))
+            raw = base * saturatingPower(config.multiplier, n - 1)
         case .fibonacci:
             raw = base * Self.fibonacci(n)
         case .decorrelated:
@@ -30,7 +30,8 @@ public struct Backoff: Sendable, Equatable {
             let value = base + (upper - base) * unitInterval(&random)
             return .seconds(min(cap, value))
         }
-        let capped = raw.isFinite ? min(cap, raw) : cap
+        // A zero base stays zero (0 × ∞ would be NaN, not "capped"); an infinite product saturates at the cap.
+        let capped = base <= 0 ? 0 : raw.isFinite ? min(cap, raw) : cap
         switch config.jitter {
         case .none: return .seconds(capped)
         case .full: return .seconds(capped * unitInterval(&random))
@@ -51,11 +52,12 @@ public func unitInterval(_ random: inout some RandomNumberGenerator) -> Double {
     Double(random.next() >> 11) * 0x1p-53
 }
 
-func pow(_ base: Double, _ exponent: Double) -> Double {
+/// `base^exponent` by squaring (at most 63 steps), stopping at +∞ instead of trapping.
+func saturatingPower(_ base: Double, _ exponent: Int) -> Double {
     if exponent <= 0 { return 1 }
     var result = 1.0
     var b = base
-    var e = Int(min(exponent, 4096))
+    var e = exponent
     while e > 0 {
         if e & 1 == 1 { result *= b }
         b *= b

@@ -1,17 +1,24 @@
 /// Where a request goes (SPEC §3 "Routing"): a pure function of the request-target, the `Host` header and the
-/// configured upstreams.
+/// configured upstreams. Built once per config snapshot.
 ///
 /// Rules:
-/// - Absolute form (`GET http://api.example.com/x`) matches on its URL host, only against upstreams that list
-///   `hosts`; an upstream that also has a `path_prefix` additionally needs the path to match it.
-/// - Origin form (`GET /api/x`) matches first by `path_prefix` (longest prefix wins; a prefix matches at a
-///   segment boundary: `/api` matches `/api`, `/api/x`, not `/apix`; an upstream that also lists hosts needs the
-///   `Host` header to match too), then by the `Host` header (port ignored, case-insensitive).
-/// - An exact host beats a wildcard; `*.a.com` matches `x.a.com` and `y.x.a.com`, not `a.com`.
-/// - When the match used a prefix and `strip_prefix` is on, the prefix is removed; the rest is joined to the
-///   upstream's base path (`/` when both are empty) and `?query` is appended byte for byte.
-/// - No match: `noRoute`, or with `unmatched: passthrough` the request's own URL (absolute `http` form, or
-///   `http://<Host><path>` for origin form).
+/// - Absolute form (`GET http://api.example.com/x`, what an `HTTP_PROXY` client sends) matches on its URL host,
+///   only against upstreams that list `hosts`; an upstream that also has a `path_prefix` additionally needs the
+///   path to match it.
+/// - Origin form (`GET /api/x`) matches first by `path_prefix`: longest prefix wins; a prefix matches at a segment
+///   boundary (`/api` matches `/api`, `/api/x`, `/api?q`, not `/apix`; `/` matches everything); an upstream that
+///   also lists hosts needs the `Host` header to match too. Then, among upstreams without a `path_prefix`, by the
+///   `Host` header (port ignored, case-insensitive).
+/// - Host precedence: an exact host beats a wildcard, a longer wildcard beats a shorter one; `*.a.com` matches
+///   `x.a.com` and `y.x.a.com`, not `a.com`. In absolute form the host decides first, then the longest matching
+///   prefix (an upstream with a matching prefix beats one without). In origin form the prefix decides first, then
+///   the host. Remaining ties go to the upstream listed first (the config loader rejects real overlaps).
+/// - When the match used a prefix and `strip_prefix` is on, the prefix is removed. The rest is appended to the
+///   upstream's base path (`/` when both are empty) and `?query` is appended byte for byte when the request had a
+///   `?` (even an empty query).
+/// - No match: `noRoute`; with `unmatched: passthrough`, the request's own URL for `http` absolute form
+///   (`https` → `noRoute`: a proxy cannot forward TLS it never saw), or `http://<Host><path>?query` for origin
+///   form (`noRoute` without a valid `Host`). Asterisk and authority forms never route.
 public struct Router: Sendable {
     private let upstreams: [UpstreamConfig]
     private let unmatched: UnmatchedPolicy
@@ -24,97 +31,106 @@ public struct Router: Sendable {
     public func route(target: RequestTarget, hostHeader: String?) -> RouteDecision {
         switch target.form {
         case .absolute(let scheme, let host, let port):
-            if let (index, stripped) = bestHostMatch(host: host, path: target.path, requireHosts: true) {
-                return .upstream(index: index, path: join(index, stripped ? strip(index, target.path) : target.path, target.query))
+            if let (index, usedPrefix) = bestAbsoluteMatch(host: host, path: target.path) {
+                return .upstream(index: index, path: upstreamPath(index, target, usedPrefix: usedPrefix))
             }
             guard unmatched == .passthrough, scheme == "http" else { return .noRoute }
             let authority = (host.contains(":") ? "[\(host)]" : host) + (port.map { ":\($0)" } ?? "")
-            return .passthrough(url: "http://\(authority)\(target.path)\(target.query.map { "?\($0)" } ?? "")")
+            return .passthrough(url: "http://\(authority)\(target.path)\(Self.querySuffix(target.query))")
         case .origin:
             let host = hostHeader.flatMap { RequestTarget.parseAuthority($0)?.host }
             if let index = bestPrefixMatch(path: target.path, host: host) {
-                let upstream = upstreams[index]
-                let path = upstream.match.stripPrefix ? strip(index, target.path) : target.path
-                return .upstream(index: index, path: join(index, path, target.query))
+                return .upstream(index: index, path: upstreamPath(index, target, usedPrefix: true))
             }
-            if let host, let (index, _) = bestHostMatch(host: host, path: target.path, requireHosts: true, prefixless: true) {
-                return .upstream(index: index, path: join(index, target.path, target.query))
+            if let host, let index = bestHostOnlyMatch(host: host) {
+                return .upstream(index: index, path: upstreamPath(index, target, usedPrefix: false))
             }
-            guard unmatched == .passthrough, let hostHeader, !hostHeader.isEmpty else { return .noRoute }
-            return .passthrough(url: "http://\(hostHeader)\(target.path)\(target.query.map { "?\($0)" } ?? "")")
+            guard unmatched == .passthrough, let hostHeader, host != nil else { return .noRoute }
+            return .passthrough(url: "http://\(hostHeader)\(target.path)\(Self.querySuffix(target.query))")
         case .asterisk, .authority:
             return .noRoute
         }
     }
 
-    /// The best upstream whose hosts match `host` (exact beats wildcard, a matching prefix beats none,
-    /// longer prefix beats shorter). Returns whether the match used a prefix.
-    private func bestHostMatch(host: String, path: String, requireHosts: Bool, prefixless: Bool = false)
-        -> (Int, Bool)?
-    {
-        var best: (index: Int, score: Int, usedPrefix: Bool)?
+    /// Absolute form: best host rank, then longest matching prefix (no prefix counts as shortest).
+    private func bestAbsoluteMatch(host: String, path: String) -> (Int, Bool)? {
+        var best: (index: Int, hostRank: Int, prefixRank: Int)?
         for (index, upstream) in upstreams.enumerated() {
-            guard let hostScore = Self.hostScore(upstream.match.hosts, host) else { continue }
-            var score = hostScore
-            var usedPrefix = false
+            guard let hostRank = Self.hostRank(upstream.match.hosts, host) else { continue }
+            var prefixRank = 0
             if let prefix = upstream.match.pathPrefix {
-                if prefixless { continue }
                 guard Self.prefixMatches(prefix, path) else { continue }
-                score += 1000 * (prefix.count + 1)
-                usedPrefix = true
+                prefixRank = prefix.utf8.count + 1
             }
-            if best == nil || score > best!.score { best = (index, score, usedPrefix) }
+            if let current = best, (hostRank, prefixRank) <= (current.hostRank, current.prefixRank) { continue }
+            best = (index, hostRank, prefixRank)
         }
-        return best.map { ($0.index, $0.usedPrefix && upstreams[$0.index].match.stripPrefix) }
+        return best.map { ($0.index, $0.prefixRank > 0) }
     }
 
+    /// Origin form, first pass: longest matching prefix, then host rank (no hosts counts as lowest).
     private func bestPrefixMatch(path: String, host: String?) -> Int? {
-        var best: (index: Int, length: Int, hostScore: Int)?
+        var best: (index: Int, prefixRank: Int, hostRank: Int)?
         for (index, upstream) in upstreams.enumerated() {
             guard let prefix = upstream.match.pathPrefix, Self.prefixMatches(prefix, path) else { continue }
-            var hostScore = 0
+            var hostRank = 0
             if !upstream.match.hosts.isEmpty {
-                guard let host, let score = Self.hostScore(upstream.match.hosts, host) else { continue }
-                hostScore = score
+                guard let host, let rank = Self.hostRank(upstream.match.hosts, host) else { continue }
+                hostRank = rank
             }
-            if best == nil || prefix.count > best!.length || (prefix.count == best!.length && hostScore > best!.hostScore) {
-                best = (index, prefix.count, hostScore)
-            }
+            let prefixRank = prefix.utf8.count
+            if let current = best, (prefixRank, hostRank) <= (current.prefixRank, current.hostRank) { continue }
+            best = (index, prefixRank, hostRank)
         }
         return best?.index
     }
 
-    /// 2 for an exact match, 1 for a wildcard match, nil for none.
-    static func hostScore(_ patterns: [String], _ host: String) -> Int? {
-        var score: Int?
-        for pattern in patterns {
-            if pattern == host { return 2 }
-            if pattern.hasPrefix("*.") {
-                let suffix = pattern.dropFirst(1)  // ".a.com"
-                if host.hasSuffix(suffix) && host.count > suffix.count { score = 1 }
-            }
+    /// Origin form, second pass: the `Host` header against upstreams without a prefix.
+    private func bestHostOnlyMatch(host: String) -> Int? {
+        var best: (index: Int, hostRank: Int)?
+        for (index, upstream) in upstreams.enumerated() where upstream.match.pathPrefix == nil {
+            guard let rank = Self.hostRank(upstream.match.hosts, host) else { continue }
+            if let current = best, rank <= current.hostRank { continue }
+            best = (index, rank)
         }
-        return score
+        return best?.index
     }
 
+    /// How well `host` (lowercased, no port) matches the best of `patterns`: nil for no match, the suffix length
+    /// for a wildcard (a longer suffix is more specific), above every wildcard for an exact match.
+    static func hostRank(_ patterns: [String], _ host: String) -> Int? {
+        var rank: Int?
+        for pattern in patterns {
+            if pattern == host { return Int.max }
+            guard pattern.hasPrefix("*.") else { continue }
+            let suffix = pattern.dropFirst(1)  // ".a.com"
+            if host.count > suffix.count && host.hasSuffix(suffix) { rank = Swift.max(rank ?? 0, suffix.count) }
+        }
+        return rank
+    }
+
+    /// Whether `path` starts with `prefix` at a segment boundary.
     static func prefixMatches(_ prefix: String, _ path: String) -> Bool {
         if prefix == "/" { return path.hasPrefix("/") }
         guard path.hasPrefix(prefix) else { return false }
-        if path.count == prefix.count { return true }
-        return path[path.index(path.startIndex, offsetBy: prefix.count)] == "/"
+        let rest = path.utf8.dropFirst(prefix.utf8.count)
+        return rest.isEmpty || rest.first == UInt8(ascii: "/")
     }
 
-    private func strip(_ index: Int, _ path: String) -> String {
-        guard let prefix = upstreams[index].match.pathPrefix, prefix != "/", path.hasPrefix(prefix) else { return path }
-        return String(path.dropFirst(prefix.count))
-    }
-
-    private func join(_ index: Int, _ path: String, _ query: String?) -> String {
-        let base = upstreams[index].url.basePath
-        var joined = base + path
+    /// Base path + (prefix-stripped) path + `?query`.
+    private func upstreamPath(_ index: Int, _ target: RequestTarget, usedPrefix: Bool) -> String {
+        let upstream = upstreams[index]
+        var path = target.path
+        if usedPrefix, upstream.match.stripPrefix, let prefix = upstream.match.pathPrefix, prefix != "/" {
+            path = String(path.dropFirst(prefix.count))
+        }
+        var joined = upstream.url.basePath + path
         if joined.isEmpty { joined = "/" }
-        if let query { joined += "?" + query }
-        return joined
+        return joined + Self.querySuffix(target.query)
+    }
+
+    private static func querySuffix(_ query: String?) -> String {
+        query.map { "?" + $0 } ?? ""
     }
 }
 

@@ -90,6 +90,27 @@ struct RetryBackoffTests {
         #expect(retryBackoff(.constant).delay(retry: .max, previous: nil, random: &rng) == .seconds(1))
     }
 
+    @Test func attemptOneThousandWithMultiplierTenIsMax() {
+        var rng = RetryWordsRNG()
+        let b = retryBackoff(.exponential, base: .milliseconds(100), max: .seconds(10), multiplier: 10)
+        #expect(b.delay(retry: 1000, previous: nil, random: &rng) == .seconds(10))
+        // Multipliers barely above 1 still grow with large exponents (no clamping of the exponent).
+        let slow = retryBackoff(.exponential, base: .seconds(1), max: .seconds(1000), multiplier: 1.001)
+        let d = slow.delay(retry: 5001, previous: nil, random: &rng)
+        #expect(d > .seconds(140) && d < .seconds(150), "1.001^5000 ≈ 146.3, got \(d)")
+        #expect(rng.draws == 0)
+    }
+
+    @Test func aZeroBaseStaysZeroEvenWhenTheGrowthOverflows() {
+        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        for strategy in [BackoffStrategy.constant, .exponential, .fibonacci, .decorrelated] {
+            let b = retryBackoff(strategy, base: .zero, max: .seconds(10), multiplier: 10)
+            for retry in [1, 2, 1000, Int.max] {
+                #expect(b.delay(retry: retry, previous: nil, random: &rng) == .zero, "\(strategy) \(retry)")
+            }
+        }
+    }
+
     @Test func hugeRetryNumbersWithJitterStayInsideTheCap() {
         var rng = RetryWordsRNG(RetryWordsRNG.half)
         let full = retryBackoff(.exponential, max: .seconds(30), multiplier: 10, jitter: .full)

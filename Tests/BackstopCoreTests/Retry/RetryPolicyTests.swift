@@ -226,7 +226,7 @@ struct RetryPolicyTests {
             == .retry(after: .zero, reason: .status(503)))
     }
 
-    @Test(arguments: ["abc", "-1", "1.5", "", "9999999999", "Sun, 06 Nov 1994 25:00:00 GMT"])
+    @Test(arguments: ["abc", "-1", "+1", "1.5", "5.5", "", "  ", "\u{B2}", "Sun, 06 Nov 1994 25:00:00 GMT"])
     func anUnusableRetryAfterFallsBackToTheRateLimitResetOrTheBackoff(value: String) {
         let p = policy()
         #expect(decide(p, status(503, retryAfter: value)) == .retry(after: .seconds(1), reason: .status(503)))
@@ -234,7 +234,7 @@ struct RetryPolicyTests {
             == .retry(after: .seconds(4), reason: .status(503)))
     }
 
-    @Test(arguments: ["abc", "-1", "", "9999999999", "999999999", "1e3"])
+    @Test(arguments: ["abc", "-1", "", "1e3", ".5", "-1700000030"])
     func anUnusableRateLimitResetFallsBackToTheBackoff(value: String) {
         #expect(decide(policy(), status(429, reset: value)) == .retry(after: .seconds(1), reason: .status(429)))
     }
@@ -247,8 +247,34 @@ struct RetryPolicyTests {
         #expect(decide(p, status(429, reset: "1700003600")) == .giveUp(.retryAfterTooLong))
         #expect(decide(p, status(503, retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT"), nowWall: 784_111_777 - 3600)
             == .giveUp(.retryAfterTooLong))
-        // An absurd value is no hint at all, not "too long".
-        #expect(decide(p, status(503, retryAfter: "9999999999")) == .retry(after: .seconds(1), reason: .status(503)))
+    }
+
+    @Test(arguments: [
+        status(503, retryAfter: "9999999999"),
+        status(503, retryAfter: "99999999999999999999999"),
+        status(503, retryAfter: "Mon, 1 Jan 2100 00:00:00 GMT"),
+        status(503, retryAfter: "Fri, 31 Dec 9999 23:59:59 GMT"),
+        status(429, reset: "9999999999"),
+        status(429, reset: "999999999"),
+        status(429, reset: "99999999999999999999999.5"),
+        status(503, retryAfter: "junk", reset: "9999999999"),
+    ])
+    func absurdHintsCountAsNoHintAndTheBackoffApplies(outcome: AttemptOutcome) {
+        // SPEC §3: `9999999999` and friends count as "no hint": the constant 1 s backoff, never an overflow.
+        #expect(decide(policy(), outcome) == .retry(after: .seconds(1), reason: outcome.condition))
+        #expect(decide(policy(retryAfterMax: .seconds(86400 * 365), total: .seconds(86400 * 365)), outcome)
+            == .retry(after: .seconds(1), reason: outcome.condition))
+    }
+
+    @Test(arguments: [
+        status(503, retryAfter: "Fri, 31 Dec 1999 23:59:59 GMT"),
+        status(503, retryAfter: "Sunday, 06-Nov-94 08:49:37 GMT"),
+        status(503, retryAfter: "Sun Nov  6 08:49:37 1994"),
+        status(429, reset: "1000000000"),
+        status(429, reset: "1699999999.5"),
+    ])
+    func pastHintsMeanRetryNow(outcome: AttemptOutcome) {
+        #expect(decide(policy(), outcome) == .retry(after: .zero, reason: outcome.condition))
     }
 
     @Test func honorFalseIgnoresHints() {
@@ -282,14 +308,15 @@ struct RetryPolicyTests {
     // MARK: budget
 
     @Test func anExhaustedBudgetGivesUp() {
-        var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 1))
+        // 0.1 per second → one retry per 10 s window.
+        var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 0.1))
         let p = policy()
         #expect(decide(p, status(503), now: .seconds(50), budget: &budget)
             == .retry(after: .seconds(1), reason: .status(503)))
         #expect(decide(p, status(503), now: .seconds(50), budget: &budget) == .giveUp(.budgetExhausted))
-        #expect(decide(p, .connectFailure, now: .milliseconds(50_900), budget: &budget) == .giveUp(.budgetExhausted))
-        // The next second brings a new reserve retry.
-        #expect(decide(p, .connectFailure, now: .seconds(51), budget: &budget)
+        #expect(decide(p, .connectFailure, now: .milliseconds(59_999), budget: &budget) == .giveUp(.budgetExhausted))
+        // Ten seconds on, the retry taken at 50 s has left the window.
+        #expect(decide(p, .connectFailure, now: .seconds(60), budget: &budget)
             == .retry(after: .seconds(1), reason: .connectFailure))
     }
 
@@ -301,7 +328,7 @@ struct RetryPolicyTests {
     }
 
     @Test func earlierGiveUpsDoNotSpendTheBudget() {
-        var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 1))
+        var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 0.1))
         let p = policy(attempts: 3, retryAfterMax: .seconds(10), total: .seconds(30))
         let now = Duration.seconds(7)
         #expect(decide(p, status(500), now: now, budget: &budget) == .giveUp(.notRetryableCondition))
@@ -312,7 +339,7 @@ struct RetryPolicyTests {
         #expect(decide(p, status(429, retryAfter: "11"), now: now, budget: &budget) == .giveUp(.retryAfterTooLong))
         #expect(decide(p, status(503), elapsed: .seconds(29), now: now, budget: &budget) == .giveUp(.deadlineExceeded))
         #expect(budget.retriesInWindow(now: now) == 0)
-        // The one reserve retry of this second is still there.
+        // The one reserve retry of this window is still there.
         #expect(decide(p, status(503), now: now, budget: &budget) == .retry(after: .seconds(1), reason: .status(503)))
         #expect(budget.retriesInWindow(now: now) == 1)
         #expect(decide(p, status(503), now: now, budget: &budget) == .giveUp(.budgetExhausted))
@@ -326,6 +353,171 @@ struct RetryPolicyTests {
             == .retry(after: .seconds(1), reason: .status(503)))
         #expect(decide(p, .timeout, now: .seconds(4), budget: &budget) == .retry(after: .seconds(1), reason: .timeout))
         #expect(decide(p, .timeout, now: .seconds(5), budget: &budget) == .giveUp(.budgetExhausted))
+    }
+
+    // MARK: method rules table
+
+    /// (method, carries the key header, key configured, outcome) → retried?
+    @Test(arguments: [
+        ("GET", false, true, AttemptOutcome.reset, true),
+        ("GET", false, true, .timeout, true),
+        ("GET", false, true, .response(status: 503, retryAfter: nil, rateLimitReset: nil), true),
+        ("DELETE", false, true, .timeout, true),
+        ("PUT", false, false, .reset, true),
+        ("POST", false, true, .connectFailure, true),
+        ("POST", false, true, .reset, false),
+        ("POST", false, true, .timeout, false),
+        ("POST", false, true, .response(status: 503, retryAfter: nil, rateLimitReset: nil), false),
+        ("POST", true, true, .reset, true),
+        ("POST", true, true, .timeout, true),
+        ("POST", true, true, .response(status: 429, retryAfter: "1", rateLimitReset: nil), true),
+        ("POST", true, false, .timeout, false),
+        ("POST", true, false, .connectFailure, true),
+        ("PATCH", false, true, .connectFailure, true),
+        ("PATCH", false, true, .timeout, false),
+        ("PATCH", true, true, .timeout, true),
+        ("CONNECT", false, true, .reset, false),
+        ("get", false, true, .reset, false),  // methods are case-sensitive: "get" is not GET
+        ("get", false, true, .connectFailure, true),
+        ("Post", true, true, .reset, true),
+    ])
+    func methodRules(method: String, key: Bool, keyConfigured: Bool, outcome: AttemptOutcome, retried: Bool) {
+        let p = policy(key: keyConfigured ? "Idempotency-Key" : nil)
+        let decision = decide(p, outcome, request(method, key: key))
+        if retried {
+            // 1 s either way: the constant backoff, or the 429's Retry-After: 1.
+            #expect(decision == .retry(after: .seconds(1), reason: outcome.condition), "\(method) \(outcome)")
+        } else {
+            #expect(decision == .giveUp(.methodNotRetryable), "\(method) \(outcome)")
+        }
+    }
+
+    @Test func theKeyHeaderIsFoundCaseInsensitively() {
+        for name in ["Idempotency-Key", "idempotency-key", "IDEMPOTENCY-KEY", "iDeMpOtEnCy-KeY"] {
+            let info = RetryRequestInfo(
+                method: "POST", headerNames: ["Content-Type", name], idempotencyKeyHeader: "Idempotency-Key",
+                bodyReplayable: true)
+            #expect(info.hasIdempotencyKey, "\(name)")
+            #expect(decide(policy(), .reset, info) == .retry(after: .seconds(1), reason: .reset))
+        }
+        let other = RetryRequestInfo(
+            method: "POST", headerNames: ["Idempotency-Keys", "X-Idempotency-Key"],
+            idempotencyKeyHeader: "idempotency-key", bodyReplayable: true)
+        #expect(!other.hasIdempotencyKey)
+        let off = RetryRequestInfo(
+            method: "POST", headerNames: ["Idempotency-Key"], idempotencyKeyHeader: nil, bodyReplayable: false)
+        #expect(off == RetryRequestInfo(method: "POST", hasIdempotencyKey: false, bodyReplayable: false))
+    }
+
+    @Test func outcomesKnowTheirConditionAndWhetherTheyReachedTheUpstream() {
+        #expect(AttemptOutcome.connectFailure.condition == .connectFailure)
+        #expect(AttemptOutcome.reset.condition == .reset)
+        #expect(AttemptOutcome.timeout.condition == .timeout)
+        #expect(status(418, retryAfter: "1").condition == .status(418))
+        #expect(!AttemptOutcome.connectFailure.mayHaveReachedUpstream)
+        #expect(AttemptOutcome.reset.mayHaveReachedUpstream)
+        #expect(AttemptOutcome.timeout.mayHaveReachedUpstream)
+        #expect(status(503).mayHaveReachedUpstream)
+    }
+
+    // MARK: random source
+
+    @Test func aHintDrawsNothingFromTheRandomSource() {
+        let p = policy(backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), jitter: .full))
+        var budget = generousBudget()
+        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        let hinted = p.decide(
+            attempt: 1, outcome: status(503, retryAfter: "3"), request: request(), elapsed: .zero, previousDelay: nil,
+            nowWall: wallNow, now: .zero, budget: &budget, random: &rng)
+        #expect(hinted == .retry(after: .seconds(3), reason: .status(503)))
+        #expect(rng.draws == 0)
+        let backedOff = p.decide(
+            attempt: 2, outcome: status(503), request: request(), elapsed: .zero, previousDelay: nil,
+            nowWall: wallNow, now: .zero, budget: &budget, random: &rng)
+        #expect(backedOff == .retry(after: .seconds(1), reason: .status(503)))  // 2 s × 0.5
+        #expect(rng.draws == 1)
+        // Refusals before the wait draw nothing either.
+        _ = p.decide(
+            attempt: 1, outcome: .reset, request: request("POST"), elapsed: .zero, previousDelay: nil,
+            nowWall: wallNow, now: .zero, budget: &budget, random: &rng)
+        #expect(rng.draws == 1)
+    }
+
+    @Test func aSeededGeneratorGivesAReproducibleJitteredSchedule() {
+        let p = policy(
+            attempts: 6,
+            backoff: BackoffConfig(strategy: .exponential, base: .milliseconds(100), max: .seconds(10), jitter: .full),
+            total: .seconds(60))
+        func schedule(seed: UInt64) -> [RetryDecision] {
+            var budget = generousBudget()
+            var rng = RetrySplitMix64(state: seed)
+            return (1...6).map { attempt in
+                p.decide(
+                    attempt: attempt, outcome: .timeout, request: request(), elapsed: .zero, previousDelay: nil,
+                    nowWall: wallNow, now: .zero, budget: &budget, random: &rng)
+            }
+        }
+        let first = schedule(seed: 1)
+        #expect(first == schedule(seed: 1))
+        #expect(first != schedule(seed: 2))
+        #expect(first.last == .giveUp(.attemptsExhausted))
+        for (i, decision) in first.dropLast().enumerated() {
+            guard case .retry(let wait, .timeout) = decision else {
+                Issue.record("attempt \(i + 1): \(decision)")
+                continue
+            }
+            #expect(wait >= .zero && wait <= .milliseconds(100 << i), "attempt \(i + 1): \(wait)")
+        }
+    }
+
+    // MARK: a whole exchange
+
+    @Test func aRequestThatKeepsFailingWalksThroughItsAttempts() {
+        // attempts 4, exponential 1 s·2^(n−1), no jitter, total 30 s: waits 1, 2, 4 then attempts are exhausted.
+        let p = policy(
+            attempts: 4,
+            backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), jitter: .none))
+        var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 10))
+        var rng = RetryWordsRNG()
+        var elapsed = Duration.zero
+        var previous: Duration?
+        var waits: [Duration] = []
+        var attempt = 1
+        var lastRetryAt = Duration.zero
+        while true {
+            elapsed += .seconds(2)  // each attempt times out after 2 s
+            let d = p.decide(
+                attempt: attempt, outcome: .timeout, request: request(), elapsed: elapsed, previousDelay: previous,
+                nowWall: wallNow, now: elapsed, budget: &budget, random: &rng)
+            guard case .retry(let wait, _) = d else {
+                #expect(d == .giveUp(.attemptsExhausted))
+                break
+            }
+            waits.append(wait)
+            lastRetryAt = elapsed
+            previous = wait
+            elapsed += wait
+            attempt += 1
+        }
+        #expect(waits == [.seconds(1), .seconds(2), .seconds(4)])
+        #expect(attempt == 4)
+        // Retries were taken at 2, 5 and 9 s: all three are in the window ending at the last one.
+        #expect(lastRetryAt == .seconds(9))
+        #expect(budget.retriesInWindow(now: lastRetryAt) == 3)
+    }
+
+    @Test func theTotalTimeoutCutsTheScheduleShort() {
+        // Same schedule, total 12 s: after attempt 3 (elapsed 2+1+2+2+2 = 9 s) a 4 s wait would pass 12 s.
+        let p = policy(
+            attempts: 10,
+            backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), jitter: .none),
+            total: .seconds(12))
+        #expect(decide(p, attempt: 1, .timeout, elapsed: .seconds(2)) == .retry(after: .seconds(1), reason: .timeout))
+        #expect(decide(p, attempt: 2, .timeout, elapsed: .seconds(5)) == .retry(after: .seconds(2), reason: .timeout))
+        #expect(decide(p, attempt: 3, .timeout, elapsed: .seconds(9)) == .giveUp(.deadlineExceeded))
+        #expect(decide(p, attempt: 3, .timeout, elapsed: .milliseconds(7_999))
+            == .retry(after: .seconds(4), reason: .timeout))
+        #expect(decide(p, attempt: 3, .timeout, elapsed: .seconds(8)) == .giveUp(.deadlineExceeded))
     }
 
     // MARK: misc

@@ -1,0 +1,167 @@
+import Yams
+
+extension ConfigBuilder {
+    static let upstreamKeys = ["name", "match", "url", "tls", "timeouts", "retry", "auth"]
+
+    /// One `upstreams` entry, and whether it is usable; nil without a valid name. An entry with a bad match or url
+    /// is still returned (not usable) so the cross-upstream checks see it too; every section is read so all its
+    /// errors are reported.
+    mutating func upstream(_ node: Node, index: Int) -> (upstream: UpstreamConfig, site: UpstreamSite, usable: Bool)? {
+        let path = "upstreams[\(index)]"
+        guard let map = reader.mapping(node, path, allowed: Self.upstreamKeys) else { return nil }
+        var name: String?
+        if let n = map["name"], let v = reader.string(n, "\(path).name") {
+            if Self.isUpstreamName(v) {
+                name = v
+            } else {
+                reader.fail(n, "upstream name '\(v)' must match [a-z0-9_-]+")
+            }
+        } else if map["name"] == nil {
+            reader.fail(node, "\(path) needs 'name'")
+        }
+        let label = name.map { "upstream '\($0)'" } ?? path
+        var match: MatchConfig?
+        if let n = map["match"] {
+            match = self.match(n, label)
+        } else {
+            reader.fail(node, "\(label) needs 'match' (hosts and/or path_prefix)")
+        }
+        var url: UpstreamURL?
+        if let n = map["url"] {
+            url = upstreamURL(n, "\(label): url")
+        } else {
+            reader.fail(node, "\(label) needs 'url'")
+        }
+        var upstream = UpstreamConfig(
+            name: name ?? "", match: match ?? MatchConfig(), url: url ?? UpstreamURL(scheme: "http", host: "invalid"),
+            location: reader.location(node))
+        if let n = map["tls"] { upstream.tls = tls(n, label) }
+        if let n = map["timeouts"] { upstream.timeouts = timeouts(n, label) }
+        if let n = map["retry"] { upstream.retry = retry(n, label) }
+        var authLocation: SourceLocation?
+        if let n = map["auth"] {
+            upstream.auth = auth(n, label)
+            if case .mapping(let raw) = n, let type = raw["type"] {
+                authLocation = reader.location(type)
+            } else {
+                authLocation = reader.location(n)
+            }
+        }
+        guard name != nil, let nameNode = map["name"] else { return nil }
+        return (upstream, UpstreamSite(name: reader.location(nameNode), auth: authLocation), match != nil && url != nil)
+    }
+
+    static func isUpstreamName(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy { (48...57).contains($0) || (97...122).contains($0) || $0 == 95 || $0 == 45 }
+    }
+
+    mutating func match(_ node: Node, _ label: String) -> MatchConfig? {
+        let errorsBefore = reader.errors.count
+        guard let map = reader.mapping(node, "\(label): match", allowed: ["hosts", "path_prefix", "strip_prefix"]) else {
+            return nil
+        }
+        var config = MatchConfig()
+        if let n = map["hosts"], let list = reader.stringList(n, "\(label): match.hosts") {
+            for (text, itemNode) in list {
+                guard let host = Self.hostPattern(text) else {
+                    reader.fail(itemNode, "\(label): match.hosts: '\(text)' is not a host name or IP address "
+                        + "(no port; one leading '*.' wildcard allowed)")
+                    continue
+                }
+                if let first = config.hosts.firstIndex(of: host) {
+                    reader.fail(itemNode, "\(label): match.hosts lists '\(host)' twice "
+                        + "(first at line \(config.hostLocations[first].line))")
+                    continue
+                }
+                config.hosts.append(host)
+                config.hostLocations.append(reader.location(itemNode))
+            }
+        }
+        if let n = map["path_prefix"], let prefix = reader.string(n, "\(label): match.path_prefix") {
+            if !prefix.hasPrefix("/") {
+                reader.fail(n, "\(label): match.path_prefix must start with '/', not '\(prefix)'")
+            } else if !prefix.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }) {
+                reader.fail(n, "\(label): match.path_prefix must be a plain path (no query, fragment, spaces), not '\(prefix)'")
+            } else {
+                var p = prefix
+                while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
+                config.pathPrefix = p
+                config.pathPrefixLocation = reader.location(n)
+            }
+        }
+        if let n = map["strip_prefix"], let v = reader.bool(n, "\(label): match.strip_prefix") { config.stripPrefix = v }
+        // Only when nothing else was wrong with hosts/path_prefix: one error per mistake.
+        if config.hosts.isEmpty && config.pathPrefix == nil && reader.errors.count == errorsBefore {
+            reader.fail(node, "\(label): match needs at least one of 'hosts' or 'path_prefix'")
+        }
+        return config
+    }
+
+    /// A lowercased host pattern: a DNS name, an IP literal (IPv6 with or without brackets), or `*.` + DNS name.
+    static func hostPattern(_ text: String) -> String? {
+        var host = text.asciiLowercased()
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        if host.contains(":") { return IPAddressParser.parse(host)?.count == 16 ? host : nil }
+        let name = host.hasPrefix("*.") ? String(host.dropFirst(2)) : host
+        let labels = name.split(separator: ".", omittingEmptySubsequences: false)
+        let valid = !name.isEmpty && labels.allSatisfy { label in
+            !label.isEmpty && label.utf8.allSatisfy { (48...57).contains($0) || (97...122).contains($0) || $0 == 45 || $0 == 95 }
+        }
+        return valid ? host : nil
+    }
+
+    mutating func upstreamURL(_ node: Node, _ path: String) -> UpstreamURL? {
+        guard let text = reader.string(node, path) else { return nil }
+        switch HTTPURLParser.parse(text) {
+        case .failure(let problem):
+            reader.fail(node, "\(path) '\(text)' \(problem)")
+            return nil
+        case .success(let parts):
+            if parts.query != nil {
+                reader.fail(node, "\(path) '\(text)' must not have a ?query (the client's query is appended)")
+                return nil
+            }
+            var base = parts.path
+            while base.hasSuffix("/") { base.removeLast() }
+            return UpstreamURL(scheme: parts.scheme, host: parts.host, port: parts.port, basePath: base)
+        }
+    }
+
+    mutating func tls(_ node: Node, _ label: String) -> TLSConfig {
+        var config = TLSConfig()
+        guard let map = reader.mapping(node, "\(label): tls", allowed: ["ca_file", "insecure_skip_verify"]) else {
+            return config
+        }
+        if let n = map["ca_file"], let v = reader.string(n, "\(label): tls.ca_file") { config.caFile = resolve(v) }
+        if let n = map["insecure_skip_verify"], let v = reader.bool(n, "\(label): tls.insecure_skip_verify") {
+            config.insecureSkipVerify = v
+        }
+        return config
+    }
+
+    mutating func timeouts(_ node: Node, _ label: String) -> Timeouts {
+        var config = Timeouts()
+        guard let map = reader.mapping(node, "\(label): timeouts", allowed: ["connect", "per_try", "total"]) else {
+            return config
+        }
+        let keys: [(String, WritableKeyPath<Timeouts, Duration>)] = [
+            ("connect", \.connect), ("per_try", \.perTry), ("total", \.total),
+        ]
+        for (key, field) in keys {
+            guard let n = map[key], let v = reader.duration(n, "\(label): timeouts.\(key)") else { continue }
+            if v <= .zero {
+                reader.fail(n, "\(label): timeouts.\(key) must be above 0")
+            } else {
+                config[keyPath: field] = v
+            }
+        }
+        // Reported at the value the rule is about (per_try, connect), or at total when that one is a default.
+        if config.perTry > config.total, let n = map["per_try"] ?? map["total"] {
+            reader.fail(n, "\(label): timeouts.per_try (\(config.perTry)) is longer than timeouts.total (\(config.total))")
+        }
+        if config.connect > config.total, let n = map["connect"] ?? map["total"] {
+            reader.fail(n, "\(label): timeouts.connect (\(config.connect)) is longer than timeouts.total (\(config.total))")
+        }
+        return config
+    }
+}

@@ -1,0 +1,53 @@
+import BackstopCore
+import Testing
+
+/// `RequestTarget.parse`: the four request-target forms of RFC 9112 §3.2, and what is refused.
+@Suite("Request targets")
+struct RequestTargetTests {
+    @Test("origin form keeps the query byte for byte", arguments: [
+        ("/", "/", String?.none), ("/a/b", "/a/b", nil), ("/a?", "/a", ""), ("/a?a=%20&b=&&c", "/a", "a=%20&b=&&c"),
+        ("/a?x=1?y=2", "/a", "x=1?y=2"), ("/a#frag", "/a", nil), ("/a?q#frag", "/a", "q"), ("//x", "//x", nil),
+        ("/%2F..%2f", "/%2F..%2f", nil), ("/a;p=1", "/a;p=1", nil),
+    ])
+    func origin(uri: String, path: String, query: String?) throws {
+        let target = try #require(RequestTarget.parse(uri))
+        #expect(target == RequestTarget(form: .origin, path: path, query: query))
+    }
+
+    @Test("absolute form", arguments: [
+        ("http://api.example.com/x?q", RequestTarget.Form.absolute(scheme: "http", host: "api.example.com", port: nil), "/x",
+         String?.some("q")),
+        ("HTTP://Api.Example.COM:8080/P?Q=A", .absolute(scheme: "http", host: "api.example.com", port: 8080), "/P", "Q=A"),
+        ("HtTpS://h/", .absolute(scheme: "https", host: "h", port: nil), "/", nil),
+        ("http://h", .absolute(scheme: "http", host: "h", port: nil), "/", nil),
+        ("http://h?x", .absolute(scheme: "http", host: "h", port: nil), "/", "x"),
+        ("http://h:0/", .absolute(scheme: "http", host: "h", port: 0), "/", nil),
+        ("http://h:65535", .absolute(scheme: "http", host: "h", port: 65535), "/", nil),
+        ("http://[::1]:8080/x", .absolute(scheme: "http", host: "::1", port: 8080), "/x", nil),
+        ("http://[FD00::AB]/x?a=%20&b=&&c", .absolute(scheme: "http", host: "fd00::ab", port: nil), "/x", "a=%20&b=&&c"),
+        ("http://10.0.0.1:81/", .absolute(scheme: "http", host: "10.0.0.1", port: 81), "/", nil),
+        ("http://h/x#f", .absolute(scheme: "http", host: "h", port: nil), "/x", nil),
+    ])
+    func absolute(uri: String, form: RequestTarget.Form, path: String, query: String?) throws {
+        let target = try #require(RequestTarget.parse(uri))
+        #expect(target == RequestTarget(form: form, path: path, query: query))
+    }
+
+    @Test("asterisk and authority forms")
+    func otherForms() {
+        #expect(RequestTarget.parse("*")?.form == .asterisk)
+        #expect(RequestTarget.parse("h.test:443")?.form == .authority(host: "h.test", port: 443))
+        #expect(RequestTarget.parse("H.Test:443")?.form == .authority(host: "h.test", port: 443))
+        #expect(RequestTarget.parse("[::1]:443")?.form == .authority(host: "::1", port: 443))
+        #expect(RequestTarget.parse("10.0.0.1:22")?.form == .authority(host: "10.0.0.1", port: 22))
+    }
+
+    @Test("malformed targets are refused", arguments: [
+        "", " ", "/a b", "/a\tb", "/a\u{0}", "/a\r\nX: y", "/é", "/a\u{7F}", "ftp://h/", "http://user@h/",
+        "http://u:p@h/", "http://h:99999/", "http://h:x/", "http://h:/", "http:///x", "http://[::1/", "http://[::1]x/",
+        "http://a:b:c/", "relative", "h.test", "*x", "http://h h/", "http://h\\x/", "[::1]",
+    ])
+    func malformed(uri: String) {
+        #expect(RequestTarget.parse(uri) == nil)
+    }
+}
