@@ -3,16 +3,20 @@ import Foundation
 import NIOCore
 import Synchronization
 
-/// The upstream HTTP engine: one dedicated thread driving a libcurl multi handle.
+/// The upstream HTTP engine: one dedicated thread driving a libcurl multi handle with `curl_multi_socket_action`
+/// on its own epoll instance.
 ///
-/// Other threads submit commands (start, cancel, resume) through a locked queue and wake the thread with
-/// `curl_multi_wakeup` only when it sleeps in `curl_multi_poll`. Events of each transfer are batched per loop
-/// turn and delivered with one hop onto the requester's event loop. The multi handle keeps upstream
+/// curl tells the engine which sockets to watch (socket callback → `epoll_ctl`) and when its next timeout is due
+/// (timer callback); the thread sleeps in `epoll_wait` and hands curl only the sockets that are ready, so a loop
+/// turn costs the same with 32 or 4,000 upstream connections (`curl_multi_poll` + `curl_multi_perform` scan every
+/// socket and every transfer on each turn). Other threads submit commands (start, cancel, resume) through a
+/// locked queue and wake the thread through an eventfd only when it sleeps. Events of each transfer are batched
+/// per loop turn and delivered with one hop onto the requester's event loop. The multi handle keeps upstream
 /// connections alive and multiplexes HTTP/2 where the upstream offers it over TLS.
 ///
-/// `@unchecked Sendable`: `multi`, `active`, `dirty` and `stopping` are touched only on the transport thread
-/// (inside `run()` and the callbacks it triggers); other threads use only `commands` (a Mutex), `sleeping`
-/// (an atomic) and `curl_multi_wakeup`, which libcurl documents as safe from any thread.
+/// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline` and the idle handles are touched only on the
+/// transport thread (inside `run()` and the curl callbacks it triggers); other threads use only `commands` (a
+/// Mutex), `sleeping` (an atomic) and `signalWake()`, a `write` to the eventfd, which is safe from any thread.
 public final class CurlMultiTransport: @unchecked Sendable {
     enum Command {
         case start(CurlTransfer)
@@ -24,6 +28,12 @@ public final class CurlMultiTransport: @unchecked Sendable {
 
     let allocator = ByteBufferAllocator()
     private let multi: UnsafeMutableRawPointer
+    /// The epoll instance watching curl's sockets and `wakeFD`.
+    private let epollFD: Int32
+    /// An eventfd other threads write to when the transport thread sleeps with commands waiting.
+    private let wakeFD: Int32
+    /// When curl wants `CURL_SOCKET_TIMEOUT` handled next (monotonic ms), or nil for no timer.
+    private var timerDeadline: Int64?
     private let commands = Mutex<[Command]>([])
     private let sleeping = Atomic<Bool>(false)
     private let stopped = Atomic<Bool>(false)
@@ -41,8 +51,20 @@ public final class CurlMultiTransport: @unchecked Sendable {
         CurlGlobal.initialize()
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed (out of memory)") }
         self.multi = multi
+        epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        wakeFD = bs_wake_fd_create()
+        guard epollFD >= 0, wakeFD >= 0, bs_epoll_watch(epollFD, wakeFD, CURL_POLL_IN) == 0 else {
+            fatalError("cannot create the transport's epoll instance or eventfd (errno \(errno))")
+        }
         _ = bs_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
         _ = bs_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 1024)
+        // The callbacks get the transport as an unretained pointer: it outlives the multi handle (cleaned up at
+        // the end of `run()`, which holds `self`).
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        _ = bs_multi_setopt_socket_callback(multi, curlSocketCallback)
+        _ = bs_multi_setopt_socket_data(multi, context)
+        _ = bs_multi_setopt_timer_callback(multi, curlTimerCallback)
+        _ = bs_multi_setopt_timer_data(multi, context)
         let thread = Thread { [self] in self.run() }
         thread.name = name
         thread.stackSize = 1 << 20
@@ -83,7 +105,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     func submit(_ command: Command) {
         commands.withLock { $0.append(command) }
         if sleeping.exchange(false, ordering: .sequentiallyConsistent) {
-            _ = curl_multi_wakeup(multi)
+            bs_wake_fd_signal(wakeFD)
         }
     }
 
@@ -94,6 +116,9 @@ public final class CurlMultiTransport: @unchecked Sendable {
     private func run() {
         var running: Int32 = 0
         var stopping = false
+        let capacity = 256
+        var readyFDs = [Int32](repeating: 0, count: capacity)
+        var readyMasks = [Int32](repeating: 0, count: capacity)
         while true {
             let batch = commands.withLock { queue -> [Command] in
                 let taken = queue
@@ -113,9 +138,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
                     if !transfer.finished, transfer.easy != nil {
                         finish(transfer, with: .failure(.cancelled))
                     }
-                case .resumeReceive(let transfer):
-                    if !transfer.finished, let easy = transfer.easy { _ = curl_easy_pause(easy, CURLPAUSE_CONT) }
-                case .resumeSend(let transfer):
+                case .resumeReceive(let transfer), .resumeSend(let transfer):
                     if !transfer.finished, let easy = transfer.easy { _ = curl_easy_pause(easy, CURLPAUSE_CONT) }
                 case .stop:
                     stopping = true
@@ -126,21 +149,37 @@ public final class CurlMultiTransport: @unchecked Sendable {
                 flushDirty()
                 break
             }
-            curl_multi_perform(multi, &running)
+            if let deadline = timerDeadline, bs_monotonic_ms() >= deadline {
+                timerDeadline = nil
+                curl_multi_socket_action(multi, bs_socket_timeout(), 0, &running)
+            }
             readCompletions()
             flushDirty()
 
             sleeping.store(true, ordering: .sequentiallyConsistent)
-            let hasWork = commands.withLock { !$0.isEmpty }
-            if !hasWork {
-                var ready: Int32 = 0
-                curl_multi_poll(multi, nil, 0, 1000, &ready)
+            var timeout: Int32 = commands.withLock { $0.isEmpty } ? 1000 : 0
+            if timeout > 0, let deadline = timerDeadline {
+                timeout = Int32(clamping: max(0, min(Int64(timeout), deadline - bs_monotonic_ms())))
+            }
+            let ready = readyFDs.withUnsafeMutableBufferPointer { fds in
+                readyMasks.withUnsafeMutableBufferPointer { masks in
+                    bs_epoll_wait(epollFD, fds.baseAddress, masks.baseAddress, Int32(capacity), timeout)
+                }
             }
             sleeping.store(false, ordering: .sequentiallyConsistent)
+            for i in 0..<Int(max(ready, 0)) {
+                if readyFDs[i] == wakeFD {
+                    bs_wake_fd_drain(wakeFD)
+                } else {
+                    curl_multi_socket_action(multi, readyFDs[i], readyMasks[i], &running)
+                }
+            }
         }
         for easy in idleHandles { curl_easy_cleanup(easy) }
         idleHandles.removeAll()
         curl_multi_cleanup(multi)
+        close(epollFD)
+        close(wakeFD)
         let continuation = finishedSignal.withLock { slot -> CheckedContinuation<Void, Never>? in
             threadDone.store(true, ordering: .releasing)
             let c = slot
@@ -148,6 +187,22 @@ public final class CurlMultiTransport: @unchecked Sendable {
             return c
         }
         continuation?.resume()
+    }
+
+    /// curl's socket callback: watch `fd` as `what` says, or stop watching it.
+    fileprivate func watch(_ fd: Int32, what: Int32) {
+        if what == CURL_POLL_REMOVE {
+            // curl may already have closed it (which removes it from epoll by itself).
+            _ = bs_epoll_unwatch(epollFD, fd)
+        } else if bs_epoll_watch(epollFD, fd, what) != 0 {
+            // Not watchable: let the transfer fail through curl's own timeout rather than hang silently.
+            _ = bs_epoll_unwatch(epollFD, fd)
+        }
+    }
+
+    /// curl's timer callback: `timeoutMS` −1 removes the timer, 0 means "as soon as possible".
+    fileprivate func setTimer(_ timeoutMS: Int) {
+        timerDeadline = timeoutMS < 0 ? nil : bs_monotonic_ms() + Int64(timeoutMS)
     }
 
     private func flushDirty() {
@@ -307,6 +362,18 @@ public final class CurlMultiTransport: @unchecked Sendable {
 
     /// Methods that carry no body unless the client sent one.
     static let methodsWithoutImplicitBody: Set<String> = ["GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
+}
+
+private let curlSocketCallback: bs_curl_socket_callback = { _, fd, what, context, _ in
+    guard let context else { return 0 }
+    Unmanaged<CurlMultiTransport>.fromOpaque(context).takeUnretainedValue().watch(fd, what: what)
+    return 0
+}
+
+private let curlTimerCallback: bs_curl_timer_callback = { _, timeoutMS, context in
+    guard let context else { return 0 }
+    Unmanaged<CurlMultiTransport>.fromOpaque(context).takeUnretainedValue().setTimer(timeoutMS)
+    return 0
 }
 
 private let curlHeaderCallback: bs_curl_data_callback = { data, size, count, context in

@@ -3,6 +3,11 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Swift cannot call C variadic functions, so every curl_easy_setopt /
  * curl_multi_setopt / curl_easy_getinfo use goes through a typed wrapper. */
@@ -37,5 +42,56 @@ static inline size_t bs_writefunc_pause(void) { return CURL_WRITEFUNC_PAUSE; }
 static inline size_t bs_readfunc_pause(void) { return CURL_READFUNC_PAUSE; }
 static inline size_t bs_readfunc_abort(void) { return CURL_READFUNC_ABORT; }
 
+static inline CURLMcode bs_multi_setopt_socket_data(CURLM *m, void *v) { return curl_multi_setopt(m, CURLMOPT_SOCKETDATA, v); }
+static inline CURLMcode bs_multi_setopt_timer_data(CURLM *m, void *v) { return curl_multi_setopt(m, CURLMOPT_TIMERDATA, v); }
+static inline curl_socket_t bs_socket_timeout(void) { return CURL_SOCKET_TIMEOUT; }
+
+/* The transport's own event loop: epoll for curl's sockets, an eventfd for wake-ups. epoll_event is a packed
+ * struct on x86_64, so Swift never touches it: these wrappers take and return plain integers. */
+
+/* Watches `fd` for curl's CURL_POLL_IN / OUT / INOUT (`what`): modified if already watched, else added. */
+static inline int bs_epoll_watch(int ep, int fd, int what) {
+    struct epoll_event ev;
+    ev.events = 0;
+    if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) ev.events |= EPOLLIN;
+    if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT) ev.events |= EPOLLOUT;
+    ev.data.u64 = (uint64_t)(uint32_t)fd;
+    if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+    if (errno != ENOENT) return -1;
+    return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static inline int bs_epoll_unwatch(int ep, int fd) {
+    struct epoll_event ev = {0};
+    return epoll_ctl(ep, EPOLL_CTL_DEL, fd, &ev);
+}
+
+/* Waits up to `timeout_ms` (-1: forever); fills `fds` and curl's CURL_CSELECT_* `masks`; returns the count. */
+static inline int bs_epoll_wait(int ep, int *fds, int *masks, int capacity, int timeout_ms) {
+    struct epoll_event events[256];
+    if (capacity > 256) capacity = 256;
+    int n = epoll_wait(ep, events, capacity, timeout_ms);
+    for (int i = 0; i < n; i++) {
+        int mask = 0;
+        uint32_t e = events[i].events;
+        if (e & EPOLLIN) mask |= CURL_CSELECT_IN;
+        if (e & EPOLLOUT) mask |= CURL_CSELECT_OUT;
+        if (e & (EPOLLERR | EPOLLHUP)) mask |= CURL_CSELECT_ERR;
+        fds[i] = (int)(uint32_t)events[i].data.u64;
+        masks[i] = mask;
+    }
+    return n;
+}
+
+static inline int bs_wake_fd_create(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+static inline void bs_wake_fd_signal(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, sizeof one); (void)r; }
+static inline void bs_wake_fd_drain(int fd) { uint64_t v; ssize_t r = read(fd, &v, sizeof v); (void)r; }
+
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline int64_t bs_monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 #endif

@@ -25,47 +25,81 @@ public struct RequestTarget: Sendable, Equatable {
     }
 
     /// Parses a request-target; nil means it is malformed (→ 400). A `#fragment` is dropped (clients must not
-    /// send one, RFC 9112 §3.2).
+    /// send one, RFC 9112 §3.2). Works on the UTF-8 bytes in one pass: this runs for every request.
     public static func parse(_ raw: String) -> RequestTarget? {
-        let bytes = Array(raw.utf8)
-        guard !bytes.isEmpty else { return nil }
-        // Control characters, spaces and non-ASCII never belong in a request-target.
-        guard bytes.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
-        var text = raw
-        if let hash = text.firstIndex(of: "#") { text = String(text[..<hash]) }
-        if text == "*" { return RequestTarget(form: .asterisk, path: "", query: nil) }
-        if text.hasPrefix("/") {
-            let (path, query) = splitQuery(text)
+        var raw = raw
+        return raw.withUTF8 { parse(bytes: $0) }
+    }
+
+    private static func parse(bytes all: UnsafeBufferPointer<UInt8>) -> RequestTarget? {
+        guard !all.isEmpty else { return nil }
+        var end = all.count
+        for (i, b) in all.enumerated() {
+            // Control characters, spaces and non-ASCII never belong in a request-target.
+            guard b > 0x20 && b < 0x7F else { return nil }
+            if b == UInt8(ascii: "#") && end == all.count { end = i }
+        }
+        let text = UnsafeBufferPointer(rebasing: all[0..<end])
+        if text.count == 1 && text[0] == UInt8(ascii: "*") { return RequestTarget(form: .asterisk, path: "", query: nil) }
+        if text.first == UInt8(ascii: "/") {
+            let (path, query) = splitQuery(text, prependSlash: false)
             return RequestTarget(form: .origin, path: path, query: query)
         }
-        if let colon = text.firstIndex(of: ":"), text[colon...].hasPrefix("://") {
-            let scheme = text[..<colon].asciiLowercased()
-            guard scheme == "http" || scheme == "https" else { return nil }
-            let rest = text[text.index(colon, offsetBy: 3)...]
-            let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
-            let authority = String(rest[..<authorityEnd])
-            guard !authority.contains("@"), let (host, port) = parseAuthority(authority) else { return nil }
-            var remainder = String(rest[authorityEnd...])
-            if remainder.hasPrefix("?") { remainder = "/" + remainder }
-            if remainder.isEmpty { remainder = "/" }
-            let (path, query) = splitQuery(remainder)
+        if let colon = text.firstIndex(of: UInt8(ascii: ":")), colon + 2 < text.count,
+            text[colon + 1] == UInt8(ascii: "/"), text[colon + 2] == UInt8(ascii: "/")
+        {
+            let scheme: String
+            if equalsIgnoringCase(text[0..<colon], "http") {
+                scheme = "http"
+            } else if equalsIgnoringCase(text[0..<colon], "https") {
+                scheme = "https"
+            } else {
+                return nil
+            }
+            let restStart = colon + 3
+            var authorityEnd = restStart
+            while authorityEnd < text.count, text[authorityEnd] != UInt8(ascii: "/"), text[authorityEnd] != UInt8(ascii: "?") {
+                authorityEnd += 1
+            }
+            let authority = UnsafeBufferPointer(rebasing: text[restStart..<authorityEnd])
+            guard !authority.contains(UInt8(ascii: "@")), let (host, port) = parseAuthority(bytes: authority) else {
+                return nil
+            }
+            let remainder = UnsafeBufferPointer(rebasing: text[authorityEnd...])
+            let (path, query) = splitQuery(remainder, prependSlash: remainder.first != UInt8(ascii: "/"))
             return RequestTarget(form: .absolute(scheme: scheme, host: host, port: port), path: path, query: query)
         }
-        if let (host, port) = parseAuthority(text), port != nil {
+        if let (host, port) = parseAuthority(bytes: text), port != nil {
             return RequestTarget(form: .authority(host: host, port: port), path: "", query: nil)
         }
         return nil
     }
 
-    private static func splitQuery(_ text: String) -> (String, String?) {
-        guard let mark = text.firstIndex(of: "?") else { return (text, nil) }
-        return (String(text[..<mark]), String(text[text.index(after: mark)...]))
+    /// Path and query of `text` (which starts at the path, or at `?`, or is empty when `prependSlash` says the
+    /// path needs a leading `/`).
+    private static func splitQuery(_ text: UnsafeBufferPointer<UInt8>, prependSlash: Bool) -> (String, String?) {
+        let mark = text.firstIndex(of: UInt8(ascii: "?")) ?? text.count
+        var path = String(decoding: UnsafeBufferPointer(rebasing: text[0..<mark]), as: UTF8.self)
+        if prependSlash { path = "/" + path }
+        guard mark < text.count else { return (path, nil) }
+        return (path, String(decoding: UnsafeBufferPointer(rebasing: text[(mark + 1)...]), as: UTF8.self))
+    }
+
+    private static func equalsIgnoringCase(_ bytes: Slice<UnsafeBufferPointer<UInt8>>, _ lowercase: StaticString) -> Bool {
+        guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
+        let expected = UnsafeBufferPointer(start: lowercase.utf8Start, count: lowercase.utf8CodeUnitCount)
+        for (b, e) in zip(bytes, expected) where (b >= 65 && b <= 90 ? b + 32 : b) != e { return false }
+        return true
     }
 
     /// `host`, `host:port`, `[v6]`, `[v6]:port` → lowercased host and optional port; nil when malformed.
     /// Works on the UTF-8 bytes: this runs for every origin-form request (the `Host` header).
     public static func parseAuthority(_ authority: String) -> (host: String, port: Int?)? {
-        var bytes = Array(authority.utf8)
+        var authority = authority
+        return authority.withUTF8 { parseAuthority(bytes: $0) }
+    }
+
+    private static func parseAuthority(bytes: UnsafeBufferPointer<UInt8>) -> (host: String, port: Int?)? {
         guard !bytes.isEmpty else { return nil }
         var hostRange: Range<Int>
         var portStart: Int?
@@ -94,8 +128,14 @@ public struct RequestTarget: Sendable, Equatable {
             guard value <= 65535 else { return nil }
             port = value
         }
-        for i in hostRange where bytes[i] >= 65 && bytes[i] <= 90 { bytes[i] += 32 }
-        return (String(decoding: bytes[hostRange], as: UTF8.self), port)
+        let hostBytes = UnsafeBufferPointer(rebasing: bytes[hostRange])
+        let host: String
+        if hostBytes.contains(where: { $0 >= 65 && $0 <= 90 }) {
+            host = String(decoding: hostBytes.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
+        } else {
+            host = String(decoding: hostBytes, as: UTF8.self)
+        }
+        return (host, port)
     }
 
     private static func isHex(_ b: UInt8) -> Bool {
