@@ -14,9 +14,9 @@ import Synchronization
 /// per loop turn and delivered with one hop onto the requester's event loop. The multi handle keeps upstream
 /// connections alive and multiplexes HTTP/2 where the upstream offers it over TLS.
 ///
-/// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline` and the idle handles are touched only on the
-/// transport thread (inside `run()` and the curl callbacks it triggers); other threads use only `commands` (a
-/// Mutex), `sleeping` (an atomic) and `signalWake()`, a `write` to the eventfd, which is safe from any thread.
+/// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline`, `lineScratch` and the idle handles are
+/// touched only on the transport thread (inside `run()` and the curl callbacks it triggers); other threads use only
+/// `commands` (a Mutex), `sleeping` (an atomic) and `submit`'s `write` to the eventfd, which is safe from any thread.
 public final class CurlMultiTransport: @unchecked Sendable {
     enum Command {
         case start(CurlTransfer)
@@ -42,6 +42,8 @@ public final class CurlMultiTransport: @unchecked Sendable {
     /// Idle easy handles kept for reuse (`curl_easy_reset` keeps their buffers and DNS/TLS session caches).
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private static let maxIdleHandles = 256
+    /// Where `configure` assembles each header line before curl copies it (transport thread only).
+    private var lineScratch: [UInt8] = []
     private var thread: Thread?
     private let finishedSignal = Mutex<CheckedContinuation<Void, Never>?>(nil)
     private let threadDone = Atomic<Bool>(false)
@@ -349,9 +351,21 @@ public final class CurlMultiTransport: @unchecked Sendable {
         var sawAccept = false
         for header in request.headers {
             if header.name.caseInsensitiveEquals("accept") { sawAccept = true }
+            lineScratch.removeAll(keepingCapacity: true)
+            lineScratch.append(contentsOf: header.name.utf8)
             // "Name;" is curl's way of sending a header with an empty value ("Name:" would delete it).
-            let line = header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)"
-            list = curl_slist_append(list, line)
+            if header.value.isEmpty {
+                lineScratch.append(UInt8(ascii: ";"))
+            } else {
+                lineScratch.append(UInt8(ascii: ":"))
+                lineScratch.append(UInt8(ascii: " "))
+                lineScratch.append(contentsOf: header.value.utf8)
+            }
+            // CR, LF or NUL would split the line or cut it short: such a field (a hostile token value, say) is
+            // never sent. Client fields cannot carry them (the request parser refuses them), injected ones could.
+            guard !lineScratch.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else { continue }
+            lineScratch.append(0)
+            list = lineScratch.withUnsafeBytes { curl_slist_append(list, $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
         }
         // Headers curl would add on its own: suppress them so the request passes through unchanged.
         list = curl_slist_append(list, "Expect:")

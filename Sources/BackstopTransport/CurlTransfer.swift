@@ -1,3 +1,4 @@
+import BackstopCore
 import CCurl
 import NIOCore
 import Synchronization
@@ -26,10 +27,8 @@ public final class CurlTransfer: @unchecked Sendable {
     var bufferedBody: ByteBuffer?
     var pending: [TransportEvent] = []
     var isDirty = false
-    var headStatus = 0
-    var headVersion = ""
-    var headHeaders: [(name: String, value: String)] = []
-    var headDelivered = false
+    var headParser = UpstreamHeadParser()
+    var headDelivered: Bool { headParser.finished }
     var finished = false
     var cancelledByUser = false
 
@@ -90,61 +89,7 @@ public final class CurlTransfer: @unchecked Sendable {
 
     /// Header callback: one line at a time, including the status line and the blank line ending the head.
     func onHeaderLine(_ line: UnsafeRawBufferPointer) {
-        var end = line.count
-        while end > 0, line[end - 1] == 0x0A || line[end - 1] == 0x0D { end -= 1 }
-        if end == 0 {
-            // End of a head. 1xx interim heads (100 Continue, 103 Early Hints) are not forwarded.
-            if headStatus >= 200 || headStatus == 101 {
-                if !headDelivered {
-                    headDelivered = true
-                    emit(.head(TransportResponseHead(status: headStatus, httpVersion: headVersion, headers: headHeaders)))
-                }
-            }
-            headHeaders = []
-            return
-        }
-        // Parsed on the bytes: this runs for every header line of every response.
-        if end > 5, line[0] == 0x48, line[1] == 0x54, line[2] == 0x54, line[3] == 0x50, line[4] == 0x2F {  // "HTTP/"
-            // Status line: "HTTP/1.1 200 OK" or "HTTP/2 200".
-            var space = 5
-            while space < end, line[space] != 0x20 { space += 1 }
-            headVersion = String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<space]), as: UTF8.self)
-            var status = 0
-            var i = space + 1
-            var digits = 0
-            while i < end, line[i] >= 0x30, line[i] <= 0x39, digits < 3 {
-                status = status * 10 + Int(line[i] - 0x30)
-                i += 1
-                digits += 1
-            }
-            headStatus = digits == 3 ? status : 0
-            headHeaders = []
-            return
-        }
-        if line[0] == 0x20 || line[0] == 0x09 {
-            // Obsolete line folding from the upstream: join with a space (RFC 9112 §5.2).
-            guard !headHeaders.isEmpty else { return }
-            let (start, stop) = Self.trimmed(line, 0, end)
-            let folded = String(decoding: UnsafeRawBufferPointer(rebasing: line[start..<stop]), as: UTF8.self)
-            headHeaders[headHeaders.count - 1].value += " " + folded
-            return
-        }
-        var colon = 0
-        while colon < end, line[colon] != 0x3A { colon += 1 }
-        guard colon < end else { return }
-        let name = String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<colon]), as: UTF8.self)
-        let (start, stop) = Self.trimmed(line, colon + 1, end)
-        let value = String(decoding: UnsafeRawBufferPointer(rebasing: line[start..<stop]), as: UTF8.self)
-        headHeaders.append((name: name, value: value))
-    }
-
-    /// The range `from..<to` of `line` without leading and trailing spaces and tabs.
-    private static func trimmed(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> (Int, Int) {
-        var start = from
-        var stop = to
-        while start < stop, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
-        while stop > start, line[stop - 1] == 0x20 || line[stop - 1] == 0x09 { stop -= 1 }
-        return (start, stop)
+        if let head = headParser.consume(line) { emit(.head(head)) }
     }
 
     /// Write callback: returns the number of bytes taken, or `nil` to pause.
@@ -196,17 +141,4 @@ public final class CurlTransfer: @unchecked Sendable {
         case .streaming: return false
         }
     }
-}
-
-extension Substring {
-    func trimmingASCIIWhitespace() -> String {
-        var s = self[...]
-        while let f = s.first, f == " " || f == "\t" { s = s.dropFirst() }
-        while let l = s.last, l == " " || l == "\t" { s = s.dropLast() }
-        return String(s)
-    }
-}
-
-extension String {
-    func trimmingASCIIWhitespace() -> String { self[...].trimmingASCIIWhitespace() }
 }

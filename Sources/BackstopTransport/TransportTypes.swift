@@ -45,25 +45,6 @@ public enum TransportRequestBody: Sendable {
     case streaming(RequestBodyStream)
 }
 
-/// The head of an upstream response (final, never a 1xx interim head).
-public struct TransportResponseHead: Sendable {
-    public var status: Int
-    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2` as the upstream spoke it.
-    public var httpVersion: String
-    /// Header fields in arrival order, exactly as received (hop-by-hop not yet removed).
-    public var headers: [(name: String, value: String)]
-    public init(status: Int, httpVersion: String, headers: [(name: String, value: String)]) {
-        self.status = status
-        self.httpVersion = httpVersion
-        self.headers = headers
-    }
-
-    /// The first value of a header, case-insensitively.
-    public func header(_ name: String) -> String? {
-        headers.first { $0.name.caseInsensitiveEquals(name) }?.value
-    }
-}
-
 /// Why an attempt failed below HTTP, in the terms of SPEC `retry.on`.
 public enum TransportFailure: Error, Sendable, Equatable {
     /// Nothing reached the upstream (refused, unresolvable, connect timeout, TLS handshake failure).
@@ -80,7 +61,8 @@ public enum TransportFailure: Error, Sendable, Equatable {
 
 /// Events of one transfer, delivered in order on the requester's event loop.
 public enum TransportEvent: Sendable {
-    case head(TransportResponseHead)
+    /// The final head (never a 1xx interim one), rewritten for the client.
+    case head(UpstreamResponseHead)
     case body(ByteBuffer)
     case end
     case failure(TransportFailure)

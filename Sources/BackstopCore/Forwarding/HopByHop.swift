@@ -1,26 +1,32 @@
-/// Header rewriting at the proxy boundary (SPEC §3 "Forwarding"): pure functions over ordered header lists.
-public enum HeaderRewriter {
-    /// What a header name means to the proxy; decided without allocating (this runs for every header).
-    /// Hop-by-hop: RFC 9110 §7.6.1 (`Connection`, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`,
-    /// `Upgrade`) plus `Proxy-Connection`, `Proxy-Authenticate` and `Proxy-Authorization`, aimed at this proxy.
-    enum Kind {
-        case hopByHop, host, contentLength, expect, via, backstopOwn, other
-    }
+/// What a header name means to the proxy, decided on its bytes without allocating (this runs for every field of
+/// every request and response).
+enum HeaderName: Equatable {
+    /// RFC 9110 §7.6.1 (`Connection`, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) plus
+    /// `Proxy-Connection`, `Proxy-Authenticate` and `Proxy-Authorization`, which are aimed at this proxy.
+    case hopByHop
+    case host, contentLength, expect, via
+    /// `X-Backstop-Error`, `X-Backstop-Attempts`: only Backstop writes them.
+    case backstopOwn
+    case retryAfter, rateLimitReset
+    case other
 
-    static func classify(_ name: String) -> Kind {
-        func named(_ candidate: String) -> Bool { name.caseInsensitiveEquals(candidate) }
-        switch name.utf8.count {
+    static func classify(_ name: UnsafeRawBufferPointer) -> HeaderName {
+        func named(_ candidate: StaticString) -> Bool { equals(name, candidate) }
+        switch name.count {
         case 2: return named("te") ? .hopByHop : .other
         case 3: return named("via") ? .via : .other
         case 4: return named("host") ? .host : .other
         case 6: return named("expect") ? .expect : .other
         case 7: return named("upgrade") || named("trailer") ? .hopByHop : .other
         case 10: return named("connection") || named("keep-alive") ? .hopByHop : .other
+        case 11: return named("retry-after") ? .retryAfter : .other
         case 14: return named("content-length") ? .contentLength : .other
         case 16:
             if named("proxy-connection") { return .hopByHop }
             return named("x-backstop-error") ? .backstopOwn : .other
-        case 17: return named("transfer-encoding") ? .hopByHop : .other
+        case 17:
+            if named("transfer-encoding") { return .hopByHop }
+            return named("x-ratelimit-reset") ? .rateLimitReset : .other
         case 18: return named("proxy-authenticate") ? .hopByHop : .other
         case 19:
             if named("proxy-authorization") { return .hopByHop }
@@ -29,14 +35,55 @@ public enum HeaderRewriter {
         }
     }
 
-    /// Lowercased names listed in every `Connection` header (comma-separated tokens).
-    public static func connectionListed(in headers: [(name: String, value: String)]) -> Set<String> {
-        var names: Set<String> = []
-        for header in headers where header.name.caseInsensitiveEquals("connection") {
-            for token in header.value.split(separator: ",") {
-                let name = token.trimmingCharacters(in: " \t").asciiLowercased()
-                if !name.isEmpty { names.insert(name) }
+    static func classify(_ name: String) -> HeaderName {
+        var name = name
+        return name.withUTF8 { classify(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// ASCII case-insensitive equality with a lowercase name.
+    static func equals(_ bytes: UnsafeRawBufferPointer, _ lowercase: StaticString) -> Bool {
+        guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
+        let expected = lowercase.utf8Start
+        for i in 0..<bytes.count {
+            let b = bytes[i]
+            if (b >= 65 && b <= 90 ? b + 32 : b) != expected[i] { return false }
+        }
+        return true
+    }
+
+    /// Appends the comma-separated tokens of a `Connection` value, trimmed and lowercased, that name a field
+    /// still to be removed: `close` names none, and hop-by-hop fields (`keep-alive`, `upgrade`…) go anyway.
+    static func appendTokens(of value: UnsafeRawBufferPointer, to names: inout [String]) {
+        var start = 0
+        while start <= value.count {
+            var end = start
+            while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
+            var from = start
+            var to = end
+            while from < to, value[from] == 0x20 || value[from] == 0x09 { from += 1 }
+            while to > from, value[to - 1] == 0x20 || value[to - 1] == 0x09 { to -= 1 }
+            let raw = UnsafeRawBufferPointer(rebasing: value[from..<to])
+            if from < to, classify(raw) != .hopByHop, !equals(raw, "close") {
+                let token = String(decoding: value[from..<to].map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
+                if !names.contains(token) { names.append(token) }
             }
+            start = end + 1
+        }
+    }
+}
+
+/// Header rewriting of client requests at the proxy boundary (SPEC §3 "Forwarding"); responses are rewritten
+/// on their bytes by `UpstreamHeadParser`.
+public enum HeaderRewriter {
+    /// Lowercased names listed in every `Connection` header (comma-separated tokens).
+    public static func connectionListed(in headers: [(name: String, value: String)]) -> [String] {
+        var names: [String] = []
+        for header in headers where HeaderName.classify(header.name) == .hopByHop {
+            var name = header.name
+            let isConnection = name.withUTF8 { HeaderName.equals(UnsafeRawBufferPointer($0), "connection") }
+            guard isConnection else { continue }
+            var value = header.value
+            value.withUTF8 { HeaderName.appendTokens(of: UnsafeRawBufferPointer($0), to: &names) }
         }
         return names
     }
@@ -53,45 +100,17 @@ public enum HeaderRewriter {
         out.append((name: "Host", value: upstreamHost))
         var via: String?
         for header in headers {
-            switch classify(header.name) {
+            switch HeaderName.classify(header.name) {
             case .hopByHop, .host, .contentLength, .expect: continue
             case .via:
                 via = via.map { "\($0), \(header.value)" } ?? header.value
-            case .backstopOwn, .other:
+            case .backstopOwn, .retryAfter, .rateLimitReset, .other:
                 if !listed.isEmpty && listed.contains(header.name.asciiLowercased()) { continue }
                 out.append(header)
             }
         }
         out.append((name: "Via", value: via.map { "\($0), 1.1 backstop" } ?? "1.1 backstop"))
         return out
-    }
-
-    /// The headers of an upstream response as they go to the client: hop-by-hop and `Connection`-listed fields
-    /// and framing removed (the proxy re-frames the body), `Via` extended, `X-Backstop-Attempts` added.
-    public static func clientResponseHeaders(
-        _ headers: [(name: String, value: String)], attempts: Int, upstreamVersion: String
-    ) -> (headers: [(name: String, value: String)], contentLength: Int?) {
-        let listed = connectionListed(in: headers)
-        var out: [(name: String, value: String)] = []
-        out.reserveCapacity(headers.count + 2)
-        var contentLength: Int?
-        var via: String?
-        for header in headers {
-            switch classify(header.name) {
-            case .hopByHop, .backstopOwn: continue
-            case .contentLength:
-                contentLength = Int(header.value.trimmingCharacters(in: " \t"))
-            case .via:
-                via = via.map { "\($0), \(header.value)" } ?? header.value
-            case .host, .expect, .other:
-                if !listed.isEmpty && listed.contains(header.name.asciiLowercased()) { continue }
-                out.append(header)
-            }
-        }
-        let version = upstreamVersion.hasPrefix("HTTP/") ? String(upstreamVersion.dropFirst(5)) : upstreamVersion
-        out.append((name: "Via", value: via.map { "\($0), \(version) backstop" } ?? "\(version) backstop"))
-        out.append((name: "X-Backstop-Attempts", value: String(attempts)))
-        return (out, contentLength)
     }
 }
 

@@ -1,9 +1,10 @@
+import BackstopCore
 import BackstopTransport
 import NIOCore
 
 /// A whole response collected in memory (token endpoint calls: small bodies).
 struct FetchedResponse: Sendable {
-    var head: TransportResponseHead
+    var head: UpstreamResponseHead
     var body: [UInt8]
 }
 
@@ -34,7 +35,7 @@ struct TransportFetcher: Sendable {
 private final class ResponseCollector {
     private var continuation: CheckedContinuation<Result<FetchedResponse, TransportFailure>, Never>?
     private let maxBody: Int
-    private var head: TransportResponseHead?
+    private var head: UpstreamResponseHead?
     private var body: [UInt8] = []
     var transfer: CurlTransfer?
 

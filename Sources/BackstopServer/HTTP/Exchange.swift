@@ -56,7 +56,10 @@ final class Exchange {
     /// Identifies the current attempt so events of a cancelled one are ignored.
     private var attemptToken = 0
     private var transfer: CurlTransfer?
-    private var perTryTimer: Scheduled<Void>?
+    /// When the current attempt times out (`per_try`, cut short by what is left of `total`), checked by the
+    /// connection's lazy timer (`ProxyHandler.wakeUp(at:)`) rather than a timer of its own per attempt.
+    private var attemptDeadline: NIODeadline?
+    private var attemptDeadlineIsTotal = false
     private var totalTimer: Scheduled<Void>?
     private var backoffTimer: Scheduled<Void>?
     private let startedAt = NIODeadline.now()
@@ -68,7 +71,12 @@ final class Exchange {
     private var authValue: String?
     /// A request is replayed after a token refresh at most once.
     private var replayedAfterRefresh = false
-    private var heldHead: TransportResponseHead?
+    private var heldHead: UpstreamResponseHead?
+    /// How the relayed body is framed for the client, and whether a chunk went out yet.
+    private var responseFraming = ResponseFraming.bodyless
+    private var sentChunk = false
+    /// Body bytes written to the client but not yet reported to the transport (the client socket was full).
+    private var unreportedBytes = 0
     private var heldEvents: [TransportEvent] = []
     /// Conditions that caused retries, for the access log.
     private var retryReasons: [String] = []
@@ -258,14 +266,20 @@ final class Exchange {
         transfer = runtime.transport.start(request, on: eventLoop) { events in
             bound.value.handle(events, token: token)
         }
-        // One timer per attempt: per_try, cut short by what is left of total (one timer less per request than
-        // keeping a separate total timer; backoff waits are already bounded by the retry policy).
         let remaining = timeouts.total - Duration.nanoseconds((NIODeadline.now() - startedAt).nanoseconds)
-        let totalEndsFirst = remaining <= timeouts.perTry
-        perTryTimer = eventLoop.assumeIsolated().scheduleTask(in: .init(min(timeouts.perTry, max(remaining, .zero)))) {
-            [self] in
-            if totalEndsFirst { totalDeadlinePassed() } else { perTryDeadlinePassed(token: token) }
-        }
+        attemptDeadlineIsTotal = remaining <= timeouts.perTry
+        let deadline = NIODeadline.now() + TimeAmount(min(timeouts.perTry, max(remaining, .zero)))
+        attemptDeadline = deadline
+        handler.wakeUp(at: deadline)
+    }
+
+    /// The connection's timer fired: handles an attempt deadline that passed; returns one still to come.
+    func deadlineCheck(now: NIODeadline) -> NIODeadline? {
+        guard let deadline = attemptDeadline, phase == .attempting else { return nil }
+        guard now >= deadline else { return deadline }
+        attemptDeadline = nil
+        if attemptDeadlineIsTotal { totalDeadlinePassed() } else { perTryDeadlinePassed(token: attemptToken) }
+        return nil
     }
 
     private func makeTransportRequest() -> TransportRequest {
@@ -317,6 +331,7 @@ final class Exchange {
     private func handle(_ events: [TransportEvent], token: Int) {
         guard token == attemptToken else { return }
         guard phase == .attempting || phase == .relayingResponse || phase == .awaitingRefresh else { return }
+        var written = 0
         for (index, event) in events.enumerated() {
             if phase == .awaitingRefresh {
                 heldEvents.append(contentsOf: events[index...])
@@ -326,25 +341,56 @@ final class Exchange {
             guard phase == .attempting || phase == .relayingResponse else { return }
             switch event {
             case .head(let responseHead):
-                perTryTimer?.cancel()
-                perTryTimer = nil
+                attemptDeadline = nil
                 receivedHead(responseHead)
             case .body(let buffer):
-                guard phase == .relayingResponse, let transfer else { continue }
-                let count = buffer.readableBytes
-                responseBytes += count
-                handler.writeResponseBody(buffer) { transfer.consumed(count) }
+                guard phase == .relayingResponse else { continue }
+                written += relayBody(buffer)
             case .end:
                 completeResponse()
             case .failure(let failure):
                 attemptFailed(failure)
             }
         }
+        // One flush per batch of events; the transport learns what the client socket took, or waits for
+        // `clientWritable()` when it is full (backpressure: the upstream read pauses at `CurlTransfer.highWater`).
+        guard phase == .relayingResponse else { return }
+        handler.flush()
+        unreportedBytes += written
+        if unreportedBytes > 0, handler.isWritable { clientWritable() }
+    }
+
+    /// Writes one chunk of body, framed for the client; returns the body bytes it carried.
+    private func relayBody(_ buffer: ByteBuffer) -> Int {
+        let count = buffer.readableBytes
+        guard count > 0 else { return 0 }
+        responseBytes += count
+        switch responseFraming {
+        case .chunked:
+            var prefix = handler.allocator.buffer(capacity: 24)
+            ResponseHeadWriter.chunkPrefix(&prefix, size: count, first: !sentChunk)
+            sentChunk = true
+            handler.writeResponse(prefix)
+            handler.writeResponse(buffer)
+        case .contentLength, .closeDelimited:
+            handler.writeResponse(buffer)
+        case .bodyless:
+            break  // curl delivers none; a stray byte must not corrupt the connection
+        }
+        return count
+    }
+
+    /// The client socket drained: the body bytes written so far count as consumed.
+    func clientWritable() {
+        guard unreportedBytes > 0, let transfer else { return }
+        let count = unreportedBytes
+        unreportedBytes = 0
+        transfer.consumed(count)
     }
 
     /// A response head arrived: refresh the token and replay, retry, or deliver.
-    private func receivedHead(_ upstreamHead: TransportResponseHead) {
-        runtime.metrics.recordAttempt(upstream: upstreamName, outcome: "\(upstreamHead.status / 100)xx")
+    private func receivedHead(_ upstreamHead: UpstreamResponseHead) {
+        runtime.metrics.recordAttempt(upstream: upstreamName, outcome: ProxyMetrics.statusClassLabel(upstreamHead.status))
         if case .oauth2(let manager, let oauth)? = upstream?.auth, oauth.refreshOn.contains(upstreamHead.status),
             !replayedAfterRefresh, bodyReplayable, let rejected = token
         {
@@ -362,13 +408,13 @@ final class Exchange {
         }
         if let upstream, upstream.config.retry.on.contains(.status(upstreamHead.status)) {
             let outcome = AttemptOutcome.response(
-                status: upstreamHead.status, retryAfter: upstreamHead.header("Retry-After"),
-                rateLimitReset: upstreamHead.header("X-RateLimit-Reset"))
+                status: upstreamHead.status, retryAfter: upstreamHead.retryAfter,
+                rateLimitReset: upstreamHead.rateLimitReset)
             if case .retry(let delay, let reason) = decide(outcome, upstream: upstream) {
                 // A small body is left to finish (and ignored) so curl keeps the connection for the retry;
                 // cancelling mid-response would close it.
-                let length = upstreamHead.header("Content-Length").flatMap { Int($0) }
-                scheduleRetry(after: delay, reason: reason, cancelAttempt: !(length.map { $0 <= 64 << 10 } ?? false))
+                let small = upstreamHead.contentLength.map { $0 <= 64 << 10 } ?? false
+                scheduleRetry(after: delay, reason: reason, cancelAttempt: !small)
                 return
             }
         }
@@ -404,8 +450,7 @@ final class Exchange {
     private func scheduleRetry(after delay: Duration, reason: RetryCondition, cancelAttempt: Bool = true) {
         if cancelAttempt { transfer?.cancel() }
         transfer = nil
-        perTryTimer?.cancel()
-        perTryTimer = nil
+        attemptDeadline = nil
         attemptToken += 1
         previousDelay = delay
         retryReasons.append(reason.description)
@@ -457,34 +502,35 @@ final class Exchange {
         handle(events, token: attemptToken)
     }
 
-    private func deliverHead(_ upstreamHead: TransportResponseHead, error: ProxyErrorReason? = nil) {
+    private func deliverHead(_ upstreamHead: UpstreamResponseHead, error: ProxyErrorReason? = nil) {
         phase = .relayingResponse
         totalTimer?.cancel()
         totalTimer = nil
         responseStatus = upstreamHead.status
-        let (headers, contentLength) = HeaderRewriter.clientResponseHeaders(
-            upstreamHead.headers, attempts: attempts, upstreamVersion: upstreamHead.httpVersion)
-        var httpHeaders = HTTPHeaders(headers.map { ($0.name, $0.value) })
-        if let error { httpHeaders.add(name: "X-Backstop-Error", value: error.rawValue) }
-        let bodyless = head.method == .HEAD || upstreamHead.status == 204 || upstreamHead.status == 304
-            || (100..<200).contains(upstreamHead.status)
-        if let contentLength {
-            httpHeaders.add(name: "Content-Length", value: String(contentLength))
-        } else if !bodyless && head.version.minor == 0 {
-            // An HTTP/1.0 client cannot take chunked framing: delimit by closing.
-            httpHeaders.replaceOrAdd(name: "Connection", value: "close")
-        }
-        let responseHead = HTTPResponseHead(
-            version: head.version, status: HTTPResponseStatus(statusCode: upstreamHead.status), headers: httpHeaders)
-        handler.writeResponseHead(responseHead)
-        if bodyless || contentLength == 0 { handler.flush() }
+        let http10 = handler.clientIsHTTP10
+        responseFraming = ResponseFraming.decide(
+            requestIsHEAD: head.method == .HEAD, status: upstreamHead.status,
+            contentLength: upstreamHead.contentLength, clientIsHTTP10: http10)
+        let connection: ResponseHeadWriter.ConnectionField =
+            handler.closeAfterResponse || responseFraming.endsConnection ? .close : (http10 ? .keepAlive : .none)
+        var buffer = handler.allocator.buffer(capacity: upstreamHead.fields.count + 192)
+        ResponseHeadWriter.upstreamHead(
+            upstreamHead, into: &buffer, clientIsHTTP10: http10, attempts: attempts, error: error, framing: responseFraming,
+            connection: connection)
+        handler.writeResponse(buffer)
     }
 
     private func completeResponse() {
         let complete = requestComplete
         if case .streaming(let stream) = body, !complete { stream.fail() }
         finish(status: responseStatus, note: nil)
-        handler.writeResponseEnd(requestComplete: complete)
+        var tail: ByteBuffer?
+        if responseFraming == .chunked {
+            var end = handler.allocator.buffer(capacity: 8)
+            ResponseHeadWriter.chunkedEnd(&end, afterChunks: sentChunk)
+            tail = end
+        }
+        handler.writeResponseEnd(tail: tail, requestComplete: complete, close: responseFraming.endsConnection)
     }
 
     private func attemptFailed(_ failure: TransportFailure) {
@@ -493,8 +539,7 @@ final class Exchange {
             handler.abortResponse()
             return
         }
-        perTryTimer?.cancel()
-        perTryTimer = nil
+        attemptDeadline = nil
         runtime.metrics.recordAttempt(upstream: upstreamName, outcome: Self.outcomeLabel(failure))
         if let upstream {
             let outcome: AttemptOutcome?
@@ -552,13 +597,13 @@ final class Exchange {
         if case .streaming(let stream) = body, !requestComplete { stream.fail() }
         let complete = requestComplete
         finish(status: reason.status, note: reason.rawValue)
-        handler.exchangeFailed(reason, version: head.version, requestComplete: complete)
+        handler.exchangeFailed(reason, requestComplete: complete)
     }
 
     private func finish(status: Int, note: String?) {
         guard phase != .done else { return }
         phase = .done
-        perTryTimer?.cancel()
+        attemptDeadline = nil
         totalTimer?.cancel()
         backoffTimer?.cancel()
         if status == 499 { transfer?.cancel() }

@@ -6,14 +6,17 @@ import NIOHTTP1
 /// The per-connection handler: validates and routes each request head, answers what Backstop answers itself
 /// (SPEC §3 error table), and hands everything else to an `Exchange`.
 ///
+/// Responses are written as bytes (`ResponseHeadWriter`): the pipeline has a request decoder but no response
+/// encoder.
+///
 /// Requests on one connection are handled one at a time so responses leave in order. Pipelined requests that
 /// arrive meanwhile are queued here rather than by NIO's pipelining handler, which stops and restarts socket
 /// reads around every request (two `epoll_ctl` calls per request even when nobody pipelines); reads are held
 /// only when the queue grows.
 final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundIn = HTTPServerResponsePart
-    typealias OutboundOut = HTTPServerResponsePart
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     private let runtime: ProxyRuntime
     private var context: ChannelHandlerContext?
@@ -32,13 +35,23 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Parts of pipelined requests that arrived while one was in flight.
     private var queued: [HTTPServerRequestPart] = []
     private static let maxQueuedParts = 64
-    private var closeAfterResponse = false
+    /// The client asked to close after this response (`Connection: close`, or HTTP/1.0 without keep-alive).
+    private(set) var closeAfterResponse = false
+    /// The current request is HTTP/1.0 (its response is written as 1.0 and cannot be chunked).
+    private(set) var clientIsHTTP10 = false
     /// Whether a response is being written (head sent, end not yet).
     private var responseInProgress = false
 
     /// `limits.client_idle_timeout`: how long a connection may go without a complete request head.
     private let idleTimeout: TimeAmount
-    private var idleTimer: Scheduled<Void>?
+    /// When the connection closes unless a complete request head arrived (nil while a request is in flight).
+    private var idleDeadline: NIODeadline?
+    /// One lazily re-armed timer per connection serves the idle deadline and the exchange's attempt deadline:
+    /// it is scheduled only when a deadline comes earlier than the pending one, and when it fires it checks the
+    /// real deadlines and re-arms for the next. A busy connection schedules one timer per deadline period instead
+    /// of two per request.
+    private var timer: Scheduled<Void>?
+    private var timerFiresAt = NIODeadline.distantFuture
 
     init(runtime: ProxyRuntime, idleTimeout: TimeAmount) {
         self.runtime = runtime
@@ -54,13 +67,33 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// previous response (or the accept), not from the last byte: a client trickling a head one byte at a time
     /// (slowloris) is closed like an idle one.
     private func armIdleTimer(context: ChannelHandlerContext) {
-        idleTimer?.cancel()
+        let deadline = NIODeadline.now() + idleTimeout
+        idleDeadline = deadline
+        wakeUp(at: deadline)
+    }
+
+    /// Makes sure the connection's timer fires no later than `deadline`.
+    func wakeUp(at deadline: NIODeadline) {
+        guard timer == nil || deadline < timerFiresAt, let context else { return }
+        timer?.cancel()
+        timerFiresAt = deadline
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        idleTimer = context.eventLoop.scheduleTask(in: idleTimeout) {
-            let handler = loopBound.value
-            handler.idleTimer = nil
-            if !handler.inFlight { handler.context?.close(promise: nil) }
+        timer = context.eventLoop.scheduleTask(deadline: deadline) { loopBound.value.timerFired() }
+    }
+
+    private func timerFired() {
+        timer = nil
+        timerFiresAt = .distantFuture
+        let now = NIODeadline.now()
+        var next = exchange?.deadlineCheck(now: now)
+        if !inFlight, let idle = idleDeadline {
+            if now >= idle {
+                context?.close(promise: nil)
+                return
+            }
+            next = min(next ?? idle, idle)
         }
+        if let next { wakeUp(at: next) }
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
@@ -79,8 +112,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func process(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
         switch part {
         case .head(let head):
-            idleTimer?.cancel()
-            idleTimer = nil
+            idleDeadline = nil
             discardingRequest = false
             inFlight = true
             requestEnded = false
@@ -121,8 +153,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        idleTimer?.cancel()
-        idleTimer = nil
+        timer?.cancel()
+        timer = nil
         exchange?.clientGone()
         exchange = nil
         context.fireChannelInactive()
@@ -134,7 +166,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             exchange = nil
             if !responseInProgress {
                 let reason: ProxyErrorReason = parserError == .headerOverflow ? .headersTooLarge : .badRequest
-                sendLocalError(reason, version: .http1_1, close: true)
+                clientIsHTTP10 = false
+                sendLocalError(reason, close: true)
             } else {
                 context.close(promise: nil)
             }
@@ -199,13 +232,16 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
 
         closeAfterResponse = !head.isKeepAlive
+        clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
         let exchange = Exchange(
             runtime: runtime, snapshot: snapshot, head: head, framing: framing, destination: destination,
             eventLoop: context.eventLoop, handler: self)
         self.exchange = exchange
         if framing.hasBody, head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true {
-            context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .continue))),
-                                  promise: nil)
+            var interim = context.channel.allocator.buffer(capacity: 32)
+            ResponseHeadWriter.writeStatusLine(&interim, clientIsHTTP10: clientIsHTTP10, status: 100)
+            interim.writeStaticString("\r\n")
+            context.writeAndFlush(wrapOutboundOut(interim), promise: nil)
         }
         exchange.start()
     }
@@ -217,42 +253,26 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         runtime.logger.debug(
             "request rejected",
             metadata: ["reason": .string(reason.rawValue), "method": .string(head.method.rawValue)])
-        sendLocalError(reason, version: head.version, close: close || !head.isKeepAlive)
+        clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
+        sendLocalError(reason, close: close || !head.isKeepAlive)
     }
 
-    /// NIO's HTTP codec treats whatever follows a CONNECT as a tunnel and frames its response without a body, so
-    /// the 405 is written as raw bytes below the encoder, and the connection is closed.
+    /// CONNECT is refused with 405 and the connection closed (whatever follows would be a tunnel's bytes).
     private func rejectConnect(context: ChannelHandlerContext) {
         discardingRequest = true
-        let reason = ProxyErrorReason.connectNotSupported
-        let body = reason.message + "\n"
-        let text = "HTTP/1.1 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            + "Content-Length: \(body.utf8.count)\r\nX-Backstop-Error: \(reason.rawValue)\r\nConnection: close\r\n\r\n"
-            + body
-        let channel = context.channel
-        guard let encoder = try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self) else {
-            channel.close(promise: nil)
-            return
-        }
-        let buffer = channel.allocator.buffer(string: text)
-        encoder.writeAndFlush(NIOAny(buffer)).whenComplete { _ in channel.close(promise: nil) }
+        runtime.metrics.recordRequest(upstream: "-", status: ProxyErrorReason.connectNotSupported.status, seconds: 0)
+        clientIsHTTP10 = false
+        closeAfterResponse = true
+        sendLocalError(.connectNotSupported, close: true)
     }
 
-    private func sendLocalError(_ reason: ProxyErrorReason, version: HTTPVersion, close: Bool) {
+    private func sendLocalError(_ reason: ProxyErrorReason, close: Bool) {
         guard let context else { return }
-        let body = reason.message + "\n"
-        var headers = HTTPHeaders()
-        headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
-        headers.add(name: "Content-Length", value: String(body.utf8.count))
-        headers.add(name: "X-Backstop-Error", value: reason.rawValue)
-        if close { headers.add(name: "Connection", value: "close") }
-        let head = HTTPResponseHead(
-            version: version, status: HTTPResponseStatus(statusCode: reason.status), headers: headers)
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-        var buffer = context.channel.allocator.buffer(capacity: body.utf8.count)
-        buffer.writeString(body)
-        context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
-        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        var buffer = context.channel.allocator.buffer(capacity: 256)
+        ResponseHeadWriter.localError(
+            reason, into: &buffer, clientIsHTTP10: clientIsHTTP10,
+            connection: close ? .close : (clientIsHTTP10 ? .keepAlive : .none))
+        let done = context.writeAndFlush(wrapOutboundOut(buffer))
         if close {
             queued.removeAll()
             let channel = context.channel
@@ -264,45 +284,52 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: called by the exchange (on the event loop)
 
     /// The exchange answers with a Backstop error; `requestComplete` says whether the client's body was read.
-    func exchangeFailed(_ reason: ProxyErrorReason, version: HTTPVersion, requestComplete: Bool) {
+    func exchangeFailed(_ reason: ProxyErrorReason, requestComplete: Bool) {
         exchange = nil
         releaseReads()
         if !requestComplete { discardingRequest = true }
-        sendLocalError(reason, version: version, close: closeAfterResponse || !requestComplete)
+        sendLocalError(reason, close: closeAfterResponse || !requestComplete)
     }
 
-    func writeResponseHead(_ head: HTTPResponseHead) {
+    var allocator: ByteBufferAllocator { context?.channel.allocator ?? ByteBufferAllocator() }
+
+    /// Whether the client socket takes more bytes without queueing past the channel's high-water mark.
+    var isWritable: Bool { context?.channel.isWritable ?? false }
+
+    /// Writes response bytes (a head, framing, body data) without flushing: the exchange flushes once per batch.
+    func writeResponse(_ buffer: ByteBuffer) {
         guard let context else { return }
         responseInProgress = true
-        var head = head
-        if closeAfterResponse { head.headers.replaceOrAdd(name: "Connection", value: "close") }
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-    }
-
-    func writeResponseBody(_ buffer: ByteBuffer, written: @escaping @Sendable () -> Void) {
-        guard let context else { return }
-        let promise = context.eventLoop.makePromise(of: Void.self)
-        promise.futureResult.whenComplete { _ in written() }
-        context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: promise)
+        context.write(wrapOutboundOut(buffer), promise: nil)
     }
 
     func flush() { context?.flush() }
 
-    /// The response is complete. `requestComplete` false means the client's body was not fully read.
-    func writeResponseEnd(requestComplete: Bool) {
+    /// The response is complete (`tail` ends its framing, if any). `requestComplete` false means the client's body
+    /// was not fully read; `close` that the body was delimited by closing the connection.
+    func writeResponseEnd(tail: ByteBuffer?, requestComplete: Bool, close: Bool) {
         exchange = nil
         responseInProgress = false
         releaseReads()
         guard let context else { return }
-        let close = closeAfterResponse || !requestComplete
+        let close = close || closeAfterResponse || !requestComplete
         if !requestComplete { discardingRequest = true }
-        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        if let tail { context.write(wrapOutboundOut(tail), promise: nil) }
         if close {
             queued.removeAll()
             let channel = context.channel
-            done.whenComplete { _ in channel.close(promise: nil) }
+            context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in
+                channel.close(promise: nil)
+            }
+        } else {
+            context.flush()
         }
         responseDone()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { exchange?.clientWritable() }
+        context.fireChannelWritabilityChanged()
     }
 
     /// The response broke after its head was sent: the only honest signal left is closing the connection.

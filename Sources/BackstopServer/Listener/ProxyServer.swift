@@ -88,6 +88,11 @@ public final class ProxyServer: Sendable {
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
         let idle = TimeAmount(limits.clientIdleTimeout)
         let maxConnections = limits.maxConnections
+        // The decoder's own cap (80 KiB by default) must not undercut `limits.max_header_bytes`, which the proxy
+        // handler enforces with a 431.
+        var decoderLimits = NIOHTTPDecoderLimitConfiguration()
+        decoderLimits.maxHeaderFieldSize = max(decoderLimits.maxHeaderFieldSize, limits.maxHeaderBytes)
+        decoderLimits.maxHeaderListSize = max(decoderLimits.maxHeaderListSize, limits.maxHeaderBytes)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -104,7 +109,9 @@ public final class ProxyServer: Sendable {
                 }
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false)
+                    // A request decoder and no response encoder: the proxy handler writes responses as bytes.
+                    try sync.addHandler(
+                        ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes, limitConfiguration: decoderLimits)))
                     try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle))
                 }
             }

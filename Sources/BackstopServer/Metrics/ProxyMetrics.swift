@@ -14,67 +14,82 @@ public final class ProxyMetrics: Sendable {
         var count = 0
     }
 
-    private struct State {
-        var requests: [LabelPair: Int] = [:]
-        var attempts: [LabelPair: Int] = [:]
-        var retries: [LabelPair: Int] = [:]
-        var budgetExhausted: [String: Int] = [:]
-        var durations: [String: Histogram] = [:]
+    /// Everything counted for one upstream label. Mutated in place under the lock (no copy per request):
+    /// status codes are Int keys, outcome and reason labels are static strings.
+    private struct UpstreamCounters {
+        var requestsByCode: [Int: Int] = [:]
+        var attempts: [String: Int] = [:]
+        var retries: [String: Int] = [:]
+        var budgetExhausted = 0
+        var durations = Histogram()
+        var hasDurations = false
+
+        mutating func recordRequest(status: Int, seconds: Double, bucket: Int?) {
+            requestsByCode[status, default: 0] += 1
+            if let bucket { durations.counts[bucket] += 1 }
+            durations.sum += seconds
+            durations.count += 1
+            hasDurations = true
+        }
     }
 
-    private struct LabelPair: Hashable {
-        var upstream: String
-        var value: String
-    }
-
-    private let state = Mutex(State())
+    private let state = Mutex([String: UpstreamCounters]())
 
     public init() {}
 
     func recordRequest(upstream: String, status: Int, seconds: Double) {
+        let bucket = Self.durationBuckets.firstIndex { seconds <= $0 }
         state.withLock { s in
-            s.requests[LabelPair(upstream: upstream, value: String(status)), default: 0] += 1
-            var histogram = s.durations[upstream] ?? Histogram()
-            if let bucket = Self.durationBuckets.firstIndex(where: { seconds <= $0 }) { histogram.counts[bucket] += 1 }
-            histogram.sum += seconds
-            histogram.count += 1
-            s.durations[upstream] = histogram
+            s[upstream, default: UpstreamCounters()].recordRequest(status: status, seconds: seconds, bucket: bucket)
         }
     }
 
     func recordAttempt(upstream: String, outcome: String) {
-        state.withLock { $0.attempts[LabelPair(upstream: upstream, value: outcome), default: 0] += 1 }
+        state.withLock { $0[upstream, default: UpstreamCounters()].attempts[outcome, default: 0] += 1 }
     }
 
     func recordRetry(upstream: String, reason: String) {
-        state.withLock { $0.retries[LabelPair(upstream: upstream, value: reason), default: 0] += 1 }
+        state.withLock { $0[upstream, default: UpstreamCounters()].retries[reason, default: 0] += 1 }
     }
 
     func recordBudgetExhausted(upstream: String) {
-        state.withLock { $0.budgetExhausted[upstream, default: 0] += 1 }
+        state.withLock { $0[upstream, default: UpstreamCounters()].budgetExhausted += 1 }
     }
 
-    /// The Prometheus text exposition (version 0.0.4) of everything, plus the given gauges and token counters.
+    /// `2xx`-style outcome labels, without formatting a string per attempt.
+    static func statusClassLabel(_ status: Int) -> String {
+        switch status / 100 {
+        case 1: "1xx"
+        case 2: "2xx"
+        case 3: "3xx"
+        case 4: "4xx"
+        case 5: "5xx"
+        default: "\(status / 100)xx"
+        }
+    }
+
     public func render(inflight: Int, tokenRefreshes: [String: [TokenManager.RefreshResult: Int]]) -> String {
-        let s = state.withLock { $0 }
+        let s = state.withLock { $0 }.sorted { $0.key < $1.key }
         var out = ""
         func family(_ name: String, _ type: String, _ help: String) {
             out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
         }
-        func pairs(_ name: String, _ label: String, _ values: [LabelPair: Int]) {
-            for (key, count) in values.sorted(by: { ($0.key.upstream, $0.key.value) < ($1.key.upstream, $1.key.value) }) {
-                out += "\(name){upstream=\"\(Self.escape(key.upstream))\",\(label)=\"\(Self.escape(key.value))\"} \(count)\n"
+        func pairs(_ name: String, _ label: String, _ values: (UpstreamCounters) -> [(String, Int)]) {
+            for (upstream, counters) in s {
+                for (value, count) in values(counters).sorted(by: { $0.0 < $1.0 }) {
+                    out += "\(name){upstream=\"\(Self.escape(upstream))\",\(label)=\"\(Self.escape(value))\"} \(count)\n"
+                }
             }
         }
         family("backstop_requests_total", "counter", "Client requests answered, by upstream and status code.")
-        pairs("backstop_requests_total", "code", s.requests)
+        pairs("backstop_requests_total", "code") { $0.requestsByCode.map { (String($0.key), $0.value) } }
         family("backstop_upstream_attempts_total", "counter", "Upstream attempts, by outcome (status class or failure).")
-        pairs("backstop_upstream_attempts_total", "outcome", s.attempts)
+        pairs("backstop_upstream_attempts_total", "outcome") { $0.attempts.map { ($0.key, $0.value) } }
         family("backstop_retries_total", "counter", "Retries made, by the retry.on condition that caused them.")
-        pairs("backstop_retries_total", "reason", s.retries)
+        pairs("backstop_retries_total", "reason") { $0.retries.map { ($0.key, $0.value) } }
         family("backstop_retry_budget_exhausted_total", "counter", "Retries refused because the retry budget was spent.")
-        for (upstream, count) in s.budgetExhausted.sorted(by: { $0.key < $1.key }) {
-            out += "backstop_retry_budget_exhausted_total{upstream=\"\(Self.escape(upstream))\"} \(count)\n"
+        for (upstream, counters) in s where counters.budgetExhausted > 0 {
+            out += "backstop_retry_budget_exhausted_total{upstream=\"\(Self.escape(upstream))\"} \(counters.budgetExhausted)\n"
         }
         family("backstop_token_refreshes_total", "counter", "Token refreshes, by result (success, failure, adopted from the keychain).")
         for (upstream, results) in tokenRefreshes.sorted(by: { $0.key < $1.key }) {
@@ -83,7 +98,8 @@ public final class ProxyMetrics: Sendable {
             }
         }
         family("backstop_request_duration_seconds", "histogram", "Client request duration, first byte in to last byte out.")
-        for (upstream, histogram) in s.durations.sorted(by: { $0.key < $1.key }) {
+        for (upstream, counters) in s where counters.hasDurations {
+            let histogram = counters.durations
             let label = "upstream=\"\(Self.escape(upstream))\""
             var cumulative = 0
             for (index, bound) in Self.durationBuckets.enumerated() {

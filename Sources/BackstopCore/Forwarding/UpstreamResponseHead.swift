@@ -1,0 +1,274 @@
+/// The head of an upstream response, already rewritten for the client (SPEC §3 "Forwarding"), plus what the
+/// exchange decides on: status, framing, and the retry hints.
+///
+/// `fields` holds the header lines the client gets, `Name: value\r\n` each, in arrival order: hop-by-hop fields
+/// (RFC 9110 §7.6.1 and every name listed in `Connection`), framing (`Content-Length`, `Transfer-Encoding`),
+/// `Via` and Backstop's own `X-Backstop-*` are taken out, and so is any line that is not a valid field (a name
+/// that is not a token, a value with a control character other than HTAB): nothing the upstream sends can inject
+/// a line into the client's response. Kept as bytes because this runs for every response: the client head is
+/// written by copying them once.
+public struct UpstreamResponseHead: Sendable, Equatable {
+    public var status: Int
+    /// The protocol version the upstream spoke, as `Via` writes it: `1.1`, `1.0`, `2`.
+    public var version: String
+    public var fields: [UInt8]
+    /// The upstream's `Content-Length`, when it sent a valid one.
+    public var contentLength: Int?
+    /// The upstream's own `Via` values, comma-joined (Backstop appends itself).
+    public var via: String?
+    /// `Retry-After` and `X-RateLimit-Reset` as sent (they also stay in `fields`).
+    public var retryAfter: String?
+    public var rateLimitReset: String?
+
+    public init(
+        status: Int, version: String = "1.1", fields: [UInt8] = [], contentLength: Int? = nil, via: String? = nil,
+        retryAfter: String? = nil, rateLimitReset: String? = nil
+    ) {
+        self.status = status
+        self.version = version
+        self.fields = fields
+        self.contentLength = contentLength
+        self.via = via
+        self.retryAfter = retryAfter
+        self.rateLimitReset = rateLimitReset
+    }
+
+    /// The fields as name/value pairs (for tests and diagnostics; the data path copies `fields` as bytes).
+    public var fieldPairs: [(name: String, value: String)] {
+        var pairs: [(name: String, value: String)] = []
+        var start = 0
+        while start < fields.count {
+            var end = start
+            while end + 1 < fields.count, !(fields[end] == 0x0D && fields[end + 1] == 0x0A) { end += 1 }
+            let line = fields[start..<end]
+            if let colon = line.firstIndex(of: 0x3A) {
+                let name = String(decoding: line[..<colon], as: UTF8.self)
+                var valueStart = colon + 1
+                if valueStart < end, fields[valueStart] == 0x20 { valueStart += 1 }
+                pairs.append((name: name, value: String(decoding: fields[valueStart..<end], as: UTF8.self)))
+            }
+            start = end + 2
+        }
+        return pairs
+    }
+
+    /// The first value of a client-bound field, case-insensitively.
+    public func field(_ name: String) -> String? {
+        fieldPairs.first { $0.name.caseInsensitiveEquals(name) }?.value
+    }
+}
+
+/// Builds an `UpstreamResponseHead` from header lines as libcurl hands them over, one call per line (status line,
+/// fields, obs-fold continuations, the blank line that ends a head). Interim `1xx` heads (other than `101`) are
+/// skipped; trailer lines after the final head are ignored. Pure and allocation-light: the lines are parsed as
+/// bytes and copied once into `fields`.
+public struct UpstreamHeadParser: Sendable {
+    private var status = 0
+    private var version = ""
+    private var fields: [UInt8] = []
+    private var contentLength: Int?
+    private var via: String?
+    private var retryAfter: String?
+    private var rateLimitReset: String?
+    /// Names listed in `Connection` (lowercased), to be taken out of `fields` when the head ends.
+    private var connectionListed: [String] = []
+    /// Where an obs-fold continuation line goes: the field it continues.
+    private enum LastLine { case none, field, via, retryAfter, rateLimitReset, dropped }
+    private var lastLine = LastLine.none
+    /// The final head was produced: further lines are trailers.
+    public private(set) var finished = false
+
+    public init() { fields.reserveCapacity(512) }
+
+    /// Feeds one line (with or without its CRLF); returns the head when this line completed a final one.
+    public mutating func consume(_ line: UnsafeRawBufferPointer) -> UpstreamResponseHead? {
+        guard !finished else { return nil }
+        var end = line.count
+        while end > 0, line[end - 1] == 0x0A || line[end - 1] == 0x0D { end -= 1 }
+        if end == 0 { return headEnded() }
+        if end > 5, line[0] == 0x48, line[1] == 0x54, line[2] == 0x54, line[3] == 0x50, line[4] == 0x2F {  // "HTTP/"
+            statusLine(line, end: end)
+            return nil
+        }
+        if line[0] == 0x20 || line[0] == 0x09 {
+            continuation(line, end: end)
+            return nil
+        }
+        fieldLine(line, end: end)
+        return nil
+    }
+
+    /// "HTTP/1.1 200 OK" or "HTTP/2 200": starts a new head (an interim one's fields are forgotten).
+    private mutating func statusLine(_ line: UnsafeRawBufferPointer, end: Int) {
+        var space = 5
+        while space < end, line[space] != 0x20 { space += 1 }
+        version = String(decoding: UnsafeRawBufferPointer(rebasing: line[5..<space]), as: UTF8.self)
+        var code = 0
+        var digits = 0
+        var i = space + 1
+        while i < end, digits < 3, line[i] >= 0x30, line[i] <= 0x39 {
+            code = code * 10 + Int(line[i] - 0x30)
+            i += 1
+            digits += 1
+        }
+        status = digits == 3 ? code : 0
+        fields.removeAll(keepingCapacity: true)
+        contentLength = nil
+        via = nil
+        retryAfter = nil
+        rateLimitReset = nil
+        connectionListed = []
+        lastLine = .none
+    }
+
+    private mutating func headEnded() -> UpstreamResponseHead? {
+        // 1xx interim heads (100 Continue, 103 Early Hints) are not forwarded; 101 is final.
+        guard status >= 200 || status == 101 else {
+            status = 0
+            fields.removeAll(keepingCapacity: true)
+            lastLine = .none
+            return nil
+        }
+        finished = true
+        if !connectionListed.isEmpty { removeConnectionListed() }
+        return UpstreamResponseHead(
+            status: status, version: version, fields: fields, contentLength: contentLength, via: via,
+            retryAfter: retryAfter, rateLimitReset: rateLimitReset)
+    }
+
+    private mutating func fieldLine(_ line: UnsafeRawBufferPointer, end: Int) {
+        var colon = 0
+        while colon < end, line[colon] != 0x3A { colon += 1 }
+        guard colon > 0, colon < end, Self.isToken(line, 0, colon) else {
+            lastLine = .dropped
+            return
+        }
+        let (start, stop) = Self.trimmed(line, colon + 1, end)
+        guard Self.isFieldValue(line, start, stop) else {
+            lastLine = .dropped
+            return
+        }
+        let name = UnsafeRawBufferPointer(rebasing: line[0..<colon])
+        let value = UnsafeRawBufferPointer(rebasing: line[start..<stop])
+        switch HeaderName.classify(name) {
+        case .hopByHop:
+            if HeaderName.equals(name, "connection") { HeaderName.appendTokens(of: value, to: &connectionListed) }
+            lastLine = .dropped
+        case .contentLength:
+            // Differing lengths are curl's to refuse; the first valid one frames the body.
+            if contentLength == nil { contentLength = Self.decimal(value) }
+            lastLine = .dropped
+        case .via:
+            let text = String(decoding: value, as: UTF8.self)
+            via = via.map { "\($0), \(text)" } ?? text
+            lastLine = .via
+        case .backstopOwn:
+            lastLine = .dropped
+        case .retryAfter, .rateLimitReset:
+            let text = String(decoding: value, as: UTF8.self)
+            if HeaderName.classify(name) == .retryAfter {
+                if retryAfter == nil { retryAfter = text }
+            } else if rateLimitReset == nil {
+                rateLimitReset = text
+            }
+            appendField(name, value)
+        case .host, .expect, .other:
+            appendField(name, value)
+        }
+    }
+
+    private mutating func appendField(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
+        fields.append(contentsOf: name)
+        fields.append(0x3A)
+        fields.append(0x20)
+        fields.append(contentsOf: value)
+        fields.append(0x0D)
+        fields.append(0x0A)
+        lastLine = .field
+    }
+
+    /// Obsolete line folding (RFC 9112 §5.2): the continuation joins its field with a single space.
+    private mutating func continuation(_ line: UnsafeRawBufferPointer, end: Int) {
+        let (start, stop) = Self.trimmed(line, 0, end)
+        guard Self.isFieldValue(line, start, stop) else {
+            lastLine = .dropped
+            return
+        }
+        let value = UnsafeRawBufferPointer(rebasing: line[start..<stop])
+        switch lastLine {
+        case .field:
+            fields.removeLast(2)
+            fields.append(0x20)
+            fields.append(contentsOf: value)
+            fields.append(0x0D)
+            fields.append(0x0A)
+        case .via: via = (via ?? "") + " " + String(decoding: value, as: UTF8.self)
+        case .retryAfter: retryAfter = (retryAfter ?? "") + " " + String(decoding: value, as: UTF8.self)
+        case .rateLimitReset: rateLimitReset = (rateLimitReset ?? "") + " " + String(decoding: value, as: UTF8.self)
+        case .none, .dropped: break
+        }
+    }
+
+    /// Takes the fields named in `Connection` out of `fields` (rare: most upstreams list only `close` or
+    /// `keep-alive`, which name no field left in it).
+    private mutating func removeConnectionListed() {
+        var kept: [UInt8] = []
+        kept.reserveCapacity(fields.count)
+        var start = 0
+        while start < fields.count {
+            var end = start
+            while end + 1 < fields.count, !(fields[end] == 0x0D && fields[end + 1] == 0x0A) { end += 1 }
+            let colon = fields[start..<end].firstIndex(of: 0x3A) ?? end
+            let name = String(decoding: fields[start..<colon], as: UTF8.self).asciiLowercased()
+            if !connectionListed.contains(name) { kept.append(contentsOf: fields[start..<min(end + 2, fields.count)]) }
+            start = end + 2
+        }
+        fields = kept
+    }
+
+    // MARK: byte rules
+
+    /// RFC 9110 §5.6.2 token characters.
+    static func isToken(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> Bool {
+        for i in from..<to {
+            switch line[i] {
+            case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: continue
+            case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"),
+                UInt8(ascii: "'"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."),
+                UInt8(ascii: "^"), UInt8(ascii: "_"), UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+                continue
+            default: return false
+            }
+        }
+        return true
+    }
+
+    /// A field value: visible characters, spaces, tabs and obs-text; no other control character (CR, LF, NUL…).
+    static func isFieldValue(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> Bool {
+        for i in from..<to {
+            let b = line[i]
+            if (b < 0x20 && b != 0x09) || b == 0x7F { return false }
+        }
+        return true
+    }
+
+    /// The range `from..<to` without leading and trailing spaces and tabs.
+    static func trimmed(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> (Int, Int) {
+        var start = from
+        var stop = to
+        while start < stop, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
+        while stop > start, line[stop - 1] == 0x20 || line[stop - 1] == 0x09 { stop -= 1 }
+        return (start, stop)
+    }
+
+    /// 1 to 18 ASCII digits as an Int; nil for anything else.
+    static func decimal(_ value: UnsafeRawBufferPointer) -> Int? {
+        guard !value.isEmpty, value.count <= 18 else { return nil }
+        var n = 0
+        for b in value {
+            guard b >= 0x30, b <= 0x39 else { return nil }
+            n = n * 10 + Int(b - 0x30)
+        }
+        return n
+    }
+}

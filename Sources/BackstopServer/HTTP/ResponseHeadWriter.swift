@@ -1,0 +1,112 @@
+import BackstopCore
+import NIOCore
+import NIOHTTP1
+
+/// Writes HTTP/1.x response heads and chunk framing as bytes. The proxy handler has no NIO response encoder:
+/// upstream fields arrive as bytes (`UpstreamResponseHead.fields`) and are copied once into the client's head,
+/// instead of a round trip through `HTTPHeaders`, the encoder and its header validator on every response.
+enum ResponseHeadWriter {
+    /// What the response says about the client connection.
+    enum ConnectionField {
+        case none, close, keepAlive
+    }
+
+    /// `HTTP/1.x NNN Reason\r\n`. The client's own minor version is answered (an HTTP/1.0 client must not be
+    /// told 1.1 framing), whatever the upstream spoke.
+    static func writeStatusLine(_ buffer: inout ByteBuffer, clientIsHTTP10: Bool, status: Int) {
+        buffer.writeStaticString(clientIsHTTP10 ? "HTTP/1.0 " : "HTTP/1.1 ")
+        let code = min(max(status, 100), 999)
+        buffer.writeInteger(UInt8(0x30 + code / 100))
+        buffer.writeInteger(UInt8(0x30 + code / 10 % 10))
+        buffer.writeInteger(UInt8(0x30 + code % 10))
+        buffer.writeInteger(UInt8(0x20))
+        buffer.writeString(HTTPResponseStatus(statusCode: code).reasonPhrase)
+        buffer.writeStaticString("\r\n")
+    }
+
+    /// The head of a relayed upstream response.
+    static func upstreamHead(
+        _ head: UpstreamResponseHead, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, attempts: Int,
+        error: ProxyErrorReason?, framing: ResponseFraming, connection: ConnectionField
+    ) {
+        writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: head.status)
+        buffer.writeBytes(head.fields)
+        buffer.writeStaticString("Via: ")
+        if let via = head.via {
+            buffer.writeString(via)
+            buffer.writeStaticString(", ")
+        }
+        buffer.writeString(head.version)
+        buffer.writeStaticString(" backstop\r\nX-Backstop-Attempts: ")
+        writeDecimal(&buffer, attempts)
+        buffer.writeStaticString("\r\n")
+        if let error {
+            buffer.writeStaticString("X-Backstop-Error: ")
+            buffer.writeString(error.rawValue)
+            buffer.writeStaticString("\r\n")
+        }
+        switch framing {
+        case .contentLength(let length):
+            buffer.writeStaticString("Content-Length: ")
+            writeDecimal(&buffer, length)
+            buffer.writeStaticString("\r\n")
+        case .chunked:
+            buffer.writeStaticString("Transfer-Encoding: chunked\r\n")
+        case .bodyless:
+            if let length = head.contentLength {
+                buffer.writeStaticString("Content-Length: ")
+                writeDecimal(&buffer, length)
+                buffer.writeStaticString("\r\n")
+            }
+        case .closeDelimited:
+            break
+        }
+        writeConnection(&buffer, connection)
+        buffer.writeStaticString("\r\n")
+    }
+
+    /// A response Backstop makes itself (SPEC §3 error table): one-line `text/plain` body.
+    static func localError(
+        _ reason: ProxyErrorReason, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, connection: ConnectionField
+    ) {
+        let message = reason.message
+        writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: reason.status)
+        buffer.writeStaticString("Content-Type: text/plain; charset=utf-8\r\nContent-Length: ")
+        writeDecimal(&buffer, message.utf8.count + 1)
+        buffer.writeStaticString("\r\nX-Backstop-Error: ")
+        buffer.writeString(reason.rawValue)
+        buffer.writeStaticString("\r\n")
+        writeConnection(&buffer, connection)
+        buffer.writeStaticString("\r\n")
+        buffer.writeString(message)
+        buffer.writeStaticString("\n")
+    }
+
+    /// The line before a chunk's data (`\r\n` ending the previous chunk, if any, then the size in hex).
+    static func chunkPrefix(_ buffer: inout ByteBuffer, size: Int, first: Bool) {
+        if !first { buffer.writeStaticString("\r\n") }
+        buffer.writeString(String(size, radix: 16))
+        buffer.writeStaticString("\r\n")
+    }
+
+    /// The end of a chunked body: the last chunk's CRLF, the zero-size chunk and the empty trailer section.
+    static func chunkedEnd(_ buffer: inout ByteBuffer, afterChunks: Bool) {
+        buffer.writeStaticString(afterChunks ? "\r\n0\r\n\r\n" : "0\r\n\r\n")
+    }
+
+    private static func writeConnection(_ buffer: inout ByteBuffer, _ connection: ConnectionField) {
+        switch connection {
+        case .none: break
+        case .close: buffer.writeStaticString("Connection: close\r\n")
+        case .keepAlive: buffer.writeStaticString("Connection: keep-alive\r\n")
+        }
+    }
+
+    private static func writeDecimal(_ buffer: inout ByteBuffer, _ value: Int) {
+        if value >= 0 && value < 10 {
+            buffer.writeInteger(UInt8(0x30 + value))
+        } else {
+            buffer.writeString(String(value))
+        }
+    }
+}
