@@ -61,6 +61,8 @@ struct RunCommand: AsyncParsableCommand {
             "STATUS=serving \(config.upstreams.count) upstream(s) on \(config.listeners.count) listener(s)"
         }
         notifier.notify("READY=1\n" + summary(config))
+        let released = StartupMemory.releaseStartupCode()
+        logger.debug("startup code released", metadata: ["bytes": .stringConvertible(released)])
         var watchdog: RepeatedTask?
         if let interval = SystemdNotifier.watchdogInterval(environment: environment) {
             watchdog = notifier.startWatchdog(on: server.anyEventLoop, interval: interval)
