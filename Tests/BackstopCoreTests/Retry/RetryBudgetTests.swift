@@ -17,15 +17,17 @@ private func record(_ budget: inout RetryBudget, _ count: Int, at now: Duration)
 
 @Suite("Retry budget")
 struct RetryBudgetTests {
-    @Test func ratioPlusTheWholeWindowsReserve() {
-        // ⌊0.2 × 10 + 10 × 10⌋ = 102.
+    @Test func ratioPlusThisSecondsReserve() {
+        // 0.2 × 10 ratio retries + 10 reserve retries in second 0.
         var budget = RetryBudget(BudgetConfig(ratio: 0.2, minPerSecond: 10))
         record(&budget, 10, at: .milliseconds(100))
-        #expect(drain(&budget, at: .milliseconds(500)) == 102)
-        #expect(budget.retriesInWindow(now: .milliseconds(500)) == 102)
+        #expect(drain(&budget, at: .milliseconds(500)) == 12)
+        #expect(budget.retriesInWindow(now: .milliseconds(500)) == 12)
         #expect(budget.requestsInWindow(now: .milliseconds(500)) == 10)
         #expect(!take(&budget, at: .milliseconds(999)))
-        #expect(!take(&budget, at: .milliseconds(9999)))
+        // Each new second brings another 10 reserve retries, never more.
+        #expect(drain(&budget, at: .seconds(1)) == 10)
+        #expect(drain(&budget, at: .milliseconds(9999)) == 10)
     }
 
     @Test func exactlyTwoRatioRetriesForTenRequests() {
@@ -41,16 +43,14 @@ struct RetryBudgetTests {
         #expect(budget.retriesInWindow(now: .milliseconds(40)) == 3)
     }
 
-    @Test func theReserveIsPooledOverTheWindowNotPerSecond() {
-        // min_per_second 1 → 10 retries per 10 s window, usable in one burst.
+    @Test func theReserveIsPerSecondNotABurst() {
+        // min_per_second 1: one reserve retry in each second, however long the upstream was quiet before.
         var budget = RetryBudget(BudgetConfig(ratio: 0.2, minPerSecond: 1))
-        #expect(drain(&budget, at: .milliseconds(500)) == 10)
-        for second in 1...9 {
-            #expect(drain(&budget, at: .seconds(second)) == 0, "second \(second)")
+        #expect(drain(&budget, at: .milliseconds(500)) == 1)
+        #expect(drain(&budget, at: .milliseconds(999)) == 0)
+        for second in 1...12 {
+            #expect(drain(&budget, at: .seconds(second)) == 1, "second \(second)")
         }
-        #expect(drain(&budget, at: .milliseconds(9999)) == 0)
-        // At 10 s the burst of second 0 leaves the window.
-        #expect(drain(&budget, at: .seconds(10)) == 10)
     }
 
     @Test func aSteadyTrickleUsesTheReserveOnePerSecond() {
@@ -59,7 +59,6 @@ struct RetryBudgetTests {
             #expect(take(&budget, at: .seconds(second) + .milliseconds(300)), "second \(second)")
         }
         #expect(!take(&budget, at: .milliseconds(9900)))
-        // Each second from then on, the retry taken ten seconds earlier expires: exactly one more.
         for second in 10..<15 {
             #expect(drain(&budget, at: .seconds(second)) == 1, "second \(second)")
         }
@@ -108,11 +107,12 @@ struct RetryBudgetTests {
     @Test func longIdleGapsForgetEverything() {
         var budget = RetryBudget(BudgetConfig(ratio: 0.5, minPerSecond: 1))
         record(&budget, 100, at: .seconds(3))
-        #expect(drain(&budget, at: .seconds(3)) == 60)
+        #expect(drain(&budget, at: .seconds(3)) == 51)
         #expect(budget.retriesInWindow(now: .seconds(1_000_000)) == 0)
-        #expect(drain(&budget, at: .seconds(1_000_000)) == 10)
+        #expect(drain(&budget, at: .seconds(1_000_000)) == 1)
+        // A new second: 0.5 × 4 ratio retries and that second's one reserve retry.
         record(&budget, 4, at: .seconds(1_000_001))
-        #expect(drain(&budget, at: .seconds(1_000_001)) == 2)
+        #expect(drain(&budget, at: .seconds(1_000_001)) == 3)
     }
 
     @Test func zeroRatioAndZeroReserveAllowNothing() {
@@ -124,11 +124,19 @@ struct RetryBudgetTests {
         #expect(budget.retriesInWindow(now: .seconds(5)) == 0)
     }
 
-    @Test(arguments: [(0.5, 5), (0.15, 1), (0.05, 0), (0.1, 1), (0.3, 3), (2.5, 25)])
-    func aFractionalReserveIsRoundedDownOverTheWindow(minPerSecond: Double, expected: Int) {
+    @Test(arguments: [(0.5, 5), (0.15, 1), (0.05, 0), (0.1, 1), (0.3, 3), (2.5, 25), (10, 100)])
+    func aFractionalReserveIsSpreadOverTheWindow(minPerSecond: Double, expected: Int) {
+        // At most ⌈rate⌉ in one second and ⌊rate × 10⌋ in the window: drained second by second.
         var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: minPerSecond))
-        #expect(drain(&budget, at: .zero) == expected)
-        #expect(drain(&budget, at: .seconds(10)) == expected)
+        var total = 0
+        for second in 0..<10 {
+            let taken = drain(&budget, at: .seconds(second))
+            #expect(Double(taken) <= minPerSecond.rounded(.up), "second \(second)")
+            total += taken
+        }
+        #expect(total == expected)
+        // The window rolls on: second 10 sees second 0's retries leave.
+        #expect(drain(&budget, at: .seconds(10)) <= Int(minPerSecond.rounded(.up)))
     }
 
     @Test(arguments: [
@@ -149,10 +157,12 @@ struct RetryBudgetTests {
     }
 
     @Test func theSpecDefaultsUnderAFullOutage() {
-        // ratio 0.2, min_per_second 10: 1000 first attempts in a window allow 200 + 100 retries, no more.
+        // ratio 0.2, min_per_second 10: 1000 first attempts in a window allow 200 ratio retries and 10 more in
+        // this second; each later second adds 10, no more.
         var budget = RetryBudget(BudgetConfig())
         for i in 0..<1000 { budget.recordRequest(now: .milliseconds(i * 9)) }
-        #expect(drain(&budget, at: .milliseconds(9000)) == 300)
+        #expect(drain(&budget, at: .milliseconds(9000)) == 210)
+        #expect(drain(&budget, at: .milliseconds(9500)) == 0)
     }
 
     @Test func extremeConfigsNeitherTrapNorMisbehave() {
