@@ -11,7 +11,8 @@ import Glibc
 /// pages stay mapped (about 15 MiB of the statically linked executable alone, half the daemon's resident memory)
 /// although the data path never touches them. Once the listeners are bound, every read-only file-backed mapping
 /// (the executable and its shared libraries) is advised `MADV_PAGEOUT`: the kernel drops the clean pages no other
-/// process maps, and the code the data path uses faults back in on the first requests. Writable pages
+/// process maps, and the code the data path uses faults back in, page by page (`MADV_RANDOM`: no read-ahead), on
+/// the first requests. Writable pages
 /// (relocated data) are left alone: without swap they could not be reclaimed anyway.
 public enum StartupMemory {
     /// `MADV_PAGEOUT` (Linux 5.4): not in every libc's headers.
@@ -34,6 +35,9 @@ public enum StartupMemory {
             guard bounds.count == 2, let start = UInt(bounds[0], radix: 16), let end = UInt(bounds[1], radix: 16),
                 end > start, let address = UnsafeMutableRawPointer(bitPattern: start)
             else { continue }
+            // Random access first: a page that faults back in is read alone, not with a read-ahead window
+            // (megabytes on many disks) that would bring the startup code right back.
+            _ = madvise(address, Int(end - start), MADV_RANDOM)
             if madvise(address, Int(end - start), madvPageout) == 0 { advised += Int(end - start) }
         }
         return advised
