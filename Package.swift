@@ -5,7 +5,9 @@ let package = Package(
     name: "backstop",
     platforms: [.macOS(.v15)],
     products: [
-        .executable(name: "backstop", targets: ["backstop"])
+        .executable(name: "backstop", targets: ["backstop"]),
+        .executable(name: "backstop-soak", targets: ["BackstopSoak"]),
+        .executable(name: "backstop-fuzz", targets: ["BackstopFuzz"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -69,6 +71,15 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        .executableTarget(
+            name: "BackstopSoak",
+            dependencies: [
+                "BackstopTestSupport",
+                "BackstopKeychain",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain"]),
         .testTarget(

@@ -332,6 +332,10 @@ public final class CurlMultiTransport: @unchecked Sendable {
         } else {
             _ = bs_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
         }
+        if !request.mayResend && !(sendsBody && method != "HEAD") {
+            // No body means no rewind for curl to ask about: only a fresh connection keeps curl from resending it.
+            _ = bs_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1)
+        }
         if sendsBody && method != "HEAD" {
             _ = bs_easy_setopt_long(easy, CURLOPT_UPLOAD, 1)
             let length: Int

@@ -131,8 +131,10 @@ public final class CurlTransfer: @unchecked Sendable {
         }
     }
 
-    /// Rewinds a buffered body (curl asks when it must resend on a fresh connection).
+    /// Rewinds a buffered body (curl asks when it must resend on a fresh connection). Refused for a request that
+    /// may not reach the upstream twice: curl then fails the transfer, and the retry policy decides.
     func rewindBody() -> Bool {
+        guard request.mayResend else { return false }
         switch request.body {
         case .empty: return true
         case .buffered(let original):

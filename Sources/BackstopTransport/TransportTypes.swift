@@ -11,11 +11,16 @@ public struct TransportRequest: Sendable {
     public var body: TransportRequestBody
     public var connectTimeout: Duration
     public var tls: TransportTLSOptions
+    /// Whether the request may reach the upstream twice. When false, libcurl must not resend it by itself: a
+    /// request sent on a reused connection that dies before any response byte is normally resent on a fresh one
+    /// (harmless for GET, a duplicate for a POST the upstream may already have processed).
+    public var mayResend: Bool
 
     public init(
         url: String, method: String, headers: [(name: String, value: String)], body: TransportRequestBody = .empty,
-        connectTimeout: Duration = .seconds(2), tls: TransportTLSOptions = TransportTLSOptions()
+        connectTimeout: Duration = .seconds(2), tls: TransportTLSOptions = TransportTLSOptions(), mayResend: Bool = true
     ) {
+        self.mayResend = mayResend
         self.url = url
         self.method = method
         self.headers = headers

@@ -99,6 +99,40 @@ import Testing
         #expect(throws: KeychainError.unsupportedAlgorithm(9, path: nil)) { try KeychainCodec.decode(bytes, key: key) }
     }
 
+    /// Payload parser cases: a sealed file is authenticated, so these only arise from a writer bug, but the parser
+    /// must still refuse them with a reason rather than trap or return entries that break later comparisons.
+    @Test func malformedPayloadsAreRefused() throws {
+        func payload(count: UInt32, name: String, seconds: Double, value: [UInt8]) -> [UInt8] {
+            var out: [UInt8] = []
+            out.appendBigEndian(count)
+            out.appendBigEndian(UInt32(name.utf8.count))
+            out.append(contentsOf: name.utf8)
+            out.appendBigEndian(seconds.bitPattern)
+            out.appendBigEndian(UInt32(value.count))
+            out.append(contentsOf: value)
+            return out
+        }
+        let good = payload(count: 1, name: "a", seconds: 1.5, value: [1, 2])
+        #expect(try KeychainCodec.decodePayload(good) == ["a": KeychainEntry(value: [1, 2], updated: Date(timeIntervalSinceReferenceDate: 1.5))])
+        for seconds in [Double.nan, .infinity, -.infinity] {
+            #expect(throws: KeychainError.malformedContents(path: nil, reason: "entry update time is not a finite date")) {
+                try KeychainCodec.decodePayload(payload(count: 1, name: "a", seconds: seconds, value: []))
+            }
+        }
+        #expect(throws: KeychainError.malformedContents(path: nil, reason: "entry list ends early")) {
+            try KeychainCodec.decodePayload(payload(count: 2, name: "a", seconds: 0, value: []))
+        }
+        #expect(throws: KeychainError.malformedContents(path: nil, reason: "entry list ends early")) {
+            try KeychainCodec.decodePayload([0xff, 0xff, 0xff, 0xff])
+        }
+        #expect(throws: KeychainError.malformedContents(path: nil, reason: "trailing bytes after the last entry")) {
+            try KeychainCodec.decodePayload(good + [0])
+        }
+        #expect(throws: KeychainError.malformedContents(path: nil, reason: "entry name is not UTF-8")) {
+            try KeychainCodec.decodePayload(payload(count: 1, name: "a", seconds: 0, value: []).enumerated().map { $0.offset == 8 ? 0xff : $0.element })
+        }
+    }
+
     @Test func descriptionsCarryNoSecrets() {
         let entry = KeychainEntry(string: "hunter2-secret")
         #expect(!"\(entry)".contains("hunter2"))

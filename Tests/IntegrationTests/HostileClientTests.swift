@@ -1,93 +1,135 @@
 import BackstopTestSupport
 import Foundation
-import Synchronization
 import Testing
 
-/// Clients that hold connections without sending requests (SPEC §2 `limits.client_idle_timeout`).
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Clients that try to smuggle, inject, exhaust or hold the proxy (issue: reliability and security).
 @Suite("Hostile clients")
 struct HostileClientTests {
+    // MARK: request smuggling and injection
+
+    @Test("request smuggling variants → 400 bad-request, connection closed, nothing reaches the upstream", arguments: [
+        // Both framings, either order.
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+        // Differing or malformed Content-Length.
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5, 6\r\n\r\nhello!",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: +5\r\n\r\nhello",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 0x5\r\n\r\nhello",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length : 5\r\n\r\nhello",
+        // Transfer-Encoding other than a lone chunked.
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+        // Obsolete line folding, bare LF line endings.
+        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Folded: a\r\n b\r\n\r\n",
+        "GET http://app.test/ HTTP/1.1\nHost: app.test\n\n",
+        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\nX-A: b\r\n\r\n",
+        // Invalid chunk sizes.
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
+        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\nhello\r\n0\r\n\r\n",
+        // NUL and CR inside a header value, NUL in the target.
+        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Nul: a\u{0}b\r\n\r\n",
+        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Cr: a\rInjected: yes\r\n\r\n",
+        "GET http://app.test/a\u{0}b HTTP/1.1\r\nHost: app.test\r\n\r\n",
+    ])
+    func smuggling(raw: String) async throws {
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+            let port = proxy.port
+            let answer = try await BlockingSocket.onThread {
+                try rawExchange(port: port, Array(raw.utf8))
+            }()
+            #expect(answer.hasPrefix("HTTP/1.1 400 "), "got \(answer.prefix(80).debugDescription)")
+            #expect(answer.contains("\r\nX-Backstop-Error: bad-request\r\n"))
+            // rawExchange returned, so the connection was closed (within its 5 s bound).
+            #expect(origin.requestCount == 0)
+        }
+    }
+
+    @Test("a static token carrying CR/LF is never sent: 502 token-unavailable, nothing upstream")
+    func tokenInjection() async throws {
+        let (keychain, directory) = try TokenRefreshTests.makeKeychain(["api/token": "good\r\nX-Injected: yes"])
+        defer { TestFiles.remove(directory) }
+        let origin = try await TestOrigin.start { _ in .text(200, "reached") }
+        let proxy = try await ProxyHarness.start("""
+            keychain:
+              path: \(directory)/keychain.bkc
+              key_file: \(directory)/keychain.key
+            upstreams:
+              - name: api
+                match: {hosts: [api.test]}
+                url: \(origin.baseURL)
+                auth: {type: static, entry: api/token, header: Authorization, scheme: Bearer}
+            """, keychain: keychain)
+        let response = try await proxy.get("http://api.test/x", host: "api.test")
+        #expect(response.status == 502)
+        #expect(response.header("X-Backstop-Error") == "token-unavailable")
+        #expect(origin.requestCount == 0)
+        await proxy.stop()
+        try await origin.shutdown()
+    }
+
+    @Test("client header values can never add header lines upstream")
+    func noHeaderLinesInjected() async throws {
+        try await withOriginAndProxy(origin: { _ in .text(200, "ok") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+            // The nearest a client gets: values full of separators and colons stay one field each.
+            let response = try await proxy.get("http://app.test/x", host: "app.test", headers: [
+                ("X-One", "a: b, Injected: yes; c=d"), ("X-Two", "\t spaced \t"),
+            ])
+            #expect(response.status == 200)
+            let seen = try #require(origin.requests.first)
+            #expect(seen.header("Injected") == nil)
+            #expect(seen.header("X-One") == "a: b, Injected: yes; c=d")
+            #expect(seen.headers.allSatisfy { !$0.value.contains("\r") && !$0.value.contains("\n") })
+        }
+    }
+
+    // MARK: exhaustion
+
     /// Sends a request head one byte every `interval` without ever finishing it; returns how long the server
     /// kept the connection (nil if it was still open after `limit`).
     static func trickle(port: Int, interval: Duration, limit: Duration) throws -> Duration? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { throw RawHTTPError.connectFailed("errno \(errno)") }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        let head = Array("GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Slow: ".utf8) + Array(repeating: UInt8(ascii: "a"), count: 4096)
+        let socket = try BlockingSocket(port: port)
+        let head = Array("GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Slow: ".utf8)
+            + Array(repeating: UInt8(ascii: "a"), count: 4096)
         let started = ContinuousClock.now
-        var sent = 0
-        var buffer = [UInt8](repeating: 0, count: 512)
-        while ContinuousClock.now - started < limit, sent < head.count {
-            let n = recv(fd, &buffer, buffer.count, 0)
-            if n == 0 { return ContinuousClock.now - started }  // the server closed it
-            let wrote = head[sent...].withUnsafeBytes { send(fd, $0.baseAddress, 1, Int32(MSG_NOSIGNAL)) }
-            if wrote < 0 && errno != EAGAIN { return ContinuousClock.now - started }
-            sent += max(wrote, 0)
-            Thread.sleep(forTimeInterval: Double(interval.components.attoseconds) / 1e18 + Double(interval.components.seconds))
+        for byte in head where ContinuousClock.now - started < limit {
+            if !socket.send([byte]) { return ContinuousClock.now - started }
+            // Waits for the server's close for one interval (the pace of the attack), not for a fixed time.
+            switch socket.waitForData(timeout: interval) {
+            case .closed, .data: return ContinuousClock.now - started
+            case .timeout: continue
+            }
         }
         return nil
     }
 
-    /// Runs `body` on a new thread; the returned function awaits its result.
-    static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) -> @Sendable () async throws -> T {
-        let box = ResultBox<T>()
-        let thread = Thread { box.set(Result { try body() }) }
-        thread.start()
-        return { try await box.value() }
-    }
-
-    final class ResultBox<T: Sendable>: Sendable {
-        private let state = Mutex<(result: Result<T, any Error>?, waiter: CheckedContinuation<T, any Error>?)>((nil, nil))
-
-        func set(_ result: Result<T, any Error>) {
-            let waiter = state.withLock { s -> CheckedContinuation<T, any Error>? in
-                s.result = result
-                let w = s.waiter
-                s.waiter = nil
-                return w
-            }
-            waiter?.resume(with: result)
-        }
-
-        func value() async throws -> T {
-            try await withCheckedThrowingContinuation { continuation in
-                let ready = state.withLock { s -> Result<T, any Error>? in
-                    if let r = s.result { return r }
-                    s.waiter = continuation
-                    return nil
-                }
-                if let ready { continuation.resume(with: ready) }
-            }
-        }
-    }
-
-    @Test("slowloris: heads trickled byte by byte are cut at client_idle_timeout while others are served")
+    @Test("slowloris: 50 clients trickling 1 byte/s neither block others nor outlive client_idle_timeout")
     func slowloris() async throws {
         try await withOriginAndProxy(
             origin: { _ in .text(200, "served") },
-            config: { singleUpstreamConfig($0, extra: "limits: {client_idle_timeout: 1s}") }
+            config: { singleUpstreamConfig($0, extra: "limits: {client_idle_timeout: 2s}") }
         ) { _, proxy in
             let port = proxy.port
-            // Blocking sockets on threads of their own: the cooperative pool must stay free for the honest client.
-            let trickles = (0..<20).map { _ in
-                Self.onThread { try Self.trickle(port: port, interval: .milliseconds(100), limit: .seconds(8)) }
+            let trickles = (0..<50).map { _ in
+                BlockingSocket.onThread { try Self.trickle(port: port, interval: .seconds(1), limit: .seconds(10)) }
             }
-            try await Task.sleep(for: .milliseconds(300))
-            let started = ContinuousClock.now
-            let response = try await proxy.get("http://app.test/", host: "app.test")
-            #expect(response.bodyString == "served")
-            #expect(ContinuousClock.now - started < .seconds(2), "an honest client waited behind the slow ones")
+            // While all 50 hold their connections, an honest client is served at once, repeatedly.
+            for _ in 0..<3 {
+                let started = ContinuousClock.now
+                let response = try await proxy.get("http://app.test/", host: "app.test")
+                #expect(response.bodyString == "served")
+                #expect(ContinuousClock.now - started < .seconds(2), "an honest client waited behind the slow ones")
+            }
             for trickle in trickles {
                 let held = try await trickle()
-                let heldFor = try #require(held, "a trickling client kept its connection for 8 s")
-                #expect(heldFor >= .milliseconds(800) && heldFor < .seconds(4), "held for \(heldFor)")
+                let heldFor = try #require(held, "a trickling client kept its connection for 10 s")
+                #expect(heldFor >= .milliseconds(1500) && heldFor < .seconds(4), "held for \(heldFor)")
             }
         }
     }
@@ -103,6 +145,83 @@ struct HostileClientTests {
             #expect(first.status == 200)
             try await connection.waitForClose(timeout: .seconds(5))
             #expect(connection.isClosed)
+        }
+    }
+
+    /// Raises the open-file limit to the hard limit; returns the soft limit now in force.
+    static func raiseFileLimit() -> Int {
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        limit.rlim_cur = limit.rlim_max
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        return Int(clamping: limit.rlim_cur)
+    }
+
+    @Test("5,000 connections opened at once are all served or queued under max_connections; the daemon keeps going")
+    func connectionFlood() async throws {
+        // Client, proxy and origin share this process: each flood connection costs two descriptors here.
+        let files = Self.raiseFileLimit()
+        let count = min(5000, (files - 2000) / 2)
+        try #require(count >= 1000, "RLIMIT_NOFILE \(files) is too low for a meaningful flood")
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "ok") },
+            config: { singleUpstreamConfig($0, extra: "limits: {max_connections: 1000, client_idle_timeout: 60s}") }
+        ) { origin, proxy in
+            let port = proxy.port
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for i in 0..<count {
+                    group.addTask {
+                        // Past max_connections the kernel backlog holds the rest; a dropped SYN is retried.
+                        let connection = try await RawHTTPConnection.connect(port: port, connectTimeout: .seconds(60))
+                        defer { Task { await connection.close() } }
+                        let response = try await connection.exchange(
+                            RawHTTP.request("GET", "http://app.test/\(i)", host: "app.test",
+                                            headers: [("Connection", "close")]),
+                            timeout: .seconds(90))
+                        return response.status
+                    }
+                }
+                var collected: [Int] = []
+                for try await status in group { collected.append(status) }
+                return collected
+            }
+            #expect(statuses.count == count)
+            #expect(statuses.allSatisfy { $0 == 200 }, "statuses: \(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+            #expect(origin.requestCount == count)
+            // The daemon is still serving.
+            let after = try await proxy.get("http://app.test/after", host: "app.test")
+            #expect(after.status == 200)
+        }
+    }
+
+    @Test("an endless chunked upload is cut at max_request_body with 413, and nothing complete reaches the upstream")
+    func endlessUpload() async throws {
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "should not complete") },
+            config: { singleUpstreamConfig($0, extra: "limits: {max_request_body: 1MiB, retry_buffer: 256KiB}") }
+        ) { origin, proxy in
+            let port = proxy.port
+            let (answer, sent) = try await BlockingSocket.onThread { () throws -> (String, Int) in
+                let socket = try BlockingSocket(port: port)
+                socket.send("POST http://app.test/up HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n")
+                let chunk = Array("10000\r\n".utf8) + Array(repeating: UInt8(ascii: "u"), count: 0x10000) + Array("\r\n".utf8)
+                var sent = 0
+                // Bounded: at most 64 MiB or 20 s, stopping as soon as the server answers or hangs up.
+                let deadline = ContinuousClock.now + .seconds(20)
+                while sent < 64 << 20, ContinuousClock.now < deadline {
+                    guard socket.send(chunk) else { break }
+                    sent += 0x10000
+                    if socket.waitForData(timeout: .zero) != .timeout { break }
+                }
+                let answer = String(decoding: socket.readUntilClosed(timeout: .seconds(5)), as: UTF8.self)
+                return (answer, sent)
+            }()
+            #expect(answer.hasPrefix("HTTP/1.1 413 "), "got \(answer.prefix(80).debugDescription)")
+            #expect(answer.contains("X-Backstop-Error: body-too-large"))
+            // Cut near the limit (socket buffers hold a few MiB more), far from the 64 MiB the client would send.
+            #expect(sent < 16 << 20, "the proxy read \(sent) bytes before cutting")
+            #expect(origin.requestCount == 0)
         }
     }
 }

@@ -131,25 +131,7 @@ struct LocalErrorTests {
 
 /// Sends bytes on a plain blocking socket and returns everything until the server closes (≤ 5 s).
 func rawExchange(port: Int, _ bytes: [UInt8]) throws -> String {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    guard connected == 0 else { throw RawHTTPError.connectFailed("errno \(errno)") }
-    var timeout = timeval(tv_sec: 5, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
-    var received: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 4096)
-    while true {
-        let n = recv(fd, &buffer, buffer.count, 0)
-        if n <= 0 { break }
-        received += buffer[0..<n]
-    }
-    return String(decoding: received, as: UTF8.self)
+    let socket = try BlockingSocket(port: port)
+    socket.send(bytes)
+    return String(decoding: socket.readUntilClosed(timeout: .seconds(5)), as: UTF8.self)
 }

@@ -31,6 +31,14 @@ public struct RetryPolicy: Sendable, Equatable {
     ///   - previousDelay: the wait chosen before this attempt, nil before the first retry (decorrelated backoff).
     ///   - nowWall: wall-clock seconds since the Unix epoch, for HTTP-date and epoch hints.
     ///   - now: monotonic clock reading for the budget buckets.
+    /// Whether the request may reach the upstream twice: its method is in `retry.methods`, or it carries the
+    /// `retry_non_idempotent_with_key` header. The transport uses it too, to keep libcurl from silently resending
+    /// a request it sent on a connection that then died.
+    public func mayRepeat(_ request: RetryRequestInfo) -> Bool {
+        config.methods.contains(request.method)
+            || (request.hasIdempotencyKey && config.retryNonIdempotentWithKey != nil)
+    }
+
     public func decide(
         attempt: Int, outcome: AttemptOutcome, request: RetryRequestInfo, elapsed: Duration,
         previousDelay: Duration?, nowWall: Double, now: Duration, budget: inout RetryBudget,
@@ -40,8 +48,7 @@ public struct RetryPolicy: Sendable, Equatable {
         guard config.on.contains(condition) else { return .giveUp(.notRetryableCondition) }
         guard attempt < config.attempts else { return .giveUp(.attemptsExhausted) }
         if outcome.mayHaveReachedUpstream {
-            let keyAllowed = request.hasIdempotencyKey && config.retryNonIdempotentWithKey != nil
-            guard config.methods.contains(request.method) || keyAllowed else { return .giveUp(.methodNotRetryable) }
+            guard mayRepeat(request) else { return .giveUp(.methodNotRetryable) }
         }
         guard request.bodyReplayable else { return .giveUp(.bodyNotReplayable) }
 

@@ -41,6 +41,12 @@ public enum KeychainCodec {
         return header + box.ciphertext + box.tag
     }
 
+    /// The plaintext payload format alone, as it is after decryption. Public so the fuzzer can reach the payload
+    /// parser without forging authenticated ciphertext; nothing else needs it.
+    public static func decodePayload(_ bytes: [UInt8]) throws(KeychainError) -> [String: KeychainEntry] {
+        try KeychainPayload.decode(bytes)
+    }
+
     /// Opens a keychain. Checks run outside-in so that each failure gets the most specific error.
     public static func decode(_ bytes: [UInt8], key: KeychainKey) throws(KeychainError) -> [String: KeychainEntry] {
         let magicLength = min(bytes.count, magic.count)

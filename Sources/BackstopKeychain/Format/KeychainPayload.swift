@@ -30,7 +30,12 @@ enum KeychainPayload {
             guard let name = String(validating: nameBytes, as: UTF8.self) else {
                 throw .malformedContents(path: nil, reason: "entry name is not UTF-8")
             }
-            let updated = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try reader.u64()))
+            let seconds = Double(bitPattern: try reader.u64())
+            // A NaN or infinite date would compare unequal to itself and break every later age check.
+            guard seconds.isFinite else {
+                throw .malformedContents(path: nil, reason: "entry update time is not a finite date")
+            }
+            let updated = Date(timeIntervalSinceReferenceDate: seconds)
             let value = try reader.bytes(Int(try reader.u32()))
             guard entries.updateValue(KeychainEntry(value: value, updated: updated), forKey: name) == nil else {
                 throw .malformedContents(path: nil, reason: "duplicate entry name")

@@ -24,7 +24,8 @@ final class StaticTokenSource: Sendable {
         self.entry = entry
     }
 
-    /// The current value, or nil when the entry is absent or the keychain unreadable.
+    /// The current value, or nil when the entry is absent, the keychain unreadable, or the value cannot be a
+    /// header value (a control character such as CR or LF would let the entry inject header lines upstream).
     func value() -> String? {
         let now = Self.monotonicSeconds()
         return cache.withLock { cache in
@@ -42,9 +43,15 @@ final class StaticTokenSource: Sendable {
             }
             cache.modified = info.st_mtim
             cache.size = Int(info.st_size)
-            cache.value = (try? keychain.entry(entry))??.stringValue
+            let stored = (try? keychain.entry(entry))??.stringValue
+            cache.value = stored.flatMap { Self.isHeaderValue($0) ? $0 : nil }
             return cache.value
         }
+    }
+
+    /// Visible characters, spaces, tabs and obs-text only (RFC 9110 §5.5 field-value).
+    static func isHeaderValue(_ value: String) -> Bool {
+        value.utf8.allSatisfy { ($0 >= 0x20 && $0 != 0x7F) || $0 == 0x09 }
     }
 
     private static func monotonicSeconds() -> Int64 {

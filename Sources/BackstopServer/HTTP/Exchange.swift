@@ -316,9 +316,19 @@ final class Exchange {
             transportBody = buffer.readableBytes == 0 && !framing.hasBody ? .empty : .buffered(buffer)
         case .streaming(let stream): transportBody = .streaming(stream)
         }
+        let method = head.method.rawValue
+        let mayResend: Bool
+        if let upstream {
+            let keyHeader = upstream.config.retry.retryNonIdempotentWithKey
+            mayResend = upstream.retryPolicy.mayRepeat(RetryRequestInfo(
+                method: method, hasIdempotencyKey: keyHeader.map { head.headers.contains(name: $0) } ?? false,
+                bodyReplayable: bodyReplayable))
+        } else {
+            mayResend = RetryConfig.defaultMethods.contains(method)
+        }
         return TransportRequest(
-            url: url, method: head.method.rawValue, headers: headers, body: transportBody,
-            connectTimeout: connectTimeout, tls: tls)
+            url: url, method: method, headers: headers, body: transportBody, connectTimeout: connectTimeout, tls: tls,
+            mayResend: mayResend)
     }
 
     private static func authority(of url: String) -> String? {

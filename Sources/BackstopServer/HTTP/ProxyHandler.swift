@@ -39,6 +39,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private(set) var closeAfterResponse = false
     /// The current request is HTTP/1.0 (its response is written as 1.0 and cannot be chunked).
     private(set) var clientIsHTTP10 = false
+    /// The current request is `HEAD`: a local error response carries its head only.
+    private var requestIsHead = false
     /// Whether a response is being written (head sent, end not yet).
     private var responseInProgress = false
 
@@ -167,6 +169,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if !responseInProgress {
                 let reason: ProxyErrorReason = parserError == .headerOverflow ? .headersTooLarge : .badRequest
                 clientIsHTTP10 = false
+                requestIsHead = false
                 sendLocalError(reason, close: true)
             } else {
                 context.close(promise: nil)
@@ -233,6 +236,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
         closeAfterResponse = !head.isKeepAlive
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
+        requestIsHead = head.method == .HEAD
         let exchange = Exchange(
             runtime: runtime, snapshot: snapshot, head: head, framing: framing, destination: destination,
             eventLoop: context.eventLoop, handler: self)
@@ -254,6 +258,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             "request rejected",
             metadata: ["reason": .string(reason.rawValue), "method": .string(head.method.rawValue)])
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
+        requestIsHead = head.method == .HEAD
         sendLocalError(reason, close: close || !head.isKeepAlive)
     }
 
@@ -262,6 +267,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         discardingRequest = true
         runtime.metrics.recordRequest(upstream: "-", status: ProxyErrorReason.connectNotSupported.status, seconds: 0)
         clientIsHTTP10 = false
+        requestIsHead = false
         closeAfterResponse = true
         sendLocalError(.connectNotSupported, close: true)
     }
@@ -271,7 +277,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var buffer = context.channel.allocator.buffer(capacity: 256)
         ResponseHeadWriter.localError(
             reason, into: &buffer, clientIsHTTP10: clientIsHTTP10,
-            connection: close ? .close : (clientIsHTTP10 ? .keepAlive : .none))
+            connection: close ? .close : (clientIsHTTP10 ? .keepAlive : .none), omitBody: requestIsHead)
         let done = context.writeAndFlush(wrapOutboundOut(buffer))
         if close {
             queued.removeAll()
@@ -352,56 +358,5 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             pendingRead = false
             context?.read()
         }
-    }
-}
-
-/// How a request's body is framed, checked against smuggling (RFC 9112 §6.3).
-struct RequestFraming {
-    var contentLength: Int?
-    var chunked: Bool
-    var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
-
-    init?(_ headers: HTTPHeaders) {
-        var lengths: [String] = []
-        var encodings: [Substring] = []
-        for (name, value) in headers {
-            if name.caseInsensitiveEquals("content-length") {
-                for part in value.split(separator: ",", omittingEmptySubsequences: false) {
-                    lengths.append(part.trimmingASCIISpaces())
-                }
-            } else if name.caseInsensitiveEquals("transfer-encoding") {
-                encodings += value.split(separator: ",", omittingEmptySubsequences: false)
-            }
-        }
-        if !lengths.isEmpty && !encodings.isEmpty { return nil }
-        if !encodings.isEmpty {
-            // Only a lone "chunked" is acceptable; "chunked, identity" and friends are smuggling vectors.
-            guard encodings.count == 1, encodings[0].trimmingASCIISpaces().caseInsensitiveEquals("chunked") else {
-                return nil
-            }
-            chunked = true
-            contentLength = nil
-            return
-        }
-        chunked = false
-        if lengths.isEmpty {
-            contentLength = nil
-            return
-        }
-        let distinct = Set(lengths)
-        guard distinct.count == 1, let value = distinct.first, !value.isEmpty,
-            value.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), value.utf8.count <= 18, let length = Int(value)
-        else { return nil }
-        contentLength = length
-    }
-}
-
-extension StringProtocol {
-    /// Trims spaces and tabs (HTTP optional whitespace).
-    func trimmingASCIISpaces() -> String {
-        var s = self[...]
-        while let f = s.first, f == " " || f == "\t" { s = s.dropFirst() }
-        while let l = s.last, l == " " || l == "\t" { s = s.dropLast() }
-        return String(s)
     }
 }

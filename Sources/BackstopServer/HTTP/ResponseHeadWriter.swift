@@ -65,9 +65,12 @@ enum ResponseHeadWriter {
         buffer.writeStaticString("\r\n")
     }
 
-    /// A response Backstop makes itself (SPEC §3 error table): one-line `text/plain` body.
+    /// A response Backstop makes itself (SPEC §3 error table): one-line `text/plain` body. `omitBody` is for a
+    /// `HEAD` request: the same head (Content-Length included, RFC 9110 §9.3.2) and no body bytes, which the client
+    /// would otherwise read as the start of its next response.
     static func localError(
-        _ reason: ProxyErrorReason, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, connection: ConnectionField
+        _ reason: ProxyErrorReason, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, connection: ConnectionField,
+        omitBody: Bool = false
     ) {
         let message = reason.message
         writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: reason.status)
@@ -78,6 +81,7 @@ enum ResponseHeadWriter {
         buffer.writeStaticString("\r\n")
         writeConnection(&buffer, connection)
         buffer.writeStaticString("\r\n")
+        if omitBody { return }
         buffer.writeString(message)
         buffer.writeStaticString("\n")
     }

@@ -17,13 +17,31 @@ public final class TestAuthServer: Sendable {
         public var accessTokenField = "access_token"
         public var refreshTokenField = "refresh_token"
         public var expiresInField = "expires_in"
+        /// When set, an access token stops being valid this long after it was issued (the protected origin
+        /// answers 401 to it), matching the `expires_in` the endpoint announces.
+        public var enforcedLifetime: Duration?
+        /// Fraction of token calls answered with 503 at random (from `seed`), on top of `failNext`.
+        public var failureRate = 0.0
+        public var seed: UInt64 = 1
+        /// Inserted into token values (`access-<salt>-N`), so a log scan for them cannot match anything else.
+        public var tokenSalt = ""
         public init() {}
     }
 
     private struct State {
         var behaviour = Behaviour()
-        var validAccessTokens: Set<String> = []
+        /// Valid access tokens and when each stops being valid (nil: never).
+        var validAccessTokens: [String: ContinuousClock.Instant?] = [:]
+        var random = SplitMix64(seed: 1)
+        var seeded = false
+        /// When each token call that issued a token was answered.
+        var grantTimes: [ContinuousClock.Instant] = []
+        var failedCalls = 0
+        var revocations: [ContinuousClock.Instant] = []
+        /// Every token value ever issued (access and refresh), for secret scans.
+        var issuedSecrets: [String] = []
         var currentRefreshToken: String
+        var initialRefreshToken: String
         var issued = 0
         var tokenCalls = 0
         var rejectedRefreshTokens = 0
@@ -44,7 +62,7 @@ public final class TestAuthServer: Sendable {
 
     private init(origin: TestOrigin, refreshToken: String) {
         self.origin = origin
-        self.state = Mutex(State(currentRefreshToken: refreshToken))
+        self.state = Mutex(State(currentRefreshToken: refreshToken, initialRefreshToken: refreshToken))
     }
 
     public var tokenURL: String { origin.baseURL + "/oauth/token" }
@@ -53,6 +71,14 @@ public final class TestAuthServer: Sendable {
     /// Token calls that presented a refresh token that was not the current one (a reused rotated token).
     public var rejectedRefreshTokens: Int { state.withLock { $0.rejectedRefreshTokens } }
     public var requestBodies: [String] { state.withLock { $0.requestBodies } }
+    /// When each successful token call was answered.
+    public var grantTimes: [ContinuousClock.Instant] { state.withLock { $0.grantTimes } }
+    /// Token calls answered with 503 (scripted or random).
+    public var failedCalls: Int { state.withLock { $0.failedCalls } }
+    /// When `revokeAllAccessTokens` was called.
+    public var revocationTimes: [ContinuousClock.Instant] { state.withLock { $0.revocations } }
+    /// Every access and refresh token value issued so far (including the initial refresh token).
+    public var issuedSecrets: [String] { state.withLock { $0.issuedSecrets + [$0.initialRefreshToken] } }
 
     public func update(_ change: (inout Behaviour) -> Void) { state.withLock { change(&$0.behaviour) } }
 
@@ -60,20 +86,30 @@ public final class TestAuthServer: Sendable {
     public func issueAccessToken() -> String {
         state.withLock { s in
             s.issued += 1
-            let token = "access-\(s.issued)"
-            s.validAccessTokens.insert(token)
+            let token = Self.tokenValue("access", s)
+            // updateValue, not subscript assignment: assigning a nil expiry through the subscript would remove the token.
+            s.validAccessTokens.updateValue(s.behaviour.enforcedLifetime.map { ContinuousClock.now + $0 }, forKey: token)
+            s.issuedSecrets.append(token)
             return token
         }
     }
 
     /// Makes every access token issued so far invalid (the upstream answers 401 to them).
-    public func revokeAllAccessTokens() { state.withLock { $0.validAccessTokens.removeAll() } }
+    public func revokeAllAccessTokens() {
+        state.withLock {
+            $0.validAccessTokens.removeAll()
+            $0.revocations.append(.now)
+        }
+    }
 
     /// Whether `Authorization: Bearer <token>` carries a valid token.
     public func isAuthorized(_ request: RecordedRequest) -> Bool {
         guard let header = request.header("Authorization"), header.hasPrefix("Bearer ") else { return false }
         let token = String(header.dropFirst(7))
-        return state.withLock { $0.validAccessTokens.contains(token) }
+        return state.withLock { s in
+            guard let expiry = s.validAccessTokens[token] else { return false }
+            return expiry.map { ContinuousClock.now < $0 } ?? true
+        }
     }
 
     /// A protected origin script: 200 with `body` for a valid bearer, else 401.
@@ -91,8 +127,15 @@ public final class TestAuthServer: Sendable {
         return state.withLock { s -> OriginAction in
             s.tokenCalls += 1
             s.requestBodies.append(body)
-            if s.behaviour.failNext > 0 {
-                s.behaviour.failNext -= 1
+            if !s.seeded {
+                s.random = SplitMix64(seed: s.behaviour.seed)
+                s.seeded = true
+            }
+            let randomFailure = s.behaviour.failureRate > 0
+                && s.random.unit() < s.behaviour.failureRate
+            if s.behaviour.failNext > 0 || randomFailure {
+                if s.behaviour.failNext > 0 { s.behaviour.failNext -= 1 }
+                s.failedCalls += 1
                 return .respond(status: 503, body: Array("{\"error\":\"temporarily_unavailable\"}".utf8))
             }
             if s.behaviour.invalidGrant {
@@ -110,17 +153,24 @@ public final class TestAuthServer: Sendable {
                 return .respond(status: 400, body: Array("{\"error\":\"unsupported_grant_type\"}".utf8))
             }
             s.issued += 1
-            let access = "access-\(s.issued)"
-            s.validAccessTokens.insert(access)
+            let access = Self.tokenValue("access", s)
+            s.validAccessTokens.updateValue(s.behaviour.enforcedLifetime.map { ContinuousClock.now + $0 }, forKey: access)
+            s.issuedSecrets.append(access)
+            s.grantTimes.append(.now)
             var fields = ["\"\(s.behaviour.accessTokenField)\":\"\(access)\"", "\"token_type\":\"Bearer\""]
             if grant == "refresh_token" && s.behaviour.rotateRefreshTokens {
-                s.currentRefreshToken = "refresh-\(s.issued)"
+                s.currentRefreshToken = Self.tokenValue("refresh", s)
+                s.issuedSecrets.append(s.currentRefreshToken)
                 fields.append("\"\(s.behaviour.refreshTokenField)\":\"\(s.currentRefreshToken)\"")
             }
             if let expires = s.behaviour.expiresIn { fields.append("\"\(s.behaviour.expiresInField)\":\(expires)") }
             return .respond(status: 200, headers: [("Content-Type", "application/json")],
                             body: Array("{\(fields.joined(separator: ","))}".utf8))
         }
+    }
+
+    private static func tokenValue(_ kind: String, _ s: State) -> String {
+        s.behaviour.tokenSalt.isEmpty ? "\(kind)-\(s.issued)" : "\(kind)-\(s.behaviour.tokenSalt)-\(s.issued)"
     }
 
     /// Decodes a form (or flat JSON string-valued) body.

@@ -180,6 +180,11 @@ public final class RawHTTPConnection: Sendable {
         state.read(\.bodyBytesReceived)
     }
 
+    /// The status and `Connection` header of the last response head read, for diagnostics ("none" before any).
+    public var lastHeadSummary: String {
+        state.read(\.heads).last.map { "\($0.status) Connection=\($0.header("Connection") ?? "-")" } ?? "none"
+    }
+
     /// Complete responses read so far (returned or not).
     public var responsesReceived: Int {
         state.read(\.completedTotal)

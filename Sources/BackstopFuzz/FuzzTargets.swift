@@ -1,0 +1,144 @@
+import BackstopCore
+import BackstopKeychain
+import Foundation
+
+/// libFuzzer targets for the parsers that face hostile input. One binary, the target chosen by the environment
+/// variable `BACKSTOP_FUZZ_TARGET` (see `scripts/fuzz.sh`, which builds it with `-sanitize=fuzzer,address`):
+///
+/// - `config`: YAML → `ConfigLoader.parse` (parsing and every validation rule).
+/// - `retry-hint`: `Retry-After` and `X-RateLimit-Reset` values (the input split at its first newline).
+/// - `token`: token endpoint response bodies → `TokenResponseParser` (and the OAuth error code reader).
+/// - `keychain`: keychain file bytes → `KeychainCodec.decode` under a fixed key; the same bytes as a decrypted
+///   payload → `KeychainCodec.decodePayload`, whose result must survive an encode/decode round trip.
+/// - `request`: a request head → target parsing, routing, framing checks, upstream header rewriting; and the
+///   same bytes as an upstream response head → `UpstreamHeadParser`.
+///
+/// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
+enum FuzzTarget: String, CaseIterable {
+    case config, retryHint = "retry-hint", token, keychain, request
+
+    static let current: FuzzTarget = {
+        let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
+        guard let target = FuzzTarget(rawValue: name) else {
+            let names = FuzzTarget.allCases.map(\.rawValue).joined(separator: ", ")
+            FileHandle.standardError.write(Data("set BACKSTOP_FUZZ_TARGET to one of: \(names)\n".utf8))
+            exit(2)
+        }
+        return target
+    }()
+
+    func run(_ bytes: [UInt8]) {
+        switch self {
+        case .config: Self.config(bytes)
+        case .retryHint: Self.retryHint(bytes)
+        case .token: Self.token(bytes)
+        case .keychain: Self.keychain(bytes)
+        case .request: Self.request(bytes)
+        }
+    }
+
+    static func config(_ bytes: [UInt8]) {
+        _ = try? ConfigLoader.parse(yaml: String(decoding: bytes, as: UTF8.self), file: "fuzz.yaml",
+                                    baseDirectory: "/nonexistent-fuzz")
+    }
+
+    static func retryHint(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        let parts = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        for now in [0, 1_700_000_000, -1e18, .infinity, .nan] as [Double] {
+            _ = RetryHint.parse(retryAfter: parts.first, rateLimitReset: parts.count > 1 ? parts[1] : nil, nowWall: now)
+            _ = RetryHint.parseRateLimitReset(text, nowWall: now)
+        }
+    }
+
+    static func token(_ bytes: [UInt8]) {
+        _ = try? TokenResponseParser.parse(bytes)
+        _ = try? TokenResponseParser.parse(
+            bytes, fields: TokenFields(accessToken: "accessToken", refreshToken: "refreshToken", expiresIn: "expiresIn"))
+        _ = TokenResponseParser.oauthErrorCode(bytes)
+    }
+
+    static let fixedKey = try! KeychainKey(bytes: Array(repeating: 7, count: KeychainKey.byteCount))
+
+    static func keychain(_ bytes: [UInt8]) {
+        // The file format: header checks and authentication (fuzzed ciphertext is refused, never misread) …
+        _ = try? KeychainCodec.decode(bytes, key: fixedKey)
+        // … and the decrypted payload parser, reached directly.
+        guard let entries = try? KeychainCodec.decodePayload(bytes) else { return }
+        // Whatever decodes must survive a round trip unchanged.
+        let again = try? KeychainCodec.decode(KeychainCodec.encode(entries, key: fixedKey), key: fixedKey)
+        precondition(again == entries, "keychain round trip changed the entries")
+    }
+
+    static let router: Router = {
+        let yaml = """
+            version: 1
+            upstreams:
+              - {name: a, match: {hosts: [a.test, "*.wild.test"]}, url: "http://127.0.0.1:1/base"}
+              - {name: b, match: {path_prefix: /api}, url: "http://127.0.0.1:2"}
+              - {name: c, match: {hosts: [c.test], path_prefix: /c, strip_prefix: false}, url: "http://127.0.0.1:3/x"}
+            unmatched: passthrough
+            """
+        let config = try! ConfigLoader.parse(yaml: yaml, file: "router.yaml", baseDirectory: "/")
+        return Router(upstreams: config.upstreams, unmatched: config.unmatched)
+    }()
+
+    static func request(_ bytes: [UInt8]) {
+        // As a client request head: "target\nName: value\n...".
+        let text = String(decoding: bytes, as: UTF8.self)
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        let targetText = lines.isEmpty ? "" : lines.removeFirst()
+        var fields: [(name: String, value: String)] = []
+        for line in lines {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            fields.append((name: String(line[..<colon]), value: String(line[line.index(after: colon)...])))
+        }
+        let host = fields.first { $0.name.lowercased() == "host" }?.value
+        if let target = RequestTarget.parse(targetText) { _ = router.route(target: target, hostHeader: host) }
+        _ = RequestTarget.parseAuthority(targetText)
+        _ = RequestFraming(fields)
+        _ = HeaderRewriter.upstreamRequestHeaders(fields, upstreamHost: "upstream.test")
+        // As an upstream response head, line by line as curl delivers it.
+        var parser = UpstreamHeadParser()
+        var start = 0
+        for (index, byte) in bytes.enumerated() where byte == 0x0A {
+            let head = bytes[start...index].withUnsafeBytes { parser.consume($0) }
+            if let head { _ = head.fieldPairs }
+            start = index + 1
+        }
+    }
+}
+
+/// The libFuzzer entry point.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func backstopFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
+    let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    FuzzTarget.current.run(bytes)
+    return 0
+}
+
+#if !BACKSTOP_FUZZER
+/// Without libFuzzer (a plain `swift build`), the binary replays inputs instead: every file named on the command line
+/// (directories are walked) goes through the target once. Used to re-run a corpus or a crash as a regression check.
+@main
+enum FuzzReplay {
+    static func main() {
+        var files: [String] = []
+        for path in CommandLine.arguments.dropFirst() {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { continue }
+            if isDirectory.boolValue {
+                let names = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+                files += names.sorted().map { path + "/" + $0 }
+            } else {
+                files.append(path)
+            }
+        }
+        for file in files {
+            guard let data = FileManager.default.contents(atPath: file) else { continue }
+            FuzzTarget.current.run(Array(data))
+        }
+        print("replayed \(files.count) input(s) through \(FuzzTarget.current.rawValue)")
+    }
+}
+#endif

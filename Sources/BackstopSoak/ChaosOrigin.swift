@@ -1,0 +1,103 @@
+import BackstopTestSupport
+import Synchronization
+
+/// The soak's upstream: a `TestOrigin` that answers each request, drawn from a seeded random mix, with a success,
+/// a large or slow body, a retryable status (503 or 429 with `Retry-After`), a reset or a hang, and with 401 to
+/// any request whose bearer token the auth server does not (or no longer) accept. It counts what reached it per
+/// soak request id, so the report can tell whether a non-idempotent request was sent twice.
+final class ChaosOrigin: Sendable {
+    /// What the origin did with one request.
+    enum Fault: String, CaseIterable, Sendable {
+        case ok, large, slow, unavailable = "503", tooMany = "429", badGateway = "502", reset, hang
+        case unauthorized = "401"
+    }
+
+    /// Weights (out of 100) of the faults drawn for authorized requests.
+    static let mix: [(Fault, Int)] = [
+        (.ok, 58), (.large, 5), (.slow, 5), (.unavailable, 10), (.tooMany, 4), (.badGateway, 5), (.reset, 9),
+        (.hang, 4),
+    ]
+
+    struct Tally: Sendable {
+        var faults: [Fault: Int] = [:]
+        /// How many times each soak request id reached the origin and was acted on. An attempt answered 401 is not
+        /// counted: the origin refused it unprocessed, and SPEC §3 replays it once with the refreshed token.
+        var attempts: [String: Int] = [:]
+        /// How many attempts were refused with 401 (each is replayed at most once).
+        var refused: [String: Int] = [:]
+        /// Ids of POST/PATCH requests that carried no idempotency key.
+        var unkeyed: Set<String> = []
+    }
+
+    let origin: TestOrigin
+    private let state: Mutex<(random: SplitMix64, tally: Tally)>
+
+    private init(origin: TestOrigin, seed: UInt64) {
+        self.origin = origin
+        self.state = Mutex((SplitMix64(seed: seed ^ 0xC4A05), Tally()))
+    }
+
+    static func start(seed: UInt64, auth: TestAuthServer) async throws -> ChaosOrigin {
+        let box = Mutex<ChaosOrigin?>(nil)
+        let origin = try await TestOrigin.start { request in
+            box.withLock { $0 }?.answer(request, auth: auth) ?? .respond(status: 500)
+        }
+        let chaos = ChaosOrigin(origin: origin, seed: seed)
+        box.withLock { $0 = chaos }
+        return chaos
+    }
+
+    var tally: Tally { state.withLock { $0.tally } }
+
+    private func answer(_ request: RecordedRequest, auth: TestAuthServer) -> OriginAction {
+        let authorized = auth.isAuthorized(request)
+        let fault = state.withLock { s -> Fault in
+            let id = request.header("X-Soak-Id") ?? "-"
+            if (request.method == "POST" || request.method == "PATCH") && request.header("Idempotency-Key") == nil {
+                s.tally.unkeyed.insert(id)
+            }
+            var fault = Fault.unauthorized
+            if authorized {
+                var roll = Int(s.random.next() % 100)
+                fault = .ok
+                for (candidate, weight) in Self.mix {
+                    if roll < weight {
+                        fault = candidate
+                        break
+                    }
+                    roll -= weight
+                }
+            }
+            s.tally.faults[fault, default: 0] += 1
+            if fault == .unauthorized {
+                s.tally.refused[id, default: 0] += 1
+            } else {
+                s.tally.attempts[id, default: 0] += 1
+            }
+            return fault
+        }
+        let size = request.body.count
+        switch fault {
+        case .ok:
+            return .text(200, "ok \(request.method) \(size)")
+        case .large:
+            return .stream(status: 200, totalBytes: (1 + size % 4) << 19, chunked: size % 2 == 0)
+        case .slow:
+            return .chunked(status: 200, chunks: Array(repeating: Array(repeating: UInt8(ascii: "s"), count: 1024), count: 8),
+                            interval: .milliseconds(40))
+        case .unavailable:
+            return .respond(status: 503, headers: [("Retry-After", size % 3 == 0 ? "1" : "0")], body: Array("busy".utf8))
+        case .tooMany:
+            return .respond(status: 429, headers: [("Retry-After", "1")], body: Array("slow down".utf8))
+        case .badGateway:
+            return .respond(status: 502, body: Array("bad gateway".utf8))
+        case .reset:
+            return .reset
+        case .hang:
+            return .hang
+        case .unauthorized:
+            return .respond(status: 401, headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")],
+                            body: Array("denied".utf8))
+        }
+    }
+}

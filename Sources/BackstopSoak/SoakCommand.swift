@@ -1,0 +1,153 @@
+import ArgumentParser
+import BackstopKeychain
+import BackstopTestSupport
+import Foundation
+
+/// `backstop-soak`: a chaos soak of the real daemon. Starts a chaos origin and a rotating OAuth2 token endpoint on
+/// 127.0.0.1, runs `backstop run` against them as a child process, drives it with concurrent clients for a fixed
+/// time, and checks that nothing was lost, duplicated, stampeded, leaked or left behind (see `SoakReport`).
+@main
+struct SoakCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backstop-soak",
+        abstract: "Chaos soak: faulty origin, rotating token endpoint, concurrent clients; prints and checks the outcome.")
+
+    @Option(help: "The backstop binary to run.")
+    var binary = ".build/debug/backstop"
+
+    @Option(help: "How long to drive load, in seconds.")
+    var duration = 300
+
+    @Option(help: "Concurrent clients.")
+    var concurrency = 64
+
+    @Option(help: "Seed of every random choice (origin faults, request mix, token endpoint failures).")
+    var seed: UInt64 = 1
+
+    @Flag(help: "Exit 1 when a check fails.")
+    var assert = false
+
+    @Flag(help: "Print the report as JSON.")
+    var json = false
+
+    /// The upstream's timeouts in the daemon config; a response head later than `total + 1 s` counts as hung.
+    static let perTry = 1
+    static let total = 4
+    /// Access tokens live this long and are refreshed this long before they expire.
+    static let tokenLifetime = 4
+    static let refreshAhead = 1
+    /// The soak revokes every access token this often (forcing a refresh on the next 401).
+    static let revocationInterval: Duration = .seconds(7)
+
+    func run() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory(prefix: "backstop-soak")
+        defer { TestFiles.remove(directory) }
+        let salt = String(UInt64.random(in: 1..<UInt64.max), radix: 36)
+
+        let auth = try await TestAuthServer.start(initialRefreshToken: "refresh-\(salt)-initial")
+        auth.update {
+            $0.expiresIn = Self.tokenLifetime
+            $0.enforcedLifetime = .seconds(Self.tokenLifetime)
+            $0.failureRate = 0.1
+            $0.seed = seed
+            $0.tokenSalt = salt
+        }
+        let chaos = try await ChaosOrigin.start(seed: seed, auth: auth)
+        let clientSecret = "client-secret-\(salt)"
+        let opened = try KeychainBootstrap.open(path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
+        try opened.keychain.set("soak/refresh_token", value: Array("refresh-\(salt)-initial".utf8))
+        try opened.keychain.set("soak/client_secret", value: Array(clientSecret.utf8))
+
+        let port = try FreePort.reserveClosedPort()
+        let adminPort = try FreePort.reserveClosedPort()
+        let configPath = directory + "/soak.yaml"
+        try config(port: port, adminPort: adminPort, directory: directory, origin: chaos.origin, auth: auth)
+            .write(toFile: configPath, atomically: true, encoding: .utf8)
+
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", configPath])
+        try await daemon.waitUntilListening(port: port)
+        let probe = ProcessProbe(pid: daemon.pid)
+        let started = ContinuousClock.now
+
+        let load = LoadGenerator(port: port, host: "127.0.0.1", headTimeout: .seconds(Self.total + 1))
+        let loadDuration = Duration.seconds(duration)
+        let warmUp = min(Duration.seconds(10), loadDuration / 5)
+        async let driven: Void = load.run(concurrency: concurrency, duration: loadDuration, seed: seed)
+        // Revocations and the warm-up sample, both bounded by the load's duration.
+        var warmSample: ProcessProbe.Sample?
+        var nextRevocation = started + Self.revocationInterval
+        while ContinuousClock.now - started < loadDuration {
+            let now = ContinuousClock.now
+            if warmSample == nil, now - started >= warmUp { warmSample = probe.sample() }
+            if now >= nextRevocation {
+                auth.revokeAllAccessTokens()
+                nextRevocation = now + Self.revocationInterval
+            }
+            try await Task.sleep(for: .milliseconds(100))  // the pace of the driver, not a wait for a result
+        }
+        await driven
+        let elapsed = ContinuousClock.now - started
+
+        // Let connections close and timers settle, then sample again: the level must be back near the warm one.
+        let settled = await settle(probe: probe, towards: warmSample ?? probe.sample(), within: .seconds(15))
+        let alive = daemon.isRunning
+        // SIGTERM drains; the exit status and the whole log (shutdown included) go into the report.
+        daemon.send(signal: SIGTERM)
+        let exitStatus = try? await daemon.waitForExit(timeout: .seconds(30))
+        let output = daemon.output
+        await daemon.stop()
+
+        let report = SoakReport(
+            duration: elapsed, concurrency: concurrency, seed: seed, load: load.result, chaos: chaos.tally,
+            grants: auth.grantTimes, failedTokenCalls: auth.failedCalls, revocations: auth.revocationTimes,
+            rejectedRefreshTokens: auth.rejectedRefreshTokens, warm: warmSample ?? settled, end: settled,
+            alive: alive, exitStatus: exitStatus,
+            secretsLogged: (auth.issuedSecrets + [clientSecret]).filter { output.contains($0) }.count,
+            secretsChecked: auth.issuedSecrets.count + 1, logLines: output.split(separator: "\n").count)
+        print(json ? report.json() : report.table())
+        try? await chaos.origin.shutdown()
+        try? await auth.origin.shutdown()
+        if assert && !report.passed { throw ExitCode(1) }
+    }
+
+    /// Samples until fds and RSS come back within the report's margins of `warm`, or `within` passes.
+    private func settle(probe: ProcessProbe, towards warm: ProcessProbe.Sample, within: Duration) async
+        -> ProcessProbe.Sample
+    {
+        let deadline = ContinuousClock.now + within
+        var sample = probe.sample()
+        while ContinuousClock.now < deadline, !SoakReport.withinMargins(warm: warm, end: sample) {
+            try? await Task.sleep(for: .milliseconds(250))
+            sample = probe.sample()
+        }
+        return sample
+    }
+
+    private func config(port: Int, adminPort: Int, directory: String, origin: TestOrigin, auth: TestAuthServer) -> String {
+        """
+        version: 1
+        listen: [127.0.0.1:\(port)]
+        admin: {listen: 127.0.0.1:\(adminPort)}
+        log: {level: debug, format: logfmt, access_log: true}
+        keychain: {path: \(directory)/keychain.bkc, key_file: \(directory)/keychain.key}
+        limits: {max_request_body: 4MiB, retry_buffer: 64KiB, client_idle_timeout: 10s}
+        upstreams:
+          - name: chaos
+            match: {hosts: [chaos.test]}
+            url: \(origin.baseURL)
+            timeouts: {connect: 1s, per_try: \(Self.perTry)s, total: \(Self.total)s}
+            retry:
+              attempts: 3
+              on: [connect-failure, reset, timeout, 429, 502, 503, 504]
+              backoff: {base: 20ms, max: 200ms}
+              retry_after: {max: 2s}
+            auth:
+              type: oauth2
+              token_url: \(auth.tokenURL)
+              client_id: soak
+              client_secret_entry: soak/client_secret
+              keychain_prefix: soak
+              refresh_ahead: \(Self.refreshAhead)s
+        """
+    }
+}

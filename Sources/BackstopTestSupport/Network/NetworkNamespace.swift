@@ -1,0 +1,70 @@
+import Foundation
+
+/// A network namespace the test creates for itself, joined to this host by a veth pair, so a client with a
+/// non-loopback address can be tested without sending anything off the machine. Needs `ip` (iproute2) and
+/// CAP_NET_ADMIN; `isAvailable` says whether this machine allows it.
+public final class NetworkNamespace: Sendable {
+    public let name: String
+    /// The host end of the veth pair (reachable from inside the namespace).
+    public let hostAddress: String
+    /// The address the namespace's traffic comes from.
+    public let clientAddress: String
+    private let hostInterface: String
+
+    /// Whether namespaces can be created here (root with CAP_NET_ADMIN and iproute2).
+    public static let isAvailable: Bool = {
+        let probe = "bsprobe\(getpid())"
+        guard (try? TestProcess.runBlocking("/usr/sbin/ip", ["netns", "add", probe]))?.status == 0 else { return false }
+        _ = try? TestProcess.runBlocking("/usr/sbin/ip", ["netns", "del", probe])
+        return true
+    }()
+
+    /// Creates namespace `bs<pid>n<index>` with `10.231.<index>.2/30`, the host side being `10.231.<index>.1/30`.
+    public init(index: Int) throws {
+        let id = "\(getpid() % 100_000)n\(index)"
+        name = "bs\(id)"
+        hostInterface = "bsh\(id)"
+        let peer = "bsp\(id)"
+        hostAddress = "10.231.\(index).1"
+        clientAddress = "10.231.\(index).2"
+        let steps: [[String]] = [
+            ["netns", "add", name],
+            ["link", "add", hostInterface, "type", "veth", "peer", "name", peer],
+            ["link", "set", peer, "netns", name],
+            ["addr", "add", "\(hostAddress)/30", "dev", hostInterface],
+            ["link", "set", hostInterface, "up"],
+            ["netns", "exec", name, "ip", "addr", "add", "\(clientAddress)/30", "dev", peer],
+            ["netns", "exec", name, "ip", "link", "set", peer, "up"],
+            ["netns", "exec", name, "ip", "link", "set", "lo", "up"],
+        ]
+        for step in steps {
+            let result = try TestProcess.runBlocking("/usr/sbin/ip", step)
+            guard result.status == 0 else {
+                Self.remove(name: name, hostInterface: hostInterface)
+                throw NetworkNamespaceError.setupFailed("ip \(step.joined(separator: " ")): \(result.standardError)")
+            }
+        }
+    }
+
+    /// Runs a command inside the namespace.
+    public func run(_ executable: String, _ arguments: [String]) async throws -> TestProcessResult {
+        try await TestProcess.run("/usr/sbin/ip", ["netns", "exec", name, executable] + arguments)
+    }
+
+    /// Deletes the namespace and the veth pair.
+    public func remove() { Self.remove(name: name, hostInterface: hostInterface) }
+
+    private static func remove(name: String, hostInterface: String) {
+        _ = try? TestProcess.runBlocking("/usr/sbin/ip", ["link", "del", hostInterface])
+        _ = try? TestProcess.runBlocking("/usr/sbin/ip", ["netns", "del", name])
+    }
+}
+
+public enum NetworkNamespaceError: Error, CustomStringConvertible {
+    case setupFailed(String)
+    public var description: String {
+        switch self {
+        case .setupFailed(let detail): "network namespace setup failed: \(detail)"
+        }
+    }
+}
