@@ -79,7 +79,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .executableTarget(name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain"]),
+        .target(name: "CFuzzing"),
+        .executableTarget(name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "CFuzzing"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain"]),
         .testTarget(

@@ -39,7 +39,12 @@ if [ "$replay" = 1 ]; then
 fi
 
 scratch=.build-fuzz
-build=(swift build -c release --scratch-path "$scratch" --product backstop-fuzz
+# Linked with lld: gold (the default) fails on the sanitizer-instrumented objects with an internal error.
+lld=$(dirname "$(readlink -f "$(command -v swift)")")/ld.lld
+[ -x "$lld" ] || lld=$(command -v ld.lld) || { echo "fuzz.sh: ld.lld not found (it ships with the Swift toolchain)" >&2; exit 1; }
+mkdir -p "$scratch"
+printf '{"schemaVersion": "1.0", "linker": {"path": "%s"}}\n' "$lld" >"$scratch/toolset.json"
+build=(swift build -c release --scratch-path "$scratch" --product backstop-fuzz --toolset "$scratch/toolset.json"
        -Xswiftc -sanitize=fuzzer,address -Xswiftc -DBACKSTOP_FUZZER)
 "${build[@]}" >&2
 bin=$("${build[@]}" --show-bin-path)/backstop-fuzz

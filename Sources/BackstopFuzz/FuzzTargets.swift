@@ -1,6 +1,9 @@
 import BackstopCore
 import BackstopKeychain
 import Foundation
+#if BACKSTOP_FUZZER
+import CFuzzing
+#endif
 
 /// libFuzzer targets for the parsers that face hostile input. One binary, the target chosen by the environment
 /// variable `BACKSTOP_FUZZ_TARGET` (see `scripts/fuzz.sh`, which builds it with `-sanitize=fuzzer,address`):
@@ -109,15 +112,25 @@ enum FuzzTarget: String, CaseIterable {
     }
 }
 
-/// The libFuzzer entry point.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func backstopFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
+/// libFuzzer's per-input callback.
+func backstopFuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
     let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
     FuzzTarget.current.run(bytes)
     return 0
 }
 
-#if !BACKSTOP_FUZZER
+#if BACKSTOP_FUZZER
+/// Built with `-sanitize=fuzzer` (scripts/fuzz.sh): hands the command line to libFuzzer's driver.
+@main
+enum FuzzMain {
+    static func main() {
+        _ = FuzzTarget.current
+        var argc = CommandLine.argc
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+        exit(LLVMFuzzerRunDriver(&argc, &argv) { backstopFuzzOneInput($0, $1) })
+    }
+}
+#else
 /// Without libFuzzer (a plain `swift build`), the binary replays inputs instead: every file named on the command line
 /// (directories are walked) goes through the target once. Used to re-run a corpus or a crash as a regression check.
 @main

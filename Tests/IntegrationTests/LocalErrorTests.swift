@@ -105,6 +105,51 @@ struct LocalErrorTests {
         await proxy.stop()
     }
 
+    /// A HEAD response never has a body (RFC 9110 §9.3.2): body bytes after a local error's head would be read by
+    /// the client as the start of its next response. The head keeps its Content-Length and the connection stays up.
+    @Test("HEAD answered by Backstop: the error head without its body, and the connection serves the next request")
+    func headLocalErrors() async throws {
+        let closedPort = try FreePort.reserveClosedPort()
+        let proxy = try await ProxyHarness.start("""
+            upstreams:
+              - name: gone
+                match: {hosts: [gone.test]}
+                url: http://127.0.0.1:\(closedPort)
+                retry: {attempts: 1}
+            """)
+        let port = proxy.port
+        let received = try await BlockingSocket.onThread { () throws -> [String] in
+            let socket = try BlockingSocket(port: port)
+            var responses: [String] = []
+            for (request, expectedEnd) in [
+                ("HEAD http://gone.test/ HTTP/1.1\r\nHost: gone.test\r\n\r\n", "\r\n\r\n"),
+                ("HEAD http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n", "\r\n\r\n"),
+                ("GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n", "\r\n\r\nno upstream matches this request\n"),
+            ] {
+                socket.send(request)
+                let deadline = ContinuousClock.now + .seconds(5)
+                while !String(decoding: socket.received, as: UTF8.self).hasSuffix(expectedEnd), ContinuousClock.now < deadline {
+                    if socket.waitForData(timeout: deadline - ContinuousClock.now) != .data { break }
+                }
+                responses.append(String(decoding: socket.received, as: UTF8.self))
+                // Anything more (a body after a HEAD head) would arrive right behind the head.
+                if socket.waitForData(timeout: .milliseconds(200)) == .data {
+                    responses.append("unexpected: " + String(decoding: socket.received, as: UTF8.self))
+                }
+                socket.clear()
+            }
+            return responses
+        }()
+        await proxy.stop()
+        try #require(received.count == 3, "\(received)")
+        #expect(received[0].hasPrefix("HTTP/1.1 502 "))
+        #expect(received[0].contains("\r\nX-Backstop-Error: upstream-unreachable\r\n"))
+        #expect(received[0].contains("\r\nContent-Length: "))
+        #expect(received[0].hasSuffix("\r\n\r\n") && !received[0].contains("Connection: close"))
+        #expect(received[1].hasPrefix("HTTP/1.1 403 ") && received[1].hasSuffix("\r\n\r\n"))
+        #expect(received[2].hasPrefix("HTTP/1.1 403 ") && received[2].contains("X-Backstop-Error: no-route"))
+    }
+
     @Test("hanging upstream → 504 upstream-timeout after per_try")
     func timeout() async throws {
         try await withOriginAndProxy(

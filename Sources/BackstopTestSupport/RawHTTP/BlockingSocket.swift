@@ -60,6 +60,9 @@ public final class BlockingSocket {
     /// Bytes read so far.
     public private(set) var received: [UInt8] = []
 
+    /// Forgets the bytes read so far (the next response starts empty).
+    public func clear() { received.removeAll() }
+
     /// Waits up to `timeout` for bytes or a close.
     public func waitForData(timeout: Duration) -> Readiness {
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)

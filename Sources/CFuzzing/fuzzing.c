@@ -1,0 +1,2 @@
+// Declarations only (include/fuzzing.h): the definitions come from compiler-rt's libFuzzer.
+#include "fuzzing.h"
