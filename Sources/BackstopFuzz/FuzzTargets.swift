@@ -76,6 +76,7 @@ enum FuzzTarget: String, CaseIterable {
     static let router: Router = {
         let yaml = """
             version: 1
+            listen: ["127.0.0.1:8080"]
             upstreams:
               - {name: a, match: {hosts: [a.test, "*.wild.test"]}, url: "http://127.0.0.1:1/base"}
               - {name: b, match: {path_prefix: /api}, url: "http://127.0.0.1:2"}
