@@ -91,16 +91,8 @@ struct AccessTests {
         let origin = try await TestOrigin.start { _ in
             .respond(status: 302, headers: [("Location", "\(elsewhere.baseURL)/collect")], body: [])
         }
-        let proxy = try await ProxyHarness.start("""
-            keychain:
-              path: \(directory)/keychain.bkc
-              key_file: \(directory)/keychain.key
-            upstreams:
-              - name: api
-                match: {hosts: [api.test]}
-                url: \(origin.baseURL)
-                auth: {type: static, entry: api/token, header: Authorization, scheme: Bearer}
-            """, keychain: keychain)
+        let proxy = try await ProxyHarness.start(
+            staticAuthConfig(directory: directory, url: origin.baseURL), keychain: keychain)
         let response = try await proxy.get("http://api.test/start", host: "api.test")
         #expect(response.status == 302)
         #expect(response.header("Location") == "\(elsewhere.baseURL)/collect")

@@ -56,16 +56,8 @@ struct HostileClientTests {
         let (keychain, directory) = try TokenRefreshTests.makeKeychain(["api/token": "good\r\nX-Injected: yes"])
         defer { TestFiles.remove(directory) }
         let origin = try await TestOrigin.start { _ in .text(200, "reached") }
-        let proxy = try await ProxyHarness.start("""
-            keychain:
-              path: \(directory)/keychain.bkc
-              key_file: \(directory)/keychain.key
-            upstreams:
-              - name: api
-                match: {hosts: [api.test]}
-                url: \(origin.baseURL)
-                auth: {type: static, entry: api/token, header: Authorization, scheme: Bearer}
-            """, keychain: keychain)
+        let proxy = try await ProxyHarness.start(
+            staticAuthConfig(directory: directory, url: origin.baseURL), keychain: keychain)
         let response = try await proxy.get("http://api.test/x", host: "api.test")
         #expect(response.status == 502)
         #expect(response.header("X-Backstop-Error") == "token-unavailable")

@@ -93,13 +93,7 @@ struct LocalErrorTests {
     @Test("closed upstream port → 502 upstream-unreachable")
     func unreachable() async throws {
         let closedPort = try FreePort.reserveClosedPort()
-        let proxy = try await ProxyHarness.start("""
-            upstreams:
-              - name: gone
-                match: {hosts: [gone.test]}
-                url: http://127.0.0.1:\(closedPort)
-                retry: {attempts: 1}
-            """)
+        let proxy = try await ProxyHarness.start(unreachableUpstreamConfig(closedPort: closedPort))
         let r3 = try await proxy.get("http://gone.test/", host: "gone.test")
         expectLocalError(r3, status: 502, reason: "upstream-unreachable")
         await proxy.stop()
@@ -110,13 +104,7 @@ struct LocalErrorTests {
     @Test("HEAD answered by Backstop: the error head without its body, and the connection serves the next request")
     func headLocalErrors() async throws {
         let closedPort = try FreePort.reserveClosedPort()
-        let proxy = try await ProxyHarness.start("""
-            upstreams:
-              - name: gone
-                match: {hosts: [gone.test]}
-                url: http://127.0.0.1:\(closedPort)
-                retry: {attempts: 1}
-            """)
+        let proxy = try await ProxyHarness.start(unreachableUpstreamConfig(closedPort: closedPort))
         let port = proxy.port
         let received = try await BlockingSocket.onThread { () throws -> [String] in
             let socket = try BlockingSocket(port: port)

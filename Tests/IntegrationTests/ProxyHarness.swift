@@ -77,3 +77,32 @@ func singleUpstreamConfig(_ origin: TestOrigin, basePath: String = "", extra: St
     \(extra)
     """
 }
+
+/// A config with one upstream `api` for host `api.test` at `url`, injecting the keychain entry `entry` under
+/// `header` (static auth), with the keychain files in `directory` (as `TokenRefreshTests.makeKeychain` makes them).
+func staticAuthConfig(
+    directory: String, url: String, entry: String = "api/token", header: String = "Authorization",
+    scheme: String = "Bearer"
+) -> String {
+    """
+    keychain:
+      path: \(directory)/keychain.bkc
+      key_file: \(directory)/keychain.key
+    upstreams:
+      - name: api
+        match: {hosts: [api.test]}
+        url: \(url)
+        auth: {type: static, entry: \(entry), header: \(header), scheme: "\(scheme)"}
+    """
+}
+
+/// A config with one upstream `gone` for host `gone.test` at a closed port, tried once.
+func unreachableUpstreamConfig(closedPort: Int) -> String {
+    """
+    upstreams:
+      - name: gone
+        match: {hosts: [gone.test]}
+        url: http://127.0.0.1:\(closedPort)
+        retry: {attempts: 1}
+    """
+}
