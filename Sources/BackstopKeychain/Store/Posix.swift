@@ -8,7 +8,7 @@ import Darwin
 
 /// Thin errno-checked wrappers over the few system calls the keychain needs. Every failure names the operation
 /// and the path, so the caller can report it as is.
-enum Posix {
+public enum Posix {
     static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) throws(KeychainError) -> Int32 {
         while true {
             let fd = systemOpen(path, flags | O_CLOEXEC, mode)
@@ -21,6 +21,14 @@ enum Posix {
         var info = stat()
         guard systemFstat(fd, &info) == 0 else { throw .io(operation: "stat", path: path, errno: errno) }
         return info
+    }
+
+    /// Reads a whole file with `read(2)` until end of file. Unlike readers that trust `st_size`, this reads
+    /// procfs files (which report size 0) completely.
+    public static func readFile(_ path: String) throws(KeychainError) -> [UInt8] {
+        let fd = try open(path, O_RDONLY)
+        defer { close(fd) }
+        return try readAll(fd, path: path)
     }
 
     /// Reads until end of file.
