@@ -51,6 +51,8 @@ struct SoakCommand: AsyncParsableCommand {
             $0.failureRate = 0.1
             $0.seed = seed
             $0.tokenSalt = salt
+            // The first token call fails for sure (the daemon must retry it), on top of the random 10%.
+            $0.failNext = 1
         }
         let chaos = try await ChaosOrigin.start(seed: seed, auth: auth)
         let clientSecret = "client-secret-\(salt)"
@@ -66,30 +68,21 @@ struct SoakCommand: AsyncParsableCommand {
 
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", configPath])
         try await daemon.waitUntilListening(port: port)
-        let probe = ProcessProbe(pid: daemon.pid)
+        let probe = ProcessProbe(pid: daemon.pid, upstreamPorts: [chaos.origin.port, auth.origin.port])
         let started = ContinuousClock.now
 
+        // A warm-up run (connections, the first token, allocator and connection caches), then the idle baseline;
+        // the main run, then the idle end. Idle is compared with idle: a leak cannot hide under the load's own
+        // sockets and buffers.
         let load = LoadGenerator(port: port, host: "127.0.0.1", headTimeout: .seconds(Self.total + 1))
         let loadDuration = Duration.seconds(duration)
         let warmUp = min(Duration.seconds(10), loadDuration / 5)
-        async let driven: Void = load.run(concurrency: concurrency, duration: loadDuration, seed: seed)
-        // Revocations and the warm-up sample, both bounded by the load's duration.
-        var warmSample: ProcessProbe.Sample?
         var nextRevocation = started + Self.revocationInterval
-        while ContinuousClock.now - started < loadDuration {
-            let now = ContinuousClock.now
-            if warmSample == nil, now - started >= warmUp { warmSample = probe.sample() }
-            if now >= nextRevocation {
-                auth.revokeAllAccessTokens()
-                nextRevocation = now + Self.revocationInterval
-            }
-            try await Task.sleep(for: .milliseconds(100))  // the pace of the driver, not a wait for a result
-        }
-        await driven
+        try await drive(load, for: warmUp, phase: 0, auth: auth, nextRevocation: &nextRevocation)
+        let baseline = await settleIdle(probe: probe, within: .seconds(15))
+        try await drive(load, for: loadDuration - warmUp, phase: 1, auth: auth, nextRevocation: &nextRevocation)
         let elapsed = ContinuousClock.now - started
-
-        // Let connections close and timers settle, then sample again: the level must be back near the warm one.
-        let settled = await settle(probe: probe, towards: warmSample ?? probe.sample(), within: .seconds(15))
+        let settled = await settleIdle(probe: probe, within: .seconds(15), until: { SoakReport.withinMargins(baseline: baseline, end: $0) })
         let alive = daemon.isRunning
         // SIGTERM drains; the exit status and the whole log (shutdown included) go into the report.
         daemon.send(signal: SIGTERM)
@@ -100,7 +93,7 @@ struct SoakCommand: AsyncParsableCommand {
         let report = SoakReport(
             duration: elapsed, concurrency: concurrency, seed: seed, load: load.result, chaos: chaos.tally,
             grants: auth.grantTimes, failedTokenCalls: auth.failedCalls, revocations: auth.revocationTimes,
-            rejectedRefreshTokens: auth.rejectedRefreshTokens, warm: warmSample ?? settled, end: settled,
+            rejectedRefreshTokens: auth.rejectedRefreshTokens, baseline: baseline, end: settled,
             alive: alive, exitStatus: exitStatus,
             secretsLogged: (auth.issuedSecrets + [clientSecret]).filter { output.contains($0) }.count,
             secretsChecked: auth.issuedSecrets.count + 1, logLines: output.split(separator: "\n").count)
@@ -110,15 +103,37 @@ struct SoakCommand: AsyncParsableCommand {
         if assert && !report.passed { throw ExitCode(1) }
     }
 
-    /// Samples until fds and RSS come back within the report's margins of `warm`, or `within` passes.
-    private func settle(probe: ProcessProbe, towards warm: ProcessProbe.Sample, within: Duration) async
-        -> ProcessProbe.Sample
-    {
+    /// Runs the clients for `duration` while revoking every access token each `revocationInterval`.
+    private func drive(
+        _ load: LoadGenerator, for duration: Duration, phase: Int, auth: TestAuthServer,
+        nextRevocation: inout ContinuousClock.Instant
+    ) async throws {
+        let started = ContinuousClock.now
+        async let driven: Void = load.run(concurrency: concurrency, duration: duration, seed: seed, phase: phase)
+        while ContinuousClock.now - started < duration {
+            let now = ContinuousClock.now
+            if now >= nextRevocation {
+                auth.revokeAllAccessTokens()
+                nextRevocation = now + Self.revocationInterval
+            }
+            try await Task.sleep(for: .milliseconds(100))  // the pace of the driver, not a wait for a result
+        }
+        await driven
+    }
+
+    /// Once the clients are done: samples every 250 ms until the descriptor count holds still for a second (closed
+    /// connections and cancelled transfers are gone) and `until` accepts the sample, or `within` passes.
+    private func settleIdle(
+        probe: ProcessProbe, within: Duration, until accept: (ProcessProbe.Sample) -> Bool = { _ in true }
+    ) async -> ProcessProbe.Sample {
         let deadline = ContinuousClock.now + within
         var sample = probe.sample()
-        while ContinuousClock.now < deadline, !SoakReport.withinMargins(warm: warm, end: sample) {
+        var steady = 0
+        while ContinuousClock.now < deadline, steady < 4 || !accept(sample) {
             try? await Task.sleep(for: .milliseconds(250))
-            sample = probe.sample()
+            let next = probe.sample()
+            steady = next.fds == sample.fds ? steady + 1 : 0
+            sample = next
         }
         return sample
     }

@@ -127,6 +127,13 @@ public final class TestAuthServer: Sendable {
         return state.withLock { s -> OriginAction in
             s.tokenCalls += 1
             s.requestBodies.append(body)
+            let grant = parameters["grant_type"] ?? ""
+            // A reused (rotated-out) refresh token is counted whatever else this call would have answered.
+            if grant == "refresh_token", parameters["refresh_token"] != s.currentRefreshToken {
+                s.rejectedRefreshTokens += 1
+                return .respond(status: 400, headers: [("Content-Type", "application/json")],
+                                body: Array("{\"error\":\"invalid_grant\"}".utf8))
+            }
             if !s.seeded {
                 s.random = SplitMix64(seed: s.behaviour.seed)
                 s.seeded = true
@@ -142,14 +149,7 @@ public final class TestAuthServer: Sendable {
                 return .respond(status: 400, headers: [("Content-Type", "application/json")],
                                 body: Array("{\"error\":\"invalid_grant\"}".utf8))
             }
-            let grant = parameters["grant_type"] ?? ""
-            if grant == "refresh_token" {
-                guard parameters["refresh_token"] == s.currentRefreshToken else {
-                    s.rejectedRefreshTokens += 1
-                    return .respond(status: 400, headers: [("Content-Type", "application/json")],
-                                    body: Array("{\"error\":\"invalid_grant\"}".utf8))
-                }
-            } else if grant != "client_credentials" {
+            if grant != "refresh_token" && grant != "client_credentials" {
                 return .respond(status: 400, body: Array("{\"error\":\"unsupported_grant_type\"}".utf8))
             }
             s.issued += 1

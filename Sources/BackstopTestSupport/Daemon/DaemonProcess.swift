@@ -32,7 +32,7 @@ public final class DaemonProcess: Sendable {
         if let environment { process.environment = environment }
         if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
         let stderrPath = NSTemporaryDirectory() + "backstop-daemon-\(UUID().uuidString).log"
-        FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
@@ -46,9 +46,11 @@ public final class DaemonProcess: Sendable {
         self.stderrPath = stderrPath
     }
 
-    /// Everything the daemon wrote to stdout and stderr so far.
+    /// Everything the daemon wrote to stdout and stderr so far (invalid UTF-8 replaced, never dropped: a scan for
+    /// secrets must see every line).
     public var output: String {
-        (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? ""
+        guard let data = FileManager.default.contents(atPath: stderrPath) else { return "" }
+        return String(decoding: data, as: UTF8.self)
     }
 
     public var isRunning: Bool { process.isRunning }

@@ -10,6 +10,8 @@ public enum RawHTTPError: Error, CustomStringConvertible, Equatable {
     case closedBeforeResponse(responsesReceived: Int)
     /// The bytes received are not a valid HTTP/1.1 response (or the body was cut short).
     case malformedResponse(String)
+    /// A response arrived that no request asked for: the peer answered some request twice.
+    case unsolicitedResponse
 
     public var description: String {
         switch self {
@@ -23,6 +25,8 @@ public enum RawHTTPError: Error, CustomStringConvertible, Equatable {
             return "RawHTTP: connection closed by peer after \(count) complete response(s)"
         case .malformedResponse(let detail):
             return "RawHTTP: malformed response: \(detail)"
+        case .unsolicitedResponse:
+            return "RawHTTP: a response arrived that no request asked for"
         }
     }
 

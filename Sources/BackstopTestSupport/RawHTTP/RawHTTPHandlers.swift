@@ -99,6 +99,8 @@ final class RawResponseCollector: ChannelInboundHandler {
             return .connectionError(String(describing: ioError))
         case let channelError as ChannelError:
             return .connectionError(String(describing: channelError))
+        case let decoderError as NIOHTTPDecoderError where decoderError == .unsolicitedResponse:
+            return .unsolicitedResponse
         default:
             return .malformedResponse(String(describing: error))
         }
