@@ -31,8 +31,13 @@ for sanitizer in "${sanitizers[@]}"; do
   start=$(date +%s)
   set +e
   # halt_on_error=0 lets a run finish and count every report; the log keeps them whole.
+  # Under ThreadSanitizer everything runs several times slower: the 5,000-connection flood then keeps clients
+  # waiting in a full accept backlog past the kernel's SYN-ACK retries, and the kernel resets them. That is the
+  # kernel's limit, not the daemon's; the flood runs in the plain suite and under AddressSanitizer.
+  skip=()
+  [ "$sanitizer" = thread ] && skip=(--skip connectionFlood)
   TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" ASAN_OPTIONS="detect_leaks=0 halt_on_error=0" \
-    swift test --no-parallel --sanitize="$sanitizer" --scratch-path "$scratch" "${extra[@]}" >"$log" 2>&1
+    swift test --no-parallel --sanitize="$sanitizer" --scratch-path "$scratch" "${skip[@]}" "${extra[@]}" >"$log" 2>&1
   rc=$?
   set -e
   wall=$(( $(date +%s) - start ))

@@ -1,5 +1,5 @@
 import BackstopTestSupport
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The soak's upstream: a `TestOrigin` that answers each request, drawn from a seeded random mix, with a success,
 /// a large or slow body, a retryable status (503 or 429 with `Retry-After`), a reset or a hang, and with 401 to
@@ -30,28 +30,28 @@ final class ChaosOrigin: Sendable {
     }
 
     let origin: TestOrigin
-    private let state: Mutex<(random: SplitMix64, tally: Tally)>
+    private let state: NIOLockedValueBox<(random: SplitMix64, tally: Tally)>
 
     private init(origin: TestOrigin, seed: UInt64) {
         self.origin = origin
-        self.state = Mutex((SplitMix64(seed: seed ^ 0xC4A05), Tally()))
+        self.state = NIOLockedValueBox((SplitMix64(seed: seed ^ 0xC4A05), Tally()))
     }
 
     static func start(seed: UInt64, auth: TestAuthServer) async throws -> ChaosOrigin {
-        let box = Mutex<ChaosOrigin?>(nil)
+        let box = NIOLockedValueBox<ChaosOrigin?>(nil)
         let origin = try await TestOrigin.start { request in
-            box.withLock { $0 }?.answer(request, auth: auth) ?? .respond(status: 500)
+            box.withLockedValue { $0 }?.answer(request, auth: auth) ?? .respond(status: 500)
         }
         let chaos = ChaosOrigin(origin: origin, seed: seed)
-        box.withLock { $0 = chaos }
+        box.withLockedValue { $0 = chaos }
         return chaos
     }
 
-    var tally: Tally { state.withLock { $0.tally } }
+    var tally: Tally { state.withLockedValue { $0.tally } }
 
     private func answer(_ request: RecordedRequest, auth: TestAuthServer) -> OriginAction {
         let authorized = auth.isAuthorized(request)
-        let fault = state.withLock { s -> Fault in
+        let fault = state.withLockedValue { s -> Fault in
             let id = request.header("X-Soak-Id") ?? "-"
             if (request.method == "POST" || request.method == "PATCH") && request.header("Idempotency-Key") == nil {
                 s.tally.unkeyed.insert(id)

@@ -1,5 +1,5 @@
 import BackstopTestSupport
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Drives the daemon with `concurrency` keep-alive clients until a deadline: a seeded mix of GET, HEAD, PUT, POST
 /// (half of them with an `Idempotency-Key`) and DELETE, request bodies from none to past the retry buffer, and
@@ -32,7 +32,7 @@ final class LoadGenerator: Sendable {
     private let port: Int
     private let host: String
     private let headTimeout: Duration
-    private let stats = Mutex(Stats())
+    private let stats = NIOLockedValueBox(Stats())
 
     /// `headTimeout`: the upstream's `timeouts.total` plus the 1 s the report allows on top.
     init(port: Int, host: String, headTimeout: Duration) {
@@ -41,7 +41,7 @@ final class LoadGenerator: Sendable {
         self.headTimeout = headTimeout
     }
 
-    var result: Stats { stats.withLock { $0 } }
+    var result: Stats { stats.withLockedValue { $0 } }
 
     /// Runs `concurrency` clients until `duration` has passed and every one has its last response. `phase` keeps
     /// request ids (and random streams) of separate runs apart.
@@ -64,7 +64,7 @@ final class LoadGenerator: Sendable {
             do {
                 connection = try await RawHTTPConnection.connect(host: host, port: port, connectTimeout: .seconds(5))
             } catch {
-                stats.withLock {
+                stats.withLockedValue {
                     $0.connectFailures += 1
                     $0.note("connect: \(error)")
                 }
@@ -84,7 +84,7 @@ final class LoadGenerator: Sendable {
             // A duplicate answer to the last request would arrive right behind it: give it a moment to show.
             _ = try? await connection.waitForClose(timeout: .milliseconds(5))
             if connection.failure == .unsolicitedResponse || connection.responsesReceived > sent {
-                stats.withLock { $0.extraResponses += max(1, connection.responsesReceived - sent) }
+                stats.withLockedValue { $0.extraResponses += max(1, connection.responsesReceived - sent) }
             }
             await connection.close()
         }
@@ -99,7 +99,7 @@ final class LoadGenerator: Sendable {
         do {
             try await connection.send(request)
         } catch {
-            stats.withLock {
+            stats.withLockedValue {
                 $0.lost += 1
                 $0.note("send \(method) after \(previous) \(connection.lastHeadSummary): \(error)")
             }
@@ -108,7 +108,7 @@ final class LoadGenerator: Sendable {
         if abandon {
             // Hang up before the response (or right after its head, if it was quicker): the proxy must cancel.
             _ = try? await connection.waitForResponseHead(timeout: abandonAfter)
-            stats.withLock { $0.abandoned += 1 }
+            stats.withLockedValue { $0.abandoned += 1 }
             return false
         }
         let head: RawHTTPResponseHead
@@ -116,7 +116,7 @@ final class LoadGenerator: Sendable {
             // `total + 1 s` from when the request started, not from when its body finished sending.
             head = try await connection.waitForResponseHead(timeout: headTimeout - (ContinuousClock.now - started))
         } catch let error as RawHTTPError {
-            stats.withLock {
+            stats.withLockedValue {
                 switch error {
                 case .timeout: $0.hung += 1
                 case .unsolicitedResponse: break  // counted once the connection ends
@@ -126,24 +126,24 @@ final class LoadGenerator: Sendable {
             }
             return false
         } catch {
-            stats.withLock { $0.lost += 1 }
+            stats.withLockedValue { $0.lost += 1 }
             return false
         }
         let waited = ContinuousClock.now - started
-        stats.withLock {
+        stats.withLockedValue {
             $0.statuses[head.status, default: 0] += 1
             $0.slowestHead = max($0.slowestHead, waited)
         }
         do {
             _ = try await connection.nextResponse(timeout: .seconds(60))
         } catch let error as RawHTTPError {
-            stats.withLock {
+            stats.withLockedValue {
                 if case .timeout = error { $0.stalledBodies += 1 } else { $0.truncated += 1 }
                 $0.note("\(method) \(head.status) body: \(error)")
             }
             return false
         } catch {
-            stats.withLock { $0.truncated += 1 }
+            stats.withLockedValue { $0.truncated += 1 }
             return false
         }
         return head.header("Connection")?.lowercased() != "close"
@@ -164,7 +164,7 @@ final class LoadGenerator: Sendable {
             headers.append(("Idempotency-Key", id))
             keyed = true
         }
-        stats.withLock {
+        stats.withLockedValue {
             $0.requests[method, default: 0] += 1
             if keyed { $0.keyedPosts += 1 }
         }

@@ -1,6 +1,7 @@
 import CCurl
 import Foundation
 import NIOCore
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// The upstream HTTP engine: one dedicated thread driving a libcurl multi handle with `curl_multi_socket_action`
@@ -16,7 +17,7 @@ import Synchronization
 ///
 /// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline`, `lineScratch` and the idle handles are
 /// touched only on the transport thread (inside `run()` and the curl callbacks it triggers); other threads use only
-/// `commands` (a Mutex), `sleeping` (an atomic) and `submit`'s `write` to the eventfd, which is safe from any thread.
+/// `commands` (a locked box), `sleeping` (an atomic) and `submit`'s `write` to the eventfd, which is safe from any thread.
 public final class CurlMultiTransport: @unchecked Sendable {
     enum Command {
         case start(CurlTransfer)
@@ -34,7 +35,10 @@ public final class CurlMultiTransport: @unchecked Sendable {
     private let wakeFD: Int32
     /// When curl wants `CURL_SOCKET_TIMEOUT` handled next (monotonic ms), or nil for no timer.
     private var timerDeadline: Int64?
-    private let commands = Mutex<[Command]>([])
+    /// Locks in this project are NIO's pthread-based boxes rather than `Synchronization.Mutex`: a contended
+    /// `Mutex` on Linux hands ownership over through `FUTEX_LOCK_PI` in the kernel, which ThreadSanitizer cannot
+    /// see, so it reported every hand-off through a contended lock as a race and hid the real ones.
+    private let commands = NIOLockedValueBox<[Command]>([])
     private let sleeping = Atomic<Bool>(false)
     private let stopped = Atomic<Bool>(false)
     private var active: [ObjectIdentifier: CurlTransfer] = [:]
@@ -45,7 +49,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     /// Where `configure` assembles each header line before curl copies it (transport thread only).
     private var lineScratch: [UInt8] = []
     private var thread: Thread?
-    private let finishedSignal = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    private let finishedSignal = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
     private let threadDone = Atomic<Bool>(false)
 
     /// Creates the engine and starts its thread.
@@ -94,7 +98,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     public func shutdown() async {
         if stopped.exchange(true, ordering: .acquiringAndReleasing) { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let alreadyDone = finishedSignal.withLock { slot -> Bool in
+            let alreadyDone = finishedSignal.withLockedValue { slot -> Bool in
                 if threadDone.load(ordering: .acquiring) { return true }
                 slot = continuation
                 return false
@@ -105,7 +109,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     }
 
     func submit(_ command: Command) {
-        commands.withLock { $0.append(command) }
+        commands.withLockedValue { $0.append(command) }
         if sleeping.exchange(false, ordering: .sequentiallyConsistent) {
             bs_wake_fd_signal(wakeFD)
         }
@@ -122,7 +126,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
         var readyFDs = [Int32](repeating: 0, count: capacity)
         var readyMasks = [Int32](repeating: 0, count: capacity)
         while true {
-            let batch = commands.withLock { queue -> [Command] in
+            let batch = commands.withLockedValue { queue -> [Command] in
                 let taken = queue
                 queue.removeAll(keepingCapacity: true)
                 return taken
@@ -159,7 +163,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
             flushDirty()
 
             sleeping.store(true, ordering: .sequentiallyConsistent)
-            var timeout: Int32 = commands.withLock { $0.isEmpty } ? 1000 : 0
+            var timeout: Int32 = commands.withLockedValue { $0.isEmpty } ? 1000 : 0
             if timeout > 0, let deadline = timerDeadline {
                 timeout = Int32(clamping: max(0, min(Int64(timeout), deadline - bs_monotonic_ms())))
             }
@@ -182,7 +186,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
         curl_multi_cleanup(multi)
         close(epollFD)
         close(wakeFD)
-        let continuation = finishedSignal.withLock { slot -> CheckedContinuation<Void, Never>? in
+        let continuation = finishedSignal.withLockedValue { slot -> CheckedContinuation<Void, Never>? in
             threadDone.store(true, ordering: .releasing)
             let c = slot
             slot = nil

@@ -1,5 +1,5 @@
 import NIOCore
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// A request body that is still arriving from the client while it is being sent upstream.
 ///
@@ -18,13 +18,13 @@ public final class RequestBodyStream: Sendable {
         var producerStopped = false
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     private let highWater: Int
     private let lowWater: Int
     /// Called (from the transport thread) when a stopped producer may resume.
     private let onDrained: @Sendable () -> Void
     /// Set by the transport when it starts sending; called to unpause curl after new data arrives.
-    private let resumeConsumer = Mutex<(@Sendable () -> Void)?>(nil)
+    private let resumeConsumer = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
 
     /// The body's length when the client declared it (`Content-Length`), else nil (sent chunked).
     public let expectedLength: Int?
@@ -42,7 +42,7 @@ public final class RequestBodyStream: Sendable {
     /// Adds a chunk. Returns false when the producer should pause until `onDrained`.
     @discardableResult
     public func append(_ chunk: ByteBuffer) -> Bool {
-        let (wake, keepGoing) = state.withLock { s -> (Bool, Bool) in
+        let (wake, keepGoing) = state.withLockedValue { s -> (Bool, Bool) in
             s.chunks.append(chunk)
             s.bufferedBytes += chunk.readableBytes
             let wake = s.consumerPaused
@@ -51,34 +51,34 @@ public final class RequestBodyStream: Sendable {
             if !keepGoing { s.producerStopped = true }
             return (wake, keepGoing)
         }
-        if wake { resumeConsumer.withLock { $0 }?() }
+        if wake { resumeConsumer.withLockedValue { $0 }?() }
         return keepGoing
     }
 
     /// Marks the end of the body.
     public func finish() {
-        let wake = state.withLock { s -> Bool in
+        let wake = state.withLockedValue { s -> Bool in
             s.finished = true
             let wake = s.consumerPaused
             s.consumerPaused = false
             return wake
         }
-        if wake { resumeConsumer.withLock { $0 }?() }
+        if wake { resumeConsumer.withLockedValue { $0 }?() }
     }
 
     /// Marks the body as broken (client gone); the transfer aborts.
     public func fail() {
-        let wake = state.withLock { s -> Bool in
+        let wake = state.withLockedValue { s -> Bool in
             s.failed = true
             let wake = s.consumerPaused
             s.consumerPaused = false
             return wake
         }
-        if wake { resumeConsumer.withLock { $0 }?() }
+        if wake { resumeConsumer.withLockedValue { $0 }?() }
     }
 
     func setResumeConsumer(_ resume: @escaping @Sendable () -> Void) {
-        resumeConsumer.withLock { $0 = resume }
+        resumeConsumer.withLockedValue { $0 = resume }
     }
 
     /// What curl's read callback should do.
@@ -92,7 +92,7 @@ public final class RequestBodyStream: Sendable {
     /// Copies up to `capacity` bytes into `destination` (transport thread).
     func read(into destination: UnsafeMutableRawBufferPointer) -> ReadResult {
         var notifyDrained = false
-        let result = state.withLock { s -> ReadResult in
+        let result = state.withLockedValue { s -> ReadResult in
             if s.failed { return .abort }
             var written = 0
             while written < destination.count, !s.chunks.isEmpty {

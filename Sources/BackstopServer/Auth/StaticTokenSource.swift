@@ -1,5 +1,5 @@
 import BackstopKeychain
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -17,7 +17,7 @@ final class StaticTokenSource: Sendable {
 
     private let keychain: FileKeychain
     private let entry: String
-    private let cache = Mutex(Cache())
+    private let cache = NIOLockedValueBox(Cache())
 
     init(keychain: FileKeychain, entry: String) {
         self.keychain = keychain
@@ -28,7 +28,7 @@ final class StaticTokenSource: Sendable {
     /// header value (a control character such as CR or LF would let the entry inject header lines upstream).
     func value() -> String? {
         let now = Self.monotonicSeconds()
-        return cache.withLock { cache in
+        return cache.withLockedValue { cache in
             if cache.checkedAt == now, cache.size >= 0 { return cache.value }
             cache.checkedAt = now
             var info = stat()

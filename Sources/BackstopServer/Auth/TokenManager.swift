@@ -4,7 +4,7 @@ import BackstopTransport
 import Foundation
 import Logging
 import NIOCore
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// One upstream's OAuth2 token: hands out the current token, refreshes it (single flight, also across
 /// processes sharing the keychain file), and persists every refresh before anyone uses it.
@@ -34,7 +34,7 @@ public actor TokenManager {
     private var refresh: Task<Void, Never>?
     /// The current token and until when it may be used without asking the actor (its proactive refresh point or
     /// expiry): the per-request fast path, so a valid token costs a lock, not an actor hop.
-    private let fastPath = Mutex<(token: ManagedToken, until: Double)?>(nil)
+    private let fastPath = NIOLockedValueBox<(token: ManagedToken, until: Double)?>(nil)
     private var random = SystemRandomNumberGenerator()
 
     init(
@@ -56,7 +56,7 @@ public actor TokenManager {
     /// The current token when it is valid and not yet due for a proactive refresh; nil means "ask the actor".
     public nonisolated func cachedToken() -> ManagedToken? {
         let now = self.now()
-        return fastPath.withLock { entry in
+        return fastPath.withLockedValue { entry in
             guard let entry, now < entry.until else { return nil }
             return entry.token
         }
@@ -68,7 +68,7 @@ public actor TokenManager {
             let until = state.nextProactiveRefreshTime ?? token.expiry ?? .infinity
             entry = (token, until)
         }
-        fastPath.withLock { $0 = entry }
+        fastPath.withLockedValue { $0 = entry }
     }
 
     /// The token for a request about to be sent; nil when none can be had (→ 502 `token-unavailable`).
@@ -245,14 +245,14 @@ public actor TokenManager {
 
 /// Token refresh outcomes per upstream, read by the metrics endpoint.
 public final class TokenRefreshCounters: Sendable {
-    private let counts = Mutex<[String: [TokenManager.RefreshResult: Int]]>([:])
+    private let counts = NIOLockedValueBox<[String: [TokenManager.RefreshResult: Int]]>([:])
 
     public init() {}
 
     func record(upstream: String, result: TokenManager.RefreshResult) {
-        counts.withLock { $0[upstream, default: [:]][result, default: 0] += 1 }
+        counts.withLockedValue { $0[upstream, default: [:]][result, default: 0] += 1 }
     }
 
     /// `[upstream: [result: count]]`.
-    public var snapshot: [String: [TokenManager.RefreshResult: Int]] { counts.withLock { $0 } }
+    public var snapshot: [String: [TokenManager.RefreshResult: Int]] { counts.withLockedValue { $0 } }
 }

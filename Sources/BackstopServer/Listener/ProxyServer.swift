@@ -5,7 +5,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -15,9 +15,9 @@ import Glibc
 public final class ProxyServer: Sendable {
     public let runtime: ProxyRuntime
     private let group: MultiThreadedEventLoopGroup
-    private let channels: Mutex<[(ListenerConfig, Channel)]>
-    private let adminChannel: Mutex<Channel?>
-    private let ready = Mutex(false)
+    private let channels: NIOLockedValueBox<[(ListenerConfig, Channel)]>
+    private let adminChannel: NIOLockedValueBox<Channel?>
+    private let ready = NIOLockedValueBox(false)
 
     private let keychain: FileKeychain?
     /// Token refresh outcomes by upstream, for metrics.
@@ -34,8 +34,8 @@ public final class ProxyServer: Sendable {
             logger: logger, counters: tokenRefreshes)
         self.runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(config: config, upstreams: upstreams), transport: transport, logger: logger)
-        self.channels = Mutex([])
-        self.adminChannel = Mutex(nil)
+        self.channels = NIOLockedValueBox([])
+        self.adminChannel = NIOLockedValueBox(nil)
     }
 
     /// An event loop of the server's group (for timers such as the systemd watchdog).
@@ -43,33 +43,33 @@ public final class ProxyServer: Sendable {
 
     /// The addresses actually bound (ports resolved when the config said 0), in config order.
     public var boundAddresses: [SocketAddress] {
-        channels.withLock { $0.compactMap { $0.1.localAddress } }
+        channels.withLockedValue { $0.compactMap { $0.1.localAddress } }
     }
 
     /// The admin listener's bound address, if any.
-    public var adminAddress: SocketAddress? { adminChannel.withLock { $0?.localAddress } }
+    public var adminAddress: SocketAddress? { adminChannel.withLockedValue { $0?.localAddress } }
 
     /// Whether `/readyz` answers 200.
-    public var isReady: Bool { ready.withLock { $0 } && !runtime.isDraining }
+    public var isReady: Bool { ready.withLockedValue { $0 } && !runtime.isDraining }
 
     /// Binds all listeners; throws naming the address that failed.
     public func start() async throws {
         let config = runtime.snapshot.config
         for listener in config.listeners {
             let channel = try await bind(listener, limits: config.limits)
-            channels.withLock { $0.append((listener, channel)) }
+            channels.withLockedValue { $0.append((listener, channel)) }
         }
         if let admin = config.admin {
             let channel = try await bindAdmin(admin.address)
-            adminChannel.withLock { $0 = channel }
+            adminChannel.withLockedValue { $0 = channel }
         }
-        ready.withLock { $0 = true }
+        ready.withLockedValue { $0 = true }
     }
 
     /// Stops accepting, waits for in-flight requests (up to `timeout`), then closes everything.
     public func drainAndStop(timeout: Duration) async {
         runtime.beginDraining()
-        let listening = channels.withLock { $0 }
+        let listening = channels.withLockedValue { $0 }
         for (listener, channel) in listening {
             try? await channel.close()
             if case .unix(let path) = listener.address { unlink(path) }
@@ -78,7 +78,7 @@ public final class ProxyServer: Sendable {
         while runtime.inflightRequests > 0 && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))
         }
-        if let admin = adminChannel.withLock({ $0 }) { try? await admin.close() }
+        if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
         await runtime.transport.shutdown()
         try? await group.shutdownGracefully()
     }
@@ -90,9 +90,10 @@ public final class ProxyServer: Sendable {
         let maxConnections = limits.maxConnections
         // The decoder's own cap (80 KiB by default) must not undercut `limits.max_header_bytes`, which the proxy
         // handler enforces with a 431.
-        var decoderLimits = NIOHTTPDecoderLimitConfiguration()
-        decoderLimits.maxHeaderFieldSize = max(decoderLimits.maxHeaderFieldSize, limits.maxHeaderBytes)
-        decoderLimits.maxHeaderListSize = max(decoderLimits.maxHeaderListSize, limits.maxHeaderBytes)
+        var limitsForDecoder = NIOHTTPDecoderLimitConfiguration()
+        limitsForDecoder.maxHeaderFieldSize = max(limitsForDecoder.maxHeaderFieldSize, limits.maxHeaderBytes)
+        limitsForDecoder.maxHeaderListSize = max(limitsForDecoder.maxHeaderListSize, limits.maxHeaderBytes)
+        let decoderLimits = limitsForDecoder
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -179,17 +180,17 @@ extension ProxyServer {
             counters: tokenRefreshes)
         runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams))
 
-        let current = channels.withLock { $0 }
+        let current = channels.withLockedValue { $0 }
         for (listener, channel) in current where !config.listeners.contains(listener) {
             try? await channel.close()
             if case .unix(let path) = listener.address { unlink(path) }
-            channels.withLock { $0.removeAll { $0.1 === channel } }
+            channels.withLockedValue { $0.removeAll { $0.1 === channel } }
             runtime.logger.notice("listener removed", metadata: ["address": .string("\(listener.address)")])
         }
         for listener in config.listeners where !current.contains(where: { $0.0 == listener }) {
             do {
                 let channel = try await bind(listener, limits: config.limits)
-                channels.withLock { $0.append((listener, channel)) }
+                channels.withLockedValue { $0.append((listener, channel)) }
                 runtime.logger.notice("listener added", metadata: ["address": .string("\(listener.address)")])
             } catch {
                 runtime.logger.error("cannot add listener", metadata: ["error": .string("\(error)")])

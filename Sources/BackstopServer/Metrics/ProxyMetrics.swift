@@ -1,4 +1,4 @@
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The metrics SPEC §4 names, kept in one lock-protected registry and rendered as Prometheus text.
 ///
@@ -33,27 +33,27 @@ public final class ProxyMetrics: Sendable {
         }
     }
 
-    private let state = Mutex([String: UpstreamCounters]())
+    private let state = NIOLockedValueBox([String: UpstreamCounters]())
 
     public init() {}
 
     func recordRequest(upstream: String, status: Int, seconds: Double) {
         let bucket = Self.durationBuckets.firstIndex { seconds <= $0 }
-        state.withLock { s in
+        state.withLockedValue { s in
             s[upstream, default: UpstreamCounters()].recordRequest(status: status, seconds: seconds, bucket: bucket)
         }
     }
 
     func recordAttempt(upstream: String, outcome: String) {
-        state.withLock { $0[upstream, default: UpstreamCounters()].attempts[outcome, default: 0] += 1 }
+        state.withLockedValue { $0[upstream, default: UpstreamCounters()].attempts[outcome, default: 0] += 1 }
     }
 
     func recordRetry(upstream: String, reason: String) {
-        state.withLock { $0[upstream, default: UpstreamCounters()].retries[reason, default: 0] += 1 }
+        state.withLockedValue { $0[upstream, default: UpstreamCounters()].retries[reason, default: 0] += 1 }
     }
 
     func recordBudgetExhausted(upstream: String) {
-        state.withLock { $0[upstream, default: UpstreamCounters()].budgetExhausted += 1 }
+        state.withLockedValue { $0[upstream, default: UpstreamCounters()].budgetExhausted += 1 }
     }
 
     /// `2xx`-style outcome labels, without formatting a string per attempt.
@@ -69,7 +69,7 @@ public final class ProxyMetrics: Sendable {
     }
 
     public func render(inflight: Int, tokenRefreshes: [String: [TokenManager.RefreshResult: Int]]) -> String {
-        let s = state.withLock { $0 }.sorted { $0.key < $1.key }
+        let s = state.withLockedValue { $0 }.sorted { $0.key < $1.key }
         var out = ""
         func family(_ name: String, _ type: String, _ help: String) {
             out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"

@@ -1,6 +1,6 @@
 import BackstopCore
 import BackstopTransport
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// One immutable view of the configuration and everything derived from it. Requests keep the snapshot they
 /// started with; a reload swaps in a new one.
@@ -46,14 +46,14 @@ public final class UpstreamRuntime: Sendable {
 /// One upstream's retry budget behind a lock (requests on every event loop draw from it).
 final class SharedRetryBudget: Sendable {
     let config: BudgetConfig
-    private let budget: Mutex<RetryBudget>
+    private let budget: NIOLockedValueBox<RetryBudget>
 
     init(_ config: BudgetConfig) {
         self.config = config
-        self.budget = Mutex(RetryBudget(config))
+        self.budget = NIOLockedValueBox(RetryBudget(config))
     }
 
-    func withBudget<T>(_ body: (inout RetryBudget) -> T) -> T { budget.withLock { body(&$0) } }
+    func withBudget<T>(_ body: (inout RetryBudget) -> T) -> T { budget.withLockedValue { body(&$0) } }
 }
 
 /// How requests to one upstream are authenticated.

@@ -2,6 +2,7 @@ import BackstopCore
 import BackstopTransport
 import Logging
 import NIOCore
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// Process-wide state shared by every connection: the transport, the current config snapshot, the logger,
@@ -10,21 +11,21 @@ public final class ProxyRuntime: Sendable {
     public let transport: CurlMultiTransport
     public let logger: Logger
     public let metrics = ProxyMetrics()
-    private let current: Mutex<ConfigSnapshot>
+    private let current: NIOLockedValueBox<ConfigSnapshot>
     private let draining = Atomic<Bool>(false)
     private let inflight = Atomic<Int>(0)
 
     public init(snapshot: ConfigSnapshot, transport: CurlMultiTransport, logger: Logger) {
-        self.current = Mutex(snapshot)
+        self.current = NIOLockedValueBox(snapshot)
         self.transport = transport
         self.logger = logger
     }
 
     /// The snapshot new requests use.
-    public var snapshot: ConfigSnapshot { current.withLock { $0 } }
+    public var snapshot: ConfigSnapshot { current.withLockedValue { $0 } }
 
     /// Makes `snapshot` the one new requests use.
-    public func swap(to snapshot: ConfigSnapshot) { current.withLock { $0 = snapshot } }
+    public func swap(to snapshot: ConfigSnapshot) { current.withLockedValue { $0 = snapshot } }
 
     /// True once a drain began: new requests get 503 `shutting-down`.
     public var isDraining: Bool { draining.load(ordering: .acquiring) }

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// A scriptable OAuth2 token endpoint (RFC 6749 §6 refresh and §4.4 client credentials, form or JSON bodies)
 /// plus the bearer check a protected origin uses. Counts calls; can rotate refresh tokens, revoke access
@@ -48,7 +48,7 @@ public final class TestAuthServer: Sendable {
         var requestBodies: [String] = []
     }
 
-    private let state: Mutex<State>
+    private let state: NIOLockedValueBox<State>
     public let origin: TestOrigin
 
     /// Starts the endpoint; `initialRefreshToken` is what the keychain should hold.
@@ -62,29 +62,29 @@ public final class TestAuthServer: Sendable {
 
     private init(origin: TestOrigin, refreshToken: String) {
         self.origin = origin
-        self.state = Mutex(State(currentRefreshToken: refreshToken, initialRefreshToken: refreshToken))
+        self.state = NIOLockedValueBox(State(currentRefreshToken: refreshToken, initialRefreshToken: refreshToken))
     }
 
     public var tokenURL: String { origin.baseURL + "/oauth/token" }
-    public var tokenCalls: Int { state.withLock { $0.tokenCalls } }
-    public var currentRefreshToken: String { state.withLock { $0.currentRefreshToken } }
+    public var tokenCalls: Int { state.withLockedValue { $0.tokenCalls } }
+    public var currentRefreshToken: String { state.withLockedValue { $0.currentRefreshToken } }
     /// Token calls that presented a refresh token that was not the current one (a reused rotated token).
-    public var rejectedRefreshTokens: Int { state.withLock { $0.rejectedRefreshTokens } }
-    public var requestBodies: [String] { state.withLock { $0.requestBodies } }
+    public var rejectedRefreshTokens: Int { state.withLockedValue { $0.rejectedRefreshTokens } }
+    public var requestBodies: [String] { state.withLockedValue { $0.requestBodies } }
     /// When each successful token call was answered.
-    public var grantTimes: [ContinuousClock.Instant] { state.withLock { $0.grantTimes } }
+    public var grantTimes: [ContinuousClock.Instant] { state.withLockedValue { $0.grantTimes } }
     /// Token calls answered with 503 (scripted or random).
-    public var failedCalls: Int { state.withLock { $0.failedCalls } }
+    public var failedCalls: Int { state.withLockedValue { $0.failedCalls } }
     /// When `revokeAllAccessTokens` was called.
-    public var revocationTimes: [ContinuousClock.Instant] { state.withLock { $0.revocations } }
+    public var revocationTimes: [ContinuousClock.Instant] { state.withLockedValue { $0.revocations } }
     /// Every access and refresh token value issued so far (including the initial refresh token).
-    public var issuedSecrets: [String] { state.withLock { $0.issuedSecrets + [$0.initialRefreshToken] } }
+    public var issuedSecrets: [String] { state.withLockedValue { $0.issuedSecrets + [$0.initialRefreshToken] } }
 
-    public func update(_ change: (inout Behaviour) -> Void) { state.withLock { change(&$0.behaviour) } }
+    public func update(_ change: (inout Behaviour) -> Void) { state.withLockedValue { change(&$0.behaviour) } }
 
     /// Issues a token directly (as if obtained earlier) and returns it.
     public func issueAccessToken() -> String {
-        state.withLock { s in
+        state.withLockedValue { s in
             s.issued += 1
             let token = Self.tokenValue("access", s)
             // updateValue, not subscript assignment: assigning a nil expiry through the subscript would remove the token.
@@ -96,7 +96,7 @@ public final class TestAuthServer: Sendable {
 
     /// Makes every access token issued so far invalid (the upstream answers 401 to them).
     public func revokeAllAccessTokens() {
-        state.withLock {
+        state.withLockedValue {
             $0.validAccessTokens.removeAll()
             $0.revocations.append(.now)
         }
@@ -106,7 +106,7 @@ public final class TestAuthServer: Sendable {
     public func isAuthorized(_ request: RecordedRequest) -> Bool {
         guard let header = request.header("Authorization"), header.hasPrefix("Bearer ") else { return false }
         let token = String(header.dropFirst(7))
-        return state.withLock { s in
+        return state.withLockedValue { s in
             guard let expiry = s.validAccessTokens[token] else { return false }
             return expiry.map { ContinuousClock.now < $0 } ?? true
         }
@@ -124,7 +124,7 @@ public final class TestAuthServer: Sendable {
     private func answer(_ request: RecordedRequest) -> OriginAction {
         let body = request.bodyString
         let parameters = Self.parameters(body, contentType: request.header("Content-Type") ?? "")
-        return state.withLock { s -> OriginAction in
+        return state.withLockedValue { s -> OriginAction in
             s.tokenCalls += 1
             s.requestBodies.append(body)
             let grant = parameters["grant_type"] ?? ""
@@ -194,10 +194,10 @@ public final class TestAuthServer: Sendable {
     }
 
     private final class Box: Sendable {
-        private let stored = Mutex<TestAuthServer?>(nil)
+        private let stored = NIOLockedValueBox<TestAuthServer?>(nil)
         var server: TestAuthServer? {
-            get { stored.withLock { $0 } }
-            set { stored.withLock { $0 = newValue } }
+            get { stored.withLockedValue { $0 } }
+            set { stored.withLockedValue { $0 = newValue } }
         }
     }
 }

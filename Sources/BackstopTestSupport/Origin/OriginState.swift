@@ -1,5 +1,5 @@
 import NIOCore
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Everything a `TestOrigin` shares between its connections and the test, behind one lock.
 final class OriginState: Sendable {
@@ -13,31 +13,31 @@ final class OriginState: Sendable {
         var bodyBytesSent = 0
     }
 
-    private let inner = Mutex(Inner())
+    private let inner = NIOLockedValueBox(Inner())
 
     var requests: [RecordedRequest] {
-        inner.withLock { $0.requests }
+        inner.withLockedValue { $0.requests }
     }
 
     var requestCount: Int {
-        inner.withLock { $0.requests.count }
+        inner.withLockedValue { $0.requests.count }
     }
 
     var connectionCount: Int {
-        inner.withLock { $0.acceptedConnections }
+        inner.withLockedValue { $0.acceptedConnections }
     }
 
     var bodyBytesSent: Int {
-        inner.withLock { $0.bodyBytesSent }
+        inner.withLockedValue { $0.bodyBytesSent }
     }
 
     func addBodyBytesSent(_ count: Int) {
-        inner.withLock { $0.bodyBytesSent += count }
+        inner.withLockedValue { $0.bodyBytesSent += count }
     }
 
     /// Returns the connection's id, or nil when the origin is already shutting down (the caller closes it).
     func registerConnection(_ channel: any Channel) -> Int? {
-        inner.withLock { state in
+        inner.withLockedValue { state in
             guard !state.isShutDown else { return nil }
             state.acceptedConnections += 1
             let id = state.acceptedConnections
@@ -47,18 +47,18 @@ final class OriginState: Sendable {
     }
 
     func unregisterConnection(_ id: Int) {
-        _ = inner.withLock { $0.openConnections.removeValue(forKey: id) }
+        _ = inner.withLockedValue { $0.openConnections.removeValue(forKey: id) }
     }
 
     func takeRequestIndex() -> Int {
-        inner.withLock { state in
+        inner.withLockedValue { state in
             defer { state.nextRequestIndex += 1 }
             return state.nextRequestIndex
         }
     }
 
     func record(_ request: RecordedRequest) {
-        inner.withLock { state in
+        inner.withLockedValue { state in
             let position = state.requests.lastIndex { $0.index < request.index }.map { $0 + 1 } ?? 0
             state.requests.insert(request, at: position)
         }
@@ -66,7 +66,7 @@ final class OriginState: Sendable {
 
     /// Marks the origin as shut down and hands back the connections still open, for the caller to close.
     func beginShutdown() -> [any Channel] {
-        inner.withLock { state in
+        inner.withLockedValue { state in
             state.isShutDown = true
             return Array(state.openConnections.values)
         }

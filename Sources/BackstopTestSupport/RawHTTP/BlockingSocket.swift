@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -98,10 +98,10 @@ public final class BlockingSocket {
 
 /// The result of a thread, awaited once.
 final class ThreadResult<T: Sendable>: Sendable {
-    private let state = Mutex<(result: Result<T, any Error>?, waiter: CheckedContinuation<T, any Error>?)>((nil, nil))
+    private let state = NIOLockedValueBox<(result: Result<T, any Error>?, waiter: CheckedContinuation<T, any Error>?)>((nil, nil))
 
     func set(_ result: Result<T, any Error>) {
-        let waiter = state.withLock { s -> CheckedContinuation<T, any Error>? in
+        let waiter = state.withLockedValue { s -> CheckedContinuation<T, any Error>? in
             s.result = result
             let w = s.waiter
             s.waiter = nil
@@ -112,7 +112,7 @@ final class ThreadResult<T: Sendable>: Sendable {
 
     func value() async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            let ready = state.withLock { s -> Result<T, any Error>? in
+            let ready = state.withLockedValue { s -> Result<T, any Error>? in
                 if let r = s.result { return r }
                 s.waiter = continuation
                 return nil

@@ -1,5 +1,5 @@
 import NIOCore
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// What the channel handlers have observed on a raw connection, and the tasks waiting on it.
 ///
@@ -31,15 +31,15 @@ final class RawHTTPConnectionState: Sendable {
         var nextWaiterID = 0
     }
 
-    private let inner = Mutex(Inner())
+    private let inner = NIOLockedValueBox(Inner())
 
     func read<T>(_ body: (Snapshot) -> T) -> T {
-        inner.withLock { body($0.snapshot) }
+        inner.withLockedValue { body($0.snapshot) }
     }
 
     /// Applies a change from the channel and wakes every waiter whose condition now holds.
     func update(_ change: (inout Snapshot) -> Void) {
-        let resumptions: [@Sendable () -> Void] = inner.withLock { state in
+        let resumptions: [@Sendable () -> Void] = inner.withLockedValue { state in
             change(&state.snapshot)
             var ready: [@Sendable () -> Void] = []
             for (id, waiter) in state.waiters {
@@ -60,7 +60,7 @@ final class RawHTTPConnectionState: Sendable {
         for what: String,
         _ condition: @escaping @Sendable (inout Snapshot) -> Result<T, RawHTTPError>?
     ) async throws -> T {
-        let id = inner.withLock { state in
+        let id = inner.withLockedValue { state in
             defer { state.nextWaiterID += 1 }
             return state.nextWaiterID
         }
@@ -86,7 +86,7 @@ final class RawHTTPConnectionState: Sendable {
             return { continuation.resume(with: result) }
         }
         let fail: @Sendable (any Error) -> Void = { error in continuation.resume(throwing: error) }
-        let immediate: Result<T, RawHTTPError>? = inner.withLock { state in
+        let immediate: Result<T, RawHTTPError>? = inner.withLockedValue { state in
             if let result = condition(&state.snapshot) {
                 return result
             }
@@ -104,7 +104,7 @@ final class RawHTTPConnectionState: Sendable {
     }
 
     private func failWaiter(_ id: Int, with error: any Error) {
-        let waiter = inner.withLock { $0.waiters.removeValue(forKey: id) }
+        let waiter = inner.withLockedValue { $0.waiters.removeValue(forKey: id) }
         waiter?.fail(error)
     }
 }
