@@ -130,7 +130,9 @@ struct HostileClientTests {
     func idleKeepAlive() async throws {
         try await withOriginAndProxy(
             origin: { _ in .text(200, "ok") },
-            config: { singleUpstreamConfig($0, extra: "limits: {client_idle_timeout: 500ms}") }
+            // The timeout also runs from the accept to the first request: long enough that a busy machine
+            // (the slowloris test's clients closing) cannot delay the first request past it.
+            config: { singleUpstreamConfig($0, extra: "limits: {client_idle_timeout: 1500ms}") }
         ) { _, proxy in
             let connection = try await RawHTTPConnection.connect(port: proxy.port)
             let first = try await connection.exchange(RawHTTP.request("GET", "http://app.test/", host: "app.test"), timeout: .seconds(5))

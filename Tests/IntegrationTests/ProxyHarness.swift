@@ -78,6 +78,15 @@ func singleUpstreamConfig(_ origin: TestOrigin, basePath: String = "", extra: St
     """
 }
 
+/// The top-level `keychain:` section for the files `TokenRefreshTests.makeKeychain` puts in `directory`.
+func keychainSection(directory: String) -> String {
+    """
+    keychain:
+      path: \(directory)/keychain.bkc
+      key_file: \(directory)/keychain.key
+    """
+}
+
 /// A config with one upstream `api` for host `api.test` at `url`, injecting the keychain entry `entry` under
 /// `header` (static auth), with the keychain files in `directory` (as `TokenRefreshTests.makeKeychain` makes them).
 func staticAuthConfig(
@@ -85,9 +94,7 @@ func staticAuthConfig(
     scheme: String = "Bearer"
 ) -> String {
     """
-    keychain:
-      path: \(directory)/keychain.bkc
-      key_file: \(directory)/keychain.key
+    \(keychainSection(directory: directory))
     upstreams:
       - name: api
         match: {hosts: [api.test]}

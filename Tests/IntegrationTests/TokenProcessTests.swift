@@ -15,9 +15,7 @@ struct TokenProcessTests {
         version: 1
         listen: [127.0.0.1:\(port)]
         log: {level: \(level)}
-        keychain:
-          path: \(directory)/keychain.bkc
-          key_file: \(directory)/keychain.key
+        \(keychainSection(directory: directory))
         upstreams:
           - name: api
             match: {hosts: [api.test]}

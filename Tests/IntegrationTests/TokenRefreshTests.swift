@@ -17,9 +17,7 @@ struct TokenRefreshTests {
 
     static func config(origin: TestOrigin, auth: TestAuthServer, directory: String, extra: String = "") -> String {
         """
-        keychain:
-          path: \(directory)/keychain.bkc
-          key_file: \(directory)/keychain.key
+        \(keychainSection(directory: directory))
         upstreams:
           - name: api
             match: {hosts: [api.test]}
@@ -144,9 +142,7 @@ struct TokenRefreshTests {
         }
         let config: (TestOrigin, TestAuthServer, String) -> String = { origin, auth, directory in
             """
-            keychain:
-              path: \(directory)/keychain.bkc
-              key_file: \(directory)/keychain.key
+            \(keychainSection(directory: directory))
             upstreams:
               - name: api
                 match: {hosts: [api.test]}
@@ -192,17 +188,11 @@ struct TokenRefreshTests {
         let origin = try await TestOrigin.start { request in .text(200, request.header("X-Api-Key") ?? "none") }
         let (keychain, directory) = try Self.makeKeychain(["legacy/token": "k-123"])
         defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start("""
-            keychain:
-              path: \(directory)/keychain.bkc
-              key_file: \(directory)/keychain.key
-            upstreams:
-              - name: legacy
-                match: {hosts: [legacy.test]}
-                url: \(origin.baseURL)
-                auth: {type: static, entry: legacy/token, header: X-Api-Key, scheme: ""}
-            """, keychain: keychain)
-        let r5 = try await proxy.get("http://legacy.test/", host: "legacy.test")
+        let proxy = try await ProxyHarness.start(
+            staticAuthConfig(directory: directory, url: origin.baseURL, entry: "legacy/token", header: "X-Api-Key",
+                             scheme: ""),
+            keychain: keychain)
+        let r5 = try await proxy.get("http://api.test/", host: "api.test")
         #expect(r5.bodyString == "k-123")
         await proxy.stop()
         try await origin.shutdown()
