@@ -87,6 +87,7 @@ let package = Package(
         .executableTarget(name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "CFuzzing"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain"]),
+        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [

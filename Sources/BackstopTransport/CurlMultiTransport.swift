@@ -15,7 +15,7 @@ import Synchronization
 /// per loop turn and delivered with one hop onto the requester's event loop. The multi handle keeps upstream
 /// connections alive and multiplexes HTTP/2 where the upstream offers it over TLS.
 ///
-/// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline`, `lineScratch` and the idle handles are
+/// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline`, `interest`, `lineScratch` and the idle handles are
 /// touched only on the transport thread (inside `run()` and the curl callbacks it triggers); other threads use only
 /// `commands` (a locked box), `sleeping` (an atomic) and `submit`'s `write` to the eventfd, which is safe from any thread.
 public final class CurlMultiTransport: @unchecked Sendable {
@@ -46,6 +46,8 @@ public final class CurlMultiTransport: @unchecked Sendable {
     /// Idle easy handles kept for reuse (`curl_easy_reset` keeps their buffers and DNS/TLS session caches).
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private static let maxIdleHandles = 256
+    /// What epoll watches of curl's sockets (transport thread only).
+    private var interest = SocketInterest()
     /// Where `configure` assembles each header line before curl copies it (transport thread only).
     private var lineScratch: [UInt8] = []
     private var thread: Thread?
@@ -59,7 +61,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
         self.multi = multi
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         wakeFD = bs_wake_fd_create()
-        guard epollFD >= 0, wakeFD >= 0, bs_epoll_watch(epollFD, wakeFD, CURL_POLL_IN) == 0 else {
+        guard epollFD >= 0, wakeFD >= 0, bs_epoll_watch(epollFD, wakeFD, CURL_POLL_IN, 1) == 0 else {
             fatalError("cannot create the transport's epoll instance or eventfd (errno \(errno))")
         }
         _ = bs_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
@@ -174,10 +176,13 @@ public final class CurlMultiTransport: @unchecked Sendable {
             }
             sleeping.store(false, ordering: .sequentiallyConsistent)
             for i in 0..<Int(max(ready, 0)) {
-                if readyFDs[i] == wakeFD {
+                let fd = readyFDs[i]
+                if fd == wakeFD {
                     bs_wake_fd_drain(wakeFD)
+                } else if interest.eventArrived(fd) {
+                    curl_multi_socket_action(multi, fd, readyMasks[i], &running)
                 } else {
-                    curl_multi_socket_action(multi, readyFDs[i], readyMasks[i], &running)
+                    _ = bs_epoll_unwatch(epollFD, fd)
                 }
             }
         }
@@ -197,13 +202,34 @@ public final class CurlMultiTransport: @unchecked Sendable {
 
     /// curl's socket callback: watch `fd` as `what` says, or stop watching it.
     fileprivate func watch(_ fd: Int32, what: Int32) {
-        if what == CURL_POLL_REMOVE {
+        let failed: Bool
+        switch interest.curlWants(fd, what) {
+        case .none: return
+        case .add(let events): failed = bs_epoll_watch(epollFD, fd, events, 1) != 0
+        case .modify(let events): failed = bs_epoll_watch(epollFD, fd, events, 0) != 0
+        case .delete:
             // curl may already have closed it (which removes it from epoll by itself).
             _ = bs_epoll_unwatch(epollFD, fd)
-        } else if bs_epoll_watch(epollFD, fd, what) != 0 {
+            return
+        }
+        if failed {
             // Not watchable: let the transfer fail through curl's own timeout rather than hang silently.
             _ = bs_epoll_unwatch(epollFD, fd)
+            interest.registrationFailed(fd)
         }
+    }
+
+    /// curl's open-socket callback: the socket is opened here so that `interest` learns of its number.
+    fileprivate func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
+        let fd = bs_open_socket(address)
+        if fd >= 0 { interest.opened(fd) }
+        return fd
+    }
+
+    /// curl's close-socket callback.
+    fileprivate func closeSocket(_ fd: curl_socket_t) -> Int32 {
+        interest.closed(fd)
+        return close(fd)
     }
 
     /// curl's timer callback: `timeoutMS` −1 removes the timer, 0 means "as soon as possible".
@@ -311,6 +337,8 @@ public final class CurlMultiTransport: @unchecked Sendable {
         _ = bs_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)
         _ = bs_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeout.milliseconds)
         _ = bs_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1)
+        _ = bs_easy_setopt_socket_callbacks(
+            easy, curlOpenSocketCallback, curlCloseSocketCallback, Unmanaged.passUnretained(self).toOpaque())
         _ = bs_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback)
         _ = bs_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
         _ = bs_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, curlWriteCallback)
@@ -396,6 +424,16 @@ private let curlTimerCallback: bs_curl_timer_callback = { _, timeoutMS, context 
     guard let context else { return 0 }
     Unmanaged<CurlMultiTransport>.fromOpaque(context).takeUnretainedValue().setTimer(timeoutMS)
     return 0
+}
+
+private let curlOpenSocketCallback: bs_curl_opensocket_callback = { context, _, address in
+    guard let context, let address else { return bs_socket_bad() }
+    return Unmanaged<CurlMultiTransport>.fromOpaque(context).takeUnretainedValue().openSocket(address)
+}
+
+private let curlCloseSocketCallback: bs_curl_closesocket_callback = { context, fd in
+    guard let context else { return close(fd) }
+    return Unmanaged<CurlMultiTransport>.fromOpaque(context).takeUnretainedValue().closeSocket(fd)
 }
 
 private let curlHeaderCallback: bs_curl_data_callback = { data, size, count, context in

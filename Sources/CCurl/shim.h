@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,16 +50,17 @@ static inline curl_socket_t bs_socket_timeout(void) { return CURL_SOCKET_TIMEOUT
 /* The transport's own event loop: epoll for curl's sockets, an eventfd for wake-ups. epoll_event is a packed
  * struct on x86_64, so Swift never touches it: these wrappers take and return plain integers. */
 
-/* Watches `fd` for curl's CURL_POLL_IN / OUT / INOUT (`what`): modified if already watched, else added. */
-static inline int bs_epoll_watch(int ep, int fd, int what) {
+/* Watches `fd` for curl's CURL_POLL_IN / OUT / INOUT (`what`). `add` says whether the caller believes `fd` is
+ * not registered yet; when it is wrong (ENOENT / EEXIST), the other operation is tried. */
+static inline int bs_epoll_watch(int ep, int fd, int what, int add) {
     struct epoll_event ev;
     ev.events = 0;
     if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) ev.events |= EPOLLIN;
     if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT) ev.events |= EPOLLOUT;
     ev.data.u64 = (uint64_t)(uint32_t)fd;
-    if (epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
-    if (errno != ENOENT) return -1;
-    return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    if (epoll_ctl(ep, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+    if (errno != (add ? EEXIST : ENOENT)) return -1;
+    return epoll_ctl(ep, add ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
 }
 
 static inline int bs_epoll_unwatch(int ep, int fd) {
@@ -82,6 +84,23 @@ static inline int bs_epoll_wait(int ep, int *fds, int *masks, int capacity, int 
     }
     return n;
 }
+
+/* Sockets for curl's connections are opened and closed by the transport (so it knows when a number is reused):
+ * opened as curl itself would, plus close-on-exec. */
+typedef curl_socket_t (*bs_curl_opensocket_callback)(void *, curlsocktype, struct curl_sockaddr *);
+typedef int (*bs_curl_closesocket_callback)(void *, curl_socket_t);
+static inline CURLcode bs_easy_setopt_socket_callbacks(CURL *h, bs_curl_opensocket_callback open_cb,
+                                                       bs_curl_closesocket_callback close_cb, void *context) {
+    CURLcode rc = curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_cb);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, context);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, close_cb);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, context);
+    return rc;
+}
+static inline curl_socket_t bs_open_socket(const struct curl_sockaddr *a) {
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+static inline curl_socket_t bs_socket_bad(void) { return CURL_SOCKET_BAD; }
 
 static inline int bs_wake_fd_create(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 static inline void bs_wake_fd_signal(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, sizeof one); (void)r; }
