@@ -15,7 +15,7 @@ import Synchronization
 /// per loop turn and delivered with one hop onto the requester's event loop. The multi handle keeps upstream
 /// connections alive and multiplexes HTTP/2 where the upstream offers it over TLS.
 ///
-/// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline`, `interest`, `lineScratch` and the idle handles are
+/// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline`, `interest` and the idle handles are
 /// touched only on the transport thread (inside `run()` and the curl callbacks it triggers); other threads use only
 /// `commands` (a locked box), `sleeping` (an atomic) and `submit`'s `write` to the eventfd, which is safe from any thread.
 public final class CurlMultiTransport: @unchecked Sendable {
@@ -48,8 +48,6 @@ public final class CurlMultiTransport: @unchecked Sendable {
     private static let maxIdleHandles = 256
     /// What epoll watches of curl's sockets (transport thread only).
     private var interest = SocketInterest()
-    /// Where `configure` assembles each header line before curl copies it (transport thread only).
-    private var lineScratch: [UInt8] = []
     private var thread: Thread?
     private let finishedSignal = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
     private let threadDone = Atomic<Bool>(false)
@@ -73,7 +71,12 @@ public final class CurlMultiTransport: @unchecked Sendable {
         _ = bs_multi_setopt_socket_data(multi, context)
         _ = bs_multi_setopt_timer_callback(multi, curlTimerCallback)
         _ = bs_multi_setopt_timer_data(multi, context)
-        let thread = Thread { [self] in self.run() }
+        let thread = Thread { [self] in
+            // Threads inherit their creator's kernel name; Foundation's `name` does not reach the kernel here, and
+            // `top -H`, `perf` and core dumps would show a Dispatch queue's name instead.
+            bs_set_thread_name(name)
+            self.run()
+        }
         thread.name = name
         thread.stackSize = 1 << 20
         self.thread = thread
@@ -284,7 +287,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     }
 
     private func begin(_ transfer: CurlTransfer) {
-        guard let easy = idleHandles.popLast() ?? curl_easy_init() else {
+        guard let easy = idleHandles.popLast() ?? makeHandle() else {
             transfer.emit(.failure(.connectFailure(detail: "curl_easy_init failed")))
             transfer.finished = true
             return
@@ -305,28 +308,38 @@ public final class CurlMultiTransport: @unchecked Sendable {
         if let easy = transfer.easy {
             curl_multi_remove_handle(multi, easy)
             if idleHandles.count < Self.maxIdleHandles {
-                curl_easy_reset(easy)
+                // The list is freed below: the idle handle must not keep pointing at it.
+                _ = bs_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nil)
+                if transfer.request.tls != TransportTLSOptions() {
+                    // A CA file or disabled verification has no "default" to set back: start the handle afresh.
+                    curl_easy_reset(easy)
+                    setFixedOptions(easy)
+                }
                 idleHandles.append(easy)
             } else {
                 curl_easy_cleanup(easy)
             }
             transfer.easy = nil
         }
-        if let list = transfer.headerList {
-            curl_slist_free_all(list)
-            transfer.headerList = nil
-        }
+        transfer.headerList?.deallocate()
+        transfer.headerList = nil
         transfer.bufferedBody = nil
         active[ObjectIdentifier(transfer)] = nil
         transfer.emit(event)
     }
 
-    private func configure(_ easy: UnsafeMutableRawPointer, for transfer: CurlTransfer) {
-        let request = transfer.request
-        let context = Unmanaged.passUnretained(transfer).toOpaque()
-        _ = bs_easy_setopt_string(easy, CURLOPT_URL, request.url)
+    /// A new easy handle with the options every transfer shares.
+    private func makeHandle() -> UnsafeMutableRawPointer? {
+        guard let easy = curl_easy_init() else { return nil }
+        setFixedOptions(easy)
+        return easy
+    }
+
+    /// Options that are the same for every transfer. Idle handles keep them (`curl_easy_reset` per request cost
+    /// half a dozen allocations and a rewrite of all of curl's defaults); `configure` sets every other option on
+    /// each use, so nothing of one request carries over to the next.
+    private func setFixedOptions(_ easy: UnsafeMutableRawPointer) {
         _ = bs_easy_setopt_long(easy, CURLOPT_PATH_AS_IS, 1)
-        _ = bs_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context)
         _ = bs_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
         // The client decides about redirects; following one would carry an injected token to another host.
         _ = bs_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0)
@@ -335,14 +348,28 @@ public final class CurlMultiTransport: @unchecked Sendable {
         _ = bs_easy_setopt_string(easy, CURLOPT_NOPROXY, "*")
         _ = bs_easy_setopt_long(easy, CURLOPT_HTTP_CONTENT_DECODING, 0)
         _ = bs_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)
-        _ = bs_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeout.milliseconds)
         _ = bs_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1)
         _ = bs_easy_setopt_socket_callbacks(
             easy, curlOpenSocketCallback, curlCloseSocketCallback, Unmanaged.passUnretained(self).toOpaque())
         _ = bs_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback)
-        _ = bs_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
         _ = bs_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, curlWriteCallback)
+        _ = bs_easy_setopt_data_callback(easy, CURLOPT_READFUNCTION, curlReadCallback)
+        _ = bs_easy_setopt_seek_callback(easy, curlSeekCallback)
+    }
+
+    /// Sets every per-request option, including those whose value is curl's default, because the handle may come
+    /// from the idle list with the previous request's values.
+    private func configure(_ easy: UnsafeMutableRawPointer, for transfer: CurlTransfer) {
+        let request = transfer.request
+        let context = Unmanaged.passUnretained(transfer).toOpaque()
+        _ = bs_easy_setopt_string(easy, CURLOPT_URL, request.url)
+        _ = bs_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context)
+        _ = bs_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
         _ = bs_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context)
+        _ = bs_easy_setopt_pointer(easy, CURLOPT_READDATA, context)
+        _ = bs_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context)
+        _ = bs_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeout.milliseconds)
+        // Non-default TLS options are undone by a reset when the transfer ends (see `finish`).
         if let caFile = request.tls.caFile { _ = bs_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
         if request.tls.insecureSkipVerify {
             _ = bs_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 0)
@@ -357,17 +384,19 @@ public final class CurlMultiTransport: @unchecked Sendable {
         case .buffered, .streaming:
             sendsBody = true
         }
+        // HTTPGET is curl's plain GET: it also turns off the NOBODY and UPLOAD a previous request may have left.
+        _ = bs_easy_setopt_long(easy, CURLOPT_HTTPGET, 1)
         if method == "HEAD" {
             _ = bs_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
+            _ = bs_easy_setopt_pointer(easy, CURLOPT_CUSTOMREQUEST, nil)
         } else if method == "GET" && !sendsBody {
-            _ = bs_easy_setopt_long(easy, CURLOPT_HTTPGET, 1)
+            _ = bs_easy_setopt_pointer(easy, CURLOPT_CUSTOMREQUEST, nil)
         } else {
             _ = bs_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
         }
-        if !request.mayResend && !(sendsBody && method != "HEAD") {
-            // No body means no rewind for curl to ask about: only a fresh connection keeps curl from resending it.
-            _ = bs_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1)
-        }
+        // No body means no rewind for curl to ask about: only a fresh connection keeps curl from resending it.
+        let freshConnection = !request.mayResend && !(sendsBody && method != "HEAD")
+        _ = bs_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, freshConnection ? 1 : 0)
         if sendsBody && method != "HEAD" {
             _ = bs_easy_setopt_long(easy, CURLOPT_UPLOAD, 1)
             let length: Int
@@ -377,37 +406,13 @@ public final class CurlMultiTransport: @unchecked Sendable {
             case .streaming(let stream): length = stream.expectedLength ?? -1
             }
             _ = bs_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, length)
-            _ = bs_easy_setopt_data_callback(easy, CURLOPT_READFUNCTION, curlReadCallback)
-            _ = bs_easy_setopt_pointer(easy, CURLOPT_READDATA, context)
-            _ = bs_easy_setopt_seek_callback(easy, curlSeekCallback)
-            _ = bs_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context)
+        } else {
+            _ = bs_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, -1)
         }
 
-        var list: UnsafeMutablePointer<curl_slist>?
-        var sawAccept = false
-        for header in request.headers {
-            if header.name.caseInsensitiveEquals("accept") { sawAccept = true }
-            lineScratch.removeAll(keepingCapacity: true)
-            lineScratch.append(contentsOf: header.name.utf8)
-            // "Name;" is curl's way of sending a header with an empty value ("Name:" would delete it).
-            if header.value.isEmpty {
-                lineScratch.append(UInt8(ascii: ";"))
-            } else {
-                lineScratch.append(UInt8(ascii: ":"))
-                lineScratch.append(UInt8(ascii: " "))
-                lineScratch.append(contentsOf: header.value.utf8)
-            }
-            // CR, LF or NUL would split the line or cut it short: such a field (a hostile token value, say) is
-            // never sent. Client fields cannot carry them (the request parser refuses them), injected ones could.
-            guard !lineScratch.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else { continue }
-            lineScratch.append(0)
-            list = lineScratch.withUnsafeBytes { curl_slist_append(list, $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
-        }
-        // Headers curl would add on its own: suppress them so the request passes through unchanged.
-        list = curl_slist_append(list, "Expect:")
-        if !sawAccept { list = curl_slist_append(list, "Accept:") }
+        let list = CurlHeaderList(request.headers)
         transfer.headerList = list
-        _ = bs_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, list)
+        _ = bs_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, list.first)
     }
 
     /// Methods that carry no body unless the client sent one.

@@ -23,7 +23,7 @@ public final class CurlTransfer: @unchecked Sendable {
 
     // Transport-thread state.
     var easy: UnsafeMutableRawPointer?
-    var headerList: UnsafeMutablePointer<curl_slist>?
+    var headerList: CurlHeaderList?
     var bufferedBody: ByteBuffer?
     var pending: [TransportEvent] = []
     var isDirty = false

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,6 +106,9 @@ static inline curl_socket_t bs_socket_bad(void) { return CURL_SOCKET_BAD; }
 static inline int bs_wake_fd_create(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 static inline void bs_wake_fd_signal(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, sizeof one); (void)r; }
 static inline void bs_wake_fd_drain(int fd) { uint64_t v; ssize_t r = read(fd, &v, sizeof v); (void)r; }
+
+/* Names the calling thread for the kernel (top -H, perf, core dumps); at most 15 bytes are kept. */
+static inline void bs_set_thread_name(const char *name) { (void)prctl(PR_SET_NAME, name, 0, 0, 0); }
 
 /* CLOCK_MONOTONIC in milliseconds. */
 static inline int64_t bs_monotonic_ms(void) {

@@ -108,6 +108,43 @@ struct ForwardingTests {
         }
     }
 
+    @Test("one request's method, body and headers never carry over to the next on a reused easy handle")
+    func handleReuseAcrossMethods() async throws {
+        try await withOriginAndProxy(
+            origin: { request in .text(200, "\(request.method) \(request.uri) \(request.body.count)") },
+            config: { singleUpstreamConfig($0) }
+        ) { origin, proxy in
+            // Sequential requests on one client connection: the transport takes the same idle handle each time.
+            let connection = try await RawHTTPConnection.connect(port: proxy.port)
+            defer { Task { await connection.close() } }
+            let steps: [(method: String, body: [UInt8]?, header: (String, String)?)] = [
+                ("HEAD", nil, ("X-Only-First", "1")), ("POST", Array("abc".utf8), nil), ("GET", nil, nil),
+                ("PUT", Array("twelve bytes".utf8), ("Accept", "text/x-put")), ("HEAD", nil, nil), ("DELETE", nil, nil),
+                ("OPTIONS", nil, nil), ("GET", nil, nil), ("PATCH", [], nil), ("GET", nil, nil),
+            ]
+            for (i, step) in steps.enumerated() {
+                let response = try await connection.exchange(
+                    RawHTTP.request(step.method, "http://app.test/\(i)", host: "app.test",
+                                    headers: step.header.map { [$0] } ?? [], body: step.body),
+                    timeout: .seconds(10))
+                #expect(response.status == 200)
+                let expected = step.method == "HEAD" ? "" : "\(step.method) /\(i) \(step.body?.count ?? 0)"
+                #expect(response.bodyString == expected, "step \(i) \(step.method)")
+            }
+            let requests = origin.requests
+            #expect(requests.map(\.method) == steps.map(\.method))
+            for (i, (request, step)) in zip(requests, steps).enumerated() {
+                #expect(request.body == (step.body ?? []), "step \(i)")
+                // A body travels with its length; a bodiless GET/HEAD/DELETE/OPTIONS carries no framing at all.
+                #expect(request.header("Content-Length") == step.body.map { String($0.count) }, "step \(i)")
+                #expect(request.header("Transfer-Encoding") == nil, "step \(i)")
+                #expect((request.header("X-Only-First") != nil) == (i == 0), "step \(i)")
+                #expect(request.header("Accept") == (i == 3 ? "text/x-put" : nil), "step \(i)")
+                #expect(request.header("Expect") == nil, "step \(i)")
+            }
+        }
+    }
+
     @Test("HEAD and 204/304 responses carry no body, and the connection stays usable")
     func bodylessResponses() async throws {
         try await withOriginAndProxy(

@@ -36,7 +36,13 @@ struct TLSUpstreamTests {
         #expect(untrusted.header("X-Backstop-Error") == "upstream-unreachable")
         let insecure = try await proxy.get("http://insecure.test/", host: "insecure.test")
         #expect(insecure.status == 200)
-        #expect(origin.requests.map(\.uri) == ["/base/x?y=1", "/"])
+        // Easy handles are reused one request after another: neither the CA file nor the disabled verification of
+        // the previous request may carry over to the next.
+        let untrustedAgain = try await proxy.get("http://untrusted.test/again", host: "untrusted.test")
+        #expect(untrustedAgain.status == 502)
+        let trustedAgain = try await proxy.get("http://trusted.test/again", host: "trusted.test")
+        #expect(trustedAgain.status == 200)
+        #expect(origin.requests.map(\.uri) == ["/base/x?y=1", "/", "/base/again"])
         await proxy.stop()
         try await origin.shutdown()
     }
