@@ -108,17 +108,19 @@ struct SoakCommand: AsyncParsableCommand {
         _ load: LoadGenerator, for duration: Duration, phase: Int, auth: TestAuthServer,
         nextRevocation: inout ContinuousClock.Instant
     ) async throws {
-        let started = ContinuousClock.now
-        async let driven: Void = load.run(concurrency: concurrency, duration: duration, seed: seed, phase: phase)
-        while ContinuousClock.now - started < duration {
-            let now = ContinuousClock.now
-            if now >= nextRevocation {
+        // The revoker waits for each scheduled revocation itself (no polling) and hands its schedule back when
+        // the clients are done, so the next phase keeps the same 7-s rhythm.
+        let revoker = Task { [first = nextRevocation] () -> ContinuousClock.Instant in
+            var next = first
+            while true {
+                do { try await Task.sleep(until: next, clock: .continuous) } catch { return next }
                 auth.revokeAllAccessTokens()
-                nextRevocation = now + Self.revocationInterval
+                next = .now + Self.revocationInterval
             }
-            try await Task.sleep(for: .milliseconds(100))  // the pace of the driver, not a wait for a result
         }
-        await driven
+        await load.run(concurrency: concurrency, duration: duration, seed: seed, phase: phase)
+        revoker.cancel()
+        nextRevocation = await revoker.value
     }
 
     /// Once the clients are done: samples every 250 ms until the descriptor count holds still for a second (closed

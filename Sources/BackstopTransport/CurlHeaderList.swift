@@ -15,55 +15,64 @@ struct CurlHeaderList {
     /// would add by itself. A field with CR, LF or NUL is left out: it would split the line or cut it short.
     /// Client fields cannot carry them (the request parser refuses them); injected ones could.
     init(_ headers: [(name: String, value: String)]) {
-        var count = 0
-        var bytes = 0
-        var sawAccept = false
-        for header in headers where Self.isSendable(header) {
-            count += 1
-            bytes += Self.lineLength(header) + 1
-            if header.name.caseInsensitiveEquals("accept") { sawAccept = true }
-        }
-        let suppress: [StaticString] = sawAccept ? ["Expect:"] : ["Expect:", "Accept:"]
-        for line in suppress { bytes += line.utf8CodeUnitCount + 1 }
-        count += suppress.count
-
-        let nodeBytes = count * MemoryLayout<curl_slist>.stride
+        // One pass over the bytes: room for every field (a line is at most name + ": " + value + NUL) plus curl's
+        // two, and a field found unsendable while it is copied is rolled back.
+        var capacity = "Expect:\0Accept:\0".utf8.count
+        for header in headers { capacity += header.name.utf8.count + header.value.utf8.count + 3 }
+        let maxNodes = headers.count + 2
+        let nodeBytes = maxNodes * MemoryLayout<curl_slist>.stride
         let storage = UnsafeMutableRawPointer.allocate(
-            byteCount: nodeBytes + bytes, alignment: MemoryLayout<curl_slist>.alignment)
-        let nodes = storage.bindMemory(to: curl_slist.self, capacity: count)
-        var text = (storage + nodeBytes).bindMemory(to: UInt8.self, capacity: bytes)
-        var index = 0
+            byteCount: nodeBytes + capacity, alignment: MemoryLayout<curl_slist>.alignment)
+        let nodes = storage.bindMemory(to: curl_slist.self, capacity: maxNodes)
+        var text = (storage + nodeBytes).bindMemory(to: UInt8.self, capacity: capacity)
+        var count = 0
         func link(_ line: UnsafeMutablePointer<UInt8>) {
             let data = UnsafeMutableRawPointer(line).assumingMemoryBound(to: CChar.self)
-            (nodes + index).initialize(to: curl_slist(data: data, next: index + 1 < count ? nodes + index + 1 : nil))
-            index += 1
+            (nodes + count).initialize(to: curl_slist(data: data, next: nil))
+            if count > 0 { nodes[count - 1].next = nodes + count }
+            count += 1
         }
         func put(_ byte: UInt8) {
             text.pointee = byte
             text += 1
         }
-        func write<S: Sequence>(_ source: S) where S.Element == UInt8 {
-            for byte in source { put(byte) }
+        /// Copies `source`; false when it holds a byte that would split the line or cut it short.
+        func write<S: Sequence>(_ source: S) -> Bool where S.Element == UInt8 {
+            var clean = true
+            for byte in source {
+                clean = clean && byte != 0x0D && byte != 0x0A && byte != 0
+                put(byte)
+            }
+            return clean
         }
-        for header in headers where Self.isSendable(header) {
+        var sawAccept = false
+        for header in headers {
             let line = text
-            write(header.name.utf8)
+            var clean = write(header.name.utf8)
             if header.value.isEmpty {
                 put(UInt8(ascii: ";"))
             } else {
                 put(UInt8(ascii: ":"))
                 put(UInt8(ascii: " "))
-                write(header.value.utf8)
+                clean = write(header.value.utf8) && clean
+            }
+            guard clean else {
+                text = line
+                continue
             }
             put(0)
             link(line)
+            if header.name.caseInsensitiveEquals("accept") { sawAccept = true }
         }
-        for suppressed in suppress {
+        // Headers curl would add by itself, sent empty so that the request passes through as the client sent it.
+        func suppress(_ name: StaticString) {
             let line = text
-            suppressed.withUTF8Buffer { write($0) }
+            _ = name.withUTF8Buffer { write($0) }
             put(0)
             link(line)
         }
+        suppress("Expect:")
+        if !sawAccept { suppress("Accept:") }
         first = nodes
     }
 
@@ -72,14 +81,5 @@ struct CurlHeaderList {
         guard let first else { return }
         UnsafeMutableRawPointer(first).deallocate()
         self.first = nil
-    }
-
-    private static func isSendable(_ header: (name: String, value: String)) -> Bool {
-        func clean(_ text: String) -> Bool { !text.utf8.contains { $0 == 0x0D || $0 == 0x0A || $0 == 0 } }
-        return clean(header.name) && clean(header.value)
-    }
-
-    private static func lineLength(_ header: (name: String, value: String)) -> Int {
-        header.name.utf8.count + (header.value.isEmpty ? 1 : 2 + header.value.utf8.count)
     }
 }

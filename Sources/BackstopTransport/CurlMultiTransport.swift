@@ -16,7 +16,8 @@ import Synchronization
 /// connections alive and multiplexes HTTP/2 where the upstream offers it over TLS.
 ///
 /// `@unchecked Sendable`: `multi`, `active`, `dirty`, `timerDeadline`, `interest` and the idle handles are
-/// touched only on the transport thread (inside `run()` and the curl callbacks it triggers); other threads use only
+/// touched only on the transport thread (inside `run()` and the curl callbacks it triggers: socket, timer,
+/// open/close-socket, header, write, read and seek, all called from `curl_multi_*` on this thread); other threads use only
 /// `commands` (a locked box), `sleeping` (an atomic) and `submit`'s `write` to the eventfd, which is safe from any thread.
 public final class CurlMultiTransport: @unchecked Sendable {
     enum Command {
@@ -43,7 +44,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     private let stopped = Atomic<Bool>(false)
     private var active: [ObjectIdentifier: CurlTransfer] = [:]
     private var dirty: [CurlTransfer] = []
-    /// Idle easy handles kept for reuse (`curl_easy_reset` keeps their buffers and DNS/TLS session caches).
+    /// Idle easy handles kept for reuse, with their fixed options (`setFixedOptions`), buffers and DNS/TLS caches.
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private static let maxIdleHandles = 256
     /// What epoll watches of curl's sockets (transport thread only).
