@@ -1,3 +1,4 @@
+import BackstopCore
 import CCurl
 import Foundation
 import NIOCore
@@ -25,6 +26,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
         case cancel(CurlTransfer)
         case resumeReceive(CurlTransfer)
         case resumeSend(CurlTransfer)
+        case abandon(CurlTransfer, deadlineMS: Int64)
         case stop
     }
 
@@ -46,9 +48,13 @@ public final class CurlMultiTransport: @unchecked Sendable {
     private var dirty: [CurlTransfer] = []
     /// Idle easy handles kept for reuse, with their fixed options (`setFixedOptions`), buffers and DNS/TLS caches.
     private var idleHandles: [UnsafeMutableRawPointer] = []
+    /// Transfers nobody waits for any more, left to finish (connection reuse) until their deadline (monotonic ms).
+    private var abandoned: [(transfer: CurlTransfer, deadline: Int64)] = []
     private static let maxIdleHandles = 256
     /// What epoll watches of curl's sockets (transport thread only).
     private var interest = SocketInterest()
+    /// Where connections may go (own listeners, passthrough restrictions); set by the server once it is bound.
+    private let destinationGuard = NIOLockedValueBox(DestinationGuard())
     private var thread: Thread?
     private let finishedSignal = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
     private let threadDone = Atomic<Bool>(false)
@@ -98,6 +104,12 @@ public final class CurlMultiTransport: @unchecked Sendable {
         }
         submit(.start(transfer))
         return transfer
+    }
+
+    /// Replaces the rules for where new upstream connections may go (checked on the resolved address each time
+    /// a connection is opened).
+    public func setDestinationGuard(_ guardian: DestinationGuard) {
+        destinationGuard.withLockedValue { $0 = guardian }
     }
 
     /// Stops the thread after cancelling every transfer; returns when it has exited.
@@ -152,6 +164,8 @@ public final class CurlMultiTransport: @unchecked Sendable {
                     }
                 case .resumeReceive(let transfer), .resumeSend(let transfer):
                     if !transfer.finished, let easy = transfer.easy { _ = curl_easy_pause(easy, CURLPAUSE_CONT) }
+                case .abandon(let transfer, let deadline):
+                    if !transfer.finished { abandoned.append((transfer, deadline)) }
                 case .stop:
                     stopping = true
                 }
@@ -166,11 +180,13 @@ public final class CurlMultiTransport: @unchecked Sendable {
                 curl_multi_socket_action(multi, bs_socket_timeout(), 0, &running)
             }
             readCompletions()
+            let nextAbandonDeadline = expireAbandoned()
             flushDirty()
 
             sleeping.store(true, ordering: .sequentiallyConsistent)
             var timeout: Int32 = commands.withLockedValue { $0.isEmpty } ? 1000 : 0
-            if timeout > 0, let deadline = timerDeadline {
+            for deadline in [timerDeadline, nextAbandonDeadline] where timeout > 0 {
+                guard let deadline else { continue }
                 timeout = Int32(clamping: max(0, min(Int64(timeout), deadline - bs_monotonic_ms())))
             }
             let ready = readyFDs.withUnsafeMutableBufferPointer { fds in
@@ -223,8 +239,30 @@ public final class CurlMultiTransport: @unchecked Sendable {
         }
     }
 
-    /// curl's open-socket callback: the socket is opened here so that `interest` learns of its number.
-    fileprivate func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
+    /// curl's open-socket callback: the destination is checked on the resolved address curl is about to
+    /// connect to (no second lookup can differ), and the socket is opened here so `interest` learns its number.
+    fileprivate func openSocket(
+        _ address: UnsafeMutablePointer<curl_sockaddr>, for transfer: CurlTransfer
+    ) -> curl_socket_t {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        var port: Int32 = 0
+        let count = Int(bs_sockaddr_bytes(address, &bytes, &port))
+        if count > 0 {
+            let ip = Array(bytes[0..<count])
+            let verdict = destinationGuard.withLockedValue {
+                $0.check(address: ip, port: Int(port), passthrough: transfer.request.passthrough)
+            }
+            let where_ = Self.describe(address: ip, port: Int(port))
+            switch verdict {
+            case .allow: break
+            case .loop:
+                transfer.refusal = .loopDetected(detail: "\(where_) is one of Backstop's own listeners")
+                return bs_socket_bad()
+            case .denied:
+                transfer.refusal = .destinationDenied(detail: "\(where_) is a link-local or metadata address")
+                return bs_socket_bad()
+            }
+        }
         let fd = bs_open_socket(address)
         if fd >= 0 { interest.opened(fd) }
         return fd
@@ -239,6 +277,23 @@ public final class CurlMultiTransport: @unchecked Sendable {
     /// curl's timer callback: `timeoutMS` −1 removes the timer, 0 means "as soon as possible".
     fileprivate func setTimer(_ timeoutMS: Int) {
         timerDeadline = timeoutMS < 0 ? nil : bs_monotonic_ms() + Int64(timeoutMS)
+    }
+
+    /// Cancels abandoned transfers past their deadline, forgets finished ones; returns the next deadline.
+    private func expireAbandoned() -> Int64? {
+        guard !abandoned.isEmpty else { return nil }
+        let now = bs_monotonic_ms()
+        var next: Int64?
+        abandoned.removeAll { entry in
+            if entry.transfer.finished { return true }
+            if now >= entry.deadline {
+                finish(entry.transfer, with: .failure(.timeout(detail: "abandoned response did not finish in time")))
+                return true
+            }
+            next = min(next ?? entry.deadline, entry.deadline)
+            return false
+        }
+        return next
     }
 
     private func flushDirty() {
@@ -257,7 +312,9 @@ public final class CurlMultiTransport: @unchecked Sendable {
             guard let raw else { continue }
             let transfer = Unmanaged<CurlTransfer>.fromOpaque(raw).takeUnretainedValue()
             let code = bs_msg_result(message)
-            if code == CURLE_OK {
+            if let refusal = transfer.refusal {
+                finish(transfer, with: .failure(refusal))
+            } else if code == CURLE_OK {
                 if transfer.headDelivered {
                     finish(transfer, with: .end)
                 } else {
@@ -269,8 +326,10 @@ public final class CurlMultiTransport: @unchecked Sendable {
         }
     }
 
+    /// Maps curl's result to a retry condition, with a cause for the logs: curl's code and text, the errno of
+    /// the failing socket call and the address curl tried.
     private func classify(_ code: CURLcode, easy: UnsafeMutableRawPointer, transfer: CurlTransfer) -> TransportFailure {
-        let detail = String(cString: curl_easy_strerror(code))
+        let detail = Self.cause(code, easy: easy)
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY,
             CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE,
@@ -279,12 +338,38 @@ public final class CurlMultiTransport: @unchecked Sendable {
         case CURLE_OPERATION_TIMEDOUT:
             var connectTime: curl_off_t = 0
             _ = bs_easy_getinfo_off(easy, CURLINFO_CONNECT_TIME_T, &connectTime)
-            return connectTime == 0 ? .connectFailure(detail: "connect timed out") : .timeout(detail: detail)
+            return connectTime == 0 ? .connectFailure(detail: detail) : .timeout(detail: detail)
         case CURLE_ABORTED_BY_CALLBACK:
             return .requestBodyFailed
+        case CURLE_WEIRD_SERVER_REPLY:
+            // curl refused the head itself (a negative or non-numeric Content-Length, a broken status line).
+            return .badResponse(detail: detail)
         default:
             return .reset(detail: detail)
         }
+    }
+
+    /// `curl=7 (Couldn't connect to server) errno=111 address=127.0.0.1:9`, the parts that are known.
+    static func cause(_ code: CURLcode, easy: UnsafeMutableRawPointer) -> String {
+        var text = "curl=\(code.rawValue) (\(String(cString: curl_easy_strerror(code))))"
+        var osErrno = 0
+        _ = bs_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &osErrno)
+        if osErrno != 0 { text += " errno=\(osErrno) (\(String(cString: strerror(Int32(osErrno)))))" }
+        var ip: UnsafePointer<CChar>?
+        _ = bs_easy_getinfo_string(easy, CURLINFO_PRIMARY_IP, &ip)
+        if let ip, ip.pointee != 0 {
+            var port = 0
+            _ = bs_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &port)
+            let host = String(cString: ip)
+            text += " address=" + (host.contains(":") ? "[\(host)]" : host) + (port > 0 ? ":\(port)" : "")
+        }
+        return text
+    }
+
+    static func describe(address: [UInt8], port: Int) -> String {
+        if address.count == 4 { return address.map(String.init).joined(separator: ".") + ":\(port)" }
+        let cidr = CIDR(address: address, prefixLength: 128).description
+        return "[" + cidr.dropLast(4) + "]:\(port)"
     }
 
     private func begin(_ transfer: CurlTransfer) {
@@ -369,6 +454,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
         _ = bs_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context)
         _ = bs_easy_setopt_pointer(easy, CURLOPT_READDATA, context)
         _ = bs_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context)
+        _ = bs_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, context)
         _ = bs_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeout.milliseconds)
         // Non-default TLS options are undone by a reset when the transfer ends (see `finish`).
         if let caFile = request.tls.caFile { _ = bs_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
@@ -434,7 +520,8 @@ private let curlTimerCallback: bs_curl_timer_callback = { _, timeoutMS, context 
 
 private let curlOpenSocketCallback: bs_curl_opensocket_callback = { context, _, address in
     guard let context, let address else { return bs_socket_bad() }
-    return Unmanaged<CurlMultiTransport>.fromOpaque(context).takeUnretainedValue().openSocket(address)
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+    return transfer.transport.openSocket(address, for: transfer)
 }
 
 private let curlCloseSocketCallback: bs_curl_closesocket_callback = { context, fd in
@@ -446,8 +533,8 @@ private let curlHeaderCallback: bs_curl_data_callback = { data, size, count, con
     let n = size * count
     guard let data, let context else { return n }
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
-    transfer.onHeaderLine(UnsafeRawBufferPointer(start: data, count: n))
-    return n
+    // Any other count than `n` makes curl abort the transfer.
+    return transfer.onHeaderLine(UnsafeRawBufferPointer(start: data, count: n)) ? n : 0
 }
 
 private let curlWriteCallback: bs_curl_data_callback = { data, size, count, context in

@@ -31,6 +31,9 @@ public final class CurlTransfer: @unchecked Sendable {
     var headDelivered: Bool { headParser.finished }
     var finished = false
     var cancelledByUser = false
+    /// Why the transfer was stopped from one of its own callbacks (a refused head or destination), reported in
+    /// place of the error curl returns for the abort.
+    var refusal: TransportFailure?
 
     // Cross-thread state.
     let unconsumedBytes = Atomic<Int>(0)
@@ -50,6 +53,12 @@ public final class CurlTransfer: @unchecked Sendable {
     public func cancel() {
         if cancelRequested.exchange(true, ordering: .acquiringAndReleasing) { return }
         transport.submit(.cancel(self))
+    }
+
+    /// The requester no longer wants the events but lets the transfer finish (so curl can keep its connection);
+    /// it is cancelled if it has not finished within `limit`.
+    public func abandon(within limit: Duration) {
+        transport.submit(.abandon(self, deadlineMS: bs_monotonic_ms() + Int64(limit.milliseconds)))
     }
 
     /// The exchange wrote `bytes` of delivered body to the client; may resume a paused upstream read.
@@ -88,8 +97,15 @@ public final class CurlTransfer: @unchecked Sendable {
     }
 
     /// Header callback: one line at a time, including the status line and the blank line ending the head.
-    func onHeaderLine(_ line: UnsafeRawBufferPointer) {
-        if let head = headParser.consume(line) { emit(.head(head)) }
+    /// Returns false to abort the transfer: a head whose framing cannot be trusted is never delivered.
+    func onHeaderLine(_ line: UnsafeRawBufferPointer) -> Bool {
+        guard let head = headParser.consume(line) else { return true }
+        if let problem = head.framingProblem {
+            refusal = .badResponse(detail: "untrustworthy response framing: \(problem)")
+            return false
+        }
+        emit(.head(head))
+        return true
     }
 
     /// Write callback: returns the number of bytes taken, or `nil` to pause.

@@ -15,12 +15,17 @@ public struct TransportRequest: Sendable {
     /// request sent on a reused connection that dies before any response byte is normally resent on a fresh one
     /// (harmless for GET, a duplicate for a POST the upstream may already have processed).
     public var mayResend: Bool
+    /// A passthrough request (`unmatched: passthrough`): the destination guard also refuses link-local and
+    /// metadata addresses for it.
+    public var passthrough: Bool
 
     public init(
         url: String, method: String, headers: [(name: String, value: String)], body: TransportRequestBody = .empty,
-        connectTimeout: Duration = .seconds(2), tls: TransportTLSOptions = TransportTLSOptions(), mayResend: Bool = true
+        connectTimeout: Duration = .seconds(2), tls: TransportTLSOptions = TransportTLSOptions(), mayResend: Bool = true,
+        passthrough: Bool = false
     ) {
         self.mayResend = mayResend
+        self.passthrough = passthrough
         self.url = url
         self.method = method
         self.headers = headers
@@ -62,6 +67,38 @@ public enum TransportFailure: Error, Sendable, Equatable {
     case cancelled
     /// The request body stream failed (client disconnected mid-upload).
     case requestBodyFailed
+    /// The upstream's response head framed its body in a way that cannot be trusted (conflicting or malformed
+    /// `Content-Length`/`Transfer-Encoding`); the head was never delivered. Counts as `reset` for retries.
+    case badResponse(detail: String)
+    /// The connection would have reached one of Backstop's own listeners (508 `loop-detected`).
+    case loopDetected(detail: String)
+    /// A passthrough connection to a link-local or metadata address was refused (403 `destination-denied`).
+    case destinationDenied(detail: String)
+
+    /// What went wrong, for logs: curl's error, errno and the address tried where known.
+    public var detail: String {
+        switch self {
+        case .connectFailure(let d), .reset(let d), .timeout(let d), .badResponse(let d), .loopDetected(let d),
+            .destinationDenied(let d):
+            d
+        case .cancelled: "cancelled"
+        case .requestBodyFailed: "client request body failed"
+        }
+    }
+
+    /// The outcome label of `backstop_upstream_attempts_total{outcome}` and of access log lines.
+    public var label: String {
+        switch self {
+        case .connectFailure: "connect-failure"
+        case .reset: "reset"
+        case .timeout: "timeout"
+        case .cancelled: "cancelled"
+        case .requestBodyFailed: "client-body-failed"
+        case .badResponse: "bad-response"
+        case .loopDetected: "loop-detected"
+        case .destinationDenied: "destination-denied"
+        }
+    }
 }
 
 /// Events of one transfer, delivered in order on the requester's event loop.

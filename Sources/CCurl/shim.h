@@ -8,6 +8,9 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +33,7 @@ static inline CURLcode bs_easy_setopt_seek_callback(CURL *h, bs_curl_seek_callba
 static inline CURLcode bs_easy_getinfo_off(CURL *h, CURLINFO i, curl_off_t *v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode bs_easy_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode bs_easy_getinfo_pointer(CURL *h, CURLINFO i, void **v) { return curl_easy_getinfo(h, i, v); }
+static inline CURLcode bs_easy_getinfo_string(CURL *h, CURLINFO i, const char **v) { return curl_easy_getinfo(h, i, (char **)v); }
 
 static inline CURLMcode bs_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
 static inline CURLMcode bs_multi_setopt_pointer(CURLM *m, CURLMoption o, void *v) { return curl_multi_setopt(m, o, v); }
@@ -90,13 +94,31 @@ static inline int bs_epoll_wait(int ep, int *fds, int *masks, int capacity, int 
  * opened as curl itself would, plus close-on-exec. */
 typedef curl_socket_t (*bs_curl_opensocket_callback)(void *, curlsocktype, struct curl_sockaddr *);
 typedef int (*bs_curl_closesocket_callback)(void *, curl_socket_t);
+/* The open callback gets the transfer (set per use: it checks the destination for that transfer); the close
+ * callback gets the transport (a connection outlives the transfer that opened it). */
 static inline CURLcode bs_easy_setopt_socket_callbacks(CURL *h, bs_curl_opensocket_callback open_cb,
-                                                       bs_curl_closesocket_callback close_cb, void *context) {
+                                                       bs_curl_closesocket_callback close_cb, void *close_context) {
     CURLcode rc = curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_cb);
-    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, context);
     if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, close_cb);
-    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, context);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, close_context);
     return rc;
+}
+/* The address curl is about to connect to: copies 4 (IPv4) or 16 (IPv6) bytes into `out`, the port into `port`;
+ * returns the byte count, 0 for another family. */
+static inline int bs_sockaddr_bytes(const struct curl_sockaddr *a, uint8_t *out, int *port) {
+    if (a->family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&a->addr;
+        memcpy(out, &in->sin_addr, 4);
+        *port = ntohs(in->sin_port);
+        return 4;
+    }
+    if (a->family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&a->addr;
+        memcpy(out, &in6->sin6_addr, 16);
+        *port = ntohs(in6->sin6_port);
+        return 16;
+    }
+    return 0;
 }
 static inline curl_socket_t bs_open_socket(const struct curl_sockaddr *a) {
     return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);

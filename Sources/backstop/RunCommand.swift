@@ -126,7 +126,16 @@ enum Reloader {
             }
             return nil
         }
-        if config.admin != server.runtime.snapshot.config.admin {
+        let current = server.runtime.snapshot.config
+        if config.keychain != current.keychain {
+            // The keychain is opened (or created) once at start; applying half of a change would silently run
+            // auth against the old keychain, or without one.
+            logger.error("reload rejected; old config stays in force", metadata: [
+                "detail": .string("the keychain section changed; restart backstop to use a different keychain"),
+            ])
+            return nil
+        }
+        if config.admin != current.admin {
             logger.warning("admin listener changes take effect on restart")
         }
         await server.reload(config: config)

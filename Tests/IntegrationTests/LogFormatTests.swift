@@ -23,7 +23,7 @@ struct LogFormatTests {
 
     @Test("values under sensitive keys never appear", arguments: [
         "authorization", "Authorization", "cookie", "access_token", "refresh_token", "client_secret", "password",
-        "x-api-key",
+        "x-api-key", "key", "api_key", "signing-key", "key_id", "apikey", "set-cookie", "credential_name",
     ])
     func redaction(key: String) {
         for format in LogFormat.allCases {
@@ -32,5 +32,11 @@ struct LogFormatTests {
             #expect(!line.contains("s3cr3t-value"))
             #expect(line.contains("[redacted]"))
         }
+    }
+
+    @Test("keys that only contain the letters k-e-y stay readable", arguments: ["keychain", "monkey", "keys_total", "upstream"])
+    func notRedacted(key: String) {
+        let line = LineLogHandler.render(time: "T", level: .info, message: "m", metadata: [key: "visible"], format: .logfmt)
+        #expect(line.contains("visible"))
     }
 }

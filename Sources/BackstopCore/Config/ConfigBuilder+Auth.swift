@@ -5,7 +5,7 @@ extension ConfigBuilder {
     static let staticAuthKeys = authCommonKeys + ["entry"]
     static let oauth2Keys = authCommonKeys + [
         "token_url", "grant", "request_format", "client_id", "client_secret_entry", "scope", "keychain_prefix",
-        "fields", "refresh_on", "refresh_ahead",
+        "fields", "refresh_on", "refresh_ahead", "tls",
     ]
 
     mutating func auth(_ node: Node, _ label: String) -> AuthConfig {
@@ -52,9 +52,13 @@ extension ConfigBuilder {
         var tokenURL: String?
         if let n = map["token_url"] {
             if let v = reader.string(n, "\(path).token_url") {
-                if case .failure(let problem) = HTTPURLParser.parse(v) {
+                switch HTTPURLParser.parse(v) {
+                case .failure(let problem):
                     reader.fail(n, "\(path).token_url '\(v)' \(problem)")
-                } else {
+                case .success(let parts) where parts.scheme != "https" && !IPAddressParser.isLoopback(parts.host):
+                    // The token endpoint receives the client secret and the refresh token.
+                    reader.fail(n, "\(path).token_url '\(v)' must be https (plain http only to a loopback host)")
+                case .success:
                     tokenURL = v
                 }
             }
@@ -99,6 +103,10 @@ extension ConfigBuilder {
                 config.fields.refreshToken = v
             }
             if let x = m["expires_in"], let v = reader.string(x, "\(path).fields.expires_in") { config.fields.expiresIn = v }
+        }
+        if let n = map["tls"], let m = reader.mapping(n, "\(path).tls", allowed: ["ca_file"]) {
+            // Only a CA file: verification of the token endpoint cannot be turned off.
+            if let x = m["ca_file"], let v = reader.string(x, "\(path).tls.ca_file") { config.tls.caFile = resolve(v) }
         }
         if config.grant == .clientCredentials && map["client_id"] == nil {
             reader.fail(map["grant"] ?? node, "\(path): grant client_credentials needs 'client_id'")

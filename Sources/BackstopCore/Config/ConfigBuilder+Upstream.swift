@@ -141,11 +141,11 @@ extension ConfigBuilder {
 
     mutating func timeouts(_ node: Node, _ label: String) -> Timeouts {
         var config = Timeouts()
-        guard let map = reader.mapping(node, "\(label): timeouts", allowed: ["connect", "per_try", "total"]) else {
+        guard let map = reader.mapping(node, "\(label): timeouts", allowed: ["connect", "per_try", "total", "idle"]) else {
             return config
         }
         let keys: [(String, WritableKeyPath<Timeouts, Duration>)] = [
-            ("connect", \.connect), ("per_try", \.perTry), ("total", \.total),
+            ("connect", \.connect), ("per_try", \.perTry), ("total", \.total), ("idle", \.idle),
         ]
         for (key, field) in keys {
             guard let n = map[key], let v = reader.duration(n, "\(label): timeouts.\(key)") else { continue }

@@ -132,22 +132,30 @@ struct ConfigBuilder {
         let parsed = listenAddress(addressNode, "listen[].address")
         var allowRemote = false
         if let node = map["allow_remote"], let value = reader.bool(node, "listen[].allow_remote") { allowRemote = value }
-        var clients: [CIDR] = []
-        if let node = map["allow_clients"], let list = reader.stringList(node, "listen[].allow_clients") {
-            for (text, itemNode) in list {
-                if let cidr = CIDRParser.parse(text) {
-                    clients.append(cidr)
-                } else {
-                    reader.fail(itemNode, "'listen[].allow_clients': '\(text)' is not a CIDR (10.0.0.0/8, fd00::/8)")
-                }
-            }
-        }
+        let clients = map["allow_clients"].map { allowClients($0, "listen[].allow_clients") } ?? []
         guard let parsed else { return nil }
         return (ListenerConfig(address: parsed, allowRemote: allowRemote, allowClients: clients), addressNode)
     }
 
+    /// A list of CIDRs (`allow_clients`).
+    private mutating func allowClients(_ node: Node, _ path: String) -> [CIDR] {
+        guard let list = reader.stringList(node, path) else { return [] }
+        var clients: [CIDR] = []
+        for (text, itemNode) in list {
+            if let cidr = CIDRParser.parse(text) {
+                clients.append(cidr)
+            } else {
+                reader.fail(itemNode, "'\(path)': '\(text)' is not a CIDR (10.0.0.0/8, fd00::/8)")
+            }
+        }
+        return clients
+    }
+
     mutating func admin(_ node: Node, proxyListeners: [ListenerConfig]) -> AdminConfig? {
-        guard let map = reader.mapping(node, "admin", allowed: ["listen", "allow_remote"]) else { return nil }
+        guard let map = reader.mapping(node, "admin", allowed: ["listen", "allow_remote", "allow_clients"]) else {
+            return nil
+        }
+        let clients = map["allow_clients"].map { allowClients($0, "admin.allow_clients") } ?? []
         var allowRemote = false
         if let n = map["allow_remote"], let v = reader.bool(n, "admin.allow_remote") { allowRemote = v }
         guard let listenNode = map["listen"] else {
@@ -161,7 +169,7 @@ struct ConfigBuilder {
         if proxyListeners.contains(where: { $0.address == address }) {
             reader.fail(listenNode, "admin listener \(address) is also a proxy listener")
         }
-        return AdminConfig(address: address, allowRemote: allowRemote)
+        return AdminConfig(address: address, allowRemote: allowRemote, allowClients: clients)
     }
 
     mutating func log(_ node: Node) -> LogConfig {

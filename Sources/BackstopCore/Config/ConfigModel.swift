@@ -114,9 +114,12 @@ public struct AdminConfig: Sendable, Equatable {
     public var address: ListenAddress
     /// Whether a non-loopback admin address was explicitly allowed (`admin.allow_remote: true`).
     public var allowRemote: Bool
-    public init(address: ListenAddress, allowRemote: Bool = false) {
+    /// Remote networks allowed to connect, as for proxy listeners; loopback clients are always allowed.
+    public var allowClients: [CIDR]
+    public init(address: ListenAddress, allowRemote: Bool = false, allowClients: [CIDR] = []) {
         self.address = address
         self.allowRemote = allowRemote
+        self.allowClients = allowClients
     }
 }
 
@@ -285,10 +288,17 @@ public struct Timeouts: Sendable, Equatable {
     public var perTry: Duration
     /// The whole request including backoff sleeps.
     public var total: Duration
-    public init(connect: Duration = .seconds(2), perTry: Duration = .seconds(10), total: Duration = .seconds(30)) {
+    /// A response body that makes no progress this long is aborted (also bounds a retried response that is
+    /// left to finish so its connection can be reused).
+    public var idle: Duration
+    public init(
+        connect: Duration = .seconds(2), perTry: Duration = .seconds(10), total: Duration = .seconds(30),
+        idle: Duration = .seconds(60)
+    ) {
         self.connect = connect
         self.perTry = perTry
         self.total = total
+        self.idle = idle
     }
 }
 
@@ -443,9 +453,18 @@ public struct TokenFields: Sendable, Equatable {
     }
 }
 
+/// `auth.tls`: the token endpoint's own TLS settings. Verification is always on; the upstream's `tls` never
+/// applies to the token endpoint (it receives the client secret and refresh token).
+public struct TokenEndpointTLS: Sendable, Equatable {
+    /// Absolute path of a CA bundle; nil means the system default.
+    public var caFile: String?
+    public init(caFile: String? = nil) { self.caFile = caFile }
+}
+
 /// `auth: {type: oauth2, ...}`.
 public struct OAuth2Config: Sendable, Equatable {
     public var tokenURL: String
+    public var tls: TokenEndpointTLS
     public var grant: OAuth2Grant
     public var requestFormat: TokenRequestFormat
     public var clientID: String?
@@ -463,9 +482,10 @@ public struct OAuth2Config: Sendable, Equatable {
         clientID: String? = nil, clientSecretEntry: String? = nil, scope: String? = nil, keychainPrefix: String,
         fields: TokenFields = TokenFields(), header: String = "Authorization", scheme: String = "Bearer",
         refreshOn: Set<Int> = [401], refreshAhead: Duration = .seconds(60),
-        clientAuthHeader: ClientAuthHeaderPolicy = .replace
+        clientAuthHeader: ClientAuthHeaderPolicy = .replace, tls: TokenEndpointTLS = TokenEndpointTLS()
     ) {
         self.tokenURL = tokenURL
+        self.tls = tls
         self.grant = grant
         self.requestFormat = requestFormat
         self.clientID = clientID

@@ -26,36 +26,34 @@ enum ConfigValidator {
         return errors
     }
 
-    /// Two upstreams overlap when the router could not tell them apart: the same host pattern with the same
-    /// path_prefix (or both without one), or the same path_prefix with no hosts on either. Different host patterns
-    /// or prefixes are fine (exact beats wildcard, longest prefix wins).
+    /// Two upstreams overlap when the router could not tell them apart: they share an exact host pattern (for
+    /// `Host`/URL matching) or an identical `path_prefix` (for origin-form matching); the two are independent ways
+    /// to reach an upstream (docs/reference/behaviour.md#routing). Different patterns are fine: exact beats
+    /// wildcard, longest prefix wins.
     private static func overlaps(_ upstreams: [UpstreamConfig], site: (Int) -> UpstreamSite) -> [ConfigError] {
-        struct Claim: Hashable {
-            var host: String?
-            var prefix: String?
+        enum Claim: Hashable {
+            case host(String)
+            case prefix(String)
         }
         var errors: [ConfigError] = []
         var claims: [Claim: Int] = [:]
         for (i, upstream) in upstreams.enumerated() {
             let match = upstream.match
-            // A match that failed to parse was reported already; it claims nothing.
-            if match.hosts.isEmpty && match.pathPrefix == nil { continue }
             var mine: [(Claim, SourceLocation?)] = []
-            if match.hosts.isEmpty {
-                mine = [(Claim(host: nil, prefix: match.pathPrefix), match.pathPrefixLocation)]
-            } else {
-                for (h, host) in match.hosts.enumerated() {
-                    let at = h < match.hostLocations.count ? match.hostLocations[h] : nil
-                    mine.append((Claim(host: host, prefix: match.pathPrefix), at))
-                }
+            for (h, host) in match.hosts.enumerated() {
+                mine.append((.host(host), h < match.hostLocations.count ? match.hostLocations[h] : nil))
             }
+            if let prefix = match.pathPrefix { mine.append((.prefix(prefix), match.pathPrefixLocation)) }
             for (claim, location) in mine {
                 guard let other = claims[claim] else {
                     claims[claim] = i
                     continue
                 }
-                let what = claim.host.map { "host '\($0)'" + (claim.prefix.map { " with path_prefix '\($0)'" } ?? "") }
-                    ?? "path_prefix '\(claim.prefix ?? "")'"
+                let what: String
+                switch claim {
+                case .host(let host): what = "host '\(host)'"
+                case .prefix(let prefix): what = "path_prefix '\(prefix)'"
+                }
                 errors.append(ConfigError(
                     location: location ?? upstream.location ?? site(i).name,
                     message: "upstream '\(upstream.name)' overlaps upstream '\(upstreams[other].name)': both match \(what)"))

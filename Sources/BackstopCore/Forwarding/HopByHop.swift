@@ -88,6 +88,22 @@ public enum HeaderRewriter {
         return names
     }
 
+    /// How many `Via` entries name `backstop` as their receiver (`1.1 backstop`), over every `Via` field: a
+    /// request that has passed through Backstop this often is in a loop (docs/reference/behaviour.md).
+    public static func backstopViaCount(in headers: [(name: String, value: String)]) -> Int {
+        var count = 0
+        for header in headers where header.name.caseInsensitiveEquals("via") {
+            for entry in header.value.split(separator: ",") {
+                let parts = entry.split(whereSeparator: { $0 == " " || $0 == "\t" })
+                if parts.count >= 2, String(parts[1]).caseInsensitiveEquals("backstop") { count += 1 }
+            }
+        }
+        return count
+    }
+
+    /// A request carrying this many Backstop `Via` entries is refused with 508 `loop-detected`.
+    public static let viaLoopLimit = 8
+
     /// The headers of a client request as they go upstream: hop-by-hop and `Connection`-listed fields removed,
     /// `Host` replaced by the upstream's, framing fields (`Content-Length`, `Expect`) left to the transport,
     /// `Via: 1.1 backstop` appended.

@@ -1,4 +1,5 @@
-/// Reasons for responses Backstop makes itself (SPEC §3 error table), sent as `X-Backstop-Error: <reason>`.
+/// Reasons for responses Backstop makes itself, sent as `X-Backstop-Error: <reason>` (the table in
+/// docs/reference/errors.md). `tokenRefreshFailed` is the one reason added to an upstream's own response.
 public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
     case badRequest = "bad-request"
     case noRoute = "no-route"
@@ -10,18 +11,27 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
     case upstreamTimeout = "upstream-timeout"
     case shuttingDown = "shutting-down"
     case tokenRefreshFailed = "token-refresh-failed"
+    case methodNotAllowed = "method-not-allowed"
+    case requestTimeout = "request-timeout"
+    case badUpstreamResponse = "bad-upstream-response"
+    case loopDetected = "loop-detected"
+    case destinationDenied = "destination-denied"
+    case tunnelDenied = "tunnel-denied"
+    case tunnelUnreachable = "tunnel-unreachable"
 
     /// The HTTP status that goes with the reason.
     public var status: Int {
         switch self {
         case .badRequest: 400
-        case .noRoute: 403
-        case .connectNotSupported: 405
+        case .noRoute, .destinationDenied, .tunnelDenied: 403
+        case .connectNotSupported, .methodNotAllowed: 405
+        case .requestTimeout: 408
         case .bodyTooLarge: 413
         case .headersTooLarge: 431
-        case .upstreamUnreachable, .tokenUnavailable: 502
-        case .upstreamTimeout: 504
+        case .upstreamUnreachable, .tokenUnavailable, .badUpstreamResponse, .tunnelUnreachable: 502
         case .shuttingDown: 503
+        case .upstreamTimeout: 504
+        case .loopDetected: 508
         case .tokenRefreshFailed: 401
         }
     }
@@ -39,6 +49,13 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .upstreamTimeout: "upstream timed out"
         case .shuttingDown: "backstop is shutting down"
         case .tokenRefreshFailed: "token refresh failed"
+        case .methodNotAllowed: "method not allowed for this upstream"
+        case .requestTimeout: "the request was not received in time (limits.client_idle_timeout)"
+        case .badUpstreamResponse: "the upstream's response framing is conflicting or malformed"
+        case .loopDetected: "the request would come back to backstop itself"
+        case .destinationDenied: "passthrough to this destination is not allowed"
+        case .tunnelDenied: "CONNECT to this destination is not allowed"
+        case .tunnelUnreachable: "the CONNECT destination cannot be reached"
         }
     }
 }

@@ -19,11 +19,16 @@ public struct UpstreamResponseHead: Sendable, Equatable {
     /// `Retry-After` and `X-RateLimit-Reset` as sent (they also stay in `fields`).
     public var retryAfter: String?
     public var rateLimitReset: String?
+    /// Why the head's body framing cannot be trusted (`Content-Length` with `Transfer-Encoding`, differing or
+    /// malformed lengths, a transfer coding other than `chunked`), or nil when it is sound. Such a head is never
+    /// relayed: a proxy and its client could disagree about where the body ends (response splitting).
+    public var framingProblem: String?
 
     public init(
         status: Int, version: String = "1.1", fields: [UInt8] = [], contentLength: Int? = nil, via: String? = nil,
-        retryAfter: String? = nil, rateLimitReset: String? = nil
+        retryAfter: String? = nil, rateLimitReset: String? = nil, framingProblem: String? = nil
     ) {
+        self.framingProblem = framingProblem
         self.status = status
         self.version = version
         self.fields = fields
@@ -70,10 +75,14 @@ public struct UpstreamHeadParser: Sendable {
     private var via: String?
     private var retryAfter: String?
     private var rateLimitReset: String?
+    /// Framing evidence, judged when the head ends: every `Content-Length` value seen (nil for a malformed one)
+    /// and the `Transfer-Encoding` codings.
+    private var lengthValues: [Int?] = []
+    private var transferCodings: [String] = []
     /// Names listed in `Connection` (lowercased), to be taken out of `fields` when the head ends.
     private var connectionListed: [String] = []
     /// Where an obs-fold continuation line goes: the field it continues.
-    private enum LastLine { case none, field, via, retryAfter, rateLimitReset, dropped }
+    private enum LastLine { case none, field, via, retryAfter, rateLimitReset, framing, dropped }
     private var lastLine = LastLine.none
     /// The final head was produced: further lines are trailers.
     public private(set) var finished = false
@@ -117,6 +126,8 @@ public struct UpstreamHeadParser: Sendable {
         via = nil
         retryAfter = nil
         rateLimitReset = nil
+        lengthValues = []
+        transferCodings = []
         connectionListed = []
         lastLine = .none
     }
@@ -126,6 +137,8 @@ public struct UpstreamHeadParser: Sendable {
         guard status >= 200 || status == 101 else {
             status = 0
             fields.removeAll(keepingCapacity: true)
+            lengthValues = []
+            transferCodings = []
             lastLine = .none
             return nil
         }
@@ -133,7 +146,24 @@ public struct UpstreamHeadParser: Sendable {
         if !connectionListed.isEmpty { removeConnectionListed() }
         return UpstreamResponseHead(
             status: status, version: version, fields: fields, contentLength: contentLength, via: via,
-            retryAfter: retryAfter, rateLimitReset: rateLimitReset)
+            retryAfter: retryAfter, rateLimitReset: rateLimitReset, framingProblem: framingProblem())
+    }
+
+    /// RFC 9112 §6.3 read as a proxy must: anything two parsers could frame differently is refused. Identical
+    /// repeated lengths are accepted (RFC 9110 §8.6); the only transfer coding accepted is one `chunked`, as
+    /// nginx does (curl decodes nothing else, so another coding would reach the client undeclared).
+    private func framingProblem() -> String? {
+        if !lengthValues.isEmpty && !transferCodings.isEmpty {
+            return "both Content-Length and Transfer-Encoding"
+        }
+        if lengthValues.contains(where: { $0 == nil }) { return "malformed Content-Length" }
+        if let first = lengthValues.first, lengthValues.contains(where: { $0 != first }) {
+            return "differing Content-Length values"
+        }
+        if !transferCodings.isEmpty && transferCodings != ["chunked"] {
+            return "unsupported Transfer-Encoding"
+        }
+        return nil
     }
 
     private mutating func fieldLine(_ line: UnsafeRawBufferPointer, end: Int) {
@@ -144,20 +174,30 @@ public struct UpstreamHeadParser: Sendable {
             return
         }
         let (start, stop) = Self.trimmed(line, colon + 1, end)
+        let name = UnsafeRawBufferPointer(rebasing: line[0..<colon])
         guard Self.isFieldValue(line, start, stop) else {
+            // A framing field that cannot be read as sent is framing nobody can agree on.
+            let kind = HeaderName.classify(name)
+            if kind == .contentLength || HeaderName.equals(name, "transfer-encoding") { lengthValues.append(nil) }
             lastLine = .dropped
             return
         }
-        let name = UnsafeRawBufferPointer(rebasing: line[0..<colon])
         let value = UnsafeRawBufferPointer(rebasing: line[start..<stop])
         switch HeaderName.classify(name) {
         case .hopByHop:
-            if HeaderName.equals(name, "connection") { HeaderName.appendTokens(of: value, to: &connectionListed) }
+            if HeaderName.equals(name, "connection") {
+                HeaderName.appendTokens(of: value, to: &connectionListed)
+            } else if HeaderName.equals(name, "transfer-encoding") {
+                Self.appendCodings(of: value, to: &transferCodings)
+                lastLine = .framing
+                return
+            }
             lastLine = .dropped
         case .contentLength:
-            // Differing lengths are curl's to refuse; the first valid one frames the body.
-            if contentLength == nil { contentLength = Self.decimal(value) }
-            lastLine = .dropped
+            // Every value is kept for the framing check when the head ends (`5, 82` is two values).
+            Self.appendLengths(of: value, to: &lengthValues)
+            if contentLength == nil, let first = lengthValues.first { contentLength = first }
+            lastLine = .framing
         case .via:
             let text = String(decoding: value, as: UTF8.self)
             via = via.map { "\($0), \(text)" } ?? text
@@ -205,6 +245,7 @@ public struct UpstreamHeadParser: Sendable {
         case .via: via = (via ?? "") + " " + String(decoding: value, as: UTF8.self)
         case .retryAfter: retryAfter = (retryAfter ?? "") + " " + String(decoding: value, as: UTF8.self)
         case .rateLimitReset: rateLimitReset = (rateLimitReset ?? "") + " " + String(decoding: value, as: UTF8.self)
+        case .framing: lengthValues.append(nil)  // a folded framing field: parsers would disagree on it
         case .none, .dropped: break
         }
     }
@@ -259,6 +300,31 @@ public struct UpstreamHeadParser: Sendable {
         while start < stop, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
         while stop > start, line[stop - 1] == 0x20 || line[stop - 1] == 0x09 { stop -= 1 }
         return (start, stop)
+    }
+
+    /// The comma-separated values of one `Content-Length` field, each 1–18 digits or nil (malformed).
+    static func appendLengths(of value: UnsafeRawBufferPointer, to lengths: inout [Int?]) {
+        var start = 0
+        while start <= value.count {
+            var end = start
+            while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
+            let (from, to) = trimmed(value, start, end)
+            lengths.append(decimal(UnsafeRawBufferPointer(rebasing: value[from..<to])))
+            start = end + 1
+        }
+    }
+
+    /// The comma-separated codings of one `Transfer-Encoding` field, trimmed and lowercased (empty ones kept, so
+    /// `chunked,` is not mistaken for `chunked`).
+    static func appendCodings(of value: UnsafeRawBufferPointer, to codings: inout [String]) {
+        var start = 0
+        while start <= value.count {
+            var end = start
+            while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
+            let (from, to) = trimmed(value, start, end)
+            codings.append(String(decoding: value[from..<to], as: UTF8.self).asciiLowercased())
+            start = end + 1
+        }
     }
 
     /// 1 to 18 ASCII digits as an Int; nil for anything else.

@@ -1,21 +1,21 @@
-/// Where a request goes (SPEC §3 "Routing"): a pure function of the request-target, the `Host` header and the
-/// configured upstreams. Built once per config snapshot.
+/// Where a request goes (docs/reference/behaviour.md#routing): a pure function of the request-target, the
+/// `Host` header and the configured upstreams. Built once per config snapshot.
 ///
-/// Rules:
-/// - Absolute form (`GET http://api.example.com/x`, what an `HTTP_PROXY` client sends) matches on its URL host,
-///   only against upstreams that list `hosts`; an upstream that also has a `path_prefix` additionally needs the
-///   path to match it.
-/// - Origin form (`GET /api/x`) matches first by `path_prefix`: longest prefix wins; a prefix matches at a segment
-///   boundary (`/api` matches `/api`, `/api/x`, `/api?q`, not `/apix`; `/` matches everything); an upstream that
-///   also lists hosts needs the `Host` header to match too. Then, among upstreams without a `path_prefix`, by the
-///   `Host` header (port ignored, case-insensitive).
-/// - Host precedence: an exact host beats a wildcard, a longer wildcard beats a shorter one; `*.a.com` matches
-///   `x.a.com` and `y.x.a.com`, not `a.com`. In absolute form the host decides first, then the longest matching
-///   prefix (an upstream with a matching prefix beats one without). In origin form the prefix decides first, then
-///   the host. Remaining ties go to the upstream listed first (the config loader rejects real overlaps).
-/// - When the match used a prefix and `strip_prefix` is on, the prefix is removed. The rest is appended to the
-///   upstream's base path (`/` when both are empty) and `?query` is appended byte for byte when the request had a
-///   `?` (even an empty query).
+/// `match.hosts` and `match.path_prefix` are two independent ways to reach an upstream, one for each kind of
+/// client; an upstream that lists both is reached either way.
+/// - Absolute form (`GET http://api.example.com/x`, what an `HTTP_PROXY` client sends) matches its URL host
+///   against `match.hosts` only. `path_prefix` plays no part and nothing is stripped: the upstream's base path is
+///   joined with the whole request path.
+/// - Origin form (`GET /api/x`, an app whose base URL points at Backstop) matches by `path_prefix` first,
+///   whatever the `Host` header says: longest prefix wins; a prefix matches at a segment boundary (`/api`
+///   matches `/api`, `/api/x`, `/api?q`, not `/apix`; `/` matches everything); the prefix is removed when
+///   `strip_prefix` is on. Only when no prefix matches is the `Host` header matched against the `hosts` of every
+///   upstream, as in absolute form (nothing stripped).
+/// - Host matching ignores the port and case; an exact host beats a wildcard, a longer wildcard beats a shorter
+///   one; `*.a.com` matches `x.a.com` and `y.x.a.com`, not `a.com`. Remaining ties go to the upstream listed first
+///   (the config loader rejects two upstreams sharing an exact host pattern or an identical prefix).
+/// - The rest of the path is appended to the upstream's base path (`/` when both are empty) and `?query` is
+///   appended byte for byte when the request had a `?` (even an empty query).
 /// - No match: `noRoute`; with `unmatched: passthrough`, the request's own URL for `http` absolute form
 ///   (`https` → `noRoute`: a proxy cannot forward TLS it never saw), or `http://<Host><path>?query` for origin
 ///   form (`noRoute` without a valid `Host`). Asterisk and authority forms never route.
@@ -31,19 +31,19 @@ public struct Router: Sendable {
     public func route(target: RequestTarget, hostHeader: String?) -> RouteDecision {
         switch target.form {
         case .absolute(let scheme, let host, let port):
-            if let (index, usedPrefix) = bestAbsoluteMatch(host: host, path: target.path) {
-                return .upstream(index: index, path: upstreamPath(index, target, usedPrefix: usedPrefix))
+            if let index = bestHostMatch(host: host) {
+                return .upstream(index: index, path: upstreamPath(index, target, strip: false))
             }
             guard unmatched == .passthrough, scheme == "http" else { return .noRoute }
             let authority = (host.contains(":") ? "[\(host)]" : host) + (port.map { ":\($0)" } ?? "")
             return .passthrough(url: "http://\(authority)\(target.path)\(Self.querySuffix(target.query))")
         case .origin:
-            let host = hostHeader.flatMap { RequestTarget.parseAuthority($0)?.host }
-            if let index = bestPrefixMatch(path: target.path, host: host) {
-                return .upstream(index: index, path: upstreamPath(index, target, usedPrefix: true))
+            if let index = bestPrefixMatch(path: target.path) {
+                return .upstream(index: index, path: upstreamPath(index, target, strip: true))
             }
-            if let host, let index = bestHostOnlyMatch(host: host) {
-                return .upstream(index: index, path: upstreamPath(index, target, usedPrefix: false))
+            let host = hostHeader.flatMap { RequestTarget.parseAuthority($0)?.host }
+            if let host, let index = bestHostMatch(host: host) {
+                return .upstream(index: index, path: upstreamPath(index, target, strip: false))
             }
             guard unmatched == .passthrough, let hostHeader, host != nil else { return .noRoute }
             return .passthrough(url: "http://\(hostHeader)\(target.path)\(Self.querySuffix(target.query))")
@@ -52,46 +52,25 @@ public struct Router: Sendable {
         }
     }
 
-    /// Absolute form: best host rank, then longest matching prefix (no prefix counts as shortest).
-    private func bestAbsoluteMatch(host: String, path: String) -> (Int, Bool)? {
-        var best: (index: Int, hostRank: Int, prefixRank: Int)?
+    /// The upstream whose `hosts` match `host` best (exact, then the longest wildcard); first listed on a tie.
+    private func bestHostMatch(host: String) -> Int? {
+        var best: (index: Int, rank: Int)?
         for (index, upstream) in upstreams.enumerated() {
-            guard let hostRank = Self.hostRank(upstream.match.hosts, host) else { continue }
-            var prefixRank = 0
-            if let prefix = upstream.match.pathPrefix {
-                guard Self.prefixMatches(prefix, path) else { continue }
-                prefixRank = prefix.utf8.count + 1
-            }
-            if let current = best, (hostRank, prefixRank) <= (current.hostRank, current.prefixRank) { continue }
-            best = (index, hostRank, prefixRank)
-        }
-        return best.map { ($0.index, $0.prefixRank > 0) }
-    }
-
-    /// Origin form, first pass: longest matching prefix, then host rank (no hosts counts as lowest).
-    private func bestPrefixMatch(path: String, host: String?) -> Int? {
-        var best: (index: Int, prefixRank: Int, hostRank: Int)?
-        for (index, upstream) in upstreams.enumerated() {
-            guard let prefix = upstream.match.pathPrefix, Self.prefixMatches(prefix, path) else { continue }
-            var hostRank = 0
-            if !upstream.match.hosts.isEmpty {
-                guard let host, let rank = Self.hostRank(upstream.match.hosts, host) else { continue }
-                hostRank = rank
-            }
-            let prefixRank = prefix.utf8.count
-            if let current = best, (prefixRank, hostRank) <= (current.prefixRank, current.hostRank) { continue }
-            best = (index, prefixRank, hostRank)
+            guard let rank = Self.hostRank(upstream.match.hosts, host) else { continue }
+            if let current = best, rank <= current.rank { continue }
+            best = (index, rank)
         }
         return best?.index
     }
 
-    /// Origin form, second pass: the `Host` header against upstreams without a prefix.
-    private func bestHostOnlyMatch(host: String) -> Int? {
-        var best: (index: Int, hostRank: Int)?
-        for (index, upstream) in upstreams.enumerated() where upstream.match.pathPrefix == nil {
-            guard let rank = Self.hostRank(upstream.match.hosts, host) else { continue }
-            if let current = best, rank <= current.hostRank { continue }
-            best = (index, rank)
+    /// The upstream with the longest `path_prefix` matching `path` at a segment boundary.
+    private func bestPrefixMatch(path: String) -> Int? {
+        var best: (index: Int, length: Int)?
+        for (index, upstream) in upstreams.enumerated() {
+            guard let prefix = upstream.match.pathPrefix, Self.prefixMatches(prefix, path) else { continue }
+            let length = prefix.utf8.count
+            if let current = best, length <= current.length { continue }
+            best = (index, length)
         }
         return best?.index
     }
@@ -117,11 +96,12 @@ public struct Router: Sendable {
         return rest.isEmpty || rest.first == UInt8(ascii: "/")
     }
 
-    /// Base path + (prefix-stripped) path + `?query`.
-    private func upstreamPath(_ index: Int, _ target: RequestTarget, usedPrefix: Bool) -> String {
+    /// Base path + path (without the matched prefix when `strip` and the upstream's `strip_prefix` say so) +
+    /// `?query`.
+    private func upstreamPath(_ index: Int, _ target: RequestTarget, strip: Bool) -> String {
         let upstream = upstreams[index]
         var path = target.path
-        if usedPrefix, upstream.match.stripPrefix, let prefix = upstream.match.pathPrefix, prefix != "/" {
+        if strip, upstream.match.stripPrefix, let prefix = upstream.match.pathPrefix, prefix != "/" {
             path = String(path.dropFirst(prefix.count))
         }
         var joined = upstream.url.basePath + path

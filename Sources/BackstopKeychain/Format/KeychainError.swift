@@ -55,6 +55,9 @@ public enum KeychainError: Error, Sendable, Equatable, CustomStringConvertible {
     case lockReleased(path: String)
     /// A system call failed.
     case io(operation: String, path: String, errno: Int32)
+    /// The new file is in place (renamed), but syncing its directory failed: after a power loss the old file
+    /// could come back. The write itself took effect; what follows must treat it as done.
+    case durabilityUnconfirmed(path: String, errno: Int32)
 
     public var description: String {
         switch self {
@@ -99,6 +102,9 @@ public enum KeychainError: Error, Sendable, Equatable, CustomStringConvertible {
             return "keychain session for \(path) used after its lock was released"
         case .io(let operation, let path, let code):
             return "\(operation) \(path): \(String(cString: strerror(code)))"
+        case .durabilityUnconfirmed(let path, let code):
+            return "\(path) was replaced, but syncing its directory failed (\(String(cString: strerror(code)))); "
+                + "the change may not survive a power loss"
         }
     }
 

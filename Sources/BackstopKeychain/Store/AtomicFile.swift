@@ -10,7 +10,9 @@ import Darwin
 /// one, never a mix. Temporary files live next to the target (rename is only atomic within one filesystem) and
 /// are named `.<name>.tmp-XXXXXX` so stale ones left by a killed writer can be found and removed.
 enum AtomicFile {
-    /// Replaces (or creates) `path` with `bytes`, mode 0600.
+    /// Replaces (or creates) `path` with `bytes`, mode 0600. Once the rename succeeded the replacement has
+    /// happened: a failure to sync the directory after it is `.durabilityUnconfirmed`, never a plain error, so
+    /// no caller undoes what depends on the new file (such as the key a rekeyed keychain now needs).
     static func replace(_ path: String, with bytes: [UInt8]) throws(KeychainError) {
         let temporary = try writeTemporary(for: path, bytes: bytes)
         guard rename(temporary, path) == 0 else {
@@ -18,15 +20,43 @@ enum AtomicFile {
             unlink(temporary)
             throw .io(operation: "rename to", path: path, errno: code)
         }
-        try Posix.fsyncDirectory(Posix.directory(of: path))
+        do {
+            try Posix.fsyncDirectory(Posix.directory(of: path))
+        } catch .io(_, _, let code) {
+            throw .durabilityUnconfirmed(path: path, errno: code)
+        }
     }
 
     /// Creates `path` with `bytes`, mode 0600, only if nothing exists there. Returns false (writing nothing)
     /// when the path is taken, so two processes racing to create a key agree on one of them.
+    ///
+    /// The bytes are written to an unnamed file (`O_TMPFILE`) that gets its name only when complete: a writer
+    /// killed at any moment leaves no copy behind (this writes key files, and a stray named temporary would be
+    /// a plaintext key nobody cleans up). Filesystems without `O_TMPFILE` get a named temporary instead.
     static func createExclusive(_ path: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
+        let directory = Posix.directory(of: path)
+        let fd = open(directory, Self.oTmpFile | O_WRONLY | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return try createExclusiveNamed(path, with: bytes) }
+        defer { close(fd) }
+        guard fchmod(fd, 0o600) == 0 else { throw .io(operation: "chmod", path: path, errno: errno) }
+        try Posix.writeAll(fd, bytes, path: path)
+        try Posix.fsync(fd, path: path)
+        // linkat through /proc publishes the complete file atomically and fails if the name is taken.
+        if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, path, AT_SYMLINK_FOLLOW) != 0 {
+            let code = errno
+            if code == EEXIST { return false }
+            throw .io(operation: "link to", path: path, errno: code)
+        }
+        try Posix.fsyncDirectory(directory)
+        return true
+    }
+
+    /// Linux's `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`), which Glibc's module does not export to Swift.
+    static let oTmpFile: Int32 = 0o20_000_000 | O_DIRECTORY
+
+    private static func createExclusiveNamed(_ path: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
         let temporary = try writeTemporary(for: path, bytes: bytes)
         defer { unlink(temporary) }
-        // link(2) publishes the complete file under its final name atomically and fails if the name is taken.
         if link(temporary, path) == 0 {
             try Posix.fsyncDirectory(Posix.directory(of: path))
             return true

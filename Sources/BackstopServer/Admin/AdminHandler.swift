@@ -12,6 +12,15 @@ final class AdminHandler: ChannelInboundHandler {
 
     init(state: AdminState) { self.state = state }
 
+    /// `IdleStateHandler` reports a connection that sent nothing for `client_idle_timeout`: close it.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head): requestHead = head

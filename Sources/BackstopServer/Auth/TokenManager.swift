@@ -212,22 +212,90 @@ public actor TokenManager {
         }
         let issuedAt = now()
         let expiry = parsed.expiry(now: issuedAt)
-        var updated = entries
         let stamp = Date(timeIntervalSince1970: issuedAt)
-        updated[accessEntry] = KeychainEntry(string: parsed.accessToken, updated: stamp)
-        if let rotated = parsed.refreshToken { updated[refreshEntry] = KeychainEntry(string: rotated, updated: stamp) }
-        if let expiry {
-            updated[expiryEntry] = KeychainEntry(string: String(Int64(expiry.rounded(.down))), updated: stamp)
-        } else {
-            updated[expiryEntry] = nil
+        var tokenEntries: [String: KeychainEntry?] = [
+            accessEntry: KeychainEntry(string: parsed.accessToken, updated: stamp),
+            expiryEntry: expiry.map { KeychainEntry(string: String(Int64($0.rounded(.down))), updated: stamp) },
+        ]
+        if let rotated = parsed.refreshToken { tokenEntries[refreshEntry] = KeychainEntry(string: rotated, updated: stamp) }
+        var updated = entries
+        for (name, entry) in tokenEntries { updated[name] = entry }
+        // Persist before anyone uses the new token: a crash now must not lose a rotated refresh token. If the write
+        // fails, the tokens are still used (the old refresh token may already be spent) and persisting is retried.
+        do throws(KeychainError) {
+            try session.write(updated)
+        } catch .durabilityUnconfirmed(let path, let code) {
+            logger.warning("keychain written but not synced", metadata: [
+                "upstream": .string(upstreamName),
+                "problem": .string(KeychainError.durabilityUnconfirmed(path: path, errno: code).description),
+            ])
+        } catch {
+            counters.recordKeychainWriteError()
+            logger.error("cannot store refreshed tokens in the keychain; using them and retrying the write", metadata: [
+                "upstream": .string(upstreamName), "problem": .string(error.description),
+            ])
+            schedulePersist(tokenEntries, expectedRefreshToken: entries[refreshEntry]?.stringValue)
         }
-        // Persist before anyone uses the new token: a crash now must not lose a rotated refresh token.
-        try session.write(updated)
         state.refreshSucceeded(token: parsed.accessToken, expiry: expiry, now: issuedAt, using: &random)
         counters.record(upstream: upstreamName, result: .success)
         logger.info("token refreshed", metadata: [
             "upstream": .string(upstreamName), "rotated": .stringConvertible(parsed.refreshToken != nil),
         ])
+    }
+
+    // MARK: Persisting after a failed keychain write
+
+    /// Token entries that could not be written yet, and the refresh token the keychain held when they were
+    /// obtained (they are stale once another process stored newer tokens).
+    private var pendingPersist: (entries: [String: KeychainEntry?], expectedRefreshToken: String?)?
+    private var persistTask: Task<Void, Never>?
+    /// Bumped by each new pending write, so finishing an older one does not drop a newer one.
+    private var pendingGeneration = 0
+    /// Waits between write attempts: exponential from 1 s to 1 min, full jitter.
+    private static let persistBackoff = Backoff(BackoffConfig(
+        strategy: .exponential, base: .seconds(1), max: .seconds(60), multiplier: 2, jitter: .full))
+
+    private func schedulePersist(_ entries: [String: KeychainEntry?], expectedRefreshToken: String?) {
+        pendingPersist = (entries, expectedRefreshToken)
+        pendingGeneration += 1
+        guard persistTask == nil else { return }
+        persistTask = Task { await self.persistUntilWritten() }
+    }
+
+    private func persistUntilWritten() async {
+        defer { persistTask = nil }
+        var retry = 1
+        while let pending = pendingPersist {
+            try? await Task.sleep(for: Self.persistBackoff.delay(retry: retry, previous: nil, random: &random))
+            retry += 1
+            let refreshEntry = self.refreshEntry
+            let generation = pendingGeneration
+            do {
+                let stillCurrent = try await keychain.withExclusiveLock { (session: KeychainLockedSession) async throws -> Bool in
+                    var stored = session.entries
+                    // Another process refreshed since: its tokens are newer than ours, keep them.
+                    guard stored[refreshEntry]?.stringValue == pending.expectedRefreshToken else { return false }
+                    for (name, entry) in pending.entries { stored[name] = entry }
+                    try session.write(stored)
+                    return true
+                }
+                if generation == pendingGeneration { pendingPersist = nil }
+                logger.notice(
+                    stillCurrent ? "refreshed tokens stored in the keychain" : "newer tokens found in the keychain; pending write dropped",
+                    metadata: ["upstream": .string(upstreamName)])
+            } catch let error as KeychainError {
+                if case .durabilityUnconfirmed = error {
+                    if generation == pendingGeneration { pendingPersist = nil }
+                    continue
+                }
+                counters.recordKeychainWriteError()
+                logger.error("cannot store refreshed tokens in the keychain; retrying", metadata: [
+                    "upstream": .string(upstreamName), "problem": .string(error.description),
+                ])
+            } catch {
+                counters.recordKeychainWriteError()
+            }
+        }
     }
 
     private static func describe(_ outcome: TokenEndpointOutcome) -> String {
@@ -249,9 +317,16 @@ public final class TokenRefreshCounters: Sendable {
 
     public init() {}
 
+    private let keychainWriteErrors = NIOLockedValueBox(0)
+
     func record(upstream: String, result: TokenManager.RefreshResult) {
         counts.withLockedValue { $0[upstream, default: [:]][result, default: 0] += 1 }
     }
+
+    /// A keychain write of refreshed tokens failed (`backstop_keychain_write_errors_total`).
+    func recordKeychainWriteError() { keychainWriteErrors.withLockedValue { $0 += 1 } }
+
+    public var keychainWriteErrorCount: Int { keychainWriteErrors.withLockedValue { $0 } }
 
     /// `[upstream: [result: count]]`.
     public var snapshot: [String: [TokenManager.RefreshResult: Int]] { counts.withLockedValue { $0 } }

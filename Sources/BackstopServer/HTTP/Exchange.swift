@@ -75,6 +75,11 @@ final class Exchange {
     /// How the relayed body is framed for the client, and whether a chunk went out yet.
     private var responseFraming = ResponseFraming.bodyless
     private var sentChunk = false
+    /// Body bytes the client may still get under the `Content-Length` it was told: never more, whatever the
+    /// upstream sends (no upstream can place bytes in the answer to the client's next request).
+    private var announcedRemaining = 0
+    /// When body bytes last moved (from the upstream, or out to the client): `timeouts.idle` counts from here.
+    private var lastBodyProgress = NIODeadline.now()
     /// Body bytes written to the client but not yet reported to the transport (the client socket was full).
     private var unreportedBytes = 0
     private var heldEvents: [TransportEvent] = []
@@ -171,6 +176,20 @@ final class Exchange {
         case .streaming(let stream):
             stream.finish()
         }
+    }
+
+    /// The client stopped sending its request body for `client_idle_timeout`: 408 if nothing was answered yet,
+    /// else the connection is closed.
+    func clientStalled() {
+        guard phase != .done else { return }
+        if phase == .relayingResponse {
+            transfer?.cancel()
+            if case .streaming(let stream) = body { stream.fail() }
+            finish(status: responseStatus, note: "request-body-stalled")
+            handler.abortResponse()
+            return
+        }
+        failLocally(.requestTimeout)
     }
 
     /// The client disconnected: cancel everything, including pending retries.
@@ -273,8 +292,17 @@ final class Exchange {
         handler.wakeUp(at: deadline)
     }
 
-    /// The connection's timer fired: handles an attempt deadline that passed; returns one still to come.
+    /// The connection's timer fired: handles an attempt deadline or a stalled response body (`timeouts.idle`);
+    /// returns the next deadline still to come.
     func deadlineCheck(now: NIODeadline) -> NIODeadline? {
+        if phase == .relayingResponse {
+            let idleDeadline = lastBodyProgress + TimeAmount(timeouts.idle)
+            guard now >= idleDeadline else { return idleDeadline }
+            transfer?.cancel()
+            finish(status: responseStatus, note: "response-body-idle")
+            handler.abortResponse()
+            return nil
+        }
         guard let deadline = attemptDeadline, phase == .attempting else { return nil }
         guard now >= deadline else { return deadline }
         attemptDeadline = nil
@@ -290,6 +318,7 @@ final class Exchange {
         let hostHeader: String
         var tls = TransportTLSOptions()
         var connectTimeout = timeouts.connect
+        var passthrough = false
         switch destination {
         case .upstream(let upstream, let path):
             url = upstream.origin + path
@@ -299,6 +328,7 @@ final class Exchange {
         case .passthrough(let passthroughURL):
             url = passthroughURL
             hostHeader = Self.authority(of: passthroughURL) ?? head.headers.first(name: "host") ?? ""
+            passthrough = true
         }
         var headers = HeaderRewriter.upstreamRequestHeaders(pairs, upstreamHost: hostHeader)
         if let injection = upstream?.auth.injection, let authValue {
@@ -328,7 +358,7 @@ final class Exchange {
         }
         return TransportRequest(
             url: url, method: method, headers: headers, body: transportBody, connectTimeout: connectTimeout, tls: tls,
-            mayResend: mayResend)
+            mayResend: mayResend, passthrough: passthrough)
     }
 
     private static func authority(of url: String) -> String? {
@@ -356,6 +386,13 @@ final class Exchange {
             case .body(let buffer):
                 guard phase == .relayingResponse else { continue }
                 written += relayBody(buffer)
+                if overran {
+                    transfer?.cancel()
+                    finish(status: responseStatus, note: "upstream-body-longer-than-announced")
+                    handler.flush()
+                    handler.abortResponse()
+                    return
+                }
             case .end:
                 completeResponse()
             case .failure(let failure):
@@ -374,15 +411,30 @@ final class Exchange {
     private func relayBody(_ buffer: ByteBuffer) -> Int {
         let count = buffer.readableBytes
         guard count > 0 else { return 0 }
-        responseBytes += count
+        lastBodyProgress = NIODeadline.now()
         switch responseFraming {
         case .chunked:
+            responseBytes += count
             var prefix = handler.allocator.buffer(capacity: 24)
             ResponseHeadWriter.chunkPrefix(&prefix, size: count, first: !sentChunk)
             sentChunk = true
             handler.writeResponse(prefix)
             handler.writeResponse(buffer)
-        case .contentLength, .closeDelimited:
+        case .closeDelimited:
+            responseBytes += count
+            handler.writeResponse(buffer)
+        case .contentLength:
+            guard count <= announcedRemaining else {
+                // The upstream sent more than it announced: the client gets exactly the announced body, then the
+                // connection closes, so the excess can never be read as the next response.
+                if announcedRemaining > 0 { handler.writeResponse(buffer.getSlice(at: buffer.readerIndex, length: announcedRemaining)!) }
+                responseBytes += announcedRemaining
+                announcedRemaining = 0
+                overran = true
+                return 0
+            }
+            announcedRemaining -= count
+            responseBytes += count
             handler.writeResponse(buffer)
         case .bodyless:
             break  // curl delivers none; a stray byte must not corrupt the connection
@@ -390,8 +442,12 @@ final class Exchange {
         return count
     }
 
+    /// The upstream's body ran past its announced length (the exchange ends by closing the client connection).
+    private var overran = false
+
     /// The client socket drained: the body bytes written so far count as consumed.
     func clientWritable() {
+        if phase == .relayingResponse { lastBodyProgress = NIODeadline.now() }
         guard unreportedBytes > 0, let transfer else { return }
         let count = unreportedBytes
         unreportedBytes = 0
@@ -458,7 +514,12 @@ final class Exchange {
 
     /// Discards the current attempt (its body is never sent to the client) and starts another after `delay`.
     private func scheduleRetry(after delay: Duration, reason: RetryCondition, cancelAttempt: Bool = true) {
-        if cancelAttempt { transfer?.cancel() }
+        if cancelAttempt {
+            transfer?.cancel()
+        } else {
+            // Left to finish so curl keeps the connection, but never for longer than `timeouts.idle`.
+            transfer?.abandon(within: timeouts.idle)
+        }
         transfer = nil
         attemptDeadline = nil
         attemptToken += 1
@@ -469,16 +530,6 @@ final class Exchange {
         backoffTimer = eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(delay)) { [self] in
             backoffTimer = nil
             prepareAttempt()
-        }
-    }
-
-    static func outcomeLabel(_ failure: TransportFailure) -> String {
-        switch failure {
-        case .connectFailure: "connect-failure"
-        case .reset: "reset"
-        case .timeout: "timeout"
-        case .cancelled: "cancelled"
-        case .requestBodyFailed: "client-body-failed"
         }
     }
 
@@ -521,6 +572,8 @@ final class Exchange {
         responseFraming = ResponseFraming.decide(
             requestIsHEAD: head.method == .HEAD, status: upstreamHead.status,
             contentLength: upstreamHead.contentLength, clientIsHTTP10: http10)
+        if case .contentLength(let length) = responseFraming { announcedRemaining = length }
+        lastBodyProgress = NIODeadline.now()
         let connection: ResponseHeadWriter.ConnectionField =
             handler.closeAfterResponse || responseFraming.endsConnection ? .close : (http10 ? .keepAlive : .none)
         var buffer = handler.allocator.buffer(capacity: upstreamHead.fields.count + 192)
@@ -528,9 +581,16 @@ final class Exchange {
             upstreamHead, into: &buffer, clientIsHTTP10: http10, attempts: attempts, error: error, framing: responseFraming,
             connection: connection)
         handler.writeResponse(buffer)
+        handler.wakeUp(at: lastBodyProgress + TimeAmount(timeouts.idle))
     }
 
     private func completeResponse() {
+        if case .contentLength = responseFraming, announcedRemaining > 0 {
+            // Shorter than announced: the client would wait for the rest, or read the next response as body.
+            finish(status: responseStatus, note: "upstream-body-shorter-than-announced")
+            handler.abortResponse()
+            return
+        }
         let complete = requestComplete
         if case .streaming(let stream) = body, !complete { stream.fail() }
         finish(status: responseStatus, note: nil)
@@ -550,14 +610,14 @@ final class Exchange {
             return
         }
         attemptDeadline = nil
-        runtime.metrics.recordAttempt(upstream: upstreamName, outcome: Self.outcomeLabel(failure))
+        runtime.metrics.recordAttempt(upstream: upstreamName, outcome: failure.label)
         if let upstream {
             let outcome: AttemptOutcome?
             switch failure {
             case .connectFailure: outcome = .connectFailure
-            case .reset: outcome = .reset
+            case .reset, .badResponse: outcome = .reset
             case .timeout: outcome = .timeout
-            case .cancelled, .requestBodyFailed: outcome = nil
+            case .cancelled, .requestBodyFailed, .loopDetected, .destinationDenied: outcome = nil
             }
             if let outcome, case .retry(let delay, let reason) = decide(outcome, upstream: upstream) {
                 scheduleRetry(after: delay, reason: reason)
@@ -569,6 +629,9 @@ final class Exchange {
         case .cancelled: failLocally(.upstreamUnreachable)
         case .requestBodyFailed: failLocally(.badRequest)
         case .connectFailure, .reset: failLocally(.upstreamUnreachable)
+        case .badResponse: failLocally(.badUpstreamResponse)
+        case .loopDetected: failLocally(.loopDetected)
+        case .destinationDenied: failLocally(.destinationDenied)
         }
     }
 

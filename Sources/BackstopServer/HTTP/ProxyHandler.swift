@@ -48,6 +48,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private let idleTimeout: TimeAmount
     /// When the connection closes unless a complete request head arrived (nil while a request is in flight).
     private var idleDeadline: NIODeadline?
+    /// While a request's body is incomplete: when its last byte (or its head) arrived. No byte for
+    /// `client_idle_timeout` → 408 `request-timeout` and close. Not counted while Backstop itself holds reads.
+    private var bodyProgressAt: NIODeadline?
     /// One lazily re-armed timer per connection serves the idle deadline and the exchange's attempt deadline:
     /// it is scheduled only when a deadline comes earlier than the pending one, and when it fires it checks the
     /// real deadlines and re-arms for the next. A busy connection schedules one timer per deadline period instead
@@ -95,7 +98,28 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
             next = min(next ?? idle, idle)
         }
+        if let progress = bodyProgressAt {
+            if uploadHold { bodyProgressAt = now }
+            let deadline = (bodyProgressAt ?? progress) + idleTimeout
+            if now >= deadline {
+                requestStalled()
+                return
+            }
+            next = min(next ?? deadline, deadline)
+        }
         if let next { wakeUp(at: next) }
+    }
+
+    /// The client stopped sending a request body it announced: 408 if nothing was answered yet, then close.
+    private func requestStalled() {
+        bodyProgressAt = nil
+        if let exchange {
+            exchange.clientStalled()
+        } else if !responseInProgress {
+            sendLocalError(.requestTimeout, close: true)
+        } else {
+            context?.close(promise: nil)
+        }
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
@@ -119,11 +143,16 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             inFlight = true
             requestEnded = false
             responseEnded = false
+            let now = NIODeadline.now()
+            bodyProgressAt = now
+            wakeUp(at: now + idleTimeout)
             handleHead(head, context: context)
         case .body(let buffer):
+            if bodyProgressAt != nil { bodyProgressAt = .now() }
             if discardingRequest { return }
             exchange?.receiveBody(buffer)
         case .end:
+            bodyProgressAt = nil
             requestEnded = true
             if !discardingRequest { exchange?.receiveEnd() }
             requestMayBeDone()
@@ -217,8 +246,14 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             rejectRequest(.bodyTooLarge, head: head, close: true)
             return
         }
-        guard let target = RequestTarget.parse(head.uri) else {
+        guard let target = RequestTarget.parse(head.uri), !target.hasDotSegment else {
             rejectRequest(.badRequest, head: head, close: true)
+            return
+        }
+        if HeaderRewriter.backstopViaCount(in: head.headers.map { (name: $0.name, value: $0.value) })
+            >= HeaderRewriter.viaLoopLimit
+        {
+            rejectRequest(.loopDetected, head: head, close: true)
             return
         }
         let hostHeader = head.headers.first(name: "host")
@@ -229,7 +264,13 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             rejectRequest(.noRoute, head: head, close: framing.hasBody)
             return
         case .upstream(let index, let path):
-            destination = .upstream(snapshot.upstreams[index], path: path)
+            let upstream = snapshot.upstreams[index]
+            // TRACE echoes the request, injected credential included, back to the client.
+            if head.method == .TRACE, upstream.config.auth != .none {
+                rejectRequest(.methodNotAllowed, head: head, close: framing.hasBody)
+                return
+            }
+            destination = .upstream(upstream, path: path)
         case .passthrough(let url):
             destination = .passthrough(url: url)
         }
@@ -350,6 +391,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func releaseReads() {
         guard uploadHold else { return }
         uploadHold = false
+        if bodyProgressAt != nil { bodyProgressAt = .now() }
         resumeReadingIfAllowed()
     }
 

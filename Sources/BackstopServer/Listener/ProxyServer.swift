@@ -60,10 +60,38 @@ public final class ProxyServer: Sendable {
             channels.withLockedValue { $0.append((listener, channel)) }
         }
         if let admin = config.admin {
-            let channel = try await bindAdmin(admin.address)
+            let channel = try await bindAdmin(admin, limits: config.limits)
             adminChannel.withLockedValue { $0 = channel }
         }
+        updateDestinationGuard()
         ready.withLockedValue { $0 = true }
+    }
+
+    /// Tells the transport which addresses are Backstop's own (a connection there is a loop), after every bind.
+    private func updateDestinationGuard() {
+        var endpoints: [DestinationGuard.Endpoint] = []
+        var addresses = channels.withLockedValue { $0.compactMap { $0.1.localAddress } }
+        if let admin = adminAddress { addresses.append(admin) }
+        for address in addresses {
+            guard let port = address.port, let bytes = Self.addressBytes(address) else { continue }
+            endpoints.append(DestinationGuard.Endpoint(address: bytes, port: port))
+        }
+        runtime.transport.setDestinationGuard(
+            DestinationGuard(ownEndpoints: endpoints, localAddresses: Self.interfaceAddresses()))
+    }
+
+    static func addressBytes(_ address: SocketAddress) -> [UInt8]? {
+        switch address {
+        case .v4(let v4): withUnsafeBytes(of: v4.address.sin_addr.s_addr) { Array($0) }
+        case .v6(let v6): withUnsafeBytes(of: v6.address.sin6_addr) { Array($0) }
+        case .unixDomainSocket: nil
+        }
+    }
+
+    /// This host's interface addresses (for listeners bound to a wildcard address).
+    static func interfaceAddresses() -> [[UInt8]] {
+        let devices = (try? System.enumerateDevices()) ?? []
+        return devices.compactMap { $0.address.flatMap(addressBytes) }
     }
 
     /// Stops accepting, waits for in-flight requests (up to `timeout`), then closes everything.
@@ -130,19 +158,35 @@ public final class ProxyServer: Sendable {
         }
     }
 
-    private func bindAdmin(_ address: ListenAddress) async throws -> Channel {
+    /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap and the
+    /// idle timeout of `limits`.
+    private func bindAdmin(_ admin: AdminConfig, limits: Limits) async throws -> Channel {
+        let address = admin.address
+        let filter = ClientAccessFilter(allowClients: admin.allowClients)
+        let idle = TimeAmount(limits.clientIdleTimeout)
+        let maxConnections = limits.maxConnections
         let state = AdminState(
             isReady: { [weak self] in self?.isReady ?? false },
             metricsText: { [weak self] in
                 guard let self else { return "" }
                 return self.runtime.metrics.render(
-                    inflight: self.runtime.inflightRequests, tokenRefreshes: self.tokenRefreshes.snapshot)
+                    inflight: self.runtime.inflightRequests, tokenRefreshes: self.tokenRefreshes.snapshot,
+                    keychainWriteErrors: self.tokenRefreshes.keychainWriteErrorCount)
             })
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
+            .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ConnectionLimiter(limit: maxConnections))
+                }
+            }
+            .childChannelInitializer { channel in
+                guard filter.allows(channel.remoteAddress) else {
+                    return channel.close()
+                }
+                return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(IdleStateHandler(readTimeout: idle))
                     try sync.configureHTTPServerPipeline()
                     try sync.addHandler(AdminHandler(state: state))
                 }
@@ -196,6 +240,7 @@ extension ProxyServer {
                 runtime.logger.error("cannot add listener", metadata: ["error": .string("\(error)")])
             }
         }
+        updateDestinationGuard()
     }
 
     static func makeUpstreams(
@@ -204,7 +249,7 @@ extension ProxyServer {
     ) -> [UpstreamRuntime] {
         config.upstreams.map { upstream in
             let old = previous.first { $0.config.name == upstream.name }
-            if let old, old.config.auth == upstream.auth, old.config.tls == upstream.tls {
+            if let old, old.config.auth == upstream.auth {
                 return UpstreamRuntime(config: upstream, auth: old.auth, budget: old.budget)
             }
             let auth: AuthRuntime
@@ -216,7 +261,8 @@ extension ProxyServer {
                 auth = .staticToken(StaticTokenSource(keychain: keychain, entry: staticConfig.entry), staticConfig)
             case .oauth2(let oauth):
                 guard let keychain else { auth = .none; break }
-                let tls = TransportTLSOptions(caFile: upstream.tls.caFile, insecureSkipVerify: upstream.tls.insecureSkipVerify)
+                // The token endpoint's own TLS settings: verification on, the upstream's `tls` never applies.
+                let tls = TransportTLSOptions(caFile: oauth.tls.caFile)
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, keychain: keychain, fetcher: fetcher, tls: tls,
                     logger: logger, counters: counters)

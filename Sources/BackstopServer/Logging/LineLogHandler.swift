@@ -60,10 +60,16 @@ public struct LineLogHandler: LogHandler {
         }
     }
 
+    /// Whether a metadata key may carry a secret: it contains `token`, `secret`, `password` or `credential`, or
+    /// one of its words (split at `_`, `-`, `.`) is `key`, `apikey`, `authorization`, `cookie` or `set-cookie`.
+    /// Matching `key` as a word keeps `keychain` or `monkey` readable while `key`, `api_key`, `key_id` are not.
     static func isSensitive(_ key: String) -> Bool {
         let lower = key.lowercased()
-        if ["authorization", "cookie", "set-cookie", "api_key", "apikey", "x-api-key"].contains(lower) { return true }
-        return ["token", "secret", "password", "credential"].contains { lower.contains($0) }
+        if ["token", "secret", "password", "credential", "cookie", "authorization"].contains(where: { lower.contains($0) }) {
+            return true
+        }
+        let words = lower.split(whereSeparator: { $0 == "_" || $0 == "-" || $0 == "." })
+        return words.contains { $0 == "key" || $0 == "apikey" }
     }
 
     static func logfmtQuote(_ value: String) -> String {

@@ -68,7 +68,9 @@ public final class ProxyMetrics: Sendable {
         }
     }
 
-    public func render(inflight: Int, tokenRefreshes: [String: [TokenManager.RefreshResult: Int]]) -> String {
+    public func render(
+        inflight: Int, tokenRefreshes: [String: [TokenManager.RefreshResult: Int]], keychainWriteErrors: Int = 0
+    ) -> String {
         let s = state.withLockedValue { $0 }.sorted { $0.key < $1.key }
         var out = ""
         func family(_ name: String, _ type: String, _ help: String) {
@@ -110,6 +112,8 @@ public final class ProxyMetrics: Sendable {
             out += "backstop_request_duration_seconds_sum{\(label)} \(histogram.sum)\n"
             out += "backstop_request_duration_seconds_count{\(label)} \(histogram.count)\n"
         }
+        family("backstop_keychain_write_errors_total", "counter", "Failed keychain writes of refreshed tokens (retried).")
+        out += "backstop_keychain_write_errors_total \(keychainWriteErrors)\n"
         family("backstop_inflight_requests", "gauge", "Client requests being handled now.")
         out += "backstop_inflight_requests \(inflight)\n"
         return out

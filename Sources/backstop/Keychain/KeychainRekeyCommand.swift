@@ -16,6 +16,17 @@ struct KeychainRekeyCommand: ParsableCommand {
     var newKeyFile: String
     @OptionGroup var options: ConfigOption
 
+    /// Rekeys; returns the durability warning of a replace that took effect, throws for one that did not.
+    private static func rekey(_ keychain: FileKeychain, to newKey: KeychainKey) throws -> KeychainError? {
+        do {
+            _ = try keychain.rekey(to: newKey)
+            return nil
+        } catch {
+            if case .durabilityUnconfirmed = error { return error }
+            throw error
+        }
+    }
+
     func run() throws {
         let section = try options.keychainSection()
         let keychain = try KeychainCLI.open(section)
@@ -35,14 +46,19 @@ struct KeychainRekeyCommand: ParsableCommand {
             if newKey.matches(try KeychainKey.load(KeychainCLI.keySource(section.key))) {
                 throw KeychainCLI.fail("key file \(path) holds the current key; nothing to do")
             }
-            let count = try keychain.rekey(to: newKey).load().count
+            if let warning = try Self.rekey(keychain, to: newKey) {
+                // The keychain is already encrypted under the new key: that key must stay, whatever else failed.
+                KeychainCLI.printToStderr("warning: " + warning.description)
+            }
+            let count = (try? FileKeychain(path: section.path, key: newKey).load().count) ?? 0
             if generated { KeychainCLI.say("created new key file \(path) (mode 0600)") }
             KeychainCLI.say("re-encrypted keychain \(section.path) (\(count) "
                 + (count == 1 ? "entry" : "entries") + ") under key file \(path); "
                 + "set keychain.key_file to \(path) in \(options.path) before restarting backstop")
         } catch {
-            // A key we just made that protects nothing would only confuse the next attempt.
-            if generated { unlink(path) }
+            // Only reached before the keychain was replaced (a failure after the rename is a warning above): a key
+            // we just made that protects nothing would only confuse the next attempt.
+            if generated, (try? FileKeychain(path: section.path, key: newKey).load()) == nil { unlink(path) }
             if let error = error as? KeychainError { throw KeychainCLI.fail(error) }
             throw error
         }

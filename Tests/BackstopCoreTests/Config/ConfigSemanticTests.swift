@@ -17,8 +17,13 @@ struct ConfigSemanticTests {
         ErrorCase(two("{hosts: [x.test]}", "{hosts: [y.test, X.test]}"), at: "X.test", "both match host 'x.test'"),
         ErrorCase(two("{hosts: [\"*.x.test\"]}", "{hosts: [\"*.X.TEST\"]}"), at: "\"*.X", "host '*.x.test'"),
         ErrorCase(two("{path_prefix: /api}", "{path_prefix: /api/}"), at: "/api/", "path_prefix '/api'"),
-        ErrorCase(two("{hosts: [x], path_prefix: /p}", "{hosts: [x], path_prefix: /p}"), at: "x]", 2,
-                  "host 'x' with path_prefix '/p'"),
+        ErrorCase(two("{hosts: [x], path_prefix: /p}", "{hosts: [y], path_prefix: /p}"), at: "/p}", 2,
+                  "both match path_prefix '/p'"),
+        // hosts and path_prefix are independent ways in: sharing either one is an overlap.
+        ErrorCase(two("{hosts: [x.test]}", "{hosts: [x.test], path_prefix: /api}"), at: "x.test]", 2,
+                  "both match host 'x.test'"),
+        ErrorCase(two("{path_prefix: /api}", "{hosts: [x.test], path_prefix: /api}"), at: "/api}", 2,
+                  "both match path_prefix '/api'"),
         ErrorCase(two("{path_prefix: /}", "{path_prefix: /}"), at: "/}", 2, "overlaps upstream 'a'"),
     ])
     func overlaps(c: ErrorCase) { expectSingleError(c) }
@@ -28,10 +33,9 @@ struct ConfigSemanticTests {
         let pairs = [
             ("{hosts: [x.test]}", "{hosts: [\"*.x.test\"]}"),
             ("{hosts: [\"*.x.test\"]}", "{hosts: [\"*.y.x.test\"]}"),
-            ("{hosts: [x.test]}", "{hosts: [x.test], path_prefix: /api}"),
-            ("{hosts: [x.test], path_prefix: /a}", "{hosts: [x.test], path_prefix: /b}"),
+            ("{hosts: [x.test], path_prefix: /a}", "{hosts: [y.test], path_prefix: /b}"),
             ("{path_prefix: /api}", "{path_prefix: /api/v2}"),
-            ("{path_prefix: /api}", "{hosts: [x.test], path_prefix: /api}"),
+            ("{path_prefix: /api}", "{hosts: [x.test], path_prefix: /api/v2}"),
             ("{hosts: [x.test]}", "{path_prefix: /x}"),
         ]
         for (first, second) in pairs {

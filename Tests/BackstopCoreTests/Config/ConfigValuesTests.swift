@@ -46,7 +46,7 @@ struct ConfigValuesTests {
               - unix:/run/p.sock
               - {address: 0.0.0.0:0, allow_remote: yes, allow_clients: [10.0.0.0/8, "fd00::/8", 192.168.1.7]}
               - LOCALHOST:65535
-            admin: {listen: "[::]:9901", allow_remote: true}
+            admin: {listen: "[::]:9901", allow_remote: true, allow_clients: [10.1.0.0/16]}
             log: {level: debug, format: json, access_log: false}
             keychain: {path: /k.bkc, key_credential: keychain.key}
             limits: {max_request_body: 1MB, retry_buffer: 512KiB, max_header_bytes: 2048, client_idle_timeout: 1.5s,
@@ -57,7 +57,7 @@ struct ConfigValuesTests {
                 match: {hosts: [API.Example.com, "*.Example.COM", "[::1]", 10.0.0.1], path_prefix: /v1//, strip_prefix: off}
                 url: HTTPS://Api.Example.com:8443/base//
                 tls: {ca_file: ./ca.pem, insecure_skip_verify: true}
-                timeouts: {connect: 250ms, per_try: 1s, total: 5m}
+                timeouts: {connect: 250ms, per_try: 1s, total: 5m, idle: 90s}
                 retry:
                   attempts: 5
                   on: [reset, 500]
@@ -69,6 +69,7 @@ struct ConfigValuesTests {
                 auth:
                   type: oauth2
                   token_url: https://auth.example.com/token?aud=x
+                  tls: {ca_file: auth-ca.pem}
                   grant: client_credentials
                   request_format: json
                   client_id: me
@@ -96,7 +97,8 @@ struct ConfigValuesTests {
             ]),
             ListenerConfig(address: .tcp(host: "localhost", port: 65535)),
         ])
-        #expect(config.admin == AdminConfig(address: .tcp(host: "::", port: 9901), allowRemote: true))
+        #expect(config.admin == AdminConfig(address: .tcp(host: "::", port: 9901), allowRemote: true,
+                                            allowClients: [CIDR(address: [10, 1, 0, 0], prefixLength: 16)]))
         #expect(config.log == LogConfig(level: .debug, format: .json, accessLog: false))
         #expect(config.keychain?.path == "/k.bkc")
         #expect(config.keychain?.key == .credential(name: "keychain.key"))
@@ -113,7 +115,7 @@ struct ConfigValuesTests {
         #expect(!api.match.stripPrefix)
         #expect(api.url == UpstreamURL(scheme: "https", host: "api.example.com", port: 8443, basePath: "/base"))
         #expect(api.tls == TLSConfig(caFile: "/etc/backstop/ca.pem", insecureSkipVerify: true))
-        #expect(api.timeouts == Timeouts(connect: .milliseconds(250), perTry: .seconds(1), total: .seconds(300)))
+        #expect(api.timeouts == Timeouts(connect: .milliseconds(250), perTry: .seconds(1), total: .seconds(300), idle: .seconds(90)))
         #expect(api.retry == RetryConfig(
             attempts: 5, on: [.reset, .status(500)], methods: ["GET", "POST", "M-SEARCH"], retryNonIdempotentWithKey: nil,
             backoff: BackoffConfig(strategy: .decorrelated, base: .microseconds(50), max: .seconds(3600), multiplier: 1.5,
@@ -123,7 +125,8 @@ struct ConfigValuesTests {
             tokenURL: "https://auth.example.com/token?aud=x", grant: .clientCredentials, requestFormat: .json,
             clientID: "me", clientSecretEntry: "api/secret", scope: "", keychainPrefix: "api",
             fields: TokenFields(accessToken: "at", refreshToken: "rt", expiresIn: "ttl"), header: "X-Token", scheme: "",
-            refreshOn: [401, 403], refreshAhead: .zero, clientAuthHeader: .keep)))
+            refreshOn: [401, 403], refreshAhead: .zero, clientAuthHeader: .keep,
+            tls: TokenEndpointTLS(caFile: "/etc/backstop/auth-ca.pem"))))
         let s = config.upstreams[1]
         #expect(s.match.pathPrefix == "/" && s.match.stripPrefix)
         #expect(s.url == UpstreamURL(scheme: "http", host: "::1", port: 80, basePath: ""))

@@ -153,6 +153,45 @@ struct UpstreamHeadParserTests {
         #expect(head.contentLength == nil)
     }
 
+    @Test("framing two parsers could read differently is flagged, never silently resolved", arguments: [
+        (["Content-Length: 5", "Transfer-Encoding: chunked"], "both Content-Length and Transfer-Encoding"),
+        (["Transfer-Encoding: chunked", "Content-Length: 5"], "both Content-Length and Transfer-Encoding"),
+        (["Content-Length: 5", "Content-Length: 82"], "differing Content-Length values"),
+        (["Content-Length: 5, 82"], "differing Content-Length values"),
+        (["Content-Length: 5,"], "malformed Content-Length"),
+        (["Content-Length: -5"], "malformed Content-Length"),
+        (["Content-Length: abc"], "malformed Content-Length"),
+        (["Content-Length: "], "malformed Content-Length"),
+        (["Content-Length: 99999999999999999999"], "malformed Content-Length"),
+        (["Content-Length: 5\u{1}"], "malformed Content-Length"),
+        (["Content-Length: 5", " 82"], "malformed Content-Length"),
+        (["Transfer-Encoding: gzip, chunked"], "unsupported Transfer-Encoding"),
+        (["Transfer-Encoding: chunked", "Transfer-Encoding: chunked"], "unsupported Transfer-Encoding"),
+        (["Transfer-Encoding: chunked,"], "unsupported Transfer-Encoding"),
+        (["Transfer-Encoding: identity"], "unsupported Transfer-Encoding"),
+    ])
+    func untrustworthyFraming(lines: [String], problem: String) throws {
+        let head = try #require(parse(["HTTP/1.1 200 OK\r\n"] + lines.map { $0 + "\r\n" } + ["\r\n"]).first)
+        #expect(head.framingProblem == problem)
+    }
+
+    @Test("sound framing is not flagged", arguments: [
+        [], ["Content-Length: 5"], ["Content-Length: 5, 5"], ["Content-Length: 5", "content-length: 5"],
+        ["Transfer-Encoding: chunked"], ["Transfer-Encoding:  Chunked "],
+    ])
+    func soundFraming(lines: [String]) throws {
+        let head = try #require(parse(["HTTP/1.1 200 OK\r\n"] + lines.map { $0 + "\r\n" } + ["\r\n"]).first)
+        #expect(head.framingProblem == nil)
+    }
+
+    @Test func anInterimHeadsFramingDoesNotCarryOver() throws {
+        let head = try #require(parse([
+            "HTTP/1.1 100 Continue\r\n", "Content-Length: 9\r\n", "\r\n", "HTTP/1.1 200 OK\r\n",
+            "Transfer-Encoding: chunked\r\n", "\r\n",
+        ]).first)
+        #expect(head.framingProblem == nil)
+    }
+
     @Test func aBadStatusLineGivesStatusZero() throws {
         #expect(parse(["HTTP/1.1 2x0 Odd\r\n", "\r\n"]).isEmpty)
         #expect(parse(["HTTP/1.1 20\r\n", "\r\n"]).isEmpty)

@@ -50,4 +50,30 @@ struct RequestTargetTests {
     func malformed(uri: String) {
         #expect(RequestTarget.parse(uri) == nil)
     }
+
+    @Test("dot segments, also percent-encoded, are found wherever they are in the path", arguments: [
+        "/api/../admin", "/api/./x", "/..", "/.", "/a/..", "/a/%2e%2e/b", "/a/%2E%2e/b", "/a/.%2e/b", "/a/%2e./b",
+        "/a/%2E/b", "http://h.test/a/../b", "/a/..?q=1", "/a/../",
+    ])
+    func dotSegments(uri: String) throws {
+        #expect(try #require(RequestTarget.parse(uri)).hasDotSegment)
+    }
+
+    @Test("names that merely contain dots are fine", arguments: [
+        "/", "/a.b", "/.well-known/x", "/a/...", "/a/..b", "/a/b..", "/a/%2e%2e%2e", "/a/%2f..x", "/a/%2", "/a/%2e1",
+        "/x?q=/../", "/v1.2/x",
+    ])
+    func notDotSegments(uri: String) throws {
+        #expect(try !#require(RequestTarget.parse(uri)).hasDotSegment)
+    }
+
+    @Test("Via entries naming backstop are counted over every Via field")
+    func viaCount() {
+        let headers: [(name: String, value: String)] = [
+            (name: "Via", value: "1.1 backstop, 1.0 squid, HTTP/1.1 Backstop (note)"),
+            (name: "via", value: "1.1 backstop"), (name: "X-Via", value: "1.1 backstop"),
+            (name: "Via", value: "1.1 backstops, backstop"),
+        ]
+        #expect(HeaderRewriter.backstopViaCount(in: headers) == 3)
+    }
 }

@@ -1,7 +1,7 @@
 import BackstopCore
 import Testing
 
-/// Every rule of `Router` (SPEC §3 "Routing", docs/behaviour.md).
+/// Every rule of `Router` (docs/reference/behaviour.md#routing).
 @Suite("Router")
 struct RouterTests {
     private static func upstream(_ name: String, hosts: [String] = [], prefix: String? = nil, strip: Bool = true,
@@ -32,18 +32,43 @@ struct RouterTests {
         #expect(route(router, "http://other.test/x", host: "h.test") == .noRoute)
     }
 
-    @Test("an upstream with hosts and a prefix needs both, in either form")
+    @Test("an upstream with hosts and a prefix is reached either way: absolute form by host, origin form by prefix")
     func hostAndPrefix() {
         let router = Router(upstreams: [Self.upstream("both", hosts: ["h.test"], prefix: "/api")], unmatched: .reject)
-        #expect(route(router, "http://h.test/api/x") == .upstream(index: 0, path: "/x"))
-        #expect(route(router, "http://h.test/api") == .upstream(index: 0, path: "/"))
-        #expect(route(router, "http://h.test/apix") == .noRoute)
-        #expect(route(router, "http://h.test/other") == .noRoute)
+        // Absolute form: the host alone decides; the prefix plays no part and nothing is stripped.
+        #expect(route(router, "http://h.test/api/x") == .upstream(index: 0, path: "/api/x"))
+        #expect(route(router, "http://h.test/api") == .upstream(index: 0, path: "/api"))
+        #expect(route(router, "http://h.test/apix") == .upstream(index: 0, path: "/apix"))
+        #expect(route(router, "http://h.test/other") == .upstream(index: 0, path: "/other"))
+        #expect(route(router, "http://nope.test/api/x") == .noRoute)
+        // Origin form: the prefix decides whatever the Host header says, and is stripped.
         #expect(route(router, "/api/x", host: "h.test") == .upstream(index: 0, path: "/x"))
-        #expect(route(router, "/api/x", host: "H.Test:80") == .upstream(index: 0, path: "/x"))
-        #expect(route(router, "/api/x", host: "nope.test") == .noRoute)
-        #expect(route(router, "/api/x") == .noRoute)
-        #expect(route(router, "/other", host: "h.test") == .noRoute)
+        #expect(route(router, "/api/x", host: "nope.test") == .upstream(index: 0, path: "/x"))
+        #expect(route(router, "/api/x", host: "127.0.0.1:8080") == .upstream(index: 0, path: "/x"))
+        #expect(route(router, "/api/x") == .upstream(index: 0, path: "/x"))
+        // No prefix match: the Host header against hosts, nothing stripped.
+        #expect(route(router, "/other", host: "H.Test:80") == .upstream(index: 0, path: "/other"))
+        #expect(route(router, "/apix", host: "h.test") == .upstream(index: 0, path: "/apix"))
+        #expect(route(router, "/other", host: "nope.test") == .noRoute)
+        #expect(route(router, "/other") == .noRoute)
+    }
+
+    @Test("the reference example upstream serves an HTTP_PROXY client and an app whose base URL is Backstop")
+    func referenceExample() throws {
+        let config = try ConfigLoader.parse(yaml: """
+            version: 1
+            listen: [127.0.0.1:8080]
+            upstreams:
+              - name: api
+                match: {hosts: [api.example.com, "*.api.example.com"], path_prefix: /api, strip_prefix: true}
+                url: https://api.example.com/v2
+            """, file: "t.yaml", baseDirectory: "/")
+        let router = Router(upstreams: config.upstreams, unmatched: config.unmatched)
+        // curl -x http://127.0.0.1:8080 http://api.example.com/v2/users
+        #expect(route(router, "http://api.example.com/v2/users") == .upstream(index: 0, path: "/v2/v2/users"))
+        // curl http://127.0.0.1:8080/api/users (Host: 127.0.0.1:8080)
+        #expect(route(router, "/api/users", host: "127.0.0.1:8080") == .upstream(index: 0, path: "/v2/users"))
+        #expect(route(router, "http://eu.api.example.com/x?a=%20b") == .upstream(index: 0, path: "/v2/x?a=%20b"))
     }
 
     @Test("origin form: longest prefix wins, at a segment boundary; strip_prefix; base path join")
@@ -113,7 +138,7 @@ struct RouterTests {
         #expect(route(router, "http://[::1]:9/p") == .upstream(index: 3, path: "/p"))
     }
 
-    @Test("precedence: origin form tries prefixes before the Host header; absolute form the host before the prefix")
+    @Test("precedence: origin form tries every prefix before any Host match; absolute form ignores prefixes")
     func precedence() {
         let router = Router(upstreams: [
             Self.upstream("byhost", hosts: ["h.test"], base: "/host"),
@@ -121,21 +146,26 @@ struct RouterTests {
             Self.upstream("wildprefix", hosts: ["*.h.test"], prefix: "/api", base: "/wp"),
             Self.upstream("wild", hosts: ["*.h.test"], base: "/w"),
         ], unmatched: .reject)
+        // Same prefix on two upstreams is a config error; here the first listed wins the tie.
         #expect(route(router, "/api/x", host: "h.test") == .upstream(index: 1, path: "/prefix/x"))
-        #expect(route(router, "/api/x", host: "a.h.test") == .upstream(index: 2, path: "/wp/x"))
+        #expect(route(router, "/api/x", host: "a.h.test") == .upstream(index: 1, path: "/prefix/x"))
         #expect(route(router, "/other", host: "h.test") == .upstream(index: 0, path: "/host/other"))
-        #expect(route(router, "/other", host: "a.h.test") == .upstream(index: 3, path: "/w/other"))
+        #expect(route(router, "/other", host: "a.h.test") == .upstream(index: 2, path: "/wp/other"))
         #expect(route(router, "http://h.test/api/x") == .upstream(index: 0, path: "/host/api/x"))
-        #expect(route(router, "http://a.h.test/api/x") == .upstream(index: 2, path: "/wp/x"))
-        #expect(route(router, "http://a.h.test/apix") == .upstream(index: 3, path: "/w/apix"))
+        #expect(route(router, "http://a.h.test/api/x") == .upstream(index: 2, path: "/wp/api/x"))
+        #expect(route(router, "http://a.h.test/apix") == .upstream(index: 2, path: "/wp/apix"))
     }
 
-    @Test("strip_prefix false keeps the prefix, also in absolute form")
+    @Test("strip_prefix false keeps the prefix; absolute form never strips")
     func stripFalse() {
-        let router = Router(upstreams: [Self.upstream("k", hosts: ["k.test"], prefix: "/api", strip: false, base: "/b")],
-                            unmatched: .reject)
+        let router = Router(upstreams: [
+            Self.upstream("k", hosts: ["k.test"], prefix: "/api", strip: false, base: "/b"),
+            Self.upstream("s", hosts: ["s.test"], prefix: "/sapi", strip: true, base: "/c"),
+        ], unmatched: .reject)
         #expect(route(router, "http://k.test/api/x?y") == .upstream(index: 0, path: "/b/api/x?y"))
         #expect(route(router, "/api/x?y", host: "k.test") == .upstream(index: 0, path: "/b/api/x?y"))
+        #expect(route(router, "/sapi/x?y") == .upstream(index: 1, path: "/c/x?y"))
+        #expect(route(router, "http://s.test/sapi/x?y") == .upstream(index: 1, path: "/c/sapi/x?y"))
     }
 
     @Test("passthrough forwards unmatched http requests as they are")
@@ -178,6 +208,8 @@ struct RouterTests {
         let router = Router(upstreams: config.upstreams, unmatched: config.unmatched)
         #expect(route(router, "/api/users?id=1", host: "api.test") == .upstream(index: 0, path: "/v2/users?id=1"))
         #expect(route(router, "/x", host: "www.web.test") == .upstream(index: 1, path: "/x"))
-        #expect(route(router, "/x", host: "api.test") == .noRoute)
+        #expect(route(router, "/x", host: "api.test") == .upstream(index: 0, path: "/v2/x"))
+        #expect(route(router, "/api/users", host: "www.web.test") == .upstream(index: 0, path: "/v2/users"))
+        #expect(route(router, "/y", host: "other.test") == .noRoute)
     }
 }
