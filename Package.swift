@@ -96,6 +96,7 @@ let package = Package(
                 "BackstopKeychain",
                 "BackstopTransport",
                 "BackstopTestSupport",
+                "BackstopSoak",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -15,10 +15,13 @@ import CFuzzing
 ///   payload → `KeychainCodec.decodePayload`, whose result must survive an encode/decode round trip.
 /// - `request`: a request head → target parsing, routing, framing checks, upstream header rewriting; and the
 ///   same bytes as an upstream response head → `UpstreamHeadParser`.
+/// - `response-head`: an upstream response head (status line and header block, one line per call as curl hands
+///   them over, interim heads and trailers included) → `UpstreamHeadParser`, checking what the client may get:
+///   well-formed field lines only, never a framing, hop-by-hop or `X-Backstop-*` field.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
-    case config, retryHint = "retry-hint", token, keychain, request
+    case config, retryHint = "retry-hint", token, keychain, request, responseHead = "response-head"
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -37,6 +40,7 @@ enum FuzzTarget: String, CaseIterable {
         case .token: Self.token(bytes)
         case .keychain: Self.keychain(bytes)
         case .request: Self.request(bytes)
+        case .responseHead: Self.responseHead(bytes)
         }
     }
 
@@ -110,6 +114,45 @@ enum FuzzTarget: String, CaseIterable {
             if let head { _ = head.fieldPairs }
             start = index + 1
         }
+    }
+}
+
+extension FuzzTarget {
+    static func responseHead(_ bytes: [UInt8]) {
+        var parser = UpstreamHeadParser()
+        var start = 0
+        for (index, byte) in bytes.enumerated() where byte == 0x0A || index == bytes.count - 1 {
+            guard let head = bytes[start...index].withUnsafeBytes({ parser.consume($0) }) else {
+                start = index + 1
+                continue
+            }
+            checkClientBound(head)
+            start = index + 1
+        }
+    }
+
+    /// What reaches the client's head: `Name: value\r\n` lines with a token name and no CR, LF or NUL inside,
+    /// and none of the fields Backstop takes out.
+    static func checkClientBound(_ head: UpstreamResponseHead) {
+        let forbidden = ["content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
+                         "upgrade", "proxy-connection", "x-backstop-error", "x-backstop-attempts", "via"]
+        var line: [UInt8] = []
+        var previous: UInt8 = 0
+        for byte in head.fields {
+            if byte == 0x0A {
+                precondition(previous == 0x0D, "bare LF in a client-bound field")
+                let text = String(decoding: line.dropLast(), as: UTF8.self)
+                let name = text.split(separator: ":", maxSplits: 1).first.map { $0.lowercased() } ?? ""
+                precondition(!name.isEmpty && !forbidden.contains(name), "field '\(name)' must not reach the client")
+                precondition(!line.dropLast().contains(0x0D) && !line.contains(0), "CR or NUL inside a field")
+                line = []
+            } else {
+                line.append(byte)
+            }
+            previous = byte
+        }
+        precondition(line.isEmpty, "a field line without its CRLF")
+        if head.framingProblem == nil, let length = head.contentLength { precondition(length >= 0) }
     }
 }
 

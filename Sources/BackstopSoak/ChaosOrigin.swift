@@ -10,20 +10,33 @@ final class ChaosOrigin: Sendable {
     enum Fault: String, CaseIterable, Sendable {
         case ok, large, slow, unavailable = "503", tooMany = "429", badGateway = "502", reset, hang
         case unauthorized = "401"
+        /// A lying upstream: `Content-Length` and `Transfer-Encoding` together, a forged response in the chunks.
+        case conflictingFraming = "lie-framing"
+        /// A lying upstream: a body longer than its `Content-Length`, a forged response in the excess.
+        case overlongBody = "lie-overlong"
     }
+
+    /// The header of the forged response a lying upstream smuggles; it must never reach a client.
+    static let injectedMarker = "X-Soak-Injected"
+    /// Set on the (honestly framed part of the) overlong response, so the client knows its connection closes after it.
+    static let lieMarker = "X-Soak-Lie"
 
     /// Weights (out of 100) of the faults drawn for authorized requests.
     static let mix: [(Fault, Int)] = [
-        (.ok, 58), (.large, 5), (.slow, 5), (.unavailable, 10), (.tooMany, 4), (.badGateway, 5), (.reset, 9),
-        (.hang, 4),
+        (.ok, 54), (.large, 5), (.slow, 5), (.unavailable, 10), (.tooMany, 4), (.badGateway, 5), (.reset, 9),
+        (.hang, 4), (.conflictingFraming, 2), (.overlongBody, 2),
     ]
 
     struct Tally: Sendable {
         var faults: [Fault: Int] = [:]
-        /// How many times each soak request id reached the origin and was acted on. An attempt answered 401 is not
-        /// counted: the origin refused it unprocessed, and SPEC §3 replays it once with the refreshed token.
+        /// Attempts the origin acted on, and attempts it refused with 401, over all requests.
+        var attemptTotal = 0
+        var refusedTotal = 0
+        /// Per unkeyed POST/PATCH id (the only requests whose repeats matter, so memory grows with them alone): how
+        /// many attempts the origin acted on. A 401 refusal is not counted there: the origin refused it unprocessed,
+        /// and the request is replayed once with the refreshed token (docs/reference/behaviour.md#token-refresh).
         var attempts: [String: Int] = [:]
-        /// How many attempts were refused with 401 (each is replayed at most once).
+        /// Per unkeyed POST/PATCH id: attempts refused with 401 (each is replayed at most once).
         var refused: [String: Int] = [:]
         /// Ids of POST/PATCH requests that carried no idempotency key.
         var unkeyed: Set<String> = []
@@ -53,9 +66,8 @@ final class ChaosOrigin: Sendable {
         let authorized = auth.isAuthorized(request)
         let fault = state.withLockedValue { s -> Fault in
             let id = request.header("X-Soak-Id") ?? "-"
-            if (request.method == "POST" || request.method == "PATCH") && request.header("Idempotency-Key") == nil {
-                s.tally.unkeyed.insert(id)
-            }
+            let unkeyed = (request.method == "POST" || request.method == "PATCH") && request.header("Idempotency-Key") == nil
+            if unkeyed { s.tally.unkeyed.insert(id) }
             var fault = Fault.unauthorized
             if authorized {
                 var roll = Int(s.random.next() % 100)
@@ -70,9 +82,11 @@ final class ChaosOrigin: Sendable {
             }
             s.tally.faults[fault, default: 0] += 1
             if fault == .unauthorized {
-                s.tally.refused[id, default: 0] += 1
+                s.tally.refusedTotal += 1
+                if unkeyed { s.tally.refused[id, default: 0] += 1 }
             } else {
-                s.tally.attempts[id, default: 0] += 1
+                s.tally.attemptTotal += 1
+                if unkeyed { s.tally.attempts[id, default: 0] += 1 }
             }
             return fault
         }
@@ -98,6 +112,16 @@ final class ChaosOrigin: Sendable {
         case .unauthorized:
             return .respond(status: 401, headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")],
                             body: Array("denied".utf8))
+        case .conflictingFraming:
+            let body = "HELLO" + Self.forgedResponse
+            return .raw(Array(("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + String(body.utf8.count, radix: 16) + "\r\n" + body + "\r\n0\r\n\r\n").utf8), close: true)
+        case .overlongBody:
+            return .raw(Array(("HTTP/1.1 200 OK\r\n\(Self.lieMarker): overlong\r\nContent-Length: 5\r\n\r\nHELLO"
+                + Self.forgedResponse).utf8), close: true)
         }
     }
+
+    /// A whole response, as a lying upstream hides one in a body for the proxy to pass on as the next answer.
+    static let forgedResponse = "HTTP/1.1 200 OK\r\n\(injectedMarker): yes\r\nContent-Length: 6\r\n\r\nforged"
 }

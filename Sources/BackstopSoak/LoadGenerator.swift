@@ -20,6 +20,10 @@ final class LoadGenerator: Sendable {
         var stalledBodies = 0
         /// Responses no request asked for (the decoder saw a response beyond the requests sent).
         var extraResponses = 0
+        /// Responses carrying a lying upstream's forged answer (its marker header or bytes): must stay 0.
+        var injected = 0
+        /// Answers from a lying upstream relayed at their honest length (the connection then closes).
+        var lies = 0
         /// Clients that hung up on purpose before their response.
         var abandoned = 0
         var connectFailures = 0
@@ -134,8 +138,12 @@ final class LoadGenerator: Sendable {
             $0.statuses[head.status, default: 0] += 1
             $0.slowestHead = max($0.slowestHead, waited)
         }
+        if head.header(ChaosOrigin.injectedMarker) != nil {
+            stats.withLockedValue { $0.injected += 1 }
+        }
+        let response: RawHTTPResponse
         do {
-            _ = try await connection.nextResponse(timeout: .seconds(60))
+            response = try await connection.nextResponse(timeout: .seconds(60))
         } catch let error as RawHTTPError {
             stats.withLockedValue {
                 if case .timeout = error { $0.stalledBodies += 1 } else { $0.truncated += 1 }
@@ -144,6 +152,14 @@ final class LoadGenerator: Sendable {
             return false
         } catch {
             stats.withLockedValue { $0.truncated += 1 }
+            return false
+        }
+        if ByteSearch.contains(response.body, Array(ChaosOrigin.injectedMarker.utf8)) {
+            stats.withLockedValue { $0.injected += 1 }
+        }
+        if head.header(ChaosOrigin.lieMarker) != nil {
+            // Backstop relays exactly the announced length and then closes the connection: no next request on it.
+            stats.withLockedValue { $0.lies += 1 }
             return false
         }
         return head.header("Connection")?.lowercased() != "close"

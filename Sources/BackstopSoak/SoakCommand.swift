@@ -87,7 +87,9 @@ struct SoakCommand: AsyncParsableCommand {
         // SIGTERM drains; the exit status and the whole log (shutdown included) go into the report.
         daemon.send(signal: SIGTERM)
         let exitStatus = try? await daemon.waitForExit(timeout: .seconds(30))
-        let output = daemon.output
+        // The log is read once from its file, in chunks (never held whole), before `stop()` removes it.
+        let scan = SecretScanner(secrets: Set(auth.issuedSecrets + [clientSecret]), salt: Array(salt.utf8))
+            .scan(path: daemon.logPath)
         await daemon.stop()
 
         let report = SoakReport(
@@ -95,8 +97,7 @@ struct SoakCommand: AsyncParsableCommand {
             grants: auth.grantTimes, failedTokenCalls: auth.failedCalls, revocations: auth.revocationTimes,
             rejectedRefreshTokens: auth.rejectedRefreshTokens, baseline: baseline, end: settled,
             alive: alive, exitStatus: exitStatus,
-            secretsLogged: (auth.issuedSecrets + [clientSecret]).filter { output.contains($0) }.count,
-            secretsChecked: auth.issuedSecrets.count + 1, logLines: output.split(separator: "\n").count)
+            secretsLogged: scan.found.count, secretsChecked: auth.issuedSecrets.count + 1, logLines: scan.lines)
         print(json ? report.json() : report.table())
         try? await chaos.origin.shutdown()
         try? await auth.origin.shutdown()

@@ -80,7 +80,7 @@ struct SoakReport {
         return missing
     }
 
-    var originAttempts: Int { chaos.attempts.values.reduce(0, +) + chaos.refused.values.reduce(0, +) }
+    var originAttempts: Int { chaos.attemptTotal + chaos.refusedTotal }
 
     var clientRequests: Int { load.requests.values.reduce(0, +) }
     var responses: Int { load.statuses.values.reduce(0, +) }
@@ -108,6 +108,9 @@ struct SoakReport {
                   passed: load.lost + load.connectFailures == 0),
             Check(name: "hung past total + 1 s", value: "\(load.hung)", passed: load.hung == 0),
             Check(name: "answered twice", value: "\(load.extraResponses)", passed: load.extraResponses == 0),
+            Check(name: "injected responses (a lying upstream's forged answer reaching a client)",
+                  value: "\(load.injected) (\(load.lies) honest-length answers from lying upstreams)",
+                  passed: load.injected == 0),
             Check(name: "bodies cut short or stalled", value: "\(load.truncated + load.stalledBodies)",
                   passed: load.truncated + load.stalledBodies == 0),
             Check(name: "origin attempts (faults injected)", value: "\(attempts) (\(faults))", passed: nil),
@@ -153,6 +156,7 @@ struct SoakReport {
             "requests": load.requests, "responses": responses,
             "statuses": Dictionary(uniqueKeysWithValues: load.statuses.map { (String($0.key), $0.value) }),
             "lost": load.lost + load.connectFailures, "hung": load.hung, "answered_twice": load.extraResponses,
+            "injected": load.injected,
             "truncated": load.truncated, "stalled": load.stalledBodies, "abandoned": load.abandoned,
             "faults": Dictionary(uniqueKeysWithValues: chaos.faults.map { ($0.key.rawValue, $0.value) }),
             "origin_attempts": originAttempts, "unkeyed_duplicated": duplicatedUnkeyed,

@@ -15,7 +15,7 @@ struct ProxyHarness {
         async throws -> ProxyHarness
     {
         var text = yaml
-        if !text.contains("listen:") { text = "listen: [\"127.0.0.1:0\"]\n" + text }
+        if !text.hasPrefix("listen:") && !text.contains("\nlisten:") { text = "listen: [\"127.0.0.1:0\"]\n" + text }
         if !text.contains("version:") { text = "version: 1\n" + text }
         let config = try ConfigLoader.parse(yaml: text, file: "test.yaml", baseDirectory: directory)
         let logger = Logger(label: "backstop-test") { _ in SwiftLogNoOpLogHandler() }

@@ -109,7 +109,7 @@ struct ConfigBuilder {
                 reader.fail(addressNode, "listen address \(listener.address) is not loopback; add 'allow_remote: true' "
                     + "to this entry (long form: {address: ..., allow_remote: true, allow_clients: [CIDR]})")
             }
-            if out.contains(where: { $0.address == listener.address }) {
+            if listener.address.bindsFixedAddress, out.contains(where: { $0.address == listener.address }) {
                 reader.fail(addressNode, "duplicate listen address \(listener.address)")
             }
             out.append(listener)
@@ -166,7 +166,7 @@ struct ConfigBuilder {
         if case .tcp(let host, _) = address, !IPAddressParser.isLoopback(host), !allowRemote {
             reader.fail(listenNode, "admin listener \(address) is not loopback; add 'allow_remote: true' to 'admin'")
         }
-        if proxyListeners.contains(where: { $0.address == address }) {
+        if address.bindsFixedAddress, proxyListeners.contains(where: { $0.address == address }) {
             reader.fail(listenNode, "admin listener \(address) is also a proxy listener")
         }
         return AdminConfig(address: address, allowRemote: allowRemote, allowClients: clients)

@@ -69,6 +69,12 @@ public enum ListenAddress: Sendable, Equatable, Hashable, CustomStringConvertibl
     /// Absolute path of a unix domain socket.
     case unix(path: String)
 
+    /// False for port 0 (the kernel picks a free port each time): two such listeners never clash.
+    public var bindsFixedAddress: Bool {
+        if case .tcp(_, 0) = self { return false }
+        return true
+    }
+
     public var description: String {
         switch self {
         case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"

@@ -52,9 +52,12 @@ public final class TestAuthServer: Sendable {
     public let origin: TestOrigin
 
     /// Starts the endpoint; `initialRefreshToken` is what the keychain should hold.
-    public static func start(initialRefreshToken: String = "refresh-0") async throws -> TestAuthServer {
+    /// With `tls`, the endpoint serves HTTPS with that identity (`tokenURL` is then `https://localhost:PORT/…`).
+    public static func start(initialRefreshToken: String = "refresh-0", tls: TestTLSIdentity? = nil) async throws
+        -> TestAuthServer
+    {
         let box = Box()
-        let origin = try await TestOrigin.start { request in box.server?.answer(request) ?? .respond(status: 500) }
+        let origin = try await TestOrigin.start(tls: tls) { request in box.server?.answer(request) ?? .respond(status: 500) }
         let server = TestAuthServer(origin: origin, refreshToken: initialRefreshToken)
         box.server = server
         return server

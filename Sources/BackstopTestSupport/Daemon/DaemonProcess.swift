@@ -55,6 +55,9 @@ public final class DaemonProcess: Sendable {
 
     public var isRunning: Bool { process.isRunning }
 
+    /// The file the daemon's stdout and stderr go to (for scans that must not hold the whole log in memory).
+    public var logPath: String { stderrPath }
+
     /// Waits until `host:port` accepts TCP connections (the daemon bound its listener).
     public func waitUntilListening(port: Int, host: String = "127.0.0.1", timeout: Duration = .seconds(20)) async throws {
         let deadline = ContinuousClock.now + timeout

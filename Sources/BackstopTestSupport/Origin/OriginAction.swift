@@ -23,6 +23,9 @@ public indirect enum OriginAction: Sendable {
     case hang
     /// Abort the connection with a TCP RST (SO_LINGER 0, then close).
     case reset
+    /// Writes `bytes` as they are (status line, fields, body: a lying upstream can frame them any way), then
+    /// keeps the connection open, or closes it when `close` is true.
+    case raw([UInt8], close: Bool = false)
     /// Wait, then perform `then`.
     case delay(Duration, then: OriginAction)
 

@@ -50,6 +50,11 @@ struct OriginResponder {
             try await channel.writeAndFlush(buffer)
             state.addBodyBytesSent(bodyCount)
             return .close
+        case .raw(let bytes, let close):
+            var buffer = channel.allocator.buffer(capacity: bytes.count)
+            buffer.writeBytes(bytes)
+            try await channel.writeAndFlush(buffer)
+            return close ? .close : .keepAlive
         case .hang:
             return .hang
         case .reset:

@@ -27,6 +27,10 @@ final class OriginState: Sendable {
         inner.withLockedValue { $0.acceptedConnections }
     }
 
+    var openConnectionCount: Int {
+        inner.withLockedValue { $0.openConnections.count }
+    }
+
     var bodyBytesSent: Int {
         inner.withLockedValue { $0.bodyBytesSent }
     }

@@ -144,6 +144,11 @@ public final class TestOrigin: Sendable {
         state.connectionCount
     }
 
+    /// TCP connections open now (accepted and not yet closed by either side).
+    public var openConnectionCount: Int {
+        state.openConnectionCount
+    }
+
     /// Waits until at least `count` requests have been recorded and returns them; throws `TestOriginError.timeout`
     /// with what did arrive.
     public func waitForRequests(_ count: Int, timeout: Duration) async throws -> [RecordedRequest] {

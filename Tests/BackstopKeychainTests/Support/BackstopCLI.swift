@@ -21,20 +21,26 @@ enum BackstopCLI {
     }
 
     /// Runs the binary to completion (killed after `deadline`), feeding `stdin` and collecting its output.
-    static func run(_ arguments: [String], stdin: [UInt8] = [], deadline: TimeInterval = 60) throws -> Result {
-        let process = try start(arguments, stdin: stdin)
+    static func run(
+        _ arguments: [String], stdin: [UInt8] = [], deadline: TimeInterval = 60, environment: [String: String] = [:]
+    ) throws -> Result {
+        let process = try start(arguments, stdin: stdin, environment: environment)
         let watchdog = DispatchWorkItem { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
         DispatchQueue.global().asyncAfter(deadline: .now() + deadline, execute: watchdog)
         defer { watchdog.cancel() }
         return finish(process)
     }
 
-    static func start(_ arguments: [String], stdin: [UInt8] = []) throws -> Process {
+    /// `environment` is added to the test runner's own.
+    static func start(_ arguments: [String], stdin: [UInt8] = [], environment: [String: String] = [:]) throws -> Process {
         // A child that exits without reading all of stdin must cost an EPIPE, not a SIGPIPE of the test runner.
         signal(SIGPIPE, SIG_IGN)
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
         let input = Pipe()
         process.standardInput = input
         process.standardOutput = Pipe()
