@@ -32,9 +32,8 @@ struct RunCommand: AsyncParsableCommand {
             Console.error("--drain-timeout: '\(drainTimeout)' is not a duration (e.g. 30s)")
             throw ExitCode(2)
         }
-        let level = config.log.level.loggerLevel
-        let format = config.log.format
-        LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level, format: format) }
+        let logSettings = LogSettings(level: config.log.level.loggerLevel, format: config.log.format)
+        LoggingSystem.bootstrap { label in LineLogHandler(label: label, settings: logSettings) }
         let logger = Logger(label: "backstop")
 
         let problems = EnvironmentChecks.problems(in: config)
@@ -49,9 +48,9 @@ struct RunCommand: AsyncParsableCommand {
             await server.drainAndStop(timeout: .zero)
             throw ExitCode(1)
         }
-        let addresses = server.boundAddresses.map { "\($0)" }.joined(separator: ",")
+        let addresses = server.boundAddresses.map(\.displayString).joined(separator: ",")
         logger.notice("listening", metadata: [
-            "listeners": .string(addresses), "admin": .string(server.adminAddress.map { "\($0)" } ?? "off"),
+            "listeners": .string(addresses), "admin": .string(server.adminAddress?.displayString ?? "off"),
             "upstreams": .stringConvertible(config.upstreams.count),
         ])
 
@@ -62,7 +61,9 @@ struct RunCommand: AsyncParsableCommand {
         }
         notifier.notify("READY=1\n" + summary(config))
         let released = StartupMemory.releaseStartupCode()
-        logger.debug("startup code released", metadata: ["bytes": .stringConvertible(released)])
+        logger.trace("memory pages used only during startup handed back to the kernel", metadata: [
+            "kib": .stringConvertible(released / 1024),
+        ])
         var watchdog: RepeatedTask?
         if let interval = SystemdNotifier.watchdogInterval(environment: environment) {
             watchdog = notifier.startWatchdog(on: server.anyEventLoop, interval: interval)
@@ -73,7 +74,8 @@ struct RunCommand: AsyncParsableCommand {
             let signal = await signals.next()
             if signal == SIGHUP {
                 notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(SystemdNotifier.monotonicMicroseconds())")
-                let active = await Reloader.reload(path: configPath, server: server, logger: logger) ?? config
+                let active = await Reloader.reload(path: configPath, server: server, logger: logger, logSettings: logSettings)
+                    ?? config
                 notifier.notify("READY=1\n" + summary(active))
                 continue
             }
@@ -116,7 +118,7 @@ final class SignalWaiter {
 enum Reloader {
     /// Returns the new config when it was applied, nil when the old one stays.
     @discardableResult
-    static func reload(path: String, server: ProxyServer, logger: Logger) async -> Config? {
+    static func reload(path: String, server: ProxyServer, logger: Logger, logSettings: LogSettings) async -> Config? {
         let config: Config
         do {
             config = try ConfigLoader.load(path: path)
@@ -139,7 +141,12 @@ enum Reloader {
             logger.warning("admin listener changes take effect on restart")
         }
         await server.reload(config: config)
-        logger.notice("config reloaded", metadata: ["upstreams": .stringConvertible(config.upstreams.count)])
+        // log.level and log.format apply at once; log.access_log with the new snapshot.
+        logSettings.apply(config.log)
+        logger.notice("config reloaded", metadata: [
+            "upstreams": .stringConvertible(config.upstreams.count), "log_level": .string(config.log.level.rawValue),
+            "log_format": .string(config.log.format.rawValue),
+        ])
         return config
     }
 }

@@ -18,7 +18,12 @@ struct ProxyHarness {
         if !text.hasPrefix("listen:") && !text.contains("\nlisten:") { text = "listen: [\"127.0.0.1:0\"]\n" + text }
         if !text.contains("version:") { text = "version: 1\n" + text }
         let config = try ConfigLoader.parse(yaml: text, file: "test.yaml", baseDirectory: directory)
-        let logger = Logger(label: "backstop-test") { _ in SwiftLogNoOpLogHandler() }
+        // BACKSTOP_TEST_LOG=debug (or another level) shows the proxy's log lines on stderr while debugging a test.
+        let level = ProcessInfo.processInfo.environment["BACKSTOP_TEST_LOG"].flatMap(LogLevel.init(rawValue:))
+        let logger = Logger(label: "backstop-test") { label in
+            guard let level else { return SwiftLogNoOpLogHandler() }
+            return LineLogHandler(label: label, settings: LogSettings(level: level.loggerLevel, format: .logfmt))
+        }
         let server = ProxyServer(config: config, logger: logger, keychain: keychain)
         try await server.start()
         guard let port = server.boundAddresses.first?.port else { throw HarnessError.noPort }

@@ -8,6 +8,8 @@ enum HeaderName: Equatable {
     /// `X-Backstop-Error`, `X-Backstop-Attempts`: only Backstop writes them.
     case backstopOwn
     case retryAfter, rateLimitReset
+    /// `Location`, `Content-Location`: rewritten when they point at the upstream's own URL.
+    case location
     case other
 
     static func classify(_ name: UnsafeRawBufferPointer) -> HeaderName {
@@ -18,11 +20,13 @@ enum HeaderName: Equatable {
         case 4: return named("host") ? .host : .other
         case 6: return named("expect") ? .expect : .other
         case 7: return named("upgrade") || named("trailer") ? .hopByHop : .other
+        case 8: return named("location") ? .location : .other
         case 10: return named("connection") || named("keep-alive") ? .hopByHop : .other
         case 11: return named("retry-after") ? .retryAfter : .other
         case 14: return named("content-length") ? .contentLength : .other
         case 16:
             if named("proxy-connection") { return .hopByHop }
+            if named("content-location") { return .location }
             return named("x-backstop-error") ? .backstopOwn : .other
         case 17:
             if named("transfer-encoding") { return .hopByHop }
@@ -120,7 +124,7 @@ public enum HeaderRewriter {
             case .hopByHop, .host, .contentLength, .expect: continue
             case .via:
                 via = via.map { "\($0), \(header.value)" } ?? header.value
-            case .backstopOwn, .retryAfter, .rateLimitReset, .other:
+            case .backstopOwn, .retryAfter, .rateLimitReset, .location, .other:
                 if !listed.isEmpty && listed.contains(header.name.asciiLowercased()) { continue }
                 out.append(header)
             }

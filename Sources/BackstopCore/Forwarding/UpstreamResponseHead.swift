@@ -23,12 +23,16 @@ public struct UpstreamResponseHead: Sendable, Equatable {
     /// malformed lengths, a transfer coding other than `chunked`), or nil when it is sound. Such a head is never
     /// relayed: a proxy and its client could disagree about where the body ends (response splitting).
     public var framingProblem: String?
+    /// Where the values of `Location` and `Content-Location` lines sit in `fields` (for `RedirectRewriter`).
+    public var redirectValueRanges: [Range<Int>]
 
     public init(
         status: Int, version: String = "1.1", fields: [UInt8] = [], contentLength: Int? = nil, via: String? = nil,
-        retryAfter: String? = nil, rateLimitReset: String? = nil, framingProblem: String? = nil
+        retryAfter: String? = nil, rateLimitReset: String? = nil, framingProblem: String? = nil,
+        redirectValueRanges: [Range<Int>] = []
     ) {
         self.framingProblem = framingProblem
+        self.redirectValueRanges = redirectValueRanges
         self.status = status
         self.version = version
         self.fields = fields
@@ -61,6 +65,26 @@ public struct UpstreamResponseHead: Sendable, Equatable {
     public func field(_ name: String) -> String? {
         fieldPairs.first { $0.name.caseInsensitiveEquals(name) }?.value
     }
+
+    /// Rewrites the `Location` and `Content-Location` values `rewriter` maps to the client's view (a rare path:
+    /// only heads that carry such fields pay for it).
+    public mutating func rewriteRedirects(_ rewriter: RedirectRewriter) {
+        guard !redirectValueRanges.isEmpty else { return }
+        var rebuilt: [UInt8] = []
+        rebuilt.reserveCapacity(fields.count + 64)
+        var copied = 0
+        for range in redirectValueRanges {
+            let value = String(decoding: fields[range], as: UTF8.self)
+            guard let replacement = rewriter.rewrite(value) else { continue }
+            rebuilt.append(contentsOf: fields[copied..<range.lowerBound])
+            rebuilt.append(contentsOf: replacement.utf8)
+            copied = range.upperBound
+        }
+        guard copied > 0 else { return }
+        rebuilt.append(contentsOf: fields[copied...])
+        fields = rebuilt
+        redirectValueRanges = []
+    }
 }
 
 /// Builds an `UpstreamResponseHead` from header lines as libcurl hands them over, one call per line (status line,
@@ -79,10 +103,11 @@ public struct UpstreamHeadParser: Sendable {
     /// and the `Transfer-Encoding` codings.
     private var lengthValues: [Int?] = []
     private var transferCodings: [String] = []
+    private var redirectValueRanges: [Range<Int>] = []
     /// Names listed in `Connection` (lowercased), to be taken out of `fields` when the head ends.
     private var connectionListed: [String] = []
     /// Where an obs-fold continuation line goes: the field it continues.
-    private enum LastLine { case none, field, via, retryAfter, rateLimitReset, framing, dropped }
+    private enum LastLine { case none, field, location, via, retryAfter, rateLimitReset, framing, dropped }
     private var lastLine = LastLine.none
     /// The final head was produced: further lines are trailers.
     public private(set) var finished = false
@@ -128,6 +153,7 @@ public struct UpstreamHeadParser: Sendable {
         rateLimitReset = nil
         lengthValues = []
         transferCodings = []
+        redirectValueRanges = []
         connectionListed = []
         lastLine = .none
     }
@@ -146,7 +172,8 @@ public struct UpstreamHeadParser: Sendable {
         if !connectionListed.isEmpty { removeConnectionListed() }
         return UpstreamResponseHead(
             status: status, version: version, fields: fields, contentLength: contentLength, via: via,
-            retryAfter: retryAfter, rateLimitReset: rateLimitReset, framingProblem: framingProblem())
+            retryAfter: retryAfter, rateLimitReset: rateLimitReset, framingProblem: framingProblem(),
+            redirectValueRanges: connectionListed.isEmpty ? redirectValueRanges : [])
     }
 
     /// RFC 9112 §6.3 read as a proxy must: anything two parsers could frame differently is refused. Identical
@@ -212,6 +239,11 @@ public struct UpstreamHeadParser: Sendable {
                 rateLimitReset = text
             }
             appendField(name, value)
+        case .location:
+            let start = fields.count + name.count + 2
+            appendField(name, value)
+            redirectValueRanges.append(start..<(start + value.count))
+            lastLine = .location
         case .host, .expect, .other:
             appendField(name, value)
         }
@@ -236,6 +268,15 @@ public struct UpstreamHeadParser: Sendable {
         }
         let value = UnsafeRawBufferPointer(rebasing: line[start..<stop])
         switch lastLine {
+        case .location:
+            // A folded redirect value is passed on joined, but not rewritten (its recorded range no longer fits).
+            redirectValueRanges.removeLast()
+            lastLine = .field
+            fields.removeLast(2)
+            fields.append(0x20)
+            fields.append(contentsOf: value)
+            fields.append(0x0D)
+            fields.append(0x0A)
         case .field:
             fields.removeLast(2)
             fields.append(0x20)

@@ -88,10 +88,24 @@ final class Exchange {
     private var previousDelay: Duration?
     private var random = SystemRandomNumberGenerator()
 
+    /// The request-target as parsed (for mapping upstream redirects back to the client's view).
+    private let target: RequestTarget
+    /// Who asked, and for which host, for the access line.
+    private let client: String
+    private let clientHost: String
+    /// Why the last failed attempt failed (curl's error, errno, address), for logs and the access line.
+    private var lastFailureCause: String?
+    /// Why the last retry decision gave up (logged with the final failure: `budget-exhausted`, …).
+    private var lastGiveUp: GiveUpReason?
+
     init(
         runtime: ProxyRuntime, snapshot: ConfigSnapshot, head: HTTPRequestHead, framing: RequestFraming,
-        destination: Destination, eventLoop: EventLoop, handler: ProxyHandler
+        destination: Destination, eventLoop: EventLoop, handler: ProxyHandler, client: String, clientHost: String,
+        target: RequestTarget
     ) {
+        self.target = target
+        self.client = client
+        self.clientHost = clientHost
         self.runtime = runtime
         self.snapshot = snapshot
         self.head = head
@@ -506,9 +520,7 @@ final class Exchange {
         if case .giveUp(.budgetExhausted) = decision {
             runtime.metrics.recordBudgetExhausted(upstream: upstream.config.name)
         }
-        if case .giveUp(let reason) = decision {
-            runtime.logger.debug("no retry", metadata: ["upstream": .string(upstream.config.name), "reason": .string(reason.rawValue)])
-        }
+        if case .giveUp(let reason) = decision { lastGiveUp = reason }
         return decision
     }
 
@@ -563,7 +575,11 @@ final class Exchange {
         handle(events, token: attemptToken)
     }
 
-    private func deliverHead(_ upstreamHead: UpstreamResponseHead, error: ProxyErrorReason? = nil) {
+    private func deliverHead(_ received: UpstreamResponseHead, error: ProxyErrorReason? = nil) {
+        var upstreamHead = received
+        if !upstreamHead.redirectValueRanges.isEmpty, let upstream {
+            upstreamHead.rewriteRedirects(RedirectRewriter(upstream: upstream.config, target: target))
+        }
         phase = .relayingResponse
         totalTimer?.cancel()
         totalTimer = nil
@@ -611,6 +627,7 @@ final class Exchange {
         }
         attemptDeadline = nil
         runtime.metrics.recordAttempt(upstream: upstreamName, outcome: failure.label)
+        lastFailureCause = failure.detail
         if let upstream {
             let outcome: AttemptOutcome?
             switch failure {
@@ -620,10 +637,12 @@ final class Exchange {
             case .cancelled, .requestBodyFailed, .loopDetected, .destinationDenied: outcome = nil
             }
             if let outcome, case .retry(let delay, let reason) = decide(outcome, upstream: upstream) {
+                logAttemptFailure(failure, final: false)
                 scheduleRetry(after: delay, reason: reason)
                 return
             }
         }
+        if failure != .cancelled { logAttemptFailure(failure, final: true) }
         switch failure {
         case .timeout: failLocally(.upstreamTimeout)
         case .cancelled: failLocally(.upstreamUnreachable)
@@ -633,6 +652,19 @@ final class Exchange {
         case .loopDetected: failLocally(.loopDetected)
         case .destinationDenied: failLocally(.destinationDenied)
         }
+    }
+
+    /// The cause of a failed attempt: `debug` when it is retried, `info` for the last one (the access line then
+    /// carries it as `reason` too).
+    private func logAttemptFailure(_ failure: TransportFailure, final: Bool) {
+        let level: Logger.Level = final ? .info : .debug
+        guard runtime.logger.logLevel <= level else { return }
+        var metadata: Logger.Metadata = [
+            "upstream": .string(upstreamName), "attempt": .stringConvertible(attempts), "outcome": .string(failure.label),
+            "reason": .string(failure.detail), "method": .string(head.method.rawValue), "host": .string(clientHost),
+        ]
+        if final, let lastGiveUp { metadata["not_retried"] = .string(lastGiveUp.rawValue) }
+        runtime.logger.log(level: level, final ? "attempt failed" : "attempt failed; retrying", metadata: metadata)
     }
 
     private func perTryDeadlinePassed(token: Int) {
@@ -670,7 +702,7 @@ final class Exchange {
         if case .streaming(let stream) = body, !requestComplete { stream.fail() }
         let complete = requestComplete
         finish(status: reason.status, note: reason.rawValue)
-        handler.exchangeFailed(reason, requestComplete: complete)
+        handler.exchangeFailed(reason, requestComplete: complete, attempts: attempts > 0 ? attempts : nil)
     }
 
     private func finish(status: Int, note: String?) {
@@ -684,30 +716,11 @@ final class Exchange {
         runtime.requestFinished()
         let elapsed = NIODeadline.now() - startedAt
         runtime.metrics.recordRequest(upstream: upstreamName, status: status, seconds: Double(elapsed.nanoseconds) / 1e9)
-        if snapshot.config.log.accessLog {
-            var metadata: Logger.Metadata = [
-                "upstream": .string(upstreamName),
-                "method": .string(head.method.rawValue),
-                "path": .string(Self.pathWithoutQuery(head.uri)),
-                "status": .stringConvertible(status),
-                "attempts": .stringConvertible(attempts),
-                "ms": .string(Self.milliseconds(elapsed)),
-                "bytes": .stringConvertible(responseBytes),
-            ]
-            if let note { metadata["error"] = .string(note) }
-            if !retryReasons.isEmpty { metadata["retries"] = .string(retryReasons.joined(separator: ",")) }
-            runtime.logger.info("request", metadata: metadata)
-        }
-    }
-
-    private static func milliseconds(_ amount: TimeAmount) -> String {
-        let tenths = amount.nanoseconds / 100_000
-        return "\(tenths / 10).\(tenths % 10)"
-    }
-
-    private static func pathWithoutQuery(_ uri: String) -> String {
-        if let q = uri.firstIndex(of: "?") { return String(uri[..<q]) }
-        return uri
+        runtime.logAccess(AccessRecord(
+            client: client, method: head.method.rawValue, host: clientHost, path: AccessRecord.pathWithoutQuery(head.uri),
+            status: status, error: note, reason: note == nil ? nil : lastFailureCause, upstream: upstreamName,
+            attempts: attempts, retries: retryReasons, elapsed: elapsed, bytes: responseBytes),
+            enabled: snapshot.config.log.accessLog)
     }
 }
 

@@ -63,7 +63,13 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.idleTimeout = idleTimeout
     }
 
+    /// The client's address for access lines.
+    private var clientAddress = "-"
+
     func channelActive(context: ChannelHandlerContext) {
+        if let address = context.channel.remoteAddress {
+            if case .unixDomainSocket = address { clientAddress = "unix" } else { clientAddress = address.displayString }
+        }
         armIdleTimer(context: context)
         context.fireChannelActive()
     }
@@ -116,6 +122,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if let exchange {
             exchange.clientStalled()
         } else if !responseInProgress {
+            logLocalAnswer(.requestTimeout, method: "-", host: "-", path: "-")
             sendLocalError(.requestTimeout, close: true)
         } else {
             context?.close(promise: nil)
@@ -199,6 +206,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 let reason: ProxyErrorReason = parserError == .headerOverflow ? .headersTooLarge : .badRequest
                 clientIsHTTP10 = false
                 requestIsHead = false
+                logLocalAnswer(reason, method: "-", host: "-", path: "-")
                 sendLocalError(reason, close: true)
             } else {
                 context.close(promise: nil)
@@ -229,7 +237,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         if head.method == .CONNECT {
-            rejectConnect(context: context)
+            rejectConnect(context: context, head: head)
             return
         }
         var headerBytes = head.uri.utf8.count
@@ -278,9 +286,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         closeAfterResponse = !head.isKeepAlive
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
         requestIsHead = head.method == .HEAD
+        let clientHost: String
+        if case .absolute(_, let host, _) = target.form { clientHost = host } else { clientHost = hostHeader ?? "-" }
         let exchange = Exchange(
             runtime: runtime, snapshot: snapshot, head: head, framing: framing, destination: destination,
-            eventLoop: context.eventLoop, handler: self)
+            eventLoop: context.eventLoop, handler: self, client: clientAddress, clientHost: clientHost, target: target)
         self.exchange = exchange
         if framing.hasBody, head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true {
             var interim = context.channel.allocator.buffer(capacity: 32)
@@ -295,30 +305,44 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func rejectRequest(_ reason: ProxyErrorReason, head: HTTPRequestHead, close: Bool) {
         discardingRequest = true
         runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
-        runtime.logger.debug(
-            "request rejected",
-            metadata: ["reason": .string(reason.rawValue), "method": .string(head.method.rawValue)])
+        let host: String
+        if let target = RequestTarget.parse(head.uri), case .absolute(_, let urlHost, _) = target.form {
+            host = urlHost
+        } else {
+            host = head.headers.first(name: "host") ?? "-"
+        }
+        logLocalAnswer(reason, method: head.method.rawValue, host: host, path: AccessRecord.pathWithoutQuery(head.uri))
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
         requestIsHead = head.method == .HEAD
         sendLocalError(reason, close: close || !head.isKeepAlive)
     }
 
+    /// The access line of a request Backstop answered itself before any exchange began.
+    private func logLocalAnswer(_ reason: ProxyErrorReason, method: String, host: String, path: String) {
+        runtime.logAccess(AccessRecord(
+            client: clientAddress, method: method, host: host, path: path, status: reason.status, error: reason.rawValue,
+            reason: nil, upstream: "-", attempts: 0, retries: [], elapsed: .zero, bytes: 0),
+            enabled: runtime.snapshot.config.log.accessLog)
+    }
+
     /// CONNECT is refused with 405 and the connection closed (whatever follows would be a tunnel's bytes).
-    private func rejectConnect(context: ChannelHandlerContext) {
+    private func rejectConnect(context: ChannelHandlerContext, head: HTTPRequestHead) {
         discardingRequest = true
         runtime.metrics.recordRequest(upstream: "-", status: ProxyErrorReason.connectNotSupported.status, seconds: 0)
+        logLocalAnswer(.connectNotSupported, method: "CONNECT", host: head.uri, path: "-")
         clientIsHTTP10 = false
         requestIsHead = false
         closeAfterResponse = true
         sendLocalError(.connectNotSupported, close: true)
     }
 
-    private func sendLocalError(_ reason: ProxyErrorReason, close: Bool) {
+    private func sendLocalError(_ reason: ProxyErrorReason, close: Bool, attempts: Int? = nil) {
         guard let context else { return }
         var buffer = context.channel.allocator.buffer(capacity: 256)
         ResponseHeadWriter.localError(
             reason, into: &buffer, clientIsHTTP10: clientIsHTTP10,
-            connection: close ? .close : (clientIsHTTP10 ? .keepAlive : .none), omitBody: requestIsHead)
+            connection: close ? .close : (clientIsHTTP10 ? .keepAlive : .none), omitBody: requestIsHead,
+            attempts: attempts)
         let done = context.writeAndFlush(wrapOutboundOut(buffer))
         if close {
             queued.removeAll()
@@ -330,12 +354,13 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     // MARK: called by the exchange (on the event loop)
 
-    /// The exchange answers with a Backstop error; `requestComplete` says whether the client's body was read.
-    func exchangeFailed(_ reason: ProxyErrorReason, requestComplete: Bool) {
+    /// The exchange answers with a Backstop error; `requestComplete` says whether the client's body was read,
+    /// `attempts` how many upstream attempts were made (nil for none).
+    func exchangeFailed(_ reason: ProxyErrorReason, requestComplete: Bool, attempts: Int?) {
         exchange = nil
         releaseReads()
         if !requestComplete { discardingRequest = true }
-        sendLocalError(reason, close: closeAfterResponse || !requestComplete)
+        sendLocalError(reason, close: closeAfterResponse || !requestComplete, attempts: attempts)
     }
 
     var allocator: ByteBufferAllocator { context?.channel.allocator ?? ByteBufferAllocator() }

@@ -68,9 +68,11 @@ enum ResponseHeadWriter {
     /// A response Backstop makes itself (SPEC §3 error table): one-line `text/plain` body. `omitBody` is for a
     /// `HEAD` request: the same head (Content-Length included, RFC 9110 §9.3.2) and no body bytes, which the client
     /// would otherwise read as the start of its next response.
+    /// `attempts`: how many upstream attempts were made before Backstop gave up (`X-Backstop-Attempts`), nil when
+    /// none was.
     static func localError(
         _ reason: ProxyErrorReason, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, connection: ConnectionField,
-        omitBody: Bool = false
+        omitBody: Bool = false, attempts: Int? = nil
     ) {
         let message = reason.message
         writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: reason.status)
@@ -79,6 +81,11 @@ enum ResponseHeadWriter {
         buffer.writeStaticString("\r\nX-Backstop-Error: ")
         buffer.writeString(reason.rawValue)
         buffer.writeStaticString("\r\n")
+        if let attempts {
+            buffer.writeStaticString("X-Backstop-Attempts: ")
+            writeDecimal(&buffer, attempts)
+            buffer.writeStaticString("\r\n")
+        }
         writeConnection(&buffer, connection)
         buffer.writeStaticString("\r\n")
         if omitBody { return }

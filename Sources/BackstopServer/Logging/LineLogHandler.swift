@@ -1,5 +1,6 @@
 import BackstopCore
 import Logging
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -11,14 +12,19 @@ import Glibc
 /// are redacted here, as a last line of defence: callers must not log secrets in the first place.
 public struct LineLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
-    public var logLevel: Logger.Level
-    private let format: LogFormat
+    private let settings: LogSettings
     private let label: String
 
-    public init(label: String, level: Logger.Level, format: LogFormat) {
+    /// `settings` is shared by every logger of the process, so a reload that changes `log.level` or `log.format`
+    /// takes effect everywhere at once.
+    public init(label: String, settings: LogSettings) {
         self.label = label
-        self.logLevel = level
-        self.format = format
+        self.settings = settings
+    }
+
+    public var logLevel: Logger.Level {
+        get { settings.level }
+        set { settings.level = newValue }
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -30,7 +36,8 @@ public struct LineLogHandler: LogHandler {
         var merged = metadata
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }
         let line = Self.render(
-            time: Self.timestamp(), level: event.level, message: "\(event.message)", metadata: merged, format: format)
+            time: Self.timestamp(), level: event.level, message: "\(event.message)", metadata: merged,
+            format: settings.format)
         // One write(2) per line keeps lines whole when several threads log at once.
         var bytes = Array(line.utf8)
         bytes.withUnsafeMutableBytes { buffer in
@@ -47,17 +54,31 @@ public struct LineLogHandler: LogHandler {
     public static func render(
         time: String, level: Logger.Level, message: String, metadata: Logger.Metadata, format: LogFormat
     ) -> String {
-        var fields: [(String, String)] = [("time", time), ("level", level.rawValue), ("msg", message)]
+        var fields: [(String, String, isNumber: Bool)] = [
+            ("time", time, false), ("level", level.rawValue, false), ("msg", message, false),
+        ]
         for key in metadata.keys.sorted() {
-            let value = isSensitive(key) ? "[redacted]" : "\(metadata[key]!)"
-            fields.append((key, value))
+            if isSensitive(key) {
+                fields.append((key, "[redacted]", false))
+            } else {
+                let value = metadata[key]!
+                fields.append((key, "\(value)", isNumber(value)))
+            }
         }
         switch format {
         case .logfmt:
             return fields.map { "\($0.0)=\(logfmtQuote($0.1))" }.joined(separator: " ") + "\n"
         case .json:
-            return "{" + fields.map { "\(jsonQuote($0.0)):\(jsonQuote($0.1))" }.joined(separator: ",") + "}\n"
+            return "{" + fields.map { "\(jsonQuote($0.0)):\($0.isNumber ? $0.1 : jsonQuote($0.1))" }.joined(separator: ",")
+                + "}\n"
         }
+    }
+
+    /// Numbers (and booleans) are written bare in JSON: `"status":502`, not `"status":"502"`.
+    private static func isNumber(_ value: Logger.Metadata.Value) -> Bool {
+        guard case .stringConvertible(let convertible) = value else { return false }
+        if let double = convertible as? Double { return double.isFinite }
+        return convertible is any LogNumber || convertible is Bool
     }
 
     /// Whether a metadata key may carry a secret: it contains `token`, `secret`, `password` or `credential`, or
@@ -122,6 +143,31 @@ public struct LineLogHandler: LogHandler {
         let millis = pad(Int32(now.tv_nsec / 1_000_000), 3)
         return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1))-\(pad(parts.tm_mday))T"
             + "\(pad(parts.tm_hour)):\(pad(parts.tm_min)):\(pad(parts.tm_sec)).\(millis)Z"
+    }
+}
+
+/// The log level and format every `LineLogHandler` of the process reads at each event (atomically swapped on
+/// reload).
+public final class LogSettings: Sendable {
+    private let state: NIOLockedValueBox<(level: Logger.Level, format: LogFormat)>
+
+    public init(level: Logger.Level, format: LogFormat) {
+        state = NIOLockedValueBox((level, format))
+    }
+
+    public var level: Logger.Level {
+        get { state.withLockedValue { $0.level } }
+        set { state.withLockedValue { $0.level = newValue } }
+    }
+
+    public var format: LogFormat {
+        get { state.withLockedValue { $0.format } }
+        set { state.withLockedValue { $0.format = newValue } }
+    }
+
+    /// Applies a config's `log` section.
+    public func apply(_ config: LogConfig) {
+        state.withLockedValue { $0 = (config.level.loggerLevel, config.format) }
     }
 }
 

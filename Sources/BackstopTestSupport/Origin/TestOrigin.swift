@@ -67,7 +67,9 @@ public final class TestOrigin: Sendable {
         let state = OriginState()
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 256)
+            // Deep enough that a flood through the proxy (1,000 upstream connections opened at once) is not refused
+            // by the test origin itself.
+            .serverChannelOption(.backlog, value: 4096)
         let initializer: @Sendable (any Channel) -> EventLoopFuture<AcceptedConnection> = { channel in
             channel.eventLoop.makeCompletedFuture { () -> AcceptedConnection in
                 if let sslContext {

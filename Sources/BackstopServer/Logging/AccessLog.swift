@@ -1,0 +1,86 @@
+import Logging
+import NIOCore
+
+/// One access line per client request, whoever answered it: an upstream, or Backstop itself (a refusal, a local
+/// error, a timeout). Field names are documented in docs/reference/operations.md#logs.
+struct AccessRecord {
+    /// The client's address (`127.0.0.1:53210`, `[::1]:53210`, `unix`).
+    var client: String
+    var method: String
+    /// The URL host (absolute form) or the `Host` header (origin form); `-` when there is none.
+    var host: String
+    /// The path without its query (a query may carry secrets).
+    var path: String
+    var status: Int
+    /// The `X-Backstop-Error` reason, or what ended the response early (`client-closed`, …).
+    var error: String?
+    /// Why the last attempt failed, for people: curl's error, errno, the address tried.
+    var reason: String?
+    var upstream: String
+    var attempts: Int
+    /// The `retry.on` conditions that caused retries, in order.
+    var retries: [String]
+    var elapsed: TimeAmount
+    /// Response body bytes sent to the client.
+    var bytes: Int
+
+    /// The metadata of the `request` log line.
+    var metadata: Logger.Metadata {
+        var metadata: Logger.Metadata = [
+            "client": .string(client),
+            "method": .string(method),
+            "host": .string(host),
+            "path": .string(path),
+            "status": .stringConvertible(status),
+            "upstream": .string(upstream),
+            "attempts": .stringConvertible(attempts),
+            "ms": .stringConvertible(Milliseconds(elapsed)),
+            "bytes": .stringConvertible(bytes),
+        ]
+        if let error { metadata["error"] = .string(error) }
+        if let reason { metadata["reason"] = .string(reason) }
+        if !retries.isEmpty { metadata["retries"] = .string(retries.joined(separator: ",")) }
+        return metadata
+    }
+
+    /// `/a/b?q` → `/a/b`.
+    static func pathWithoutQuery(_ uri: String) -> String {
+        if let q = uri.firstIndex(of: "?") { return String(uri[..<q]) }
+        return uri
+    }
+}
+
+/// A duration in milliseconds with one decimal (`12.3`); a number in JSON logs.
+struct Milliseconds: CustomStringConvertible, LogNumber {
+    let tenths: Int64
+    init(_ amount: TimeAmount) { tenths = amount.nanoseconds / 100_000 }
+    var description: String { "\(tenths / 10).\(tenths % 10)" }
+}
+
+/// Metadata values that JSON log lines write as numbers rather than strings.
+protocol LogNumber: CustomStringConvertible, Sendable {}
+extension Int: LogNumber {}
+extension Int64: LogNumber {}
+extension UInt64: LogNumber {}
+extension Int32: LogNumber {}
+extension Double: LogNumber {}
+
+extension ProxyRuntime {
+    /// Writes the access line when `log.access_log` is on.
+    func logAccess(_ record: AccessRecord, enabled: Bool) {
+        guard enabled else { return }
+        logger.info("request", metadata: record.metadata)
+    }
+}
+
+extension SocketAddress {
+    /// `127.0.0.1:8080`, `[::1]:8080` or `unix:/path`, as people write addresses (NIO's own description adds
+    /// the family and repeats the host).
+    public var displayString: String {
+        switch self {
+        case .v4: "\(ipAddress ?? "?"):\(port ?? 0)"
+        case .v6: "[\(ipAddress ?? "?")]:\(port ?? 0)"
+        case .unixDomainSocket: "unix:\(pathname ?? "")"
+        }
+    }
+}
