@@ -253,6 +253,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
                 $0.check(address: ip, port: Int(port), passthrough: transfer.request.passthrough)
             }
             let where_ = Self.describe(address: ip, port: Int(port))
+            transfer.lastAddress = where_
             switch verdict {
             case .allow: break
             case .loop:
@@ -329,7 +330,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     /// Maps curl's result to a retry condition, with a cause for the logs: curl's code and text, the errno of
     /// the failing socket call and the address curl tried.
     private func classify(_ code: CURLcode, easy: UnsafeMutableRawPointer, transfer: CurlTransfer) -> TransportFailure {
-        let detail = Self.cause(code, easy: easy)
+        let detail = Self.cause(code, easy: easy, transfer: transfer)
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY,
             CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE,
@@ -350,7 +351,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     }
 
     /// `curl=7 (Couldn't connect to server) errno=111 address=127.0.0.1:9`, the parts that are known.
-    static func cause(_ code: CURLcode, easy: UnsafeMutableRawPointer) -> String {
+    static func cause(_ code: CURLcode, easy: UnsafeMutableRawPointer, transfer: CurlTransfer) -> String {
         var text = "curl=\(code.rawValue) (\(String(cString: curl_easy_strerror(code))))"
         var osErrno = 0
         _ = bs_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &osErrno)
@@ -362,6 +363,9 @@ public final class CurlMultiTransport: @unchecked Sendable {
             _ = bs_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &port)
             let host = String(cString: ip)
             text += " address=" + (host.contains(":") ? "[\(host)]" : host) + (port > 0 ? ":\(port)" : "")
+        } else if let tried = transfer.lastAddress {
+            // curl reports no primary address for a connection that never came up: the last one it opened.
+            text += " address=\(tried)"
         }
         return text
     }

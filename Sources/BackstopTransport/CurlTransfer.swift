@@ -34,6 +34,8 @@ public final class CurlTransfer: @unchecked Sendable {
     /// Why the transfer was stopped from one of its own callbacks (a refused head or destination), reported in
     /// place of the error curl returns for the abort.
     var refusal: TransportFailure?
+    /// The address of the last connection curl opened for this transfer (for failure causes).
+    var lastAddress: String?
 
     // Cross-thread state.
     let unconsumedBytes = Atomic<Int>(0)

@@ -11,6 +11,7 @@ struct BackstopCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backstop",
         abstract: "A local forward HTTP proxy that retries and keeps upstreams authenticated.",
+        version: "backstop \(BackstopVersion.current)",
         subcommands: [RunCommand.self, CheckCommand.self, KeychainCommand.self, VersionCommand.self]
     )
 }

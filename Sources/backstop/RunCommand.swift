@@ -126,6 +126,7 @@ enum Reloader {
             for error in errors.errors {
                 logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
             }
+            server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil
         }
         let current = server.runtime.snapshot.config
@@ -135,6 +136,7 @@ enum Reloader {
             logger.error("reload rejected; old config stays in force", metadata: [
                 "detail": .string("the keychain section changed; restart backstop to use a different keychain"),
             ])
+            server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil
         }
         if config.admin != current.admin {
@@ -143,6 +145,7 @@ enum Reloader {
         await server.reload(config: config)
         // log.level and log.format apply at once; log.access_log with the new snapshot.
         logSettings.apply(config.log)
+        server.runtime.recordReload(success: true, at: Date().timeIntervalSince1970)
         logger.notice("config reloaded", metadata: [
             "upstreams": .stringConvertible(config.upstreams.count), "log_level": .string(config.log.level.rawValue),
             "log_format": .string(config.log.format.rawValue),
@@ -159,12 +162,6 @@ enum KeychainStartup {
         switch keychain.key {
         case .file(let path): source = .file(path: path)
         case .credential(let name): source = .credential(name: name)
-        }
-        // A fresh machine has no state directory yet (systemd's StateDirectory= makes it in production).
-        for path in [keychain.path] + (source.filePath.map { [$0] } ?? []) {
-            let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
-            try? FileManager.default.createDirectory(
-                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
         do {
             let opened = try KeychainBootstrap.open(path: keychain.path, key: source)
@@ -186,9 +183,4 @@ enum KeychainStartup {
     }
 }
 
-extension KeychainKeySource {
-    var filePath: String? {
-        if case .file(let path) = self { return path }
-        return nil
-    }
-}
+

@@ -14,6 +14,30 @@ struct CommandLineTests {
         return (directory, path)
     }
 
+    @Test("backstop --version prints the version like `backstop version`")
+    func versionFlag() async throws {
+        let flag = try await TestProcess.run(binary, ["--version"])
+        let command = try await TestProcess.run(binary, ["version"])
+        #expect(flag.status == 0)
+        #expect(flag.standardOutput.hasPrefix("backstop "))
+        #expect(flag.standardOutput == command.standardOutput)
+    }
+
+    @Test("keychain init creates missing state directories (mode 0700), as run does")
+    func initMakesStateDirectory() async throws {
+        let (directory, path) = try writeConfig("")
+        defer { TestFiles.remove(directory) }
+        try "version: 1\nlisten: [127.0.0.1:18080]\nkeychain: {path: state/deep/kc.bkc, key_file: state/deep/kc.key}\n"
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        let result = try await TestProcess.run(binary, ["keychain", "init", "--config", path])
+        #expect(result.status == 0, "\(result.standardError)")
+        for sub in ["/state", "/state/deep"] {
+            let mode = (try FileManager.default.attributesOfItem(atPath: directory + sub)[.posixPermissions] as? Int) ?? 0
+            #expect(mode == 0o700, "\(sub)")
+        }
+        #expect(FileManager.default.fileExists(atPath: directory + "/state/deep/kc.bkc"))
+    }
+
     @Test("check prints ok for the sample configs")
     func checkSamples() async throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

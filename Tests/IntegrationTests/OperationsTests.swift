@@ -121,6 +121,9 @@ struct OperationsTests {
         try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("reload rejected") }
         let still = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/d", host: "two.test"), timeout: .seconds(5))
         #expect(still.status == 200)
+        let metrics = try await RawHTTP.exchange(port: adminPort, request: RawHTTP.request("GET", "/metrics", host: "a"), timeout: .seconds(5))
+        #expect(metrics.bodyString.contains("backstop_config_reloads_total{result=\"success\"} 1\n"))
+        #expect(metrics.bodyString.contains("backstop_config_reloads_total{result=\"failure\"} 1\n"))
         await kept.close()
 
         // SIGTERM with a 2 s request in flight: it completes, new connections are refused, exit 0.

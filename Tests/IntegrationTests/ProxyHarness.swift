@@ -4,6 +4,7 @@ import BackstopServer
 import BackstopTestSupport
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 
 /// A Backstop proxy running in the test process on an ephemeral loopback port.
 struct ProxyHarness {
@@ -11,9 +12,10 @@ struct ProxyHarness {
     let port: Int
 
     /// Starts a proxy from YAML (listener `127.0.0.1:0` is added unless the YAML has a `listen:` section).
-    static func start(_ yaml: String, directory: String = NSTemporaryDirectory(), keychain: FileKeychain? = nil)
-        async throws -> ProxyHarness
-    {
+    static func start(
+        _ yaml: String, directory: String = NSTemporaryDirectory(), keychain: FileKeychain? = nil,
+        capture: LogCapture? = nil
+    ) async throws -> ProxyHarness {
         var text = yaml
         if !text.hasPrefix("listen:") && !text.contains("\nlisten:") { text = "listen: [\"127.0.0.1:0\"]\n" + text }
         if !text.contains("version:") { text = "version: 1\n" + text }
@@ -21,6 +23,7 @@ struct ProxyHarness {
         // BACKSTOP_TEST_LOG=debug (or another level) shows the proxy's log lines on stderr while debugging a test.
         let level = ProcessInfo.processInfo.environment["BACKSTOP_TEST_LOG"].flatMap(LogLevel.init(rawValue:))
         let logger = Logger(label: "backstop-test") { label in
+            if let capture { return capture.handler(format: config.log.format) }
             guard let level else { return SwiftLogNoOpLogHandler() }
             return LineLogHandler(label: label, settings: LogSettings(level: level.loggerLevel, format: .logfmt))
         }
@@ -45,6 +48,52 @@ struct ProxyHarness {
 }
 
 enum HarnessError: Error { case noPort }
+
+/// Collects the proxy's log lines, rendered exactly as the daemon writes them, for tests that read logs.
+final class LogCapture: Sendable {
+    private let lines = NIOLockedValueBox<[String]>([])
+
+    var all: [String] { lines.withLockedValue { $0 } }
+
+    /// Lines whose message is `msg` (logfmt `msg=…` or JSON `"msg":"…"`).
+    func messages(_ msg: String) -> [String] {
+        all.filter { $0.contains("msg=\(msg) ") || $0.contains("msg=\"\(msg)\"") || $0.contains("\"msg\":\"\(msg)\"") }
+    }
+
+    /// Waits until `count` lines with message `msg` were logged (access lines come after the response is sent).
+    func waitFor(_ msg: String, count: Int, timeout: Duration = .seconds(5)) async throws -> [String] {
+        let deadline = ContinuousClock.now + timeout
+        while messages(msg).count < count && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return messages(msg)
+    }
+
+    func handler(format: LogFormat) -> some LogHandler {
+        CapturingHandler(capture: self, format: format)
+    }
+
+    fileprivate func append(_ line: String) { lines.withLockedValue { $0.append(line) } }
+}
+
+private struct CapturingHandler: LogHandler {
+    let capture: LogCapture
+    let format: LogFormat
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var merged = metadata
+        if let extra = event.metadata { merged.merge(extra) { _, new in new } }
+        capture.append(LineLogHandler.render(
+            time: "T", level: event.level, message: "\(event.message)", metadata: merged, format: format))
+    }
+}
 
 /// Runs `body` with a started origin and proxy, shutting both down afterwards whatever happens.
 func withOriginAndProxy(

@@ -113,6 +113,27 @@ struct TokenRefreshTests {
         }
     }
 
+    @Test("after invalid_grant, a refresh token stored with `keychain set` is used at once, not after the hold-down")
+    func reseedEndsHoldDown() async throws {
+        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-stale"]) { auth, _, keychain, proxy in
+            // The keychain's refresh token is not the endpoint's current one: invalid_grant.
+            let refused = try await proxy.get("http://api.test/a", host: "api.test")
+            #expect(refused.status == 502)
+            #expect(refused.header("X-Backstop-Error") == "token-unavailable")
+            #expect(auth.tokenCalls == 1)
+            // Within the 5 s hold-down a request fails fast without calling the endpoint …
+            #expect(try await proxy.get("http://api.test/b", host: "api.test").status == 502)
+            #expect(auth.tokenCalls == 1)
+            // … until an operator stores a good refresh token: the next request uses it immediately.
+            try keychain.set("api/refresh_token", value: Array(auth.currentRefreshToken.utf8))
+            let started = ContinuousClock.now
+            let fixed = try await proxy.get("http://api.test/c", host: "api.test")
+            #expect(fixed.status == 200)
+            #expect(auth.tokenCalls == 2)
+            #expect(ContinuousClock.now - started < .seconds(2))
+        }
+    }
+
     @Test("token endpoint 503, 503, 200 → the refresh succeeds")
     func endpointRetries() async throws {
         try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-0"], prepare: { auth in auth.update { $0.failNext = 2 } }) { auth, origin, keychain, proxy in

@@ -210,6 +210,14 @@ public struct TokenState: Sendable {
         return install(value: value, expiry: expiry, now: now, using: &rng)
     }
 
+    /// The keychain changed since the last failed refresh (an operator stored a new refresh token): the failure
+    /// hold-down ends at once, so the next request tries the new grant instead of waiting for the cooldown.
+    public mutating func failureHoldDownLifted() {
+        guard lastFailure != nil else { return }
+        lastFailure = nil
+        if case .failed = phase { phase = .missing }
+    }
+
     // MARK: Proactive refresh
 
     /// Whether the valid token is in its proactive window and a refresh may start now.

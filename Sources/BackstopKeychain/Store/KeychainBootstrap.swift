@@ -31,6 +31,9 @@ public enum KeychainBootstrap {
         path: String, key source: KeychainKeySource,
         environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws(KeychainError) -> Opened {
+        // A fresh machine has no state directory yet (systemd's StateDirectory= makes it in production).
+        try Posix.makeDirectories(Posix.directory(of: path), mode: 0o700)
+        if case .file(let keyPath) = source { try Posix.makeDirectories(Posix.directory(of: keyPath), mode: 0o700) }
         let keychainExisted = try Posix.exists(path)
         var createdKey = false
         let key: KeychainKey

@@ -71,6 +71,17 @@ public enum Posix {
         try fsync(fd, path: directory)
     }
 
+    /// Creates `directory` and its missing parents with `mode` (existing ones are left as they are).
+    static func makeDirectories(_ directory: String, mode: mode_t) throws(KeychainError) {
+        guard !directory.isEmpty, directory != "/", directory != "." else { return }
+        var info = stat()
+        if stat(directory, &info) == 0 { return }
+        try makeDirectories(Self.directory(of: directory), mode: mode)
+        if mkdir(directory, mode) != 0 && errno != EEXIST {
+            throw .io(operation: "create directory", path: directory, errno: errno)
+        }
+    }
+
     static func exists(_ path: String) throws(KeychainError) -> Bool {
         var info = stat()
         if lstat(path, &info) == 0 { return true }

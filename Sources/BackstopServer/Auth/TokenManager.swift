@@ -62,7 +62,16 @@ public actor TokenManager {
         }
     }
 
+    /// The expiry of the token in use (seconds since the epoch), for `/metrics`; nil without a token or expiry.
+    public nonisolated var currentExpiry: Double? {
+        published.withLockedValue { $0 }
+    }
+
+    /// What `currentExpiry` reads: the state's token expiry, copied out of the actor whenever the state changes.
+    private let published = NIOLockedValueBox<Double?>(nil)
+
     private func publishFastPath() {
+        published.withLockedValue { $0 = state.currentToken?.expiry }
         var entry: (token: ManagedToken, until: Double)?
         if case .valid(let token) = state.phase {
             let until = state.nextProactiveRefreshTime ?? token.expiry ?? .infinity
@@ -73,12 +82,36 @@ public actor TokenManager {
 
     /// The token for a request about to be sent; nil when none can be had (→ 502 `token-unavailable`).
     public func tokenForRequest() async -> ManagedToken? {
-        await resolve(state.tokenForRequest(now: now()))
+        liftHoldDownIfKeychainChanged()
+        return await resolve(state.tokenForRequest(now: now()))
+    }
+
+    /// The keychain file as it was when the last refresh failed (size, modification time, inode).
+    private var keychainAtFailure: KeychainFileStamp?
+
+    /// After a failed refresh, requests fail fast for `failureCooldown` (5 s) instead of hammering the token
+    /// endpoint; but when the keychain file changed since (`backstop keychain set` of a new refresh token), the
+    /// new grant is tried at once. Only checked while a failure holds (one `stat`).
+    private func liftHoldDownIfKeychainChanged() {
+        guard state.lastFailure != nil, let before = keychainAtFailure else { return }
+        if KeychainFileStamp(path: keychain.path) != before {
+            keychainAtFailure = nil
+            state.failureHoldDownLifted()
+            logger.notice("keychain changed since the failed refresh; trying again now", metadata: [
+                "upstream": .string(upstreamName),
+            ])
+        }
+    }
+
+    private func noteRefreshFailure(final: Bool) {
+        keychainAtFailure = KeychainFileStamp(path: keychain.path)
+        state.refreshFailed(final: final, now: now())
     }
 
     /// The upstream rejected `token` (a `refresh_on` status): returns the token to replay with, or nil when the
     /// refresh failed (→ the original response with `token-refresh-failed`).
     public func tokenRejected(_ token: ManagedToken) async -> ManagedToken? {
+        liftHoldDownIfKeychainChanged()
         let replacement = await resolve(state.markStale(token: token, now: now()))
         guard let replacement, replacement.generation != token.generation else { return nil }
         return replacement
@@ -129,7 +162,7 @@ public actor TokenManager {
                 "upstream": .string(upstreamName), "error": .string(Self.describe(error)),
             ])
             counters.record(upstream: upstreamName, result: .failure)
-            state.refreshFailed(final: false, now: now())
+            noteRefreshFailure(final: false)
         }
     }
 
@@ -154,7 +187,7 @@ public actor TokenManager {
                 "upstream": .string(upstreamName), "entry": .string(refreshEntry),
             ])
             counters.record(upstream: upstreamName, result: .failure)
-            state.refreshFailed(final: true, now: now())
+            noteRefreshFailure(final: true)
             return
         }
         var attempt = 1
@@ -185,14 +218,21 @@ public actor TokenManager {
             case .giveUp(let final):
                 var metadata: Logger.Metadata = [
                     "upstream": .string(upstreamName), "outcome": .string(Self.describe(outcome)),
-                    "final": .stringConvertible(final),
+                    "needs_new_grant": .stringConvertible(final),
                 ]
                 if case .success(let response) = result, let code = TokenResponseParser.oauthErrorCode(response.body) {
                     metadata["oauth_error"] = .string(code)
                 }
-                logger.error("token refresh failed", metadata: metadata)
+                if final {
+                    // 400/401 from the token endpoint (invalid_grant, bad client credentials): retrying cannot help.
+                    metadata["fix"] = .string("store a new refresh token: backstop keychain set \(refreshEntry)")
+                    logger.error("token refresh refused by the token endpoint; a new grant is needed", metadata: metadata)
+                } else {
+                    metadata["next_try"] = .string("on the next request after 5s")
+                    logger.error("token refresh failed", metadata: metadata)
+                }
                 counters.record(upstream: upstreamName, result: .failure)
-                state.refreshFailed(final: final, now: now())
+                noteRefreshFailure(final: final)
                 return
             }
         }
@@ -207,7 +247,7 @@ public actor TokenManager {
                 "upstream": .string(upstreamName), "problem": .string("\(error)"),
             ])
             counters.record(upstream: upstreamName, result: .failure)
-            state.refreshFailed(final: false, now: now())
+            noteRefreshFailure(final: false)
             return
         }
         let issuedAt = now()
@@ -330,4 +370,22 @@ public final class TokenRefreshCounters: Sendable {
 
     /// `[upstream: [result: count]]`.
     public var snapshot: [String: [TokenManager.RefreshResult: Int]] { counts.withLockedValue { $0 } }
+}
+
+/// Identifies one version of the keychain file on disk (size, modification time, inode): a write by any process
+/// (an atomic replace makes a new inode) changes it.
+struct KeychainFileStamp: Equatable {
+    let size: Int
+    let seconds: Int
+    let nanoseconds: Int
+    let inode: UInt64
+
+    init?(path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        size = Int(info.st_size)
+        seconds = Int(info.st_mtim.tv_sec)
+        nanoseconds = Int(info.st_mtim.tv_nsec)
+        inode = UInt64(info.st_ino)
+    }
 }

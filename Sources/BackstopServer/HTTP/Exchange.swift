@@ -717,7 +717,7 @@ final class Exchange {
         let elapsed = NIODeadline.now() - startedAt
         runtime.metrics.recordRequest(upstream: upstreamName, status: status, seconds: Double(elapsed.nanoseconds) / 1e9)
         runtime.logAccess(AccessRecord(
-            client: client, method: head.method.rawValue, host: clientHost, path: AccessRecord.pathWithoutQuery(head.uri),
+            client: client, method: head.method.rawValue, host: clientHost, path: target.path,
             status: status, error: note, reason: note == nil ? nil : lastFailureCause, upstream: upstreamName,
             attempts: attempts, retries: retryReasons, elapsed: elapsed, bytes: responseBytes),
             enabled: snapshot.config.log.accessLog)

@@ -65,8 +65,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The client's address for access lines.
     private var clientAddress = "-"
+    /// The last response said `Connection: close`: the connection ends once it is written.
+    private var closing = false
 
     func channelActive(context: ChannelHandlerContext) {
+        runtime.clientConnected()
         if let address = context.channel.remoteAddress {
             if case .unixDomainSocket = address { clientAddress = "unix" } else { clientAddress = address.displayString }
         }
@@ -191,6 +194,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        runtime.clientDisconnected()
         timer?.cancel()
         timer = nil
         exchange?.clientGone()
@@ -202,6 +206,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if let parserError = error as? HTTPParserError {
             exchange?.clientGone()
             exchange = nil
+            // After an answer that closes the connection, what the client still sends is not another request
+            // (it is the rest of a refused body): nothing more is answered or logged.
+            if closing { return }
             if !responseInProgress {
                 let reason: ProxyErrorReason = parserError == .headerOverflow ? .headersTooLarge : .badRequest
                 clientIsHTTP10 = false
@@ -311,7 +318,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         } else {
             host = head.headers.first(name: "host") ?? "-"
         }
-        logLocalAnswer(reason, method: head.method.rawValue, host: host, path: AccessRecord.pathWithoutQuery(head.uri))
+        logLocalAnswer(reason, method: head.method.rawValue, host: host, path: AccessRecord.path(of: head.uri))
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
         requestIsHead = head.method == .HEAD
         sendLocalError(reason, close: close || !head.isKeepAlive)
@@ -345,6 +352,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
             attempts: attempts)
         let done = context.writeAndFlush(wrapOutboundOut(buffer))
         if close {
+            closing = true
             queued.removeAll()
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
@@ -388,6 +396,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if !requestComplete { discardingRequest = true }
         if let tail { context.write(wrapOutboundOut(tail), promise: nil) }
         if close {
+            closing = true
             queued.removeAll()
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in

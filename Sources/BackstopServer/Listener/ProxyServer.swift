@@ -26,6 +26,7 @@ public final class ProxyServer: Sendable {
     /// Creates the runtime for `config` (transport thread included); call `start()` to bind. `keychain` is the
     /// opened keychain when the config has one.
     public init(config: Config, logger: Logger, keychain: FileKeychain? = nil, eventLoopThreads: Int = 1) {
+        _ = ProcessMetrics.startTime
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
         self.keychain = keychain
         let transport = CurlMultiTransport()
@@ -158,6 +159,32 @@ public final class ProxyServer: Sendable {
         }
     }
 
+    /// The `/metrics` page: request and retry metrics, server state, token expiries, process metrics.
+    public func metricsText() -> String {
+        var out = runtime.metrics.render(
+            inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
+            keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount)
+        func family(_ name: String, _ type: String, _ help: String) { out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n" }
+        family("backstop_build_info", "gauge", "Always 1; the version is a label.")
+        out += "backstop_build_info{version=\"\(ProxyMetrics.escape(BackstopVersion.current))\"} 1\n"
+        family("backstop_client_connections", "gauge", "Client connections open now, over every proxy listener.")
+        out += "backstop_client_connections \(runtime.openClientConnections)\n"
+        let reloads = runtime.reloadCounts
+        family("backstop_config_reloads_total", "counter", "Config reloads (SIGHUP), by result.")
+        out += "backstop_config_reloads_total{result=\"success\"} \(reloads.success)\n"
+        out += "backstop_config_reloads_total{result=\"failure\"} \(reloads.failure)\n"
+        family("backstop_config_last_reload_success_timestamp_seconds", "gauge",
+               "When the config was last loaded successfully (start or reload), seconds since the Unix epoch.")
+        out += "backstop_config_last_reload_success_timestamp_seconds \(reloads.lastSuccess > 0 ? reloads.lastSuccess : ProcessMetrics.startTime)\n"
+        family("backstop_token_expiry_timestamp_seconds", "gauge",
+               "When the access token in use expires, seconds since the Unix epoch (absent while none is held or it has no expiry).")
+        for upstream in runtime.snapshot.upstreams {
+            guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
+            out += "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
+        }
+        return out + ProcessMetrics.render()
+    }
+
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap and the
     /// idle timeout of `limits`.
     private func bindAdmin(_ admin: AdminConfig, limits: Limits) async throws -> Channel {
@@ -167,12 +194,7 @@ public final class ProxyServer: Sendable {
         let maxConnections = limits.maxConnections
         let state = AdminState(
             isReady: { [weak self] in self?.isReady ?? false },
-            metricsText: { [weak self] in
-                guard let self else { return "" }
-                return self.runtime.metrics.render(
-                    inflight: self.runtime.inflightRequests, tokenRefreshes: self.tokenRefreshes.snapshot,
-                    keychainWriteErrors: self.tokenRefreshes.keychainWriteErrorCount)
-            })
+            metricsText: { [weak self] in self?.metricsText() ?? "" })
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { channel in

@@ -1,3 +1,4 @@
+import BackstopCore
 import Logging
 import NIOCore
 
@@ -43,10 +44,17 @@ struct AccessRecord {
         return metadata
     }
 
-    /// `/a/b?q` → `/a/b`.
-    static func pathWithoutQuery(_ uri: String) -> String {
-        if let q = uri.firstIndex(of: "?") { return String(uri[..<q]) }
-        return uri
+    /// The path of a request-target without its query: `/a/b?q` → `/a/b`, `http://h/a?q` → `/a`.
+    static func path(of uri: String) -> String {
+        if let target = RequestTarget.parse(uri) {
+            switch target.form {
+            case .origin, .absolute: return target.path
+            case .asterisk, .authority: return "-"
+            }
+        }
+        let withoutQuery = uri.firstIndex(of: "?").map { String(uri[..<$0]) } ?? uri
+        // Never log what could not be parsed as is: control characters, overlong junk.
+        return withoutQuery.utf8.count <= 256 && withoutQuery.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) ? withoutQuery : "-"
     }
 }
 

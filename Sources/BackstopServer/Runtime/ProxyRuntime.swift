@@ -31,6 +31,26 @@ public final class ProxyRuntime: Sendable {
     public var isDraining: Bool { draining.load(ordering: .acquiring) }
     public func beginDraining() { draining.store(true, ordering: .releasing) }
 
+    /// Client connections open now, over every proxy listener.
+    private let clientConnections = Atomic<Int>(0)
+    public var openClientConnections: Int { clientConnections.load(ordering: .relaxed) }
+    func clientConnected() { clientConnections.add(1, ordering: .relaxed) }
+    func clientDisconnected() { clientConnections.subtract(1, ordering: .relaxed) }
+
+    /// Config reloads by result, and when the last one succeeded (wall-clock seconds), for `/metrics`.
+    private let reloads = NIOLockedValueBox((success: 0, failure: 0, lastSuccess: 0.0))
+    public func recordReload(success: Bool, at time: Double) {
+        reloads.withLockedValue {
+            if success {
+                $0.success += 1
+                $0.lastSuccess = time
+            } else {
+                $0.failure += 1
+            }
+        }
+    }
+    public var reloadCounts: (success: Int, failure: Int, lastSuccess: Double) { reloads.withLockedValue { $0 } }
+
     /// Requests currently being handled.
     public var inflightRequests: Int { inflight.load(ordering: .acquiring) }
     func requestStarted() { inflight.add(1, ordering: .relaxed) }

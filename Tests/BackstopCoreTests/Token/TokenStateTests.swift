@@ -17,6 +17,29 @@ struct TokenStateTests {
         return (state, token)
     }
 
+    // MARK: Hold-down after a failure
+
+    @Test func aKeychainChangeLiftsTheHoldDownAtOnce() {
+        var state = TokenState(configuration: Self.configuration)
+        expectValue(state.tokenForRequest(now: 0), .startRefresh)
+        state.refreshFailed(final: true, now: 1)
+        expectValue(state.tokenForRequest(now: 2), .fail)
+        state.failureHoldDownLifted()
+        #expect(state.lastFailure == nil)
+        expectValue(state.tokenForRequest(now: 2), .startRefresh)
+        // A stale token after a failed refresh: lifted, the next report may refresh at once.
+        var (stale, token) = Self.validState(expiry: 3600)
+        expectValue(stale.markStale(token: token, now: 10), .startRefresh)
+        stale.refreshFailed(final: false, now: 11)
+        expectValue(stale.tokenForRequest(now: 12), .fail)
+        stale.failureHoldDownLifted()
+        expectValue(stale.tokenForRequest(now: 12), .startRefresh)
+        // Without a failure it changes nothing.
+        var (valid, current) = Self.validState(expiry: 3600)
+        valid.failureHoldDownLifted()
+        expectValue(valid.tokenForRequest(now: 5), .use(current))
+    }
+
     // MARK: First fetch and single flight
 
     @Test func firstRequestFetchesAndOthersWait() {
