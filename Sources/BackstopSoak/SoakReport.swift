@@ -54,7 +54,7 @@ struct SoakReport {
 
     /// Ids of POST/PATCH requests without an idempotency key that the origin acted on more than once, or that
     /// reached it more than twice in all. A connect failure never reaches the origin, and a 401 is a refusal that
-    /// SPEC §3 replays once with the refreshed token: so one refusal plus one processed attempt is the most.
+    /// docs/reference/behaviour.md replays once with the refreshed token: so one refusal plus one processed attempt is the most.
     var duplicatedUnkeyed: Int {
         chaos.unkeyed.filter {
             let processed = chaos.attempts[$0] ?? 0

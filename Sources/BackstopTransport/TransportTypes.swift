@@ -55,7 +55,7 @@ public enum TransportRequestBody: Sendable {
     case streaming(RequestBodyStream)
 }
 
-/// Why an attempt failed below HTTP, in the terms of SPEC `retry.on`.
+/// Why an attempt failed below HTTP, in the terms of `retry.on` (docs/reference/config.md#retry).
 public enum TransportFailure: Error, Sendable, Equatable {
     /// Nothing reached the upstream (refused, unresolvable, connect timeout, TLS handshake failure).
     case connectFailure(detail: String)

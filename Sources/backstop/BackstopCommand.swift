@@ -6,7 +6,7 @@ import Foundation
 import Glibc
 #endif
 
-/// The `backstop` command line (SPEC §1).
+/// The `backstop` command line (docs/reference/cli.md).
 struct BackstopCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backstop",
@@ -59,7 +59,7 @@ struct CheckCommand: ParsableCommand {
     }
 }
 
-/// Entry point: maps argument errors to exit code 2 (SPEC §1) instead of ArgumentParser's 64.
+/// Entry point: maps argument errors to exit code 2 (docs/reference/cli.md) instead of ArgumentParser's 64.
 @main
 enum Main {
     static func main() async {

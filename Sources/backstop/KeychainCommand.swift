@@ -1,6 +1,6 @@
 import ArgumentParser
 
-/// `backstop keychain …`: manage the encrypted keychain named by the config (SPEC §1, §5).
+/// `backstop keychain …`: manage the encrypted keychain named by the config (docs/reference/cli.md#keychain).
 struct KeychainCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keychain",

@@ -154,7 +154,7 @@ enum Reloader {
     }
 }
 
-/// Opens (or creates) the keychain before serving, per SPEC §5.
+/// Opens (or creates) the keychain before serving, as docs/reference/operations.md#keychain describes.
 enum KeychainStartup {
     static func prepare(config: Config, logger: Logger) throws -> FileKeychain? {
         guard let keychain = config.keychain else { return nil }

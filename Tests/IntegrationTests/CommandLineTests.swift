@@ -42,7 +42,7 @@ struct CommandLineTests {
     func checkSamples() async throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().path
-        for sample in ["config/backstop.yaml", "config/backstop.reference.yaml"] {
+        for sample in ["config/backstop.yaml", "config/backstop.reference.yaml", "config/tour.yaml"] {
             let result = try await TestProcess.run(binary, ["check", "--config", root + "/" + sample])
             #expect(result.status == 0, "\(sample): \(result.standardOutput) \(result.standardError)")
             #expect(result.standardOutput == "ok\n")

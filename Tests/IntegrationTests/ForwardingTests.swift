@@ -2,7 +2,7 @@ import BackstopTestSupport
 import Foundation
 import Testing
 
-/// SPEC §3 "Routing" and "Forwarding" through the real proxy over loopback sockets.
+/// docs/reference/behaviour.md, routing and forwarding through the real proxy over loopback sockets.
 @Suite("Forwarding")
 struct ForwardingTests {
     @Test("absolute-form request reaches the upstream with path, query, headers rewritten")

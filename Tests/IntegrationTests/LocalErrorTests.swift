@@ -2,7 +2,7 @@ import BackstopTestSupport
 import Foundation
 import Testing
 
-/// The responses Backstop makes itself (SPEC §3 error table), and that nothing reaches the upstream for them.
+/// The responses Backstop makes itself (docs/reference/errors.md), and that nothing reaches the upstream for them.
 @Suite("Errors made by Backstop")
 struct LocalErrorTests {
     private func expectLocalError(_ response: RawHTTPResponse, status: Int, reason: String) {

@@ -3,7 +3,7 @@ import BackstopServer
 import Logging
 import Testing
 
-/// The stderr log line format (SPEC §4): logfmt and JSON, one event per line, sensitive keys redacted.
+/// The stderr log line format (docs/reference/operations.md): logfmt and JSON, one event per line, sensitive keys redacted.
 @Suite("Log format")
 struct LogFormatTests {
     @Test("logfmt quotes values with spaces, quotes and newlines; keys sorted; one line")

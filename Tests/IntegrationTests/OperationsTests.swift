@@ -2,7 +2,7 @@ import BackstopTestSupport
 import Foundation
 import Testing
 
-/// SPEC §4 operations against the real daemon process: sd_notify, reload, drain, metrics.
+/// docs/reference/operations.md operations against the real daemon process: sd_notify, reload, drain, metrics.
 @Suite("Operations", .serialized)
 struct OperationsTests {
     private let binary = DaemonProcess.binaryPath()
@@ -144,7 +144,7 @@ struct OperationsTests {
         try await origin.shutdown()
     }
 
-    @Test("/metrics carries every SPEC §4 metric with values from scripted traffic")
+    @Test("/metrics carries every documented metric with values from scripted traffic")
     func metrics() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }

@@ -2,7 +2,7 @@ import BackstopTestSupport
 import Foundation
 import Testing
 
-/// The systemd unit and the container image's runtime dependencies (SPEC §4).
+/// The systemd unit and the container image's runtime dependencies (docs/reference/operations.md).
 @Suite("Packaging")
 struct PackagingTests {
     private let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -2,7 +2,7 @@ import BackstopTestSupport
 import Foundation
 import Testing
 
-/// SPEC §3 "Retries" through the real proxy against the scriptable origin.
+/// docs/reference/behaviour.md#retries through the real proxy against the scriptable origin.
 @Suite("Retries")
 struct RetryTests {
     static func config(_ origin: TestOrigin, retry: String = "", timeouts: String = "", limits: String = "") -> String {

@@ -3,7 +3,7 @@ import BackstopTestSupport
 import Foundation
 import Testing
 
-/// OAuth2 token injection and refresh through the proxy against a real token endpoint (SPEC §3 "Token refresh").
+/// OAuth2 token injection and refresh through the proxy against a real token endpoint (docs/reference/behaviour.md#token-refresh).
 @Suite("Token refresh")
 struct TokenRefreshTests {
     /// A keychain in a fresh directory holding `entries`.

@@ -7,7 +7,7 @@ import Darwin
 #endif
 
 /// Turns a YAML config file into a validated `Config`, or into every error it contains, each with the
-/// `FILE:LINE:COLUMN` of the offending node (SPEC §2): the key for unknown keys, the value for bad values, the later
+/// `FILE:LINE:COLUMN` of the offending node (docs/reference/config.md): the key for unknown keys, the value for bad values, the later
 /// node for duplicates and overlaps. Errors come sorted by position.
 public enum ConfigLoader {
     /// Reads and parses `path`; relative paths inside resolve against the file's directory. `path` appears in error

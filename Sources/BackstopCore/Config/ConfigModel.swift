@@ -1,4 +1,4 @@
-// The typed, immutable configuration model (SPEC §2). Parsing and validation live in
+// The typed, immutable configuration model (docs/reference/config.md). Parsing and validation live in
 // ConfigLoader / ConfigValidator; everything downstream reads only these values.
 
 /// A place in a config file, for error messages (1-based line and column).

@@ -76,7 +76,7 @@ enum HeaderName: Equatable {
     }
 }
 
-/// Header rewriting of client requests at the proxy boundary (SPEC §3 "Forwarding"); responses are rewritten
+/// Header rewriting of client requests at the proxy boundary (docs/reference/behaviour.md#forwarding); responses are rewritten
 /// on their bytes by `UpstreamHeadParser`.
 public enum HeaderRewriter {
     /// Lowercased names listed in every `Connection` header (comma-separated tokens).

@@ -1,4 +1,4 @@
-/// The head of an upstream response, already rewritten for the client (SPEC §3 "Forwarding"), plus what the
+/// The head of an upstream response, already rewritten for the client (docs/reference/behaviour.md#forwarding), plus what the
 /// exchange decides on: status, framing, and the retry hints.
 ///
 /// `fields` holds the header lines the client gets, `Name: value\r\n` each, in arrival order: hop-by-hop fields

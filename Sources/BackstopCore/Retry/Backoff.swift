@@ -1,4 +1,4 @@
-/// Backoff delays (SPEC §2 `retry.backoff`): pure, with the random source injected.
+/// Backoff delays (`retry.backoff`, docs/reference/config.md#retry): pure, with the random source injected.
 ///
 /// For retry number `n` (1 for the first retry): `constant` → base; `exponential` → base·multiplier^(n−1);
 /// `fibonacci` → base·F(n) with F = 1, 1, 2, 3, 5, 8, …; all capped at `max`, then jittered: `none` → d,

@@ -1,4 +1,4 @@
-/// A per-upstream retry budget (SPEC §2 `retry.budget`), so retries cannot multiply load on an upstream that is
+/// A per-upstream retry budget (`retry.budget`, docs/reference/config.md#retry), so retries cannot multiply load on an upstream that is
 /// already failing.
 ///
 /// Two allowances, tried in this order:

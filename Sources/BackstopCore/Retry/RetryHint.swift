@@ -1,7 +1,7 @@
 /// What a response says about when to retry: `Retry-After` (RFC 9110 §10.2.3: delta-seconds or HTTP-date) or
 /// `X-RateLimit-Reset` (epoch seconds or delta seconds).
 ///
-/// Rules, chosen so hostile values never crash or overflow (SPEC §3: absurd, negative or malformed values count
+/// Rules, chosen so hostile values never crash or overflow (docs/reference/behaviour.md: absurd, negative or malformed values count
 /// as "no hint" or as zero; the policy compares every sane wait with `retry_after.max` and gives up above it):
 /// - `Retry-After` wins over `X-RateLimit-Reset`; a header that says nothing usable falls through to the next.
 /// - Spaces and tabs around a value are ignored.

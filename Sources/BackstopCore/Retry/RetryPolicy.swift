@@ -1,4 +1,4 @@
-/// The retry rules of SPEC §3 as a pure function of the attempt's outcome, the request, elapsed time, the
+/// The retry rules of docs/reference/behaviour.md as a pure function of the attempt's outcome, the request, elapsed time, the
 /// upstream's budget, two clocks and a random source (all injected: no I/O, no global state).
 ///
 /// Order of checks, each ending in `giveUp` with its reason:

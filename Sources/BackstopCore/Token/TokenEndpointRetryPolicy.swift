@@ -16,7 +16,7 @@ public enum TokenEndpointDecision: Sendable, Equatable {
     case giveUp(final: Bool)
 }
 
-/// Retries within one refresh (SPEC §3): connection failures, 5xx and 429 are retried with exponential backoff
+/// Retries within one refresh (docs/reference/behaviour.md): connection failures, 5xx and 429 are retried with exponential backoff
 /// and full jitter, `base · 2^(attempt−1)` capped at `maxDelay`, up to `maxAttempts` calls in all. 400 and 401
 /// (`invalid_grant`, bad client credentials) are final and never retried. Any other status (3xx, other 4xx) gives
 /// up without being final: the endpoint may be misconfigured or temporarily odd, so a later request may try again

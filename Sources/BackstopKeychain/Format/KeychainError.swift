@@ -45,7 +45,7 @@ public enum KeychainError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// The keychain file does not exist.
     case missing(path: String)
-    /// A keychain exists but its key does not: starting would leave it unreadable (SPEC §5).
+    /// A keychain exists but its key does not: starting would leave it unreadable (docs/reference/operations.md#keychain).
     case keyMissingForExistingKeychain(keychainPath: String, keyPath: String)
     /// An entry name that cannot be stored or listed safely.
     case invalidEntryName(String, reason: String)

@@ -10,7 +10,7 @@ import Darwin
 /// Reading and creating key files.
 ///
 /// A key file holds 32 raw bytes, or the key in base64 (44 characters) with an optional trailing newline.
-/// It must be a regular file owned by the running user with no group or other permission bits (SPEC §5).
+/// It must be a regular file owned by the running user with no group or other permission bits (docs/reference/operations.md#keychain).
 ///
 /// systemd credentials (`key_credential`) get a slightly different check, because systemd, not the operator,
 /// creates them in a private, read-only directory: the owner may be the running user or root, and group

@@ -1,6 +1,6 @@
 import Foundation
 
-/// An encrypted keychain file on disk (SPEC §5).
+/// An encrypted keychain file on disk (docs/reference/operations.md#keychain).
 ///
 /// Reads take no lock: writers replace the file with an atomic rename, so a reader always sees a complete
 /// keychain. Every read-modify-write holds an exclusive `flock` on `<path>.lock` for its whole duration, which

@@ -1,6 +1,6 @@
 import Foundation
 
-/// The keychain creation policy of SPEC §5, shared by `backstop run` and `backstop keychain init`:
+/// The keychain creation policy of docs/reference/operations.md#keychain, shared by `backstop run` and `backstop keychain init`:
 ///
 /// | keychain | key     | result                                                    |
 /// | -------- | ------- | --------------------------------------------------------- |

@@ -4,7 +4,7 @@ import NIOCore
 import NIOHTTP1
 
 /// The per-connection handler: validates and routes each request head, answers what Backstop answers itself
-/// (SPEC §3 error table), and hands everything else to an `Exchange`.
+/// (docs/reference/errors.md), and hands everything else to an `Exchange`.
 ///
 /// Responses are written as bytes (`ResponseHeadWriter`): the pipeline has a request decoder but no response
 /// encoder.

@@ -65,7 +65,7 @@ enum ResponseHeadWriter {
         buffer.writeStaticString("\r\n")
     }
 
-    /// A response Backstop makes itself (SPEC §3 error table): one-line `text/plain` body. `omitBody` is for a
+    /// A response Backstop makes itself (docs/reference/errors.md): one-line `text/plain` body. `omitBody` is for a
     /// `HEAD` request: the same head (Content-Length included, RFC 9110 §9.3.2) and no body bytes, which the client
     /// would otherwise read as the start of its next response.
     /// `attempts`: how many upstream attempts were made before Backstop gave up (`X-Backstop-Attempts`), nil when

@@ -6,7 +6,7 @@ import NIOConcurrencyHelpers
 import Glibc
 #endif
 
-/// A swift-log handler writing one event per line to stderr, as logfmt or JSON (SPEC §4).
+/// A swift-log handler writing one event per line to stderr, as logfmt or JSON (docs/reference/operations.md).
 ///
 /// Metadata keys that could carry secrets (`authorization`, `cookie`, `token`, `secret`, `password`, `key`)
 /// are redacted here, as a last line of defence: callers must not log secrets in the first place.

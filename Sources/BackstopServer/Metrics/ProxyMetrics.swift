@@ -1,6 +1,6 @@
 import NIOConcurrencyHelpers
 
-/// The metrics SPEC §4 names, kept in one lock-protected registry and rendered as Prometheus text.
+/// The metrics docs/reference/operations.md#metrics names, kept in one lock-protected registry and rendered as Prometheus text.
 ///
 /// Hand-written rather than swift-metrics + swift-prometheus: seven metrics with fixed label sets do not need a
 /// process-global metrics backend, and rendering the exposition format is a few lines.

@@ -40,7 +40,7 @@ struct RetryHintRetryAfterTests {
         String(repeating: "9", count: 400),  // +inf as a Double
     ])
     func absurdDeltaIsNoHint(value: String) {
-        // SPEC §3: absurd values count as "no hint" (the backoff applies); none overflows on the way.
+        // docs/reference/behaviour.md: absurd values count as "no hint" (the backoff applies); none overflows on the way.
         #expect(RetryHint.parseRetryAfter(value, nowWall: now2023) == .none)
         #expect(RetryHint.parseRetryAfter(value, nowWall: .nan) == .none)
     }

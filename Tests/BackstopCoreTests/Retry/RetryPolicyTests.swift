@@ -260,7 +260,7 @@ struct RetryPolicyTests {
         status(503, retryAfter: "junk", reset: "9999999999"),
     ])
     func absurdHintsCountAsNoHintAndTheBackoffApplies(outcome: AttemptOutcome) {
-        // SPEC §3: `9999999999` and friends count as "no hint": the constant 1 s backoff, never an overflow.
+        // docs/reference/behaviour.md: `9999999999` and friends count as "no hint": the constant 1 s backoff, never an overflow.
         #expect(decide(policy(), outcome) == .retry(after: .seconds(1), reason: outcome.condition))
         #expect(decide(policy(retryAfterMax: .seconds(86400 * 365), total: .seconds(86400 * 365)), outcome)
             == .retry(after: .seconds(1), reason: outcome.condition))
