@@ -52,7 +52,7 @@ final class ChaosOrigin: Sendable {
 
     static func start(seed: UInt64, auth: TestAuthServer) async throws -> ChaosOrigin {
         let box = NIOLockedValueBox<ChaosOrigin?>(nil)
-        let origin = try await TestOrigin.start { request in
+        let origin = try await TestOrigin.start(keepsRequests: false) { request in
             box.withLockedValue { $0 }?.answer(request, auth: auth) ?? .respond(status: 500)
         }
         let chaos = ChaosOrigin(origin: origin, seed: seed)

@@ -20,7 +20,7 @@ import Synchronization
 /// touched only on the transport thread (inside `run()` and the curl callbacks it triggers: socket, timer,
 /// open/close-socket, header, write, read and seek, all called from `curl_multi_*` on this thread); other threads use only
 /// `commands` (a locked box), `sleeping` (an atomic) and `submit`'s `write` to the eventfd, which is safe from any thread.
-public final class CurlMultiTransport: @unchecked Sendable {
+public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     enum Command {
         case start(CurlTransfer)
         case cancel(CurlTransfer)
@@ -94,7 +94,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
     public func start(
         _ request: TransportRequest, on eventLoop: EventLoop,
         sink: @escaping @Sendable ([TransportEvent]) -> Void
-    ) -> CurlTransfer {
+    ) -> any TransferHandle {
         let transfer = CurlTransfer(request: request, eventLoop: eventLoop, transport: self, sink: sink)
         if case .streaming(let stream) = request.body {
             stream.setResumeConsumer { [weak transfer, weak self] in
@@ -459,7 +459,7 @@ public final class CurlMultiTransport: @unchecked Sendable {
         _ = bs_easy_setopt_pointer(easy, CURLOPT_READDATA, context)
         _ = bs_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context)
         _ = bs_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, context)
-        _ = bs_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeout.milliseconds)
+        _ = bs_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
         // Non-default TLS options are undone by a reset when the transfer ends (see `finish`).
         if let caFile = request.tls.caFile { _ = bs_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
         if request.tls.insecureSkipVerify {
@@ -571,13 +571,4 @@ enum CurlGlobal {
         curl_global_init(Int(CURL_GLOBAL_ALL))
     }()
     static func initialize() { _ = once }
-}
-
-extension Duration {
-    /// Whole milliseconds, rounded up so that a 1 µs timeout is not 0 ("no timeout" to curl).
-    var milliseconds: Int {
-        let (seconds, attoseconds) = components
-        let ms = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
-        return Int(max(ms, 0))
-    }
 }

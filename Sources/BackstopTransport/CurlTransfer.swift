@@ -10,7 +10,7 @@ import Synchronization
 /// transport thread (curl callbacks run there, and so do `start`/`finish`, called from the transport loop).
 /// What other threads may call — `cancel()` and `consumed(_:)` — touches only the atomics and the transport's
 /// locked command queue.
-public final class CurlTransfer: @unchecked Sendable {
+public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Pause the upstream read when this many body bytes are delivered but not yet written to the client.
     static let highWater = 1 << 20
     /// Resume once the client side has caught up to this.
@@ -60,7 +60,7 @@ public final class CurlTransfer: @unchecked Sendable {
     /// The requester no longer wants the events but lets the transfer finish (so curl can keep its connection);
     /// it is cancelled if it has not finished within `limit`.
     public func abandon(within limit: Duration) {
-        transport.submit(.abandon(self, deadlineMS: bs_monotonic_ms() + Int64(limit.milliseconds)))
+        transport.submit(.abandon(self, deadlineMS: bs_monotonic_ms() + limit.millisecondsRoundedUp))
     }
 
     /// The exchange wrote `bytes` of delivered body to the client; may resume a paused upstream read.

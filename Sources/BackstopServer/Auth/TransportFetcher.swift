@@ -11,7 +11,7 @@ struct FetchedResponse: Sendable {
 /// Performs one request through the shared curl transport and collects the whole response, for Backstop's own
 /// calls (token endpoints). Bodies above `maxBody` fail the call rather than grow memory.
 struct TransportFetcher: Sendable {
-    let transport: CurlMultiTransport
+    let transport: any TransferStarting
     let eventLoop: EventLoop
 
     func fetch(_ request: TransportRequest, timeout: Duration, maxBody: Int = 1 << 20) async
@@ -23,7 +23,7 @@ struct TransportFetcher: Sendable {
                 let bound = NIOLoopBound(collector, eventLoop: eventLoop)
                 let transfer = transport.start(request, on: eventLoop) { events in bound.value.handle(events) }
                 collector.transfer = transfer
-                eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(timeout)) {
+                eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(timeout.nanosecondsClamped)) {
                     collector.finish(.failure(.timeout(detail: "token endpoint timed out")))
                 }
             }
@@ -37,7 +37,7 @@ private final class ResponseCollector {
     private let maxBody: Int
     private var head: UpstreamResponseHead?
     private var body: [UInt8] = []
-    var transfer: CurlTransfer?
+    var transfer: (any TransferHandle)?
 
     init(continuation: CheckedContinuation<Result<FetchedResponse, TransportFailure>, Never>, maxBody: Int) {
         self.continuation = continuation

@@ -14,6 +14,8 @@ import Glibc
 /// Binds every proxy listener and the admin listener of a config and serves them on one event loop group.
 public final class ProxyServer: Sendable {
     public let runtime: ProxyRuntime
+    /// The libcurl engine behind `runtime.transport` (its thread is stopped on drain).
+    private let curl: CurlMultiTransport
     private let group: MultiThreadedEventLoopGroup
     private let channels: NIOLockedValueBox<[(ListenerConfig, Channel)]>
     private let adminChannel: NIOLockedValueBox<Channel?>
@@ -30,6 +32,7 @@ public final class ProxyServer: Sendable {
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
         self.keychain = keychain
         let transport = CurlMultiTransport()
+        self.curl = transport
         let upstreams = Self.makeUpstreams(
             config, previous: [], keychain: keychain, fetcher: TransportFetcher(transport: transport, eventLoop: group.next()),
             logger: logger, counters: tokenRefreshes)
@@ -77,7 +80,7 @@ public final class ProxyServer: Sendable {
             guard let port = address.port, let bytes = Self.addressBytes(address) else { continue }
             endpoints.append(DestinationGuard.Endpoint(address: bytes, port: port))
         }
-        runtime.transport.setDestinationGuard(
+        curl.setDestinationGuard(
             DestinationGuard(ownEndpoints: endpoints, localAddresses: Self.interfaceAddresses()))
     }
 
@@ -108,14 +111,14 @@ public final class ProxyServer: Sendable {
             try? await Task.sleep(for: .milliseconds(20))
         }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
-        await runtime.transport.shutdown()
+        await curl.shutdown()
         try? await group.shutdownGracefully()
     }
 
     private func bind(_ listener: ListenerConfig, limits: Limits) async throws -> Channel {
         let runtime = self.runtime
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
-        let idle = TimeAmount(limits.clientIdleTimeout)
+        let idle = limits.clientIdleTimeout
         let maxConnections = limits.maxConnections
         // The decoder's own cap (80 KiB by default) must not undercut `limits.max_header_bytes`, which the proxy
         // handler enforces with a 431.
@@ -190,7 +193,7 @@ public final class ProxyServer: Sendable {
     private func bindAdmin(_ admin: AdminConfig, limits: Limits) async throws -> Channel {
         let address = admin.address
         let filter = ClientAccessFilter(allowClients: admin.allowClients)
-        let idle = TimeAmount(limits.clientIdleTimeout)
+        let idle = TimeAmount.nanoseconds(limits.clientIdleTimeout.nanosecondsClamped)
         let maxConnections = limits.maxConnections
         let state = AdminState(
             isReady: { [weak self] in self?.isReady ?? false },

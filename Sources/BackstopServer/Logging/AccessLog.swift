@@ -1,17 +1,23 @@
 import BackstopCore
+import BackstopTransport
 import Logging
 import NIOCore
 
 /// One access line per client request, whoever answered it: an upstream, or Backstop itself (a refusal, a local
 /// error, a timeout). Field names are documented in docs/reference/operations.md#logs.
 struct AccessRecord {
-    /// The client's address (`127.0.0.1:53210`, `[::1]:53210`, `unix`).
-    var client: String
-    var method: String
-    /// The URL host (absolute form) or the `Host` header (origin form); `-` when there is none.
-    var host: String
-    /// The path without its query (a query may carry secrets).
-    var path: String
+    /// Who asked for what: known when the request head arrives.
+    struct Request {
+        /// The client's address (`127.0.0.1:53210`, `[::1]:53210`, `unix`).
+        var client: String
+        var method: String
+        /// The URL host (absolute form) or the `Host` header (origin form); `-` when there is none.
+        var host: String
+        /// The path without its query (a query may carry secrets).
+        var path: String
+    }
+
+    var request: Request
     var status: Int
     /// The `X-Backstop-Error` reason, or what ended the response early (`client-closed`, …).
     var error: String?
@@ -21,17 +27,17 @@ struct AccessRecord {
     var attempts: Int
     /// The `retry.on` conditions that caused retries, in order.
     var retries: [String]
-    var elapsed: TimeAmount
+    var elapsed: Duration
     /// Response body bytes sent to the client.
     var bytes: Int
 
     /// The metadata of the `request` log line.
     var metadata: Logger.Metadata {
         var metadata: Logger.Metadata = [
-            "client": .string(client),
-            "method": .string(method),
-            "host": .string(host),
-            "path": .string(path),
+            "client": .string(request.client),
+            "method": .string(request.method),
+            "host": .string(request.host),
+            "path": .string(request.path),
             "status": .stringConvertible(status),
             "upstream": .string(upstream),
             "attempts": .stringConvertible(attempts),
@@ -61,7 +67,7 @@ struct AccessRecord {
 /// A duration in milliseconds with one decimal (`12.3`); a number in JSON logs.
 struct Milliseconds: CustomStringConvertible, LogNumber {
     let tenths: Int64
-    init(_ amount: TimeAmount) { tenths = amount.nanoseconds / 100_000 }
+    init(_ amount: Duration) { tenths = amount.nanosecondsClamped / 100_000 }
     var description: String { "\(tenths / 10).\(tenths % 10)" }
 }
 
@@ -79,6 +85,20 @@ extension ProxyRuntime {
         guard enabled else { return }
         logger.info("request", metadata: record.metadata)
     }
+}
+
+/// What the exchanges of a connection share: the process-wide runtime and the config snapshot's access-log switch.
+struct ExchangeEnvironment {
+    let runtime: ProxyRuntime
+    let accessLog: Bool
+
+    var transport: any TransferStarting { runtime.transport }
+    var clock: any BackstopClock { runtime.clock }
+    var metrics: ProxyMetrics { runtime.metrics }
+    var logger: Logger { runtime.logger }
+    func requestStarted() { runtime.requestStarted() }
+    func requestFinished() { runtime.requestFinished() }
+    func logAccess(_ record: AccessRecord) { runtime.logAccess(record, enabled: accessLog) }
 }
 
 extension SocketAddress {

@@ -8,17 +8,23 @@ import Synchronization
 /// Process-wide state shared by every connection: the transport, the current config snapshot, the logger,
 /// and the draining flag.
 public final class ProxyRuntime: Sendable {
-    public let transport: CurlMultiTransport
+    public let transport: any TransferStarting
     public let logger: Logger
+    /// The time every exchange, connection and token source reads.
+    public let clock: any BackstopClock
     public let metrics = ProxyMetrics()
     private let current: NIOLockedValueBox<ConfigSnapshot>
     private let draining = Atomic<Bool>(false)
     private let inflight = Atomic<Int>(0)
 
-    public init(snapshot: ConfigSnapshot, transport: CurlMultiTransport, logger: Logger) {
+    public init(
+        snapshot: ConfigSnapshot, transport: any TransferStarting, logger: Logger,
+        clock: any BackstopClock = SystemClock()
+    ) {
         self.current = NIOLockedValueBox(snapshot)
         self.transport = transport
         self.logger = logger
+        self.clock = clock
     }
 
     /// The snapshot new requests use.

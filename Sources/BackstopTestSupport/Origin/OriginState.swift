@@ -8,19 +8,25 @@ final class OriginState: Sendable {
         var acceptedConnections = 0
         /// Sorted by `index`: requests can complete out of head order across connections.
         var requests: [RecordedRequest] = []
+        /// Requests recorded, kept or not.
+        var recorded = 0
         var openConnections: [Int: any Channel] = [:]
         var isShutDown = false
         var bodyBytesSent = 0
     }
 
     private let inner = NIOLockedValueBox(Inner())
+    /// Whether requests are kept for `requests` (a long soak keeps only the count: memory stays flat).
+    let keepsRequests: Bool
+
+    init(keepsRequests: Bool = true) { self.keepsRequests = keepsRequests }
 
     var requests: [RecordedRequest] {
         inner.withLockedValue { $0.requests }
     }
 
     var requestCount: Int {
-        inner.withLockedValue { $0.requests.count }
+        inner.withLockedValue { $0.recorded }
     }
 
     var connectionCount: Int {
@@ -63,6 +69,8 @@ final class OriginState: Sendable {
 
     func record(_ request: RecordedRequest) {
         inner.withLockedValue { state in
+            state.recorded += 1
+            guard keepsRequests else { return }
             let position = state.requests.lastIndex { $0.index < request.index }.map { $0 + 1 } ?? 0
             state.requests.insert(request, at: position)
         }

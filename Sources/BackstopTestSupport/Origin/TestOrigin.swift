@@ -34,12 +34,15 @@ public final class TestOrigin: Sendable {
     ///   - tls: serve HTTPS with this certificate and key.
     ///   - sendsContinue: answer `Expect: 100-continue` with an interim `100 Continue`.
     ///   - script: the response for each request.
+    ///   - keepsRequests: false keeps only the count (`requests` stays empty), for long runs such as the soak.
     public static func start(
         tls: TestTLSIdentity? = nil,
         sendsContinue: Bool = true,
+        keepsRequests: Bool = true,
         script: @escaping Script
     ) async throws -> TestOrigin {
-        try await start(on: .tcpLoopback, tls: tls, sendsContinue: sendsContinue, script: script)
+        try await start(on: .tcpLoopback, tls: tls, sendsContinue: sendsContinue, keepsRequests: keepsRequests,
+                        script: script)
     }
 
     /// Starts an origin listening on a unix-domain socket at `unixPath` (`port` is 0, `baseURL` is
@@ -49,7 +52,7 @@ public final class TestOrigin: Sendable {
         sendsContinue: Bool = true,
         script: @escaping Script
     ) async throws -> TestOrigin {
-        try await start(on: .unix(unixPath), tls: nil, sendsContinue: sendsContinue, script: script)
+        try await start(on: .unix(unixPath), tls: nil, sendsContinue: sendsContinue, keepsRequests: true, script: script)
     }
 
     private enum Endpoint {
@@ -61,10 +64,11 @@ public final class TestOrigin: Sendable {
         on endpoint: Endpoint,
         tls: TestTLSIdentity?,
         sendsContinue: Bool,
+        keepsRequests: Bool,
         script: @escaping Script
     ) async throws -> TestOrigin {
         let sslContext = try tls.map { try $0.makeServerContext() }
-        let state = OriginState()
+        let state = OriginState(keepsRequests: keepsRequests)
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             // Deep enough that a flood through the proxy (1,000 upstream connections opened at once) is not refused

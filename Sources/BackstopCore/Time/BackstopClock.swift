@@ -1,0 +1,52 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The one clock abstraction of the project: the exchange, the connection, the token manager and the static token
+/// source read time only through it, so tests drive time exactly (`ManualClock` in the test support) and the
+/// daemon reads the kernel's clocks (`SystemClock`).
+public protocol BackstopClock: Sendable {
+    /// A monotonic reading since an arbitrary origin: deadlines, timeouts, budget buckets.
+    func monotonic() -> Duration
+    /// Wall-clock seconds since the Unix epoch: token expiries (shared with other processes through the
+    /// keychain) and HTTP-date hints.
+    func wall() -> Double
+}
+
+/// `CLOCK_MONOTONIC` and `CLOCK_REALTIME`.
+public struct SystemClock: BackstopClock {
+    public init() {}
+
+    public func monotonic() -> Duration {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return .seconds(Int64(now.tv_sec)) + .nanoseconds(Int64(now.tv_nsec))
+    }
+
+    public func wall() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+}
+
+extension Duration {
+    /// Whole nanoseconds, saturating at `Int64.min`/`Int64.max` instead of trapping (a configured `1000000h`
+    /// still converts): the one conversion from `Duration` to an integer clock unit.
+    public var nanosecondsClamped: Int64 {
+        let (seconds, attoseconds) = components
+        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow { return seconds < 0 ? .min : .max }
+        let (sum, overflow2) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+        if overflow2 { return seconds < 0 ? .min : .max }
+        return sum
+    }
+
+    /// Whole milliseconds, rounded up so that a 1 µs timeout is not 0 ("no timeout" to curl).
+    public var millisecondsRoundedUp: Int64 {
+        let nanos = nanosecondsClamped
+        return nanos >= Int64.max - 999_999 ? Int64.max / 1_000_000 : (nanos + 999_999) / 1_000_000
+    }
+}

@@ -1,0 +1,39 @@
+import BackstopCore
+import BackstopTransport
+import Logging
+import NIOCore
+
+/// The end of an exchange: metrics, the access line, and the log line of a failed attempt.
+extension Exchange {
+    func countBudgetExhaustion() {
+        guard !budgetExhaustionCounted, machine.lastGiveUp == .budgetExhausted else { return }
+        budgetExhaustionCounted = true
+        environment.metrics.recordBudgetExhausted(upstream: destination.name)
+    }
+
+    func finish(note: String?) {
+        countBudgetExhaustion()
+        if let failure = machine.lastFailure, note != nil, note != "client-closed" { logAttemptFailure(failure, final: true) }
+        environment.requestFinished()
+        let elapsed = now - machine.startedAt
+        let status = machine.finalStatus
+        environment.metrics.recordRequest(upstream: destination.name, status: status, seconds: elapsed.seconds)
+        environment.logAccess(AccessRecord(
+            request: record, status: status, error: note, reason: note == nil ? nil : machine.lastFailure?.detail,
+            upstream: destination.name, attempts: machine.attempts, retries: machine.retryReasons.map(\.description),
+            elapsed: elapsed, bytes: relay?.bytes ?? 0))
+    }
+
+    /// The cause of a failed attempt: `debug` when it is retried, `info` for the last one.
+    func logAttemptFailure(_ failure: TransportFailure, final: Bool) {
+        let level: Logger.Level = final ? .info : .debug
+        guard environment.logger.logLevel <= level else { return }
+        var metadata: Logger.Metadata = [
+            "upstream": .string(destination.name), "attempt": .stringConvertible(machine.attempts),
+            "outcome": .string(failure.label), "reason": .string(failure.detail), "method": .string(record.method),
+            "host": .string(record.host),
+        ]
+        if final, let giveUp = machine.lastGiveUp { metadata["not_retried"] = .string(giveUp.rawValue) }
+        environment.logger.log(level: level, final ? "attempt failed" : "attempt failed; retrying", metadata: metadata)
+    }
+}

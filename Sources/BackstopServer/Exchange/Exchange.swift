@@ -1,0 +1,189 @@
+import BackstopCore
+import BackstopTransport
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// One client request from routing to the last byte of its response. Its decisions are `ExchangeStateMachine`'s;
+/// this type feeds it events (body parts, credentials, transport events, timers, the client's state) and performs
+/// the actions it returns: it owns the request body, the transfer of the current attempt, and the relay of the
+/// response to the client. Confined to the connection's event loop.
+final class Exchange {
+    var machine: ExchangeStateMachine
+    let client: ExchangeClient
+    let environment: ExchangeEnvironment
+    let eventLoop: EventLoop
+    let head: HTTPRequestHead
+    let target: RequestTarget
+    let destination: ExchangeDestination
+    let record: AccessRecord.Request
+
+    var body = RequestBodyStorage.none
+    var transfer: (any TransferHandle)?
+    /// The generation of `transfer`: events of any other attempt are ignored.
+    var transferGeneration = 0
+    var relay: ResponseRelay?
+    /// Body bytes written to the client but not yet reported to the transport (the client socket was full).
+    var unreportedBytes = 0
+    var budgetExhaustionCounted = false
+    var random = SystemRandomNumberGenerator()
+
+    init(
+        configuration: ExchangeStateMachine.Configuration, head: HTTPRequestHead, target: RequestTarget,
+        destination: ExchangeDestination, client: ExchangeClient, environment: ExchangeEnvironment,
+        eventLoop: EventLoop, record: AccessRecord.Request
+    ) {
+        self.machine = ExchangeStateMachine(configuration: configuration, now: environment.clock.monotonic())
+        self.client = client
+        self.environment = environment
+        self.eventLoop = eventLoop
+        self.head = head
+        self.target = target
+        self.destination = destination
+        self.record = record
+    }
+
+    var now: Duration { environment.clock.monotonic() }
+
+    // MARK: events from the client side
+
+    func start() {
+        environment.requestStarted()
+        perform(machine.start(now: now))
+    }
+
+    func receiveBody(_ chunk: ByteBuffer) {
+        let action = machine.bodyReceived(count: chunk.readableBytes, now: now)
+        switch action {
+        case .storeBody:
+            store(chunk)
+        case .storeBodyAndBeginStreaming:
+            store(chunk)
+            beginStreaming()
+        default:
+            perform(action)
+        }
+    }
+
+    func receiveEnd() { perform(machine.bodyEnded(now: now)) }
+
+    /// The client disconnected: cancel everything, including pending retries.
+    func clientGone() { perform(machine.clientGone()) }
+
+    /// The client stopped sending its request body for `client_idle_timeout`.
+    func clientStalled() { perform(machine.clientStalled()) }
+
+    /// The client socket drained: the body bytes written so far count as consumed (backpressure).
+    func clientWritable() {
+        machine.clientWritable(now: now)
+        guard unreportedBytes > 0, let transfer else { return }
+        transfer.consumed(unreportedBytes)
+        unreportedBytes = 0
+    }
+
+    /// The connection's timer fired.
+    func timerFired() {
+        let wasAttempting: Bool = if case .attempting = machine.state { true } else { false }
+        let action = machine.timerFired(now: now, wall: environment.clock.wall(), random: &random)
+        if wasAttempting, case .retry = action { environment.metrics.recordAttempt(upstream: destination.name, outcome: "timeout") }
+        if wasAttempting, case .failLocally = action { environment.metrics.recordAttempt(upstream: destination.name, outcome: "timeout") }
+        perform(action)
+    }
+
+    // MARK: the request body
+
+    private func store(_ chunk: ByteBuffer) {
+        switch body {
+        case .none:
+            body = .buffer(chunk)
+        case .buffer(var buffer):
+            var chunk = chunk
+            buffer.writeBuffer(&chunk)
+            body = .buffer(buffer)
+        case .stream(let stream):
+            if !stream.append(chunk) { client.holdReads() }
+        }
+    }
+
+    /// The body will not fit `retry_buffer`: send it as it arrives (once), starting the attempt now.
+    func beginStreaming() {
+        let loop = eventLoop
+        let bound = NIOLoopBound(client, eventLoop: eventLoop)
+        let stream = RequestBodyStream(expectedLength: machine.configuration.declaredLength) {
+            loop.execute { bound.value.releaseReads() }
+        }
+        if case .buffer(let buffered) = body, !stream.append(buffered) { client.holdReads() }
+        body = .stream(stream)
+        perform(machine.streamingBegan(now: now))
+    }
+
+    // MARK: performing actions
+
+    func perform(_ action: ExchangeStateMachine.Action) {
+        switch action {
+        case .none, .storeBody, .storeBodyAndBeginStreaming:
+            break
+        case .beginStreaming:
+            beginStreaming()
+        case .finishBodyStream:
+            if case .stream(let stream) = body { stream.finish() }
+        case .acquireCredential:
+            acquireCredential()
+        case .startAttempt(let generation, let credential, let mayResend):
+            startAttempt(generation: generation, credential: credential, mayResend: mayResend)
+        case .refreshCredential(let rejected):
+            guard case .oauth2(let manager, _)? = destination.upstream?.auth else { break }
+            let bound = NIOLoopBound(self, eventLoop: eventLoop)
+            let loop = eventLoop
+            Task {
+                let replacement = await manager.tokenRejected(rejected)
+                loop.execute { bound.value.perform(bound.value.machine.refreshFinished(replacement, now: bound.value.now)) }
+            }
+        case .retry(let delay, let reason, let disposal):
+            retry(after: delay, reason: reason, disposal: disposal)
+        case .deliverHead(let upstreamHead, let error, let replay):
+            deliverHead(upstreamHead, error: error)
+            if !replay.isEmpty { handle(replay, generation: transferGeneration) }
+        case .relayBody(let buffer):
+            relayBody(buffer)
+        case .completeResponse(let requestComplete):
+            let (tail, short) = relay?.end(allocator: client.allocator) ?? (nil, false)
+            if short {
+                perform(machine.responseFellShort())
+                return
+            }
+            if case .stream(let stream) = body, !requestComplete { stream.fail() }
+            finish(note: nil)
+            client.writeResponseEnd(tail: tail, requestComplete: requestComplete, close: relay?.framing.endsConnection ?? false)
+        case .abortResponse(let note):
+            stopTransferAndBody()
+            finish(note: note)
+            client.flush()
+            client.abortResponse()
+        case .failLocally(let reason, let requestComplete):
+            stopTransferAndBody()
+            finish(note: reason.rawValue)
+            client.exchangeFailed(reason, requestComplete: requestComplete,
+                                  attempts: machine.attempts > 0 ? machine.attempts : nil)
+        case .cancel:
+            stopTransferAndBody()
+            finish(note: "client-closed")
+        }
+        if let deadline = machine.nextDeadline { client.wakeUp(at: deadline) }
+    }
+}
+
+/// The request body as the exchange holds it: kept for replay, or streamed to the transport as it arrives.
+enum RequestBodyStorage {
+    case none
+    case buffer(ByteBuffer)
+    case stream(RequestBodyStream)
+}
+
+extension RetryCondition {
+    /// A condition below HTTP (a failed connection, reset or timeout) rather than a status.
+    var isTransportCondition: Bool {
+        if case .status = self { return false }
+        return true
+    }
+}

@@ -1,0 +1,82 @@
+import BackstopCore
+import NIOHTTP1
+
+/// Decides, from a request head alone, whether Backstop answers it itself or hands it to an exchange, and where
+/// the exchange goes (docs/reference/behaviour.md: accepting requests, routing, refused methods, loops). Pure.
+enum RequestAdmission {
+    /// A request that gets an exchange.
+    struct Accepted {
+        var framing: RequestFraming
+        var target: RequestTarget
+        var destination: ExchangeDestination
+        /// The URL host (absolute form) or the `Host` header (origin form), for the access line.
+        var clientHost: String
+    }
+
+    enum Decision {
+        case accept(Accepted)
+        /// Answer with this error; `close` when the rest of the request cannot be trusted or is not read.
+        case reject(ProxyErrorReason, close: Bool)
+        /// `CONNECT`: a connection-level event (405 today, then the connection closes).
+        case connect
+    }
+
+    static func decide(_ head: HTTPRequestHead, snapshot: ConfigSnapshot, draining: Bool) -> Decision {
+        let limits = snapshot.config.limits
+        if draining { return .reject(.shuttingDown, close: true) }
+        if head.method == .CONNECT { return .connect }
+        var headerBytes = head.uri.utf8.count
+        for (name, value) in head.headers { headerBytes += name.utf8.count + value.utf8.count + 4 }
+        if headerBytes > limits.maxHeaderBytes { return .reject(.headersTooLarge, close: true) }
+        guard let framing = RequestFraming(head.headers) else { return .reject(.badRequest, close: true) }
+        if let length = framing.contentLength, length > limits.maxRequestBody {
+            return .reject(.bodyTooLarge, close: true)
+        }
+        guard let target = RequestTarget.parse(head.uri), !target.hasDotSegment else {
+            return .reject(.badRequest, close: true)
+        }
+        var via = 0
+        for (name, value) in head.headers where name.caseInsensitiveEquals("via") {
+            via += HeaderRewriter.backstopViaCount(in: [(name: name, value: value)])
+        }
+        if via >= HeaderRewriter.viaLoopLimit { return .reject(.loopDetected, close: true) }
+        let hostHeader = head.headers.first(name: "host")
+        let destination: ExchangeDestination
+        switch snapshot.router.route(target: target, hostHeader: hostHeader) {
+        case .noRoute:
+            return .reject(.noRoute, close: framing.hasBody)
+        case .upstream(let index, let path):
+            let upstream = snapshot.upstreams[index]
+            // TRACE echoes the request, injected credential included, back to the client.
+            if head.method == .TRACE, upstream.config.auth != .none {
+                return .reject(.methodNotAllowed, close: framing.hasBody)
+            }
+            destination = .upstream(upstream, path: path)
+        case .passthrough(let url):
+            destination = .passthrough(url: url)
+        }
+        let clientHost: String
+        if case .absolute(_, let host, _) = target.form { clientHost = host } else { clientHost = hostHeader ?? "-" }
+        return .accept(Accepted(framing: framing, target: target, destination: destination, clientHost: clientHost))
+    }
+
+    /// The state machine's configuration for an accepted request.
+    static func exchangeConfiguration(_ head: HTTPRequestHead, _ accepted: Accepted, snapshot: ConfigSnapshot)
+        -> ExchangeStateMachine.Configuration
+    {
+        let upstream = accepted.destination.upstream
+        let credential: ExchangeStateMachine.CredentialKind
+        switch upstream?.auth {
+        case .staticToken?: credential = .staticValue
+        case .oauth2(_, let config)?: credential = .oauth2(refreshOn: config.refreshOn)
+        case .none?, nil: credential = .none
+        }
+        let keyHeader = upstream?.config.retry.retryNonIdempotentWithKey
+        return ExchangeStateMachine.Configuration(
+            method: head.method.rawValue, hasBody: accepted.framing.hasBody, declaredLength: accepted.framing.contentLength,
+            retryBuffer: snapshot.config.limits.retryBuffer, maxRequestBody: snapshot.config.limits.maxRequestBody,
+            timeouts: upstream?.config.timeouts ?? Timeouts(),
+            hasIdempotencyKey: keyHeader.map { head.headers.contains(name: $0) } ?? false, credential: credential,
+            retry: upstream?.retryPolicy, budget: upstream?.budget)
+    }
+}
