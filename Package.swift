@@ -89,6 +89,19 @@ let package = Package(
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain"]),
         .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
         .testTarget(
+            name: "BackstopServerTests",
+            dependencies: [
+                "BackstopServer",
+                "BackstopCore",
+                "BackstopTransport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
             name: "IntegrationTests",
             dependencies: [
                 "BackstopServer",
