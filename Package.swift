@@ -67,6 +67,7 @@ let package = Package(
         .target(
             name: "BackstopTestSupport",
             dependencies: [
+                "BackstopCore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -86,7 +87,7 @@ let package = Package(
         .target(name: "CFuzzing"),
         .executableTarget(name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "CFuzzing"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
-        .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain"]),
+        .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore"]),
         .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
         .testTarget(
             name: "BackstopServerTests",

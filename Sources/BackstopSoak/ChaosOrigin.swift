@@ -1,3 +1,4 @@
+import BackstopCore
 import BackstopTestSupport
 import NIOConcurrencyHelpers
 

@@ -35,13 +35,23 @@ public struct TransportRequest: Sendable {
     }
 }
 
-/// TLS settings of one upstream.
+/// TLS settings of one transfer.
 public struct TransportTLSOptions: Sendable, Equatable {
     public var caFile: String?
     public var insecureSkipVerify: Bool
     public init(caFile: String? = nil, insecureSkipVerify: Bool = false) {
         self.caFile = caFile
         self.insecureSkipVerify = insecureSkipVerify
+    }
+
+    /// An upstream's `tls` section.
+    public init(_ tls: TLSConfig) {
+        self.init(caFile: tls.caFile, insecureSkipVerify: tls.insecureSkipVerify)
+    }
+
+    /// A token endpoint's `auth.tls` section: verification is always on.
+    public init(_ tls: TokenEndpointTLS) {
+        self.init(caFile: tls.caFile, insecureSkipVerify: false)
     }
 }
 

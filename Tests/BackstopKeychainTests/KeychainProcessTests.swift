@@ -1,3 +1,4 @@
+import BackstopCore
 import Foundation
 import Testing
 @testable import BackstopKeychain
@@ -111,8 +112,8 @@ struct KeychainProcessTests {
         #expect(try f.cli(["init"]).status == 0)
         let keychain = try f.keychain()
         // A few MiB of entries make the encrypt-write-fsync window a large share of each writer's life.
-        var rng = SeededGenerator(seed: UInt64(Date().timeIntervalSince1970 * 1000))
-        let seed = rng.state
+        let seed = UInt64(Date().timeIntervalSince1970 * 1000)
+        var rng = SplitMix64(seed: seed)
         for i in 0..<6 {
             try keychain.set("bulk/\(i)", value: (0..<(512 << 10)).map { _ in UInt8.random(in: 0...255, using: &rng) })
         }

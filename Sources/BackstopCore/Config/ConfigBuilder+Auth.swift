@@ -117,7 +117,7 @@ extension ConfigBuilder {
 
     private mutating func header(_ map: MappingView, _ path: String) -> String? {
         guard let n = map["header"], let v = reader.string(n, "\(path).header") else { return nil }
-        guard Self.isToken(v) else {
+        guard HTTPSyntax.isToken(v) else {
             reader.fail(n, "\(path).header: '\(v)' is not a header name")
             return nil
         }

@@ -23,7 +23,7 @@ extension ConfigBuilder {
         if let n = map["methods"], let list = reader.stringList(n, "\(path).methods") {
             config.methods = []
             for (text, itemNode) in list {
-                if Self.isToken(text) {
+                if HTTPSyntax.isToken(text) {
                     config.methods.insert(text.asciiUppercased())
                 } else {
                     reader.fail(itemNode, "\(path).methods: '\(text)' is not an HTTP method")
@@ -34,7 +34,7 @@ extension ConfigBuilder {
             if NodeReader.isNull(n) || NodeReader.isEmptyString(n) {
                 config.retryNonIdempotentWithKey = nil
             } else if let v = reader.string(n, "\(path).retry_non_idempotent_with_key") {
-                if Self.isToken(v) {
+                if HTTPSyntax.isToken(v) {
                     config.retryNonIdempotentWithKey = v
                 } else {
                     reader.fail(n, "\(path).retry_non_idempotent_with_key: '\(v)' is not a header name")
@@ -65,20 +65,6 @@ extension ConfigBuilder {
                 return nil
             }
             return .status(code)
-        }
-    }
-
-    /// RFC 9110 token (method and header names): one or more tchar.
-    static func isToken(_ text: String) -> Bool {
-        !text.isEmpty && text.utf8.allSatisfy { b in
-            switch b {
-            case 48...57, 65...90, 97...122: true
-            case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"),
-                UInt8(ascii: "'"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."),
-                UInt8(ascii: "^"), UInt8(ascii: "_"), UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
-                true
-            default: false
-            }
         }
     }
 

@@ -36,9 +36,7 @@ public struct RequestFraming: Sendable, Equatable {
             contentLength = nil
             return
         }
-        guard lengths.allSatisfy({ $0 == first }), !first.isEmpty, first.utf8.count <= 18,
-            first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int(first)
-        else { return nil }
+        guard lengths.allSatisfy({ $0 == first }), let length = HTTPSyntax.decimal(first.utf8) else { return nil }
         contentLength = length
     }
 }

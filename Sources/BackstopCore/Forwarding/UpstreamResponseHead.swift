@@ -310,28 +310,12 @@ public struct UpstreamHeadParser: Sendable {
 
     // MARK: byte rules
 
-    /// RFC 9110 §5.6.2 token characters.
     static func isToken(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> Bool {
-        for i in from..<to {
-            switch line[i] {
-            case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: continue
-            case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"),
-                UInt8(ascii: "'"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."),
-                UInt8(ascii: "^"), UInt8(ascii: "_"), UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
-                continue
-            default: return false
-            }
-        }
-        return true
+        HTTPSyntax.isToken(UnsafeRawBufferPointer(rebasing: line[from..<to]))
     }
 
-    /// A field value: visible characters, spaces, tabs and obs-text; no other control character (CR, LF, NUL…).
     static func isFieldValue(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> Bool {
-        for i in from..<to {
-            let b = line[i]
-            if (b < 0x20 && b != 0x09) || b == 0x7F { return false }
-        }
-        return true
+        HTTPSyntax.isFieldValue(UnsafeRawBufferPointer(rebasing: line[from..<to]))
     }
 
     /// The range `from..<to` without leading and trailing spaces and tabs.
@@ -350,7 +334,7 @@ public struct UpstreamHeadParser: Sendable {
             var end = start
             while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
             let (from, to) = trimmed(value, start, end)
-            lengths.append(decimal(UnsafeRawBufferPointer(rebasing: value[from..<to])))
+            lengths.append(HTTPSyntax.decimal(UnsafeRawBufferPointer(rebasing: value[from..<to])))
             start = end + 1
         }
     }
@@ -366,16 +350,5 @@ public struct UpstreamHeadParser: Sendable {
             codings.append(String(decoding: value[from..<to], as: UTF8.self).asciiLowercased())
             start = end + 1
         }
-    }
-
-    /// 1 to 18 ASCII digits as an Int; nil for anything else.
-    static func decimal(_ value: UnsafeRawBufferPointer) -> Int? {
-        guard !value.isEmpty, value.count <= 18 else { return nil }
-        var n = 0
-        for b in value {
-            guard b >= 0x30, b <= 0x39 else { return nil }
-            n = n * 10 + Int(b - 0x30)
-        }
-        return n
     }
 }

@@ -43,14 +43,10 @@ public struct RetryRequestInfo: Sendable, Equatable {
     public init(
         method: String, headerNames: some Sequence<String>, idempotencyKeyHeader: String?, bodyReplayable: Bool
     ) {
-        let key = idempotencyKeyHeader.map(Self.asciiLowercased)
         self.init(
             method: method,
-            hasIdempotencyKey: key.map { key in headerNames.contains { Self.asciiLowercased($0) == key } } ?? false,
+            hasIdempotencyKey: idempotencyKeyHeader.map { key in headerNames.contains { $0.caseInsensitiveEquals(key) } }
+                ?? false,
             bodyReplayable: bodyReplayable)
-    }
-
-    private static func asciiLowercased(_ name: String) -> String {
-        String(decoding: name.utf8.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
     }
 }

@@ -28,15 +28,22 @@ public struct Backoff: Sendable, Equatable {
             let prev = previous?.seconds ?? base
             let upper = max(base, prev * 3)
             let value = base + (upper - base) * unitInterval(&random)
-            return .seconds(min(cap, value))
+            return Self.duration(min(cap, value))
         }
         // A zero base stays zero (0 × ∞ would be NaN, not "capped"); an infinite product saturates at the cap.
         let capped = base <= 0 ? 0 : raw.isFinite ? min(cap, raw) : cap
         switch config.jitter {
-        case .none: return .seconds(capped)
-        case .full: return .seconds(capped * unitInterval(&random))
-        case .equal: return .seconds(capped / 2 + capped / 2 * unitInterval(&random))
+        case .none: return Self.duration(capped)
+        case .full: return Self.duration(capped * unitInterval(&random))
+        case .equal: return Self.duration(capped / 2 + capped / 2 * unitInterval(&random))
         }
+    }
+
+    /// Seconds as a whole number of nanoseconds (so 0.1 s is exactly 100 ms), within `Int64`'s range.
+    static func duration(_ seconds: Double) -> Duration {
+        let nanos = (seconds * 1e9).rounded()
+        guard nanos.isFinite else { return nanos > 0 ? .nanoseconds(Int64.max) : .zero }
+        return .nanoseconds(nanos >= 9.2e18 ? Int64.max : nanos <= 0 ? 0 : Int64(nanos))
     }
 
     static func fibonacci(_ n: Int) -> Double {

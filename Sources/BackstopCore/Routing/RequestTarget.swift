@@ -122,10 +122,7 @@ public struct RequestTarget: Sendable, Equatable {
         }
         var port: Int?
         if let portStart {
-            let digits = bytes[portStart...]
-            guard !digits.isEmpty, digits.count <= 5, digits.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
-            let value = digits.reduce(0) { $0 * 10 + Int($1 - 48) }
-            guard value <= 65535 else { return nil }
+            guard let value = HTTPSyntax.decimal(bytes[portStart...], maxDigits: 5), value <= 65535 else { return nil }
             port = value
         }
         let hostBytes = UnsafeBufferPointer(rebasing: bytes[hostRange])

@@ -16,11 +16,11 @@ public enum TokenEndpointDecision: Sendable, Equatable {
     case giveUp(final: Bool)
 }
 
-/// Retries within one refresh (docs/reference/behaviour.md): connection failures, 5xx and 429 are retried with exponential backoff
-/// and full jitter, `base · 2^(attempt−1)` capped at `maxDelay`, up to `maxAttempts` calls in all. 400 and 401
-/// (`invalid_grant`, bad client credentials) are final and never retried. Any other status (3xx, other 4xx) gives
-/// up without being final: the endpoint may be misconfigured or temporarily odd, so a later request may try again
-/// after the failure cooldown.
+/// Retries within one refresh (docs/reference/behaviour.md#oauth2): connection failures, 5xx and 429 are retried
+/// with exponential backoff and full jitter (`Backoff`: `base · 2^(attempt−1)` capped at `maxDelay`, one draw),
+/// up to `maxAttempts` calls in all. 400 and 401 (`invalid_grant`, bad client credentials) are final and never
+/// retried. Any other status (3xx, other 4xx) gives up without being final: the endpoint may be misconfigured or
+/// temporarily odd, so a later request may try again after the failure cooldown.
 public struct TokenEndpointRetryPolicy: Sendable, Equatable {
     /// Calls in all, including the first.
     public var maxAttempts: Int
@@ -33,8 +33,11 @@ public struct TokenEndpointRetryPolicy: Sendable, Equatable {
         self.maxDelay = maxDelay
     }
 
-    /// The decision after call number `attempt` (1-based) ended with `outcome`. The delay is drawn uniformly from
-    /// [0, min(maxDelay, baseDelay · 2^(attempt−1))) with one generator word.
+    private var backoff: Backoff {
+        Backoff(BackoffConfig(strategy: .exponential, base: baseDelay, max: maxDelay, multiplier: 2, jitter: .full))
+    }
+
+    /// The decision after call number `attempt` (1-based) ended with `outcome`.
     public func decide(
         _ outcome: TokenEndpointOutcome, attempt: Int, using rng: inout some RandomNumberGenerator
     ) -> TokenEndpointDecision {
@@ -45,26 +48,9 @@ public struct TokenEndpointRetryPolicy: Sendable, Equatable {
             return .giveUp(final: true)
         case .transportFailure, .status(429), .status(500..<600):
             guard attempt < maxAttempts else { return .giveUp(final: false) }
-            let window = Double(backoffWindowNanoseconds(attempt: attempt))
-            return .retry(after: .nanoseconds(Int64(window * TokenTime.unitFraction(using: &rng))))
+            return .retry(after: backoff.delay(retry: attempt, previous: nil, random: &rng))
         case .status:
             return .giveUp(final: false)
         }
-    }
-
-    /// min(maxDelay, baseDelay · 2^(attempt−1)) in nanoseconds, without overflow for any attempt number.
-    private func backoffWindowNanoseconds(attempt: Int) -> Int64 {
-        let cap = max(Self.nanoseconds(maxDelay), 0)
-        let base = max(Self.nanoseconds(baseDelay), 0)
-        let exponent = min(max(attempt - 1, 0), 62)
-        let (scaled, overflow) = base.multipliedReportingOverflow(by: Int64(1) << exponent)
-        return min(overflow ? Int64.max : scaled, cap)
-    }
-
-    private static func nanoseconds(_ duration: Duration) -> Int64 {
-        let parts = duration.components
-        let (whole, overflow) = parts.seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return parts.seconds < 0 ? Int64.min : Int64.max }
-        return whole.addingReportingOverflow(parts.attoseconds / 1_000_000_000).partialValue
     }
 }

@@ -232,7 +232,7 @@ public struct TokenState: Sendable {
         guard case .valid = phase, let at = proactiveRefreshAt else { return nil }
         guard let lastFailure else { return at }
         if lastFailure.final { return nil }
-        return max(at, lastFailure.at + TokenTime.seconds(configuration.failureCooldown))
+        return max(at, lastFailure.at + configuration.failureCooldown.seconds)
     }
 
     /// Starts a proactive refresh if one is due: the state becomes `refreshing(t, stale: false)` and the owner
@@ -247,7 +247,7 @@ public struct TokenState: Sendable {
 
     private func refreshAllowed(now: Double) -> Bool {
         guard let lastFailure else { return true }
-        return now >= lastFailure.at + TokenTime.seconds(configuration.failureCooldown)
+        return now >= lastFailure.at + configuration.failureCooldown.seconds
     }
 
     private mutating func beginFetch(now: Double) -> TokenAction {
@@ -267,8 +267,8 @@ public struct TokenState: Sendable {
         phase = .valid(token)
         lastFailure = nil
         if let expiry {
-            let jitter = TokenTime.unitFraction(using: &rng) * TokenTime.seconds(configuration.maxJitter)
-            let windowStart = expiry - TokenTime.seconds(configuration.refreshAhead) - jitter
+            let jitter = unitInterval(&rng) * configuration.maxJitter.seconds
+            let windowStart = expiry - configuration.refreshAhead.seconds - jitter
             proactiveRefreshAt = max(windowStart, now + max(expiry - now, 0) / 2)
         } else {
             proactiveRefreshAt = nil

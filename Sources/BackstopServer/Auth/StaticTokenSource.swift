@@ -1,3 +1,4 @@
+import BackstopCore
 import BackstopKeychain
 import NIOConcurrencyHelpers
 
@@ -17,17 +18,19 @@ final class StaticTokenSource: Sendable {
 
     private let keychain: FileKeychain
     private let entry: String
+    private let clock: any BackstopClock
     private let cache = NIOLockedValueBox(Cache())
 
-    init(keychain: FileKeychain, entry: String) {
+    init(keychain: FileKeychain, entry: String, clock: any BackstopClock = SystemClock()) {
         self.keychain = keychain
         self.entry = entry
+        self.clock = clock
     }
 
     /// The current value, or nil when the entry is absent, the keychain unreadable, or the value cannot be a
     /// header value (a control character such as CR or LF would let the entry inject header lines upstream).
     func value() -> String? {
-        let now = Self.monotonicSeconds()
+        let now = clock.monotonic().components.seconds
         return cache.withLockedValue { cache in
             if cache.checkedAt == now, cache.size >= 0 { return cache.value }
             cache.checkedAt = now
@@ -44,19 +47,8 @@ final class StaticTokenSource: Sendable {
             cache.modified = info.st_mtim
             cache.size = Int(info.st_size)
             let stored = (try? keychain.entry(entry))??.stringValue
-            cache.value = stored.flatMap { Self.isHeaderValue($0) ? $0 : nil }
+            cache.value = stored.flatMap { HTTPSyntax.isFieldValue($0) ? $0 : nil }
             return cache.value
         }
-    }
-
-    /// Visible characters, spaces, tabs and obs-text only (RFC 9110 §5.5 field-value).
-    static func isHeaderValue(_ value: String) -> Bool {
-        value.utf8.allSatisfy { ($0 >= 0x20 && $0 != 0x7F) || $0 == 0x09 }
-    }
-
-    private static func monotonicSeconds() -> Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        return Int64(now.tv_sec)
     }
 }

@@ -25,7 +25,7 @@ public actor TokenManager {
     private let fetcher: TransportFetcher
     private let tls: TransportTLSOptions
     private let logger: Logger
-    private let now: @Sendable () -> Double
+    private let clock: any BackstopClock
     private let endpointPolicy = TokenEndpointRetryPolicy()
     private let counters: TokenRefreshCounters
     private var state: TokenState {
@@ -40,7 +40,7 @@ public actor TokenManager {
     init(
         upstreamName: String, config: OAuth2Config, keychain: FileKeychain, fetcher: TransportFetcher,
         tls: TransportTLSOptions, logger: Logger, counters: TokenRefreshCounters,
-        now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
+        clock: any BackstopClock = SystemClock()
     ) {
         self.upstreamName = upstreamName
         self.config = config
@@ -49,13 +49,13 @@ public actor TokenManager {
         self.tls = tls
         self.logger = logger
         self.counters = counters
-        self.now = now
+        self.clock = clock
         self.state = TokenState(configuration: TokenState.Configuration(config))
     }
 
     /// The current token when it is valid and not yet due for a proactive refresh; nil means "ask the actor".
     public nonisolated func cachedToken() -> ManagedToken? {
-        let now = self.now()
+        let now = clock.wall()
         return fastPath.withLockedValue { entry in
             guard let entry, now < entry.until else { return nil }
             return entry.token
@@ -83,7 +83,7 @@ public actor TokenManager {
     /// The token for a request about to be sent; nil when none can be had (→ 502 `token-unavailable`).
     public func tokenForRequest() async -> ManagedToken? {
         liftHoldDownIfKeychainChanged()
-        return await resolve(state.tokenForRequest(now: now()))
+        return await resolve(state.tokenForRequest(now: clock.wall()))
     }
 
     /// The keychain file as it was when the last refresh failed (size, modification time, inode).
@@ -105,14 +105,14 @@ public actor TokenManager {
 
     private func noteRefreshFailure(final: Bool) {
         keychainAtFailure = KeychainFileStamp(path: keychain.path)
-        state.refreshFailed(final: final, now: now())
+        state.refreshFailed(final: final, now: clock.wall())
     }
 
     /// The upstream rejected `token` (a `refresh_on` status): returns the token to replay with, or nil when the
     /// refresh failed (→ the original response with `token-refresh-failed`).
     public func tokenRejected(_ token: ManagedToken) async -> ManagedToken? {
         liftHoldDownIfKeychainChanged()
-        let replacement = await resolve(state.markStale(token: token, now: now()))
+        let replacement = await resolve(state.markStale(token: token, now: clock.wall()))
         guard let replacement, replacement.generation != token.generation else { return nil }
         return replacement
     }
@@ -136,7 +136,7 @@ public actor TokenManager {
             case .fail:
                 return nil
             }
-            action = state.tokenForRequest(now: now())
+            action = state.tokenForRequest(now: clock.wall())
         }
         return nil
     }
@@ -171,8 +171,8 @@ public actor TokenManager {
         let stored = entries[accessEntry]?.stringValue
         let storedExpiry = entries[expiryEntry]?.stringValue.flatMap(Double.init)
         // Another process (or an earlier run) already stored a token this one has not seen: adopt it.
-        if let stored, !stored.isEmpty, stored != staleValue, storedExpiry.map({ $0 > now() }) ?? true {
-            state.refreshSucceeded(token: stored, expiry: storedExpiry, now: now(), using: &random)
+        if let stored, !stored.isEmpty, stored != staleValue, storedExpiry.map({ $0 > clock.wall() }) ?? true {
+            state.refreshSucceeded(token: stored, expiry: storedExpiry, now: clock.wall(), using: &random)
             counters.record(upstream: upstreamName, result: .adopted)
             logger.info("token loaded from keychain", metadata: ["upstream": .string(upstreamName)])
             return
@@ -250,7 +250,7 @@ public actor TokenManager {
             noteRefreshFailure(final: false)
             return
         }
-        let issuedAt = now()
+        let issuedAt = clock.wall()
         let expiry = parsed.expiry(now: issuedAt)
         let stamp = Date(timeIntervalSince1970: issuedAt)
         var tokenEntries: [String: KeychainEntry?] = [

@@ -1,3 +1,4 @@
+import BackstopCore
 import NIOCore
 
 #if canImport(Glibc)
@@ -45,10 +46,8 @@ public struct SystemdNotifier: Sendable {
     }
 
     /// `MONOTONIC_USEC=` value for `RELOADING=1` (CLOCK_MONOTONIC in microseconds).
-    public static func monotonicMicroseconds() -> UInt64 {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+    public static func monotonicMicroseconds(clock: any BackstopClock = SystemClock()) -> UInt64 {
+        UInt64(max(clock.monotonic().nanosecondsClamped / 1000, 0))
     }
 
     /// Half of `$WATCHDOG_USEC` (when set for this process), the interval at which to send `WATCHDOG=1`.

@@ -287,7 +287,7 @@ extension ProxyServer {
             case .oauth2(let oauth):
                 guard let keychain else { auth = .none; break }
                 // The token endpoint's own TLS settings: verification on, the upstream's `tls` never applies.
-                let tls = TransportTLSOptions(caFile: oauth.tls.caFile)
+                let tls = TransportTLSOptions(oauth.tls)
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, keychain: keychain, fetcher: fetcher, tls: tls,
                     logger: logger, counters: counters)

@@ -1,3 +1,4 @@
+import BackstopCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -5,11 +6,7 @@ import Glibc
 /// The standard Prometheus `process_*` metrics, read from `/proc/self` when `/metrics` is scraped.
 enum ProcessMetrics {
     /// When the process started (wall clock, seconds since the epoch), recorded at first use: early in `run`.
-    static let startTime: Double = {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
-    }()
+    static let startTime: Double = SystemClock().wall()
 
     static func render() -> String {
         var out = ""

@@ -30,7 +30,7 @@ public final class UpstreamRuntime: Sendable {
 
     init(config: UpstreamConfig, auth: AuthRuntime, budget: SharedRetryBudget? = nil) {
         self.config = config
-        self.tls = TransportTLSOptions(caFile: config.tls.caFile, insecureSkipVerify: config.tls.insecureSkipVerify)
+        self.tls = TransportTLSOptions(config.tls)
         self.auth = auth
         self.retryPolicy = RetryPolicy(config: config.retry, timeouts: config.timeouts)
         self.origin = config.url.origin

@@ -6,21 +6,21 @@ struct RetryBackoffTests {
     // MARK: jitter none: exact sequences
 
     @Test func constantIsAlwaysBaseAndDrawsNothing() {
-        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        var rng = ScriptedRandom(ScriptedRandom.half)
         let delays = retrySequence(retryBackoff(.constant, base: .milliseconds(250)), count: 6, random: &rng)
         #expect(delays == Array(repeating: .milliseconds(250), count: 6))
         #expect(rng.draws == 0)
     }
 
     @Test func exponentialMultiplierTwoDoublesThenCaps() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         let delays = retrySequence(retryBackoff(.exponential, multiplier: 2), count: 7, random: &rng)
         #expect(delays == [1, 2, 4, 8, 10, 10, 10].map { Duration.seconds($0) })
         #expect(rng.draws == 0)
     }
 
     @Test func exponentialMultiplierOneAndAHalf() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         let delays = retrySequence(retryBackoff(.exponential, multiplier: 1.5), count: 8, random: &rng)
         // 1.5^k is a binary fraction, so these are exact.
         let expected: [Duration] = [
@@ -31,7 +31,7 @@ struct RetryBackoffTests {
     }
 
     @Test func exponentialWithTheDefaultDecimalBase() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         let delays = retrySequence(
             retryBackoff(.exponential, base: .milliseconds(100), max: .seconds(10), multiplier: 2), count: 9,
             random: &rng)
@@ -42,21 +42,21 @@ struct RetryBackoffTests {
     }
 
     @Test func fibonacciSequenceThenCap() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         let delays = retrySequence(retryBackoff(.fibonacci, max: .seconds(20)), count: 10, random: &rng)
         #expect(delays == [1, 1, 2, 3, 5, 8, 13, 20, 20, 20].map { Duration.seconds($0) })
         #expect(rng.draws == 0)
     }
 
     @Test func fibonacciScalesTheBase() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         let delays = retrySequence(
             retryBackoff(.fibonacci, base: .milliseconds(500), max: .seconds(60)), count: 7, random: &rng)
         #expect(delays == [500, 500, 1000, 1500, 2500, 4000, 6500].map { Duration.milliseconds($0) })
     }
 
     @Test func capEqualToBaseMakesEveryStrategyConstant() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         for strategy in [BackoffStrategy.constant, .exponential, .fibonacci] {
             let b = retryBackoff(strategy, base: .seconds(3), max: .seconds(3))
             #expect(retrySequence(b, count: 6, random: &rng) == Array(repeating: .seconds(3), count: 6))
@@ -64,7 +64,7 @@ struct RetryBackoffTests {
     }
 
     @Test func retryNumbersBelowOneAreTreatedAsTheFirst() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         let b = retryBackoff(.exponential)
         #expect(b.delay(retry: 0, previous: nil, random: &rng) == .seconds(1))
         #expect(b.delay(retry: -5, previous: nil, random: &rng) == .seconds(1))
@@ -75,7 +75,7 @@ struct RetryBackoffTests {
     // MARK: no overflow
 
     @Test func hugeRetryNumbersSaturateAtMax() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         let exp10 = retryBackoff(.exponential, base: .milliseconds(100), max: .seconds(30), multiplier: 10)
         #expect(exp10.delay(retry: 10_000, previous: nil, random: &rng) == .seconds(30))
         #expect(exp10.delay(retry: 400, previous: nil, random: &rng) == .seconds(30))
@@ -91,7 +91,7 @@ struct RetryBackoffTests {
     }
 
     @Test func attemptOneThousandWithMultiplierTenIsMax() {
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         let b = retryBackoff(.exponential, base: .milliseconds(100), max: .seconds(10), multiplier: 10)
         #expect(b.delay(retry: 1000, previous: nil, random: &rng) == .seconds(10))
         // Multipliers barely above 1 still grow with large exponents (no clamping of the exponent).
@@ -102,7 +102,7 @@ struct RetryBackoffTests {
     }
 
     @Test func aZeroBaseStaysZeroEvenWhenTheGrowthOverflows() {
-        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        var rng = ScriptedRandom(ScriptedRandom.half)
         for strategy in [BackoffStrategy.constant, .exponential, .fibonacci, .decorrelated] {
             let b = retryBackoff(strategy, base: .zero, max: .seconds(10), multiplier: 10)
             for retry in [1, 2, 1000, Int.max] {
@@ -112,7 +112,7 @@ struct RetryBackoffTests {
     }
 
     @Test func hugeRetryNumbersWithJitterStayInsideTheCap() {
-        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        var rng = ScriptedRandom(ScriptedRandom.half)
         let full = retryBackoff(.exponential, max: .seconds(30), multiplier: 10, jitter: .full)
         #expect(full.delay(retry: 10_000, previous: nil, random: &rng) == .seconds(15))
         let equal = retryBackoff(.fibonacci, max: .seconds(30), jitter: .equal)
@@ -122,46 +122,46 @@ struct RetryBackoffTests {
     // MARK: full and equal jitter
 
     @Test(arguments: [
-        (RetryWordsRNG.zero, Duration.zero),
-        (RetryWordsRNG.quarter, Duration.seconds(2)),
-        (RetryWordsRNG.half, Duration.seconds(4)),
-        (RetryWordsRNG.threeQuarters, Duration.seconds(6)),
+        (ScriptedRandom.zero, Duration.zero),
+        (ScriptedRandom.quarter, Duration.seconds(2)),
+        (ScriptedRandom.half, Duration.seconds(4)),
+        (ScriptedRandom.threeQuarters, Duration.seconds(6)),
     ])
     func fullJitterExactValues(word: UInt64, expected: Duration) {
         // retry 4 → 8 s before jitter.
-        var rng = RetryWordsRNG(word)
+        var rng = ScriptedRandom(word)
         let d = retryBackoff(.exponential, jitter: .full).delay(retry: 4, previous: nil, random: &rng)
         #expect(d == expected)
         #expect(rng.draws == 1)
     }
 
-    @Test func fullJitterWordZeroIsExactlyZeroAndTopIsJustUnderTheDelay() {
-        var rng = RetryWordsRNG(RetryWordsRNG.zero, RetryWordsRNG.top)
+    @Test func fullJitterWordZeroIsExactlyZeroAndTopIsTheDelayToTheNanosecond() {
+        var rng = ScriptedRandom(ScriptedRandom.zero, ScriptedRandom.max)
         let b = retryBackoff(.exponential, jitter: .full)
         #expect(b.delay(retry: 4, previous: nil, random: &rng) == .zero)
+        // Delays are whole nanoseconds: 8 s × (1 − 2⁻⁵³) rounds to 8 s; never above it.
         let top = b.delay(retry: 4, previous: nil, random: &rng)
-        #expect(top < .seconds(8))
-        #expect(top > .seconds(8) - .nanoseconds(1))
+        #expect(top == .seconds(8))
         // The cap applies before the jitter: retry 5 is 16 s → capped to 10 s → half is 5 s.
-        var half = RetryWordsRNG(RetryWordsRNG.half)
+        var half = ScriptedRandom(ScriptedRandom.half)
         #expect(b.delay(retry: 5, previous: nil, random: &half) == .seconds(5))
     }
 
     @Test(arguments: [
-        (RetryWordsRNG.zero, Duration.seconds(4)),
-        (RetryWordsRNG.quarter, Duration.seconds(5)),
-        (RetryWordsRNG.half, Duration.seconds(6)),
-        (RetryWordsRNG.threeQuarters, Duration.seconds(7)),
+        (ScriptedRandom.zero, Duration.seconds(4)),
+        (ScriptedRandom.quarter, Duration.seconds(5)),
+        (ScriptedRandom.half, Duration.seconds(6)),
+        (ScriptedRandom.threeQuarters, Duration.seconds(7)),
     ])
     func equalJitterExactValues(word: UInt64, expected: Duration) {
-        var rng = RetryWordsRNG(word)
+        var rng = ScriptedRandom(word)
         let d = retryBackoff(.exponential, jitter: .equal).delay(retry: 4, previous: nil, random: &rng)
         #expect(d == expected)
         #expect(rng.draws == 1)
     }
 
     @Test func equalJitterTopWordReachesTheDelay() {
-        var rng = RetryWordsRNG(RetryWordsRNG.top)
+        var rng = ScriptedRandom(ScriptedRandom.max)
         let d = retryBackoff(.constant, base: .seconds(8), jitter: .equal).delay(retry: 1, previous: nil, random: &rng)
         // 4 + 4·(1 − 2⁻⁵³) rounds to exactly 8 in Double: the closed upper bound of [d/2, d] is reachable.
         #expect(d <= .seconds(8))
@@ -170,7 +170,7 @@ struct RetryBackoffTests {
 
     @Test func jitterAppliesToEveryNonDecorrelatedStrategy() {
         for strategy in [BackoffStrategy.constant, .exponential, .fibonacci] {
-            var rng = RetryWordsRNG(RetryWordsRNG.half)
+            var rng = ScriptedRandom(ScriptedRandom.half)
             let full = retryBackoff(strategy, base: .seconds(2), jitter: .full)
             #expect(full.delay(retry: 1, previous: nil, random: &rng) == .seconds(1), "\(strategy)")
             let equal = retryBackoff(strategy, base: .seconds(2), jitter: .equal)
@@ -179,7 +179,7 @@ struct RetryBackoffTests {
     }
 
     @Test func fullJitterStaysInBoundsAndSpreadsOverManyDraws() {
-        var rng = RetrySplitMix64(state: 42)
+        var rng = SplitMix64(seed: 42)
         let b = retryBackoff(.exponential, base: .milliseconds(100), max: .seconds(10), jitter: .full)
         for retry in 1...10 {
             let ceiling = min(Duration.seconds(10), .milliseconds(100) * (1 << (retry - 1)))
@@ -201,7 +201,7 @@ struct RetryBackoffTests {
     }
 
     @Test func equalJitterStaysInBoundsAndSpreadsOverManyDraws() {
-        var rng = RetrySplitMix64(state: 7)
+        var rng = SplitMix64(seed: 7)
         let b = retryBackoff(.fibonacci, base: .milliseconds(100), max: .seconds(2), jitter: .equal)
         for retry in 1...12 {
             let fib = [1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144][retry - 1]
@@ -223,13 +223,13 @@ struct RetryBackoffTests {
 
     @Test func decorrelatedFirstDelayIsBetweenBaseAndThreeBase() {
         let b = retryBackoff(.decorrelated, base: .seconds(1), max: .seconds(100))
-        var zero = RetryWordsRNG(RetryWordsRNG.zero)
+        var zero = ScriptedRandom(ScriptedRandom.zero)
         #expect(b.delay(retry: 1, previous: nil, random: &zero) == .seconds(1))
-        var half = RetryWordsRNG(RetryWordsRNG.half)
+        var half = ScriptedRandom(ScriptedRandom.half)
         #expect(b.delay(retry: 1, previous: nil, random: &half) == .seconds(2))
-        var quarter = RetryWordsRNG(RetryWordsRNG.quarter)
+        var quarter = ScriptedRandom(ScriptedRandom.quarter)
         #expect(b.delay(retry: 1, previous: nil, random: &quarter) == .milliseconds(1500))
-        var top = RetryWordsRNG(RetryWordsRNG.top)
+        var top = ScriptedRandom(ScriptedRandom.max)
         let d = b.delay(retry: 1, previous: nil, random: &top)
         // 1 + 2·(1 − 2⁻⁵³) rounds to exactly 3 in Double: the upper bound is reachable, as documented.
         #expect(d <= .seconds(3) && d > .seconds(3) - .nanoseconds(1))
@@ -238,7 +238,7 @@ struct RetryBackoffTests {
 
     @Test func decorrelatedUsesThePreviousDelayAndIgnoresRetryNumber() {
         let b = retryBackoff(.decorrelated, base: .seconds(1), max: .seconds(100))
-        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        var rng = ScriptedRandom(ScriptedRandom.half)
         // previous 4 s → uniform [1, 12] → half is 6.5 s, whatever the retry number.
         #expect(b.delay(retry: 1, previous: .seconds(4), random: &rng) == .milliseconds(6500))
         #expect(b.delay(retry: 9, previous: .seconds(4), random: &rng) == .milliseconds(6500))
@@ -249,7 +249,7 @@ struct RetryBackoffTests {
 
     @Test func decorrelatedChainWithFixedWords() {
         let b = retryBackoff(.decorrelated, base: .seconds(1), max: .seconds(20))
-        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        var rng = ScriptedRandom(ScriptedRandom.half)
         // 1 + (3−1)/2 = 2; 1 + (6−1)/2 = 3.5; 1 + (10.5−1)/2 = 5.75; 1 + (17.25−1)/2 = 9.125;
         // 1 + (27.375−1)/2 = 14.1875; then 1 + (42.5625−1)/2 = 21.78125 → capped at 20.
         let delays = retrySequence(b, count: 7, random: &rng)
@@ -263,7 +263,7 @@ struct RetryBackoffTests {
 
     @Test func decorrelatedIgnoresTheJitterMode() {
         for jitter in JitterMode.allCases {
-            var rng = RetryWordsRNG(RetryWordsRNG.zero)
+            var rng = ScriptedRandom(ScriptedRandom.zero)
             let b = retryBackoff(.decorrelated, base: .seconds(1), jitter: jitter)
             #expect(b.delay(retry: 1, previous: nil, random: &rng) == .seconds(1), "\(jitter)")
             #expect(rng.draws == 1)
@@ -271,7 +271,7 @@ struct RetryBackoffTests {
     }
 
     @Test func decorrelatedStaysWithinBaseAndThreeTimesPreviousCapped() {
-        var rng = RetrySplitMix64(state: 0xDEC0)
+        var rng = SplitMix64(seed: 0xDEC0)
         let base = Duration.milliseconds(100)
         let cap = Duration.seconds(5)
         let b = retryBackoff(.decorrelated, base: base, max: cap)
@@ -289,17 +289,17 @@ struct RetryBackoffTests {
     }
 
     @Test func decorrelatedWithAHugePreviousIsCapped() {
-        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        var rng = ScriptedRandom(ScriptedRandom.half)
         let b = retryBackoff(.decorrelated, base: .seconds(1), max: .seconds(10))
         #expect(b.delay(retry: 1, previous: .seconds(Int64.max / 2), random: &rng) == .seconds(10))
-        var zero = RetryWordsRNG(RetryWordsRNG.zero)
+        var zero = ScriptedRandom(ScriptedRandom.zero)
         #expect(b.delay(retry: 1, previous: .seconds(Int64.max / 2), random: &zero) == .seconds(1))
     }
 
     // MARK: helpers
 
     @Test func unitIntervalUsesTheTop53Bits() {
-        var rng = RetryWordsRNG(0, 1 << 63, 1 << 62, .max, (1 << 11) - 1, 1 << 11)
+        var rng = ScriptedRandom(0, 1 << 63, 1 << 62, .max, (1 << 11) - 1, 1 << 11)
         #expect(unitInterval(&rng) == 0)
         #expect(unitInterval(&rng) == 0.5)
         #expect(unitInterval(&rng) == 0.25)

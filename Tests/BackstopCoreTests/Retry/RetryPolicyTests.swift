@@ -34,7 +34,7 @@ private func decide(
     elapsed: Duration = .zero, previousDelay: Duration? = nil, nowWall: Double = wallNow
 ) -> RetryDecision {
     var budget = generousBudget()
-    var rng = RetryWordsRNG(RetryWordsRNG.half)
+    var rng = ScriptedRandom(ScriptedRandom.half)
     return policy.decide(
         attempt: attempt, outcome: outcome, request: request, elapsed: elapsed, previousDelay: previousDelay,
         nowWall: nowWall, now: .seconds(100), budget: &budget, random: &rng)
@@ -45,7 +45,7 @@ private func decide(
     _ policy: RetryPolicy, attempt: Int = 1, _ outcome: AttemptOutcome, _ request: RetryRequestInfo = request(),
     elapsed: Duration = .zero, now: Duration = .seconds(100), budget: inout RetryBudget
 ) -> RetryDecision {
-    var rng = RetryWordsRNG(RetryWordsRNG.half)
+    var rng = ScriptedRandom(ScriptedRandom.half)
     return policy.decide(
         attempt: attempt, outcome: outcome, request: request, elapsed: elapsed, previousDelay: nil,
         nowWall: wallNow, now: now, budget: &budget, random: &rng)
@@ -425,7 +425,7 @@ struct RetryPolicyTests {
     @Test func aHintDrawsNothingFromTheRandomSource() {
         let p = policy(backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), jitter: .full))
         var budget = generousBudget()
-        var rng = RetryWordsRNG(RetryWordsRNG.half)
+        var rng = ScriptedRandom(ScriptedRandom.half)
         let hinted = p.decide(
             attempt: 1, outcome: status(503, retryAfter: "3"), request: request(), elapsed: .zero, previousDelay: nil,
             nowWall: wallNow, now: .zero, budget: &budget, random: &rng)
@@ -450,7 +450,7 @@ struct RetryPolicyTests {
             total: .seconds(60))
         func schedule(seed: UInt64) -> [RetryDecision] {
             var budget = generousBudget()
-            var rng = RetrySplitMix64(state: seed)
+            var rng = SplitMix64(seed: seed)
             return (1...6).map { attempt in
                 p.decide(
                     attempt: attempt, outcome: .timeout, request: request(), elapsed: .zero, previousDelay: nil,
@@ -478,7 +478,7 @@ struct RetryPolicyTests {
             attempts: 4,
             backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), jitter: .none))
         var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 10))
-        var rng = RetryWordsRNG()
+        var rng = ScriptedRandom()
         var elapsed = Duration.zero
         var previous: Duration?
         var waits: [Duration] = []

@@ -6,10 +6,10 @@ struct TokenEndpointRetryPolicyTests {
     static let policy = TokenEndpointRetryPolicy()
 
     static func decide(
-        _ outcome: TokenEndpointOutcome, attempt: Int, word: UInt64 = TokenTestRNG.half,
+        _ outcome: TokenEndpointOutcome, attempt: Int, word: UInt64 = ScriptedRandom.half,
         policy: TokenEndpointRetryPolicy = policy
     ) -> TokenEndpointDecision {
-        var rng = TokenTestRNG(word)
+        var rng = ScriptedRandom(word)
         return policy.decide(outcome, attempt: attempt, using: &rng)
     }
 
@@ -71,7 +71,7 @@ struct TokenEndpointRetryPolicyTests {
     @Test func fullJitterSpansZeroToWindow() {
         #expect(Self.decide(.status(503), attempt: 1, word: 0) == .retry(after: .zero))
         #expect(Self.decide(.status(503), attempt: 2, word: 1 << 62) == .retry(after: .milliseconds(100)))
-        var sweep = TokenSplitMix(state: 7)
+        var sweep = SplitMix64(seed: 7)
         for attempt in 1...2 {
             let window: Duration = attempt == 1 ? .milliseconds(200) : .milliseconds(400)
             for _ in 0..<500 {
@@ -86,7 +86,7 @@ struct TokenEndpointRetryPolicyTests {
     }
 
     @Test func oneDrawPerRetryDecisionAndNoneOtherwise() {
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         _ = Self.policy.decide(.transportFailure, attempt: 1, using: &rng)
         #expect(rng.draws == 1)
         _ = Self.policy.decide(.status(401), attempt: 1, using: &rng)

@@ -11,7 +11,7 @@ struct TokenStateTests {
         -> (TokenState, ManagedToken)
     {
         var state = TokenState(configuration: configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         expectValue(state.tokenForRequest(now: now), .startRefresh)
         let token = state.refreshSucceeded(token: "t1", expiry: expiry, now: now, using: &rng)
         return (state, token)
@@ -44,7 +44,7 @@ struct TokenStateTests {
 
     @Test func firstRequestFetchesAndOthersWait() {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         #expect(state.phase == .missing)
         expectValue(state.tokenForRequest(now: 0), .startRefresh)
         #expect(state.phase == .fetching)
@@ -64,7 +64,7 @@ struct TokenStateTests {
 
     @Test func manyStaleReportsStartExactlyOneRefresh() {
         var (state, t1) = Self.validState(expiry: nil)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         let actions = (0..<20).map { _ in state.markStale(token: t1, now: 10) }
         #expect(actions.first == .startRefresh)
         #expect(actions.filter { $0 == .startRefresh }.count == 1)
@@ -84,7 +84,7 @@ struct TokenStateTests {
 
     @Test func staleReportForOldTokenWaitsForARunningRefresh() {
         var (state, t1) = Self.validState(expiry: nil)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         expectValue(state.markStale(token: t1, now: 1), .startRefresh)
         let t2 = state.refreshSucceeded(token: "t2", expiry: nil, now: 2, using: &rng)
         expectValue(state.markStale(token: t2, now: 3), .startRefresh)
@@ -94,7 +94,7 @@ struct TokenStateTests {
 
     @Test func staleReportComparesGenerationNotValue() {
         var (state, t1) = Self.validState(expiry: nil)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         expectValue(state.markStale(token: t1, now: 1), .startRefresh)
         // The endpoint hands back the same string: still a new generation, the old report stays old.
         let again = state.refreshSucceeded(token: "t1", expiry: nil, now: 2, using: &rng)
@@ -146,12 +146,12 @@ struct TokenStateTests {
 
     @Test(arguments: [
         (UInt64(0), 3540.0),  // jitter 0
-        (TokenTestRNG.half, 3534.0),  // jitter 6 s: half of min(60/5, 30) = 12 s
+        (ScriptedRandom.half, 3534.0),  // jitter 6 s: half of min(60/5, 30) = 12 s
         (UInt64(1) << 62, 3537.0),  // jitter 3 s
     ])
     func proactiveWindowStartsAtExpiryMinusAheadMinusJitter(word: UInt64, start: Double) {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(word)
+        var rng = ScriptedRandom(word)
         _ = state.tokenForRequest(now: 0)
         state.refreshSucceeded(token: "t1", expiry: 3600, now: 0, using: &rng)
         #expect(state.proactiveRefreshAt == start)
@@ -161,13 +161,13 @@ struct TokenStateTests {
     }
 
     @Test func jitterStaysWithinBoundsForAnyDraw() {
-        var sweep = TokenSplitMix(state: 42)
+        var sweep = SplitMix64(seed: 42)
         var words = (0..<2000).map { _ in sweep.next() }
         words += [0, 1, UInt64.max, UInt64.max - 1, 1 << 63]
         var seen: Set<Int> = []
         for word in words {
             var state = TokenState(configuration: Self.configuration)
-            var rng = TokenTestRNG(word)
+            var rng = ScriptedRandom(word)
             state.refreshSucceeded(token: "t", expiry: 3600, now: 0, using: &rng)
             let start = state.proactiveRefreshAt ?? -1
             // jitter in [0, 12] (the top of [0, 12) can round to 12 in `Double`): start in [3528, 3540]
@@ -196,7 +196,7 @@ struct TokenStateTests {
 
     @Test func jitterIsDrawnOncePerTokenWithExpiry() {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(TokenTestRNG.half)
+        var rng = ScriptedRandom(ScriptedRandom.half)
         state.refreshSucceeded(token: "t1", expiry: 3600, now: 0, using: &rng)
         #expect(rng.draws == 1)
         for now in stride(from: 0.0, to: 3600, by: 100) {
@@ -213,7 +213,7 @@ struct TokenStateTests {
 
     @Test func shortLivedTokenIsNotRefreshedImmediately() {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(UInt64.max)
+        var rng = ScriptedRandom(UInt64.max)
         // expires_in 30 s < refresh_ahead 60 s: the window would start in the past; it starts halfway instead.
         state.refreshSucceeded(token: "t1", expiry: 1030, now: 1000, using: &rng)
         #expect(state.proactiveRefreshAt == 1015)
@@ -223,7 +223,7 @@ struct TokenStateTests {
 
     @Test func requestInWindowUsesTokenAndStartsOneBackgroundRefresh() {
         var (state, t1) = Self.validState(expiry: 3600)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         expectValue(state.tokenForRequest(now: 3539), .use(t1))
         expectValue(state.tokenForRequest(now: 3540), .useAndStartRefresh(t1))
         #expect(state.phase == .refreshing(t1, stale: false))
@@ -282,7 +282,7 @@ struct TokenStateTests {
     @Test(arguments: [false, true])
     func failedFetchCoolsDown(final: Bool) {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         expectValue(state.tokenForRequest(now: 100), .startRefresh)
         expectValue(state.tokenForRequest(now: 100), .waitForRefresh)
         state.refreshFailed(final: final, now: 100)
@@ -344,7 +344,7 @@ struct TokenStateTests {
 
     @Test func loadedTokenBecomesValid() {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         let token = state.loaded(token: "k", expiry: 3600, now: 0, using: &rng)
         #expect(token?.value == "k")
         #expect(token?.generation == 1)
@@ -355,7 +355,7 @@ struct TokenStateTests {
 
     @Test func expiredOrEmptyLoadedTokenIsIgnored() {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         expectValue(state.loaded(token: "k", expiry: 100, now: 100, using: &rng), nil)
         expectValue(state.loaded(token: "", expiry: nil, now: 0, using: &rng), nil)
         #expect(state.phase == .missing)
@@ -365,7 +365,7 @@ struct TokenStateTests {
 
     @Test func loadWhileRefreshingIsIgnored() {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         _ = state.tokenForRequest(now: 0)
         expectValue(state.loaded(token: "k", expiry: nil, now: 0, using: &rng), nil)
         #expect(state.phase == .fetching)
@@ -373,7 +373,7 @@ struct TokenStateTests {
 
     @Test func loadAfterFailureClearsTheCooldown() {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         _ = state.tokenForRequest(now: 0)
         state.refreshFailed(final: true, now: 0)
         let token = state.loaded(token: "fixed-by-a-human", expiry: nil, now: 1, using: &rng)
@@ -384,7 +384,7 @@ struct TokenStateTests {
 
     @Test func generationsIncreaseAcrossRefreshesAndLoads() {
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         let a = state.loaded(token: "a", expiry: nil, now: 0, using: &rng)
         let b = state.refreshSucceeded(token: "b", expiry: nil, now: 0, using: &rng)
         let c = state.loaded(token: "c", expiry: nil, now: 0, using: &rng)
@@ -398,7 +398,7 @@ struct TokenStateTests {
         }
         #expect(String(describing: token) == "token#4(expiry: 10.0)")
         var state = TokenState(configuration: Self.configuration)
-        var rng = TokenTestRNG(0)
+        var rng = ScriptedRandom(0)
         state.loaded(token: "SECRET", expiry: nil, now: 0, using: &rng)
         #expect(!String(describing: state).contains("SECRET"))
         #expect(!tokenDumped(state).contains("SECRET"))
