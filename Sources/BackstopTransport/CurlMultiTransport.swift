@@ -51,6 +51,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// Transfers nobody waits for any more, left to finish (connection reuse) until their deadline (monotonic ms).
     private var abandoned: [(transfer: CurlTransfer, deadline: Int64)] = []
     private static let maxIdleHandles = 256
+    /// Upstream connections curl keeps open for reuse.
+    static let maxCachedConnections = 1024
     /// What epoll watches of curl's sockets (transport thread only).
     private var interest = SocketInterest()
     /// Where connections may go (own listeners, passthrough restrictions); set by the server once it is bound.
@@ -69,15 +71,18 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         guard epollFD >= 0, wakeFD >= 0, bs_epoll_watch(epollFD, wakeFD, CURL_POLL_IN, 1) == 0 else {
             fatalError("cannot create the transport's epoll instance or eventfd (errno \(errno))")
         }
-        _ = bs_multi_setopt_long(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX)
-        _ = bs_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 1024)
         // The callbacks get the transport as an unretained pointer: it outlives the multi handle (cleaned up at
         // the end of `run()`, which holds `self`).
         let context = Unmanaged.passUnretained(self).toOpaque()
-        _ = bs_multi_setopt_socket_callback(multi, curlSocketCallback)
-        _ = bs_multi_setopt_socket_data(multi, context)
-        _ = bs_multi_setopt_timer_callback(multi, curlTimerCallback)
-        _ = bs_multi_setopt_timer_data(multi, context)
+        let handle = CurlMulti(raw: multi)
+        do throws(CurlSetupError) {
+            try handle.set(CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+            try handle.set(CURLMOPT_MAXCONNECTS, Self.maxCachedConnections)
+            try handle.setSocketCallback(curlSocketCallback, context: context)
+            try handle.setTimerCallback(curlTimerCallback, context: context)
+        } catch {
+            fatalError("libcurl cannot be set up: \(error)")
+        }
         let thread = Thread { [self] in
             // Threads inherit their creator's kernel name; Foundation's `name` does not reach the kernel here, and
             // `top -H`, `perf` and core dumps would show a Dispatch queue's name instead.
@@ -104,6 +109,16 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         }
         submit(.start(transfer))
         return transfer
+    }
+
+    /// The transport thread's id (0 until it runs), for the debug check below.
+    private let transportThread = Atomic<UInt>(0)
+
+    /// Debug builds check the "only on the transport thread" claims behind the `@unchecked Sendable` of this type
+    /// and of `CurlTransfer`.
+    @inline(__always)
+    func assertOnTransportThread(_ what: StaticString = #function) {
+        assert(transportThread.load(ordering: .acquiring) == UInt(pthread_self()), "\(what) must run on the transport thread")
     }
 
     /// Replaces the rules for where new upstream connections may go (checked on the resolved address each time
@@ -140,7 +155,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     private func run() {
         var running: Int32 = 0
         var stopping = false
-        let capacity = 256
+        transportThread.store(UInt(pthread_self()), ordering: .releasing)
+        let capacity = Int(BS_EPOLL_BATCH)
         var readyFDs = [Int32](repeating: 0, count: capacity)
         var readyMasks = [Int32](repeating: 0, count: capacity)
         while true {
@@ -222,6 +238,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     /// curl's socket callback: watch `fd` as `what` says, or stop watching it.
     fileprivate func watch(_ fd: Int32, what: Int32) {
+        assertOnTransportThread()
         let failed: Bool
         switch interest.curlWants(fd, what) {
         case .none: return
@@ -271,12 +288,14 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     /// curl's close-socket callback.
     fileprivate func closeSocket(_ fd: curl_socket_t) -> Int32 {
+        assertOnTransportThread()
         interest.closed(fd)
         return close(fd)
     }
 
     /// curl's timer callback: `timeoutMS` −1 removes the timer, 0 means "as soon as possible".
     fileprivate func setTimer(_ timeoutMS: Int) {
+        assertOnTransportThread()
         timerDeadline = timeoutMS < 0 ? nil : bs_monotonic_ms() + Int64(timeoutMS)
     }
 
@@ -377,14 +396,20 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     }
 
     private func begin(_ transfer: CurlTransfer) {
+        assertOnTransportThread()
         guard let easy = idleHandles.popLast() ?? makeHandle() else {
-            transfer.emit(.failure(.connectFailure(detail: "curl_easy_init failed")))
+            transfer.emit(.failure(.connectFailure(detail: "curl cannot create a transfer handle")))
             transfer.finished = true
             return
         }
         transfer.easy = easy
-        configure(easy, for: transfer)
         active[ObjectIdentifier(transfer)] = transfer
+        do throws(CurlSetupError) {
+            try configure(CurlEasy(easy), for: transfer)
+        } catch {
+            finish(transfer, with: .failure(.connectFailure(detail: error.description)))
+            return
+        }
         let rc = curl_multi_add_handle(multi, easy)
         if rc != CURLM_OK {
             finish(transfer, with: .failure(.connectFailure(detail: "curl_multi_add_handle failed")))
@@ -393,19 +418,25 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     /// Removes the transfer from the multi handle, frees its curl resources and emits its last event.
     private func finish(_ transfer: CurlTransfer, with event: TransportEvent) {
+        assertOnTransportThread()
         guard !transfer.finished else { return }
         transfer.finished = true
         if let easy = transfer.easy {
             curl_multi_remove_handle(multi, easy)
             if idleHandles.count < Self.maxIdleHandles {
-                // The list is freed below: the idle handle must not keep pointing at it.
-                _ = bs_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, nil)
-                if transfer.request.tls != TransportTLSOptions() {
-                    // A CA file or disabled verification has no "default" to set back: start the handle afresh.
-                    curl_easy_reset(easy)
-                    setFixedOptions(easy)
+                let handle = CurlEasy(easy)
+                do throws(CurlSetupError) {
+                    // The list is freed below: the idle handle must not keep pointing at it.
+                    try handle.set(CURLOPT_HTTPHEADER, list: nil)
+                    if transfer.request.tls != TransportTLSOptions() {
+                        // A CA file or disabled verification has no "default" to set back: start the handle afresh.
+                        handle.reset()
+                        try setFixedOptions(handle)
+                    }
+                    idleHandles.append(easy)
+                } catch {
+                    handle.cleanup()
                 }
-                idleHandles.append(easy)
             } else {
                 curl_easy_cleanup(easy)
             }
@@ -420,51 +451,55 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     /// A new easy handle with the options every transfer shares.
     private func makeHandle() -> UnsafeMutableRawPointer? {
-        guard let easy = curl_easy_init() else { return nil }
-        setFixedOptions(easy)
-        return easy
+        guard let handle = CurlEasy.make() else { return nil }
+        do throws(CurlSetupError) {
+            try setFixedOptions(handle)
+        } catch {
+            handle.cleanup()
+            return nil
+        }
+        return handle.raw
     }
 
     /// Options that are the same for every transfer. Idle handles keep them (`curl_easy_reset` per request cost
     /// half a dozen allocations and a rewrite of all of curl's defaults); `configure` sets every other option on
     /// each use, so nothing of one request carries over to the next.
-    private func setFixedOptions(_ easy: UnsafeMutableRawPointer) {
-        _ = bs_easy_setopt_long(easy, CURLOPT_PATH_AS_IS, 1)
-        _ = bs_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+    private func setFixedOptions(_ easy: CurlEasy) throws(CurlSetupError) {
+        try easy.set(CURLOPT_PATH_AS_IS, 1)
+        try easy.set(CURLOPT_NOSIGNAL, 1)
         // The client decides about redirects; following one would carry an injected token to another host.
-        _ = bs_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0)
+        try easy.set(CURLOPT_FOLLOWLOCATION, 0)
         // Never read proxy settings from the daemon's environment: HTTP_PROXY pointing at ourselves would loop.
-        _ = bs_easy_setopt_string(easy, CURLOPT_PROXY, "")
-        _ = bs_easy_setopt_string(easy, CURLOPT_NOPROXY, "*")
-        _ = bs_easy_setopt_long(easy, CURLOPT_HTTP_CONTENT_DECODING, 0)
-        _ = bs_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS)
-        _ = bs_easy_setopt_long(easy, CURLOPT_TCP_NODELAY, 1)
-        _ = bs_easy_setopt_socket_callbacks(
-            easy, curlOpenSocketCallback, curlCloseSocketCallback, Unmanaged.passUnretained(self).toOpaque())
-        _ = bs_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback)
-        _ = bs_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, curlWriteCallback)
-        _ = bs_easy_setopt_data_callback(easy, CURLOPT_READFUNCTION, curlReadCallback)
-        _ = bs_easy_setopt_seek_callback(easy, curlSeekCallback)
+        try easy.set(CURLOPT_PROXY, "")
+        try easy.set(CURLOPT_NOPROXY, "*")
+        try easy.set(CURLOPT_HTTP_CONTENT_DECODING, 0)
+        try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
+        try easy.set(CURLOPT_TCP_NODELAY, 1)
+        try easy.setSocketCallbacks(
+            open: curlOpenSocketCallback, close: curlCloseSocketCallback,
+            closeContext: Unmanaged.passUnretained(self).toOpaque())
+        try easy.set(CURLOPT_HEADERFUNCTION, callback: curlHeaderCallback)
+        try easy.set(CURLOPT_WRITEFUNCTION, callback: curlWriteCallback)
+        try easy.set(CURLOPT_READFUNCTION, callback: curlReadCallback)
+        try easy.setSeekCallback(curlSeekCallback)
     }
 
     /// Sets every per-request option, including those whose value is curl's default, because the handle may come
     /// from the idle list with the previous request's values.
-    private func configure(_ easy: UnsafeMutableRawPointer, for transfer: CurlTransfer) {
+    private func configure(_ easy: CurlEasy, for transfer: CurlTransfer) throws(CurlSetupError) {
         let request = transfer.request
         let context = Unmanaged.passUnretained(transfer).toOpaque()
-        _ = bs_easy_setopt_string(easy, CURLOPT_URL, request.url)
-        _ = bs_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context)
-        _ = bs_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
-        _ = bs_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context)
-        _ = bs_easy_setopt_pointer(easy, CURLOPT_READDATA, context)
-        _ = bs_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context)
-        _ = bs_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, context)
-        _ = bs_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
+        try easy.set(CURLOPT_URL, request.url)
+        for option in [CURLOPT_PRIVATE, CURLOPT_HEADERDATA, CURLOPT_WRITEDATA, CURLOPT_READDATA, CURLOPT_SEEKDATA,
+                       CURLOPT_OPENSOCKETDATA] {
+            try easy.set(option, pointer: context)
+        }
+        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
         // Non-default TLS options are undone by a reset when the transfer ends (see `finish`).
-        if let caFile = request.tls.caFile { _ = bs_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
+        if let caFile = request.tls.caFile { try easy.set(CURLOPT_CAINFO, caFile) }
         if request.tls.insecureSkipVerify {
-            _ = bs_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 0)
-            _ = bs_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 0)
+            try easy.set(CURLOPT_SSL_VERIFYPEER, 0)
+            try easy.set(CURLOPT_SSL_VERIFYHOST, 0)
         }
 
         let method = request.method
@@ -476,34 +511,34 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             sendsBody = true
         }
         // HTTPGET is curl's plain GET: it also turns off the NOBODY and UPLOAD a previous request may have left.
-        _ = bs_easy_setopt_long(easy, CURLOPT_HTTPGET, 1)
+        try easy.set(CURLOPT_HTTPGET, 1)
         if method == "HEAD" {
-            _ = bs_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
-            _ = bs_easy_setopt_pointer(easy, CURLOPT_CUSTOMREQUEST, nil)
+            try easy.set(CURLOPT_NOBODY, 1)
+            try easy.set(CURLOPT_CUSTOMREQUEST, pointer: nil)
         } else if method == "GET" && !sendsBody {
-            _ = bs_easy_setopt_pointer(easy, CURLOPT_CUSTOMREQUEST, nil)
+            try easy.set(CURLOPT_CUSTOMREQUEST, pointer: nil)
         } else {
-            _ = bs_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+            try easy.set(CURLOPT_CUSTOMREQUEST, method)
         }
         // No body means no rewind for curl to ask about: only a fresh connection keeps curl from resending it.
         let freshConnection = !request.mayResend && !(sendsBody && method != "HEAD")
-        _ = bs_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, freshConnection ? 1 : 0)
+        try easy.set(CURLOPT_FRESH_CONNECT, freshConnection ? 1 : 0)
         if sendsBody && method != "HEAD" {
-            _ = bs_easy_setopt_long(easy, CURLOPT_UPLOAD, 1)
+            try easy.set(CURLOPT_UPLOAD, 1)
             let length: Int
             switch request.body {
             case .empty: length = 0
             case .buffered(let buffer): length = buffer.readableBytes
             case .streaming(let stream): length = stream.expectedLength ?? -1
             }
-            _ = bs_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, length)
+            try easy.set(CURLOPT_INFILESIZE_LARGE, offset: length)
         } else {
-            _ = bs_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, -1)
+            try easy.set(CURLOPT_INFILESIZE_LARGE, offset: -1)
         }
 
         let list = CurlHeaderList(request.headers)
         transfer.headerList = list
-        _ = bs_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, list.first)
+        try easy.set(CURLOPT_HTTPHEADER, list: list.first)
     }
 
     /// Methods that carry no body unless the client sent one.
@@ -560,9 +595,9 @@ private let curlReadCallback: bs_curl_data_callback = { data, size, count, conte
 }
 
 private let curlSeekCallback: bs_curl_seek_callback = { context, offset, origin in
-    guard let context, offset == 0, origin == SEEK_SET else { return 2 }  // CURL_SEEKFUNC_CANTSEEK
+    guard let context, offset == 0, origin == SEEK_SET else { return bs_seekfunc_cantseek() }
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
-    return transfer.rewindBody() ? 0 : 2
+    return transfer.rewindBody() ? bs_seekfunc_ok() : bs_seekfunc_cantseek()
 }
 
 /// One-time process-wide libcurl initialisation.

@@ -76,6 +76,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     // MARK: transport thread
 
     func emit(_ event: TransportEvent) {
+        transport.assertOnTransportThread()
         if case .body(var incoming) = event, case .body(var last)? = pending.last {
             pending.removeLast()
             last.writeBuffer(&incoming)
@@ -90,6 +91,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     }
 
     func flush() {
+        transport.assertOnTransportThread()
         isDirty = false
         guard !pending.isEmpty else { return }
         let events = pending
@@ -101,6 +103,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Header callback: one line at a time, including the status line and the blank line ending the head.
     /// Returns false to abort the transfer: a head whose framing cannot be trusted is never delivered.
     func onHeaderLine(_ line: UnsafeRawBufferPointer) -> Bool {
+        transport.assertOnTransportThread()
         guard let head = headParser.consume(line) else { return true }
         if let problem = head.framingProblem {
             refusal = .badResponse(detail: "untrustworthy response framing: \(problem)")
@@ -112,6 +115,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
 
     /// Write callback: returns the number of bytes taken, or `nil` to pause.
     func onBody(_ data: UnsafeRawBufferPointer) -> Bool {
+        transport.assertOnTransportThread()
         if unconsumedBytes.load(ordering: .acquiring) >= Self.highWater {
             receivePaused.store(true, ordering: .sequentiallyConsistent)
             // The client may have caught up in between; if it took the flag back, keep going ourselves.
@@ -132,6 +136,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     }
 
     func readBody(into destination: UnsafeMutableRawBufferPointer) -> RequestBodyStream.ReadResult {
+        transport.assertOnTransportThread()
         switch request.body {
         case .empty:
             return .end
@@ -152,6 +157,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Rewinds a buffered body (curl asks when it must resend on a fresh connection). Refused for a request that
     /// may not reach the upstream twice: curl then fails the transfer, and the retry policy decides.
     func rewindBody() -> Bool {
+        transport.assertOnTransportThread()
         guard request.mayResend else { return false }
         switch request.body {
         case .empty: return true

@@ -45,6 +45,15 @@ static inline CURLcode bs_msg_result(const CURLMsg *msg) { return msg->data.resu
 static inline int bs_msg_is_done(const CURLMsg *msg) { return msg->msg == CURLMSG_DONE; }
 
 static inline size_t bs_writefunc_pause(void) { return CURL_WRITEFUNC_PAUSE; }
+static inline int bs_seekfunc_ok(void) { return CURL_SEEKFUNC_OK; }
+static inline int bs_seekfunc_cantseek(void) { return CURL_SEEKFUNC_CANTSEEK; }
+
+/* The name of an option, for error messages (NULL when curl does not know it). */
+static inline const char *bs_easy_option_name(CURLoption option) {
+    const struct curl_easyoption *o = curl_easy_option_by_id(option);
+    return o ? o->name : NULL;
+}
+
 static inline size_t bs_readfunc_pause(void) { return CURL_READFUNC_PAUSE; }
 static inline size_t bs_readfunc_abort(void) { return CURL_READFUNC_ABORT; }
 
@@ -73,10 +82,13 @@ static inline int bs_epoll_unwatch(int ep, int fd) {
     return epoll_ctl(ep, EPOLL_CTL_DEL, fd, &ev);
 }
 
+/* How many ready sockets one epoll_wait reports at most (the Swift side sizes its arrays with it). */
+#define BS_EPOLL_BATCH 256
+
 /* Waits up to `timeout_ms` (-1: forever); fills `fds` and curl's CURL_CSELECT_* `masks`; returns the count. */
 static inline int bs_epoll_wait(int ep, int *fds, int *masks, int capacity, int timeout_ms) {
-    struct epoll_event events[256];
-    if (capacity > 256) capacity = 256;
+    struct epoll_event events[BS_EPOLL_BATCH];
+    if (capacity > BS_EPOLL_BATCH) capacity = BS_EPOLL_BATCH;
     int n = epoll_wait(ep, events, capacity, timeout_ms);
     for (int i = 0; i < n; i++) {
         int mask = 0;

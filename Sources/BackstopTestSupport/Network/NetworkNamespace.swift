@@ -27,6 +27,7 @@ public final class NetworkNamespace: Sendable {
         let peer = "bsp\(id)"
         hostAddress = "10.231.\(index).1"
         clientAddress = "10.231.\(index).2"
+        Self.removeStale(index: index)
         let steps: [[String]] = [
             ["netns", "add", name],
             ["link", "add", hostInterface, "type", "veth", "peer", "name", peer],
@@ -43,6 +44,20 @@ public final class NetworkNamespace: Sendable {
                 Self.remove(name: name, hostInterface: hostInterface)
                 throw NetworkNamespaceError.setupFailed("ip \(step.joined(separator: " ")): \(result.standardError)")
             }
+        }
+    }
+
+    /// Removes namespaces of this index left by test processes that died before cleaning up (a crash, `kill -9`):
+    /// their host interface would still hold `10.231.<index>.1` and swallow the new namespace's traffic.
+    private static func removeStale(index: Int) {
+        guard let list = try? TestProcess.runBlocking("/usr/sbin/ip", ["netns", "list"]) else { return }
+        for line in list.standardOutput.split(separator: "\n") {
+            let name = String(line.split(separator: " ").first ?? "")
+            guard name.hasPrefix("bs"), name.hasSuffix("n\(index)"),
+                let pid = Int32(name.dropFirst(2).dropLast("n\(index)".count)), pid != getpid() % 100_000,
+                kill(pid, 0) != 0
+            else { continue }
+            remove(name: name, hostInterface: "bsh" + name.dropFirst(2))
         }
     }
 
