@@ -51,6 +51,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// Transfers nobody waits for any more, left to finish (connection reuse) until their deadline (monotonic ms).
     private var abandoned: [(transfer: CurlTransfer, deadline: Int64)] = []
     private static let maxIdleHandles = 256
+    /// The transport thread's stack: curl's callbacks and the loop need little.
+    static let threadStackSize = 1 << 20
     /// Upstream connections curl keeps open for reuse.
     static let maxCachedConnections = 1024
     /// What epoll watches of curl's sockets (transport thread only).
@@ -90,7 +92,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             self.run()
         }
         thread.name = name
-        thread.stackSize = 1 << 20
+        thread.stackSize = Self.threadStackSize
         self.thread = thread
         thread.start()
     }
@@ -461,9 +463,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         return handle.raw
     }
 
-    /// Options that are the same for every transfer. Idle handles keep them (`curl_easy_reset` per request cost
-    /// half a dozen allocations and a rewrite of all of curl's defaults); `configure` sets every other option on
-    /// each use, so nothing of one request carries over to the next.
+    /// Options that are the same for every transfer. Idle handles keep them (no `curl_easy_reset` between
+    /// requests); `configure` sets every other option on each use, so nothing of one request carries over to the
+    /// next.
     private func setFixedOptions(_ easy: CurlEasy) throws(CurlSetupError) {
         try easy.set(CURLOPT_PATH_AS_IS, 1)
         try easy.set(CURLOPT_NOSIGNAL, 1)

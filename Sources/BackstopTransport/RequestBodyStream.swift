@@ -26,11 +26,15 @@ public final class RequestBodyStream: Sendable {
     /// Set by the transport when it starts sending; called to unpause curl after new data arrives.
     private let resumeConsumer = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
 
+    /// Stop reading from the client when this many body bytes wait for the upstream; resume below `lowWater`.
+    public static let highWater = 256 << 10
+    public static let lowWater = 64 << 10
+
     /// The body's length when the client declared it (`Content-Length`), else nil (sent chunked).
     public let expectedLength: Int?
 
     public init(
-        expectedLength: Int?, highWater: Int = 256 * 1024, lowWater: Int = 64 * 1024,
+        expectedLength: Int?, highWater: Int = RequestBodyStream.highWater, lowWater: Int = RequestBodyStream.lowWater,
         onDrained: @escaping @Sendable () -> Void
     ) {
         self.expectedLength = expectedLength

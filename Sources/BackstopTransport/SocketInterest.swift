@@ -2,8 +2,8 @@
 /// curl's socket callback, without the `epoll_ctl` calls themselves.
 ///
 /// curl reports interest per transfer, so a keep-alive connection is "removed" when one response ends and
-/// "added" again by the next request on it. Passed straight to epoll that cost 2.9 `epoll_ctl` calls per request
-/// at 32 concurrent clients (a failing MOD, an ADD and a DEL), about 5 % of the transport thread. Instead, a
+/// "added" again by the next request on it; passed straight to epoll, that would be several `epoll_ctl` calls per
+/// request (docs/performance.md has the measurement). Instead, a
 /// socket curl stops watching stays registered for input ("parked") when the transport opened it itself: curl
 /// closes such sockets only through the transport's close-socket callback, so a parked entry can never outlive its
 /// socket and be mistaken for a new one under the same number. Watching it again costs nothing; an event on it

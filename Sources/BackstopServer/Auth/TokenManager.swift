@@ -27,6 +27,10 @@ public actor TokenManager {
     private let logger: Logger
     private let clock: any BackstopClock
     private let endpointPolicy = TokenEndpointRetryPolicy()
+    /// One call to the token endpoint: connecting, and the whole exchange. Refreshes hold the keychain lock, so a
+    /// hung endpoint must not hold it (and every waiting request) for long.
+    static let endpointConnectTimeout = Duration.seconds(5)
+    static let endpointCallTimeout = Duration.seconds(15)
     private let counters: TokenRefreshCounters
     private var state: TokenState {
         didSet { publishFastPath() }
@@ -196,8 +200,8 @@ public actor TokenManager {
                 TransportRequest(
                     url: endpointRequest.url, method: endpointRequest.method, headers: endpointRequest.headers,
                     body: .buffered(ByteBufferAllocator().buffer(bytes: endpointRequest.body)),
-                    connectTimeout: .seconds(5), tls: tls),
-                timeout: .seconds(15))
+                    connectTimeout: Self.endpointConnectTimeout, tls: tls),
+                timeout: Self.endpointCallTimeout)
             let outcome: TokenEndpointOutcome
             switch result {
             case .success(let response): outcome = .status(response.head.status)

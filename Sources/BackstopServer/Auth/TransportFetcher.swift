@@ -14,7 +14,10 @@ struct TransportFetcher: Sendable {
     let transport: any TransferStarting
     let eventLoop: EventLoop
 
-    func fetch(_ request: TransportRequest, timeout: Duration, maxBody: Int = 1 << 20) async
+    /// Token responses are small; anything larger than this is refused rather than buffered.
+    static let maxBody = 1 << 20
+
+    func fetch(_ request: TransportRequest, timeout: Duration, maxBody: Int = TransportFetcher.maxBody) async
         -> Result<FetchedResponse, TransportFailure>
     {
         await withCheckedContinuation { continuation in

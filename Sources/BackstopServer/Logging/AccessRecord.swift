@@ -1,5 +1,4 @@
 import BackstopCore
-import BackstopTransport
 import Logging
 import NIOCore
 
@@ -85,20 +84,6 @@ extension ProxyRuntime {
         guard enabled else { return }
         logger.info("request", metadata: record.metadata)
     }
-}
-
-/// What the exchanges of a connection share: the process-wide runtime and the config snapshot's access-log switch.
-struct ExchangeEnvironment {
-    let runtime: ProxyRuntime
-    let accessLog: Bool
-
-    var transport: any TransferStarting { runtime.transport }
-    var clock: any BackstopClock { runtime.clock }
-    var metrics: ProxyMetrics { runtime.metrics }
-    var logger: Logger { runtime.logger }
-    func requestStarted() { runtime.requestStarted() }
-    func requestFinished() { runtime.requestFinished() }
-    func logAccess(_ record: AccessRecord) { runtime.logAccess(record, enabled: accessLog) }
 }
 
 extension SocketAddress {
