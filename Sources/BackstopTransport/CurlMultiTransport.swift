@@ -492,10 +492,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         let request = transfer.request
         let context = Unmanaged.passUnretained(transfer).toOpaque()
         try easy.set(CURLOPT_URL, request.url)
-        for option in [CURLOPT_PRIVATE, CURLOPT_HEADERDATA, CURLOPT_WRITEDATA, CURLOPT_READDATA, CURLOPT_SEEKDATA,
-                       CURLOPT_OPENSOCKETDATA] {
-            try easy.set(option, pointer: context)
-        }
+        try easy.set(CURLOPT_PRIVATE, pointer: context)
+        try easy.set(CURLOPT_HEADERDATA, pointer: context)
+        try easy.set(CURLOPT_WRITEDATA, pointer: context)
+        try easy.set(CURLOPT_READDATA, pointer: context)
+        try easy.set(CURLOPT_SEEKDATA, pointer: context)
+        try easy.set(CURLOPT_OPENSOCKETDATA, pointer: context)
         try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
         // Non-default TLS options are undone by a reset when the transfer ends (see `finish`).
         if let caFile = request.tls.caFile { try easy.set(CURLOPT_CAINFO, caFile) }

@@ -12,12 +12,15 @@ import Testing
 /// bytes out, transfers started and answered by the test. No sockets, no threads, no sleeps.
 @Suite("Proxy handler (embedded)")
 struct ProxyHandlerTests {
-    /// A transport that records each transfer and lets the test answer it.
+    /// A transport that records each transfer and lets the test answer it. Like curl's, a transfer holds its event
+    /// sink and the transport keeps no strong reference once it is started: when the exchange lets go of it, it
+    /// is gone (a leak shows as a transfer still alive after its exchange ended).
     final class ScriptedTransport: TransferStarting, Sendable {
         struct Started {
             let request: TransportRequest
-            let sink: @Sendable ([TransportEvent]) -> Void
-            let handle: ScriptedTransfer
+            weak var transfer: ScriptedTransfer?
+            var handle: ScriptedTransfer { transfer! }
+            var sink: @Sendable ([TransportEvent]) -> Void { transfer!.sink }
         }
 
         private let started = NIOLockedValueBox<[Started]>([])
@@ -25,14 +28,16 @@ struct ProxyHandlerTests {
 
         func start(_ request: TransportRequest, on eventLoop: EventLoop,
                    sink: @escaping @Sendable ([TransportEvent]) -> Void) -> any TransferHandle {
-            let handle = ScriptedTransfer()
-            started.withLockedValue { $0.append(Started(request: request, sink: sink, handle: handle)) }
+            let handle = ScriptedTransfer(sink: sink)
+            started.withLockedValue { $0.append(Started(request: request, transfer: handle)) }
             return handle
         }
     }
 
     final class ScriptedTransfer: TransferHandle, Sendable {
+        let sink: @Sendable ([TransportEvent]) -> Void
         private let state = NIOLockedValueBox((cancelled: false, consumed: 0, abandoned: nil as Duration?))
+        init(sink: @escaping @Sendable ([TransportEvent]) -> Void) { self.sink = sink }
         var cancelled: Bool { state.withLockedValue { $0.cancelled } }
         var abandoned: Duration? { state.withLockedValue { $0.abandoned } }
         func cancel() { state.withLockedValue { $0.cancelled = true } }
@@ -114,6 +119,8 @@ struct ProxyHandlerTests {
         #expect(out.contains("Content-Length: 5\r\n"))
         #expect(out.hasSuffix("\r\n\r\nhello"))
         #expect(h.channel.isActive)
+        // The finished exchange let go of its transfer (whose sink holds the exchange): nothing is left alive.
+        #expect(h.transport.transfers[0].transfer == nil)
     }
 
     @Test func pipelinedRequestsAreAnsweredInOrder_theSecondStartsAfterTheFirstEnds() throws {
@@ -133,8 +140,9 @@ struct ProxyHandlerTests {
     @Test func a503IsRetriedWhenTheTimerFires_theClientSeesOneResponse() throws {
         let h = try Harness(Self.upstream)
         try h.send("GET http://app.test/r HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        let first = h.transport.transfers[0].handle
         h.answer(0, status: 503, body: "busy")
-        #expect(h.transport.transfers[0].handle.abandoned != nil, "a small retried response is left to finish")
+        #expect(first.abandoned != nil, "a small retried response is left to finish")
         #expect(try h.output().isEmpty, "the retried response never reaches the client")
         h.advance(by: .milliseconds(99))
         #expect(h.transport.transfers.count == 1)
@@ -178,7 +186,7 @@ struct ProxyHandlerTests {
     @Test func aClientDisconnectCancelsTheTransfer() throws {
         let h = try Harness(Self.upstream)
         try h.send("GET http://app.test/slow HTTP/1.1\r\nHost: app.test\r\n\r\n")
-        let transfer = h.transport.transfers[0].handle
+        let transfer = h.transport.transfers[0].handle  // held here: the exchange lets go of it when it ends
         #expect(!transfer.cancelled)
         _ = try h.channel.finish(acceptAlreadyClosed: true)
         #expect(transfer.cancelled)
@@ -187,13 +195,14 @@ struct ProxyHandlerTests {
     @Test func aBodyLongerThanItsContentLengthClosesTheConnectionAfterTheAnnouncedBytes() throws {
         let h = try Harness(Self.upstream)
         try h.send("GET http://app.test/lie HTTP/1.1\r\nHost: app.test\r\n\r\n")
-        h.transport.transfers[0].sink([.head(UpstreamResponseHead(status: 200, contentLength: 3)),
+        let transfer = h.transport.transfers[0].handle
+        transfer.sink([.head(UpstreamResponseHead(status: 200, contentLength: 3)),
                                        .body(ByteBuffer(string: "abcINJECTED"))])
         h.channel.embeddedEventLoop.run()
         let out = try h.output()
         #expect(out.hasSuffix("\r\n\r\nabc"))
         #expect(!out.contains("INJECTED"))
         #expect(!h.channel.isActive)
-        #expect(h.transport.transfers[0].handle.cancelled)
+        #expect(transfer.cancelled)
     }
 }

@@ -99,10 +99,8 @@ public struct UpstreamHeadParser: Sendable {
     private var via: String?
     private var retryAfter: String?
     private var rateLimitReset: String?
-    /// Framing evidence, judged when the head ends: every `Content-Length` value seen (nil for a malformed one)
-    /// and the `Transfer-Encoding` codings.
-    private var lengthValues: [Int?] = []
-    private var transferCodings: [String] = []
+    /// Framing evidence, judged when the head ends (kept as a few scalars: this runs for every response).
+    private var framing = FramingTally()
     private var redirectValueRanges: [Range<Int>] = []
     /// Names listed in `Connection` (lowercased), to be taken out of `fields` when the head ends.
     private var connectionListed: [String] = []
@@ -151,8 +149,7 @@ public struct UpstreamHeadParser: Sendable {
         via = nil
         retryAfter = nil
         rateLimitReset = nil
-        lengthValues = []
-        transferCodings = []
+        framing = FramingTally()
         redirectValueRanges = []
         connectionListed = []
         lastLine = .none
@@ -163,8 +160,7 @@ public struct UpstreamHeadParser: Sendable {
         guard status >= 200 || status == 101 else {
             status = 0
             fields.removeAll(keepingCapacity: true)
-            lengthValues = []
-            transferCodings = []
+            framing = FramingTally()
             lastLine = .none
             return nil
         }
@@ -179,19 +175,7 @@ public struct UpstreamHeadParser: Sendable {
     /// RFC 9112 §6.3 read as a proxy must: anything two parsers could frame differently is refused. Identical
     /// repeated lengths are accepted (RFC 9110 §8.6); the only transfer coding accepted is one `chunked`, as
     /// nginx does (curl decodes nothing else, so another coding would reach the client undeclared).
-    private func framingProblem() -> String? {
-        if !lengthValues.isEmpty && !transferCodings.isEmpty {
-            return "both Content-Length and Transfer-Encoding"
-        }
-        if lengthValues.contains(where: { $0 == nil }) { return "malformed Content-Length" }
-        if let first = lengthValues.first, lengthValues.contains(where: { $0 != first }) {
-            return "differing Content-Length values"
-        }
-        if !transferCodings.isEmpty && transferCodings != ["chunked"] {
-            return "unsupported Transfer-Encoding"
-        }
-        return nil
-    }
+    private func framingProblem() -> String? { framing.problem }
 
     private mutating func fieldLine(_ line: UnsafeRawBufferPointer, end: Int) {
         var colon = 0
@@ -205,7 +189,7 @@ public struct UpstreamHeadParser: Sendable {
         guard Self.isFieldValue(line, start, stop) else {
             // A framing field that cannot be read as sent is framing nobody can agree on.
             let kind = HeaderName.classify(name)
-            if kind == .contentLength || HeaderName.equals(name, "transfer-encoding") { lengthValues.append(nil) }
+            if kind == .contentLength || HeaderName.equals(name, "transfer-encoding") { framing.malformedLength = true }
             lastLine = .dropped
             return
         }
@@ -215,15 +199,15 @@ public struct UpstreamHeadParser: Sendable {
             if HeaderName.equals(name, "connection") {
                 HeaderName.appendTokens(of: value, to: &connectionListed)
             } else if HeaderName.equals(name, "transfer-encoding") {
-                Self.appendCodings(of: value, to: &transferCodings)
+                framing.addCodings(value)
                 lastLine = .framing
                 return
             }
             lastLine = .dropped
         case .contentLength:
             // Every value is kept for the framing check when the head ends (`5, 82` is two values).
-            Self.appendLengths(of: value, to: &lengthValues)
-            if contentLength == nil, let first = lengthValues.first { contentLength = first }
+            framing.addLengths(value)
+            if contentLength == nil { contentLength = framing.firstLength }
             lastLine = .framing
         case .via:
             let text = String(decoding: value, as: UTF8.self)
@@ -286,7 +270,7 @@ public struct UpstreamHeadParser: Sendable {
         case .via: via = (via ?? "") + " " + String(decoding: value, as: UTF8.self)
         case .retryAfter: retryAfter = (retryAfter ?? "") + " " + String(decoding: value, as: UTF8.self)
         case .rateLimitReset: rateLimitReset = (rateLimitReset ?? "") + " " + String(decoding: value, as: UTF8.self)
-        case .framing: lengthValues.append(nil)  // a folded framing field: parsers would disagree on it
+        case .framing: framing.malformedLength = true  // a folded framing field: parsers would disagree on it
         case .none, .dropped: break
         }
     }
@@ -326,28 +310,57 @@ public struct UpstreamHeadParser: Sendable {
         while stop > start, line[stop - 1] == 0x20 || line[stop - 1] == 0x09 { stop -= 1 }
         return (start, stop)
     }
+}
 
-    /// The comma-separated values of one `Content-Length` field, each 1–18 digits or nil (malformed).
-    static func appendLengths(of value: UnsafeRawBufferPointer, to lengths: inout [Int?]) {
-        var start = 0
-        while start <= value.count {
-            var end = start
-            while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
-            let (from, to) = trimmed(value, start, end)
-            lengths.append(HTTPSyntax.decimal(UnsafeRawBufferPointer(rebasing: value[from..<to])))
-            start = end + 1
+/// What one response head said about its framing: its `Content-Length` values and `Transfer-Encoding` codings,
+/// reduced as they arrive to what the verdict needs.
+struct FramingTally {
+    var firstLength: Int?
+    var sawLength = false
+    var differingLengths = false
+    var malformedLength = false
+    /// `Transfer-Encoding` codings seen, and whether they were exactly one `chunked`.
+    var codings = 0
+    var onlyChunked = true
+
+    /// The comma-separated values of one `Content-Length` field, each 1–18 digits.
+    mutating func addLengths(_ value: UnsafeRawBufferPointer) {
+        forEachElement(of: value) { element in
+            guard let length = HTTPSyntax.decimal(element) else {
+                malformedLength = true
+                return
+            }
+            if let first = firstLength, first != length { differingLengths = true }
+            if firstLength == nil { firstLength = length }
+            sawLength = true
         }
     }
 
-    /// The comma-separated codings of one `Transfer-Encoding` field, trimmed and lowercased (empty ones kept, so
-    /// `chunked,` is not mistaken for `chunked`).
-    static func appendCodings(of value: UnsafeRawBufferPointer, to codings: inout [String]) {
+    /// The comma-separated codings of one `Transfer-Encoding` field (an empty one counts, so `chunked,` is not
+    /// mistaken for `chunked`).
+    mutating func addCodings(_ value: UnsafeRawBufferPointer) {
+        forEachElement(of: value) { element in
+            codings += 1
+            if !HeaderName.equals(element, "chunked") { onlyChunked = false }
+        }
+    }
+
+    var problem: String? {
+        if (sawLength || malformedLength) && codings > 0 { return "both Content-Length and Transfer-Encoding" }
+        if malformedLength { return "malformed Content-Length" }
+        if differingLengths { return "differing Content-Length values" }
+        if codings > 0 && (codings != 1 || !onlyChunked) { return "unsupported Transfer-Encoding" }
+        return nil
+    }
+
+    /// Calls `body` with each comma-separated element of `value`, trimmed of spaces and tabs.
+    private func forEachElement(of value: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) {
         var start = 0
         while start <= value.count {
             var end = start
             while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
-            let (from, to) = trimmed(value, start, end)
-            codings.append(String(decoding: value[from..<to], as: UTF8.self).asciiLowercased())
+            let (from, to) = UpstreamHeadParser.trimmed(value, start, end)
+            body(UnsafeRawBufferPointer(rebasing: value[from..<to]))
             start = end + 1
         }
     }

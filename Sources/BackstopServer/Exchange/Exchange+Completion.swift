@@ -11,7 +11,11 @@ extension Exchange {
         environment.metrics.recordBudgetExhausted(upstream: destination.name)
     }
 
+    /// The exchange is over: metrics, the access line, and the transfer let go (its event sink holds this
+    /// exchange, so keeping it would keep both alive).
     func finish(note: String?) {
+        transfer = nil
+        transferGeneration = 0
         countBudgetExhaustion()
         if let failure = machine.lastFailure, note != nil, note != "client-closed" { logAttemptFailure(failure, final: true) }
         environment.requestFinished()

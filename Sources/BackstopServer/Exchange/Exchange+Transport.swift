@@ -79,8 +79,14 @@ extension Exchange {
             case .head(let upstreamHead):
                 environment.metrics.recordAttempt(
                     upstream: destination.name, outcome: ProxyMetrics.statusClassLabel(upstreamHead.status))
-                perform(machine.responseHead(upstreamHead, generation: generation, now: now, wall: environment.clock.wall(),
-                                             random: &random))
+                let action = machine.responseHead(upstreamHead, generation: generation, now: now,
+                                                  wall: environment.clock.wall(), random: &random)
+                if case .deliverHead(let error) = action {
+                    deliverHead(upstreamHead, error: error)
+                    if let deadline = machine.nextDeadline { client.wakeUp(at: deadline) }
+                } else {
+                    perform(action)
+                }
             case .body(let buffer):
                 let action = machine.responseBody(buffer, generation: generation, now: now)
                 if case .relayBody(let bytes) = action { written += relayBody(bytes) } else { perform(action) }

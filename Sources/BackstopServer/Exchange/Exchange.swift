@@ -9,7 +9,10 @@ import NIOHTTP1
 /// the actions it returns: it owns the request body, the transfer of the current attempt, and the relay of the
 /// response to the client. Confined to the connection's event loop.
 final class Exchange {
-    var machine: ExchangeStateMachine
+    /// Unchecked exclusivity: every access is on the event loop (one thread), and no action is performed while a
+    /// `mutating` call on the machine is in progress (each call returns its action first), so two accesses never
+    /// overlap. The dynamic check this removes ran on every event of every request.
+    @exclusivity(unchecked) var machine: ExchangeStateMachine
     let client: ExchangeClient
     let environment: ExchangeEnvironment
     let eventLoop: EventLoop
@@ -141,7 +144,10 @@ final class Exchange {
             }
         case .retry(let delay, let reason, let disposal):
             retry(after: delay, reason: reason, disposal: disposal)
-        case .deliverHead(let upstreamHead, let error, let replay):
+        case .deliverHead:
+            // Only `responseHead` returns it, and `handle` performs it with the head it reported.
+            assertionFailure("deliverHead without its head")
+        case .deliverHeldHead(let upstreamHead, let error, let replay):
             deliverHead(upstreamHead, error: error)
             if !replay.isEmpty { handle(replay, generation: transferGeneration) }
         case .relayBody(let buffer):

@@ -84,7 +84,8 @@ struct ExchangeStateMachine {
         case acquiringCredential
         case attempting(Attempt)
         /// The upstream rejected the token; its response head (and any events after it) wait for the refresh.
-        case awaitingRefresh(Attempt, held: UpstreamResponseHead, events: [TransportEvent])
+        /// Boxed (`indirect`): rare, and large enough to make every other state copy cost more.
+        indirect case awaitingRefresh(Attempt, held: UpstreamResponseHead, events: [TransportEvent])
         case backingOff(until: Duration)
         /// The response head went to the client; `lastProgress` is when body bytes last moved (`timeouts.idle`).
         case relaying(generation: Int, lastProgress: Duration)
@@ -120,8 +121,10 @@ struct ExchangeStateMachine {
         case refreshCredential(rejected: ManagedToken)
         /// The attempt failed in a retryable way: dispose of its transfer; `timerFired` comes at the deadline.
         case retry(after: Duration, reason: RetryCondition, disposal: Disposal)
-        /// Write the response head; then feed `replay` (events held during a refresh) back in.
-        case deliverHead(UpstreamResponseHead, error: ProxyErrorReason?, replay: [TransportEvent])
+        /// Write the head just reported to `responseHead` (the owner has it: it is not copied through here).
+        case deliverHead(error: ProxyErrorReason?)
+        /// Write this held head (after a refresh ended), then feed `replay` (events held meanwhile) back in.
+        indirect case deliverHeldHead(UpstreamResponseHead, error: ProxyErrorReason?, replay: [TransportEvent])
         case relayBody(ByteBuffer)
         /// The response is complete; `requestComplete` says whether the client's body was read to its end.
         case completeResponse(requestComplete: Bool)
@@ -309,14 +312,15 @@ struct ExchangeStateMachine {
                     now: now)
             }
         }
-        return deliver(head, error: nil, replay: [], now: now)
-    }
-
-    private mutating func deliver(_ head: UpstreamResponseHead, error: ProxyErrorReason?, replay: [TransportEvent],
-                                  now: Duration) -> Action {
         finalStatus = head.status
         state = .relaying(generation: generation, lastProgress: now)
-        return .deliverHead(head, error: error, replay: replay)
+        return .deliverHead(error: nil)
+    }
+
+    private mutating func deliverHeld(_ head: UpstreamResponseHead, replay: [TransportEvent], now: Duration) -> Action {
+        finalStatus = head.status
+        state = .relaying(generation: generation, lastProgress: now)
+        return .deliverHeldHead(head, error: .tokenRefreshFailed, replay: replay)
     }
 
     /// Body bytes of attempt `generation`.
@@ -421,7 +425,7 @@ struct ExchangeStateMachine {
     /// response with `token-refresh-failed`.
     mutating func refreshFinished(_ replacement: ManagedToken?, now: Duration) -> Action {
         guard case .awaitingRefresh(_, let held, let events) = state else { return .none }
-        guard let replacement else { return deliver(held, error: .tokenRefreshFailed, replay: events, now: now) }
+        guard let replacement else { return deliverHeld(held, replay: events, now: now) }
         replayedAfterRefresh = true
         return startAttempt(credential: .token(replacement), now: now)
     }
@@ -442,7 +446,7 @@ struct ExchangeStateMachine {
                                  random: &random)
         case .awaitingRefresh(_, let held, let events):
             // The refresh outlived the request's budget: answer with what the upstream said.
-            return deliver(held, error: .tokenRefreshFailed, replay: events, now: now)
+            return deliverHeld(held, replay: events, now: now)
         case .backingOff:
             return prepareAttempt(now: now)
         case .relaying:

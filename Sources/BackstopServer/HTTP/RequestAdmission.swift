@@ -26,7 +26,13 @@ enum RequestAdmission {
         if draining { return .reject(.shuttingDown, close: true) }
         if head.method == .CONNECT { return .connect }
         var headerBytes = head.uri.utf8.count
-        for (name, value) in head.headers { headerBytes += name.utf8.count + value.utf8.count + 4 }
+        var via = 0
+        for (name, value) in head.headers {
+            headerBytes += name.utf8.count + value.utf8.count + 4
+            if name.utf8.count == 3, name.caseInsensitiveEquals("via") {
+                via += HeaderRewriter.backstopViaCount(in: [(name: name, value: value)])
+            }
+        }
         if headerBytes > limits.maxHeaderBytes { return .reject(.headersTooLarge, close: true) }
         guard let framing = RequestFraming(head.headers) else { return .reject(.badRequest, close: true) }
         if let length = framing.contentLength, length > limits.maxRequestBody {
@@ -34,10 +40,6 @@ enum RequestAdmission {
         }
         guard let target = RequestTarget.parse(head.uri), !target.hasDotSegment else {
             return .reject(.badRequest, close: true)
-        }
-        var via = 0
-        for (name, value) in head.headers where name.caseInsensitiveEquals("via") {
-            via += HeaderRewriter.backstopViaCount(in: [(name: name, value: value)])
         }
         if via >= HeaderRewriter.viaLoopLimit { return .reject(.loopDetected, close: true) }
         let hostHeader = head.headers.first(name: "host")

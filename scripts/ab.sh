@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A/B of two backstop binaries on this machine, everything on 127.0.0.1: one nginx origin (1 worker, 100-byte
+# body), each binary in turn as a reverse proxy to it, alternating rounds so both see the same machine phases.
+# Prints, per binary and concurrency, the median req/s, p99 and CPU µs per request (utime+stime of the proxy
+# process over the requests served) — the steadiest figure for a change (docs/performance.md).
+#
+#   bash scripts/ab.sh OLD_BINARY NEW_BINARY [ROUNDS] [DURATION]     # defaults: 3 rounds, 8s
+#   CONNS="32 256" AB_PORT_BASE=18600 bash scripts/ab.sh ...
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
+A=$(readlink -f "$1"); B=$(readlink -f "$2"); ROUNDS=${3:-3}; DUR=${4:-8s}
+CONNS=${CONNS:-"32 256"}; BASE=${AB_PORT_BASE:-18600}
+for tool in wrk nginx; do command -v $tool >/dev/null || { echo "ab.sh: $tool not found (apt-get install $tool)" >&2; exit 2; }; done
+WORK=$(mktemp -d -t backstop-ab.XXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+ORIGIN=$BASE PROXY=$((BASE + 1))
+mkdir -p "$WORK/origin"
+cat > "$WORK/origin/nginx.conf" <<CONF
+worker_processes 1; daemon off; pid $WORK/origin/nginx.pid; error_log $WORK/origin/error.log warn;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000;
+  client_body_temp_path $WORK/origin/b; proxy_temp_path $WORK/origin/p; fastcgi_temp_path $WORK/origin/f;
+  uwsgi_temp_path $WORK/origin/u; scgi_temp_path $WORK/origin/s;
+  server { listen 127.0.0.1:$ORIGIN backlog=4096;
+    location / { default_type text/plain; return 200 "ab origin 100B body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
+CONF
+nginx -c "$WORK/origin/nginx.conf" -p "$WORK/origin" & PIDS+=($!)
+cat > "$WORK/proxy.yaml" <<CONF
+version: 1
+listen: [127.0.0.1:$PROXY]
+log: {level: warning, access_log: false}
+upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "http://127.0.0.1:$ORIGIN", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}}]
+CONF
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+wait_port $ORIGIN
+TCK=$(getconf CLK_TCK)
+echo "| binary | c | round | req/s | p99 | CPU µs/req |" > "$WORK/rounds.md"
+for round in $(seq 1 "$ROUNDS"); do
+  for which in A B; do
+    bin=$A; [ $which = B ] && bin=$B
+    "$bin" run --config "$WORK/proxy.yaml" 2>>"$WORK/proxy-$which.log" & pid=$!
+    wait_port $PROXY
+    for c in $CONNS; do
+      wrk -t1 -c"$c" -d1s -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
+      before=$(cpu_ticks $pid)
+      out=$(wrk -t1 -c"$c" -d"$DUR" --latency -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/")
+      after=$(cpu_ticks $pid)
+      reqs=$(printf '%s\n' "$out" | awk '/requests in/ {print $1}')
+      rps=$(printf '%s\n' "$out" | awk '/Requests\/sec/ {print $2}')
+      p99=$(printf '%s\n' "$out" | awk '/ 99%/ {print $2}')
+      cpu=$(awk -v t=$((after - before)) -v n="$reqs" -v hz="$TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+      echo "| $which | $c | $round | $rps | $p99 | $cpu |" >> "$WORK/rounds.md"
+    done
+    kill $pid; wait $pid 2>/dev/null || true
+  done
+done
+echo "A = $A"; echo "B = $B"; echo
+cat "$WORK/rounds.md"; echo
+echo "| binary | c | median req/s | median CPU µs/req |"
+echo "|---|---|---|---|"
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+for which in A B; do for c in $CONNS; do
+  rows=$(grep "^| $which | $c |" "$WORK/rounds.md")
+  rps=$(printf '%s\n' "$rows" | awk -F'|' '{ print $5 + 0 }' | median)
+  cpu=$(printf '%s\n' "$rows" | awk -F'|' '{ print $7 + 0 }' | median)
+  echo "| $which | $c | $rps | $cpu |"
+done; done
