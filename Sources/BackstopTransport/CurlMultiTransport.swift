@@ -120,8 +120,10 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// and of `CurlTransfer`.
     @inline(__always)
     func assertOnTransportThread(_ what: StaticString = #function) {
-        assert(transportThread.load(ordering: .acquiring) == UInt(pthread_self()), "\(what) must run on the transport thread")
+        assert(isTransportThread, "\(what) must run on the transport thread")
     }
+
+    var isTransportThread: Bool { transportThread.load(ordering: .acquiring) == UInt(pthread_self()) }
 
     /// Replaces the rules for where new upstream connections may go (checked on the resolved address each time
     /// a connection is opened).
@@ -549,15 +551,19 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     static let methodsWithoutImplicitBody: Set<String> = ["GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
 }
 
+// The callbacks below borrow the object behind their context pointer (`_withUnsafeGuaranteedRef`: no retain and
+// release per call, and they run several times per request). Sound because the transport owns every transfer while
+// curl holds its easy handle, and the transport outlives its multi handle.
+
 private let curlSocketCallback: bs_curl_socket_callback = { _, fd, what, context, _ in
     guard let context else { return 0 }
-    Unmanaged<CurlMultiTransport>.fromOpaque(context).takeUnretainedValue().watch(fd, what: what)
+    Unmanaged<CurlMultiTransport>.fromOpaque(context)._withUnsafeGuaranteedRef { $0.watch(fd, what: what) }
     return 0
 }
 
 private let curlTimerCallback: bs_curl_timer_callback = { _, timeoutMS, context in
     guard let context else { return 0 }
-    Unmanaged<CurlMultiTransport>.fromOpaque(context).takeUnretainedValue().setTimer(timeoutMS)
+    Unmanaged<CurlMultiTransport>.fromOpaque(context)._withUnsafeGuaranteedRef { $0.setTimer(timeoutMS) }
     return 0
 }
 
@@ -575,22 +581,28 @@ private let curlCloseSocketCallback: bs_curl_closesocket_callback = { context, f
 private let curlHeaderCallback: bs_curl_data_callback = { data, size, count, context in
     let n = size * count
     guard let data, let context else { return n }
-    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
     // Any other count than `n` makes curl abort the transfer.
-    return transfer.onHeaderLine(UnsafeRawBufferPointer(start: data, count: n)) ? n : 0
+    let taken = Unmanaged<CurlTransfer>.fromOpaque(context)._withUnsafeGuaranteedRef {
+        $0.onHeaderLine(UnsafeRawBufferPointer(start: data, count: n))
+    }
+    return taken ? n : 0
 }
 
 private let curlWriteCallback: bs_curl_data_callback = { data, size, count, context in
     let n = size * count
     guard let data, let context else { return n }
-    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
-    return transfer.onBody(UnsafeRawBufferPointer(start: data, count: n)) ? n : bs_writefunc_pause()
+    let taken = Unmanaged<CurlTransfer>.fromOpaque(context)._withUnsafeGuaranteedRef {
+        $0.onBody(UnsafeRawBufferPointer(start: data, count: n))
+    }
+    return taken ? n : bs_writefunc_pause()
 }
 
 private let curlReadCallback: bs_curl_data_callback = { data, size, count, context in
     guard let data, let context else { return bs_readfunc_abort() }
-    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
-    switch transfer.readBody(into: UnsafeMutableRawBufferPointer(start: data, count: size * count)) {
+    let read = Unmanaged<CurlTransfer>.fromOpaque(context)._withUnsafeGuaranteedRef {
+        $0.readBody(into: UnsafeMutableRawBufferPointer(start: data, count: size * count))
+    }
+    switch read {
     case .bytes(let n): return n
     case .end: return 0
     case .pause: return bs_readfunc_pause()

@@ -21,6 +21,13 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     let sink: @Sendable ([TransportEvent]) -> Void
     unowned let transport: CurlMultiTransport
 
+    /// The transport's debug check, with `transport` read only inside `assert`: a release build does not touch the
+    /// unowned reference (each touch is a strong retain and release) on every callback.
+    @inline(__always)
+    private func assertOnTransportThread(_ what: StaticString = #function) {
+        assert(transport.isTransportThread, "\(what) must run on the transport thread")
+    }
+
     // Transport-thread state.
     var easy: UnsafeMutableRawPointer?
     var headerList: CurlHeaderList?
@@ -76,7 +83,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     // MARK: transport thread
 
     func emit(_ event: TransportEvent) {
-        transport.assertOnTransportThread()
+        assertOnTransportThread()
         if case .body(var incoming) = event, case .body(var last)? = pending.last {
             pending.removeLast()
             last.writeBuffer(&incoming)
@@ -91,7 +98,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     }
 
     func flush() {
-        transport.assertOnTransportThread()
+        assertOnTransportThread()
         isDirty = false
         guard !pending.isEmpty else { return }
         let events = pending
@@ -103,7 +110,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Header callback: one line at a time, including the status line and the blank line ending the head.
     /// Returns false to abort the transfer: a head whose framing cannot be trusted is never delivered.
     func onHeaderLine(_ line: UnsafeRawBufferPointer) -> Bool {
-        transport.assertOnTransportThread()
+        assertOnTransportThread()
         guard let head = headParser.consume(line) else { return true }
         if let problem = head.framingProblem {
             refusal = .badResponse(detail: "untrustworthy response framing: \(problem)")
@@ -115,7 +122,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
 
     /// Write callback: returns the number of bytes taken, or `nil` to pause.
     func onBody(_ data: UnsafeRawBufferPointer) -> Bool {
-        transport.assertOnTransportThread()
+        assertOnTransportThread()
         if unconsumedBytes.load(ordering: .acquiring) >= Self.highWater {
             receivePaused.store(true, ordering: .sequentiallyConsistent)
             // The client may have caught up in between; if it took the flag back, keep going ourselves.
@@ -136,7 +143,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     }
 
     func readBody(into destination: UnsafeMutableRawBufferPointer) -> RequestBodyStream.ReadResult {
-        transport.assertOnTransportThread()
+        assertOnTransportThread()
         switch request.body {
         case .empty:
             return .end
@@ -157,7 +164,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Rewinds a buffered body (curl asks when it must resend on a fresh connection). Refused for a request that
     /// may not reach the upstream twice: curl then fails the transfer, and the retry policy decides.
     func rewindBody() -> Bool {
-        transport.assertOnTransportThread()
+        assertOnTransportThread()
         guard request.mayResend else { return false }
         switch request.body {
         case .empty: return true

@@ -51,6 +51,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         runtime.clientDisconnected()
         timer?.cancel()
         timer = nil
+        timerFiresAt = nil
         exchange?.clientGone()
         exchange = nil
         connection.close()
@@ -77,12 +78,13 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             if connection.bodyArrived(now: now) { exchange?.receiveBody(buffer) }
         case .end:
             if connection.endArrived() { exchange?.receiveEnd() }
-            requestMayBeDone()
+            requestMayBeDone(now: now)
         }
     }
 
-    /// Once a request and its response are both done, the next queued request (if any) starts.
-    private func requestMayBeDone() {
+    /// Once a request and its response are both done, the next queued request (if any) starts. `now` is the
+    /// caller's reading (one clock read per event, not one per step).
+    private func requestMayBeDone(now: Duration) {
         if connection.requestMayBeDone(now: now) { context?.read() }
         guard let context, context.channel.isActive else { return }
         while let part = connection.nextQueuedPart() { process(part, context: context) }
@@ -115,8 +117,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     }
 
     func wakeUp(at deadline: Duration) {
+        // `timerFiresAt` is set exactly while `timer` is armed: the common case returns before anything is retained.
+        if let firesAt = timerFiresAt, firesAt <= deadline { return }
         guard let context else { return }
-        if timer != nil, let firesAt = timerFiresAt, firesAt <= deadline { return }
         timer?.cancel()
         timerFiresAt = deadline
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
@@ -169,13 +172,14 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             connection.discardRequest()
             sendLocalError(.connectNotSupported, close: true)
         case .accept(let accepted):
+            let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
             let exchange = Exchange(
-                configuration: RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot), head: head,
+                configuration: configuration, head: head,
                 target: accepted.target, destination: accepted.destination, client: self,
                 environment: ExchangeEnvironment(runtime: runtime, accessLog: snapshot.config.log.accessLog),
                 eventLoop: context.eventLoop,
                 record: AccessRecord.Request(
-                    client: clientAddress, method: head.method.rawValue, host: accepted.clientHost,
+                    client: clientAddress, method: configuration.method, host: accepted.clientHost,
                     path: accepted.target.path))
             self.exchange = exchange
             if accepted.framing.hasBody, head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true {
@@ -218,6 +222,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             attempts: attempts)
         // The state changes before the write: a write that completes at once closes the channel at once, and
         // what the decoder reports then must find the connection closing.
+        let now = self.now
         let resumeReading = connection.responseEnded(close: close, now: now)
         let done = context.writeAndFlush(wrapOutboundOut(buffer))
         if close {
@@ -225,7 +230,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             done.whenComplete { _ in channel.close(promise: nil) }
         }
         if resumeReading { context.read() }
-        requestMayBeDone()
+        requestMayBeDone(now: now)
     }
 
     // MARK: ExchangeClient
@@ -244,7 +249,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
 
     func writeResponseEnd(tail: ByteBuffer?, requestComplete: Bool, close: Bool) {
         exchange = nil
-        releaseReads()
+        let now = self.now
+        releaseReads(now: now)
         guard let context else { return }
         let close = close || closeAfterResponse || !requestComplete
         if !requestComplete { connection.discardRequest() }
@@ -259,7 +265,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             context.flush()
         }
         if resumeReading { context.read() }
-        requestMayBeDone()
+        requestMayBeDone(now: now)
     }
 
     func abortResponse() {
@@ -270,7 +276,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
 
     func exchangeFailed(_ reason: ProxyErrorReason, requestComplete: Bool, attempts: Int?) {
         exchange = nil
-        releaseReads()
+        releaseReads(now: now)
         if !requestComplete { connection.discardRequest() }
         sendLocalError(reason, close: closeAfterResponse || !requestComplete, attempts: attempts)
     }
@@ -282,7 +288,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
 
     func holdReads() { connection.holdUploads() }
 
-    func releaseReads() {
+    func releaseReads() { releaseReads(now: now) }
+
+    private func releaseReads(now: Duration) {
         if connection.releaseUploads(now: now) { context?.read() }
     }
 }
