@@ -72,9 +72,9 @@ extension Exchange {
     func handle(_ events: [TransportEvent], generation: Int) {
         guard generation == transferGeneration else { return }
         var written = 0
+        let now = self.now  // one reading for the batch: its events arrived together
         for event in events {
             guard generation == transferGeneration, !machine.isDone else { return }
-            let now = self.now
             switch event {
             case .head(let upstreamHead):
                 environment.metrics.recordAttempt(
@@ -106,10 +106,17 @@ extension Exchange {
     }
 
     func deliverHead(_ received: UpstreamResponseHead, error: ProxyErrorReason?) {
-        var upstreamHead = received
-        if !upstreamHead.redirectValueRanges.isEmpty, let upstream = destination.upstream {
-            upstreamHead.rewriteRedirects(RedirectRewriter(upstream: upstream.config, target: target))
+        // The head is copied only when a redirect is rewritten (a copy retains every field).
+        if !received.redirectValueRanges.isEmpty, let upstream = destination.upstream {
+            var rewritten = received
+            rewritten.rewriteRedirects(RedirectRewriter(upstream: upstream.config, target: target))
+            writeHead(rewritten, error: error)
+        } else {
+            writeHead(received, error: error)
         }
+    }
+
+    private func writeHead(_ upstreamHead: UpstreamResponseHead, error: ProxyErrorReason?) {
         countBudgetExhaustion()
         let http10 = client.clientIsHTTP10
         let framing = ResponseFraming.decide(

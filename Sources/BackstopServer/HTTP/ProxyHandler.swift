@@ -16,9 +16,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     typealias OutboundOut = ByteBuffer
 
     private let runtime: ProxyRuntime
-    private var connection: ConnectionStateMachine
-    private var context: ChannelHandlerContext?
-    private var exchange: Exchange?
+    /// Unchecked exclusivity, as `Exchange.machine`: only the event loop touches it, and every decision returns
+    /// before the handler acts on it, so no two accesses overlap.
+    @exclusivity(unchecked) var connection: ConnectionStateMachine
+    var context: ChannelHandlerContext?
+    var exchange: Exchange?
     private var timer: Scheduled<Void>?
     private var timerFiresAt: Duration?
     /// The client's address for access lines.
@@ -33,7 +35,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         self.connection = ConnectionStateMachine(idleTimeout: idleTimeout, now: runtime.clock.monotonic())
     }
 
-    private var now: Duration { runtime.clock.monotonic() }
+    var now: Duration { runtime.clock.monotonic() }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
     func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
@@ -84,7 +86,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
 
     /// Once a request and its response are both done, the next queued request (if any) starts. `now` is the
     /// caller's reading (one clock read per event, not one per step).
-    private func requestMayBeDone(now: Duration) {
+    func requestMayBeDone(now: Duration) {
         if connection.requestMayBeDone(now: now) { context?.read() }
         guard let context, context.channel.isActive else { return }
         while let part = connection.nextQueuedPart() { process(part, context: context) }
@@ -213,7 +215,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             elapsed: .zero, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
     }
 
-    private func sendLocalError(_ reason: ProxyErrorReason, close: Bool, attempts: Int? = nil) {
+    func sendLocalError(_ reason: ProxyErrorReason, close: Bool, attempts: Int? = nil) {
         guard let context else { return }
         var buffer = context.channel.allocator.buffer(capacity: 256)
         ResponseHeadWriter.localError(
@@ -233,64 +235,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         requestMayBeDone(now: now)
     }
 
-    // MARK: ExchangeClient
-
-    var allocator: ByteBufferAllocator { context?.channel.allocator ?? ByteBufferAllocator() }
-
-    var isWritable: Bool { context?.channel.isWritable ?? false }
-
-    func writeResponse(_ buffer: ByteBuffer) {
-        guard let context else { return }
-        connection.responseStarted()
-        context.write(wrapOutboundOut(buffer), promise: nil)
-    }
-
-    func flush() { context?.flush() }
-
-    func writeResponseEnd(tail: ByteBuffer?, requestComplete: Bool, close: Bool) {
-        exchange = nil
-        let now = self.now
-        releaseReads(now: now)
-        guard let context else { return }
-        let close = close || closeAfterResponse || !requestComplete
-        if !requestComplete { connection.discardRequest() }
-        let resumeReading = connection.responseEnded(close: close, now: now)
-        if let tail { context.write(wrapOutboundOut(tail), promise: nil) }
-        if close {
-            let channel = context.channel
-            context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in
-                channel.close(promise: nil)
-            }
-        } else {
-            context.flush()
-        }
-        if resumeReading { context.read() }
-        requestMayBeDone(now: now)
-    }
-
-    func abortResponse() {
-        exchange = nil
-        connection.close()
-        context?.close(promise: nil)
-    }
-
-    func exchangeFailed(_ reason: ProxyErrorReason, requestComplete: Bool, attempts: Int?) {
-        exchange = nil
-        releaseReads(now: now)
-        if !requestComplete { connection.discardRequest() }
-        sendLocalError(reason, close: closeAfterResponse || !requestComplete, attempts: attempts)
-    }
-
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable { exchange?.clientWritable() }
         context.fireChannelWritabilityChanged()
-    }
-
-    func holdReads() { connection.holdUploads() }
-
-    func releaseReads() { releaseReads(now: now) }
-
-    private func releaseReads(now: Duration) {
-        if connection.releaseUploads(now: now) { context?.read() }
     }
 }
