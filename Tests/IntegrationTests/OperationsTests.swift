@@ -71,6 +71,41 @@ struct OperationsTests {
         """
     }
 
+    @Test("a SIGHUP that changes log.level and log.format applies both: access lines appear, as JSON, from then on")
+    func reloadAppliesLogSettings() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let origin = try await TestOrigin.start { _ in .text(200, "ok") }
+        let port = try FreePort.reserveClosedPort()
+        let adminPort = try FreePort.reserveClosedPort()
+        let path = directory + "/backstop.yaml"
+        func writeConfig(log: String) throws {
+            try (config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin)) + "\nlog: \(log)\n")
+                .write(toFile: path, atomically: true, encoding: .utf8)
+        }
+        try writeConfig(log: "{level: warning, format: logfmt, access_log: true}")
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
+        defer { Task { await daemon.stop() } }
+        try await daemon.waitUntilListening(port: port)
+        let quiet = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://one.test/quiet", host: "one.test"), timeout: .seconds(5))
+        #expect(quiet.status == 200)
+
+        try writeConfig(log: "{level: info, format: json, access_log: true}")
+        daemon.send(signal: SIGHUP)
+        try await daemon.waitForOutput(timeout: .seconds(5)) {
+            $0.contains("\"msg\":\"config reloaded\"") && $0.contains("\"log_format\":\"json\"")
+        }
+        let loud = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://one.test/loud", host: "one.test"), timeout: .seconds(5))
+        #expect(loud.status == 200)
+        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("\"path\":\"/loud\"") }
+        let accessLine = daemon.output.split(separator: "\n").first { $0.contains("\"path\":\"/loud\"") }.map(String.init) ?? ""
+        #expect(accessLine.hasPrefix("{") && accessLine.contains("\"status\":200"), "a JSON access line: \(accessLine)")
+        // At `warning`, the request before the reload left no access line.
+        #expect(!daemon.output.contains("/quiet"))
+    }
+
     @Test("sd_notify READY, RELOADING/READY around SIGHUP, WATCHDOG, STOPPING; reload adds a route; a bad reload keeps the old config; drain finishes in-flight requests")
     func lifecycle() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
