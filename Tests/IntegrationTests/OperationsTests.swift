@@ -71,7 +71,7 @@ struct OperationsTests {
         """
     }
 
-    @Test("a SIGHUP that changes log.level and log.format applies both: access lines appear, as JSON, from then on")
+    @Test("a SIGHUP that changes log.level and log.format applies both: access lines appear, as JSON, from then on; listener addresses are readable")
     func reloadAppliesLogSettings() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
@@ -83,10 +83,14 @@ struct OperationsTests {
             try (config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin)) + "\nlog: \(log)\n")
                 .write(toFile: path, atomically: true, encoding: .utf8)
         }
-        try writeConfig(log: "{level: warning, format: logfmt, access_log: true}")
+        try writeConfig(log: "{level: notice, format: logfmt, access_log: true}")
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
         defer { Task { await daemon.stop() } }
         try await daemon.waitUntilListening(port: port)
+        // Listener addresses read as people write them.
+        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("msg=listening") }
+        #expect(daemon.output.contains("admin=127.0.0.1:\(adminPort) listeners=127.0.0.1:\(port) "), "\(daemon.output)")
+        #expect(!daemon.output.contains("[IPv4]"))
         let quiet = try await RawHTTP.exchange(
             port: port, request: RawHTTP.request("GET", "http://one.test/quiet", host: "one.test"), timeout: .seconds(5))
         #expect(quiet.status == 200)
@@ -102,7 +106,7 @@ struct OperationsTests {
         try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("\"path\":\"/loud\"") }
         let accessLine = daemon.output.split(separator: "\n").first { $0.contains("\"path\":\"/loud\"") }.map(String.init) ?? ""
         #expect(accessLine.hasPrefix("{") && accessLine.contains("\"status\":200"), "a JSON access line: \(accessLine)")
-        // At `warning`, the request before the reload left no access line.
+        // At `notice`, the request before the reload left no access line.
         #expect(!daemon.output.contains("/quiet"))
     }
 
