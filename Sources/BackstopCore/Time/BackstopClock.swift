@@ -7,7 +7,10 @@ import Musl
 /// The one clock abstraction of the project: the exchange, the connection, the token manager and the static token
 /// source read time only through it, so tests drive time exactly (`ManualClock` in the test support) and the
 /// daemon reads the kernel's clocks (`SystemClock`).
-public protocol BackstopClock: Sendable {
+///
+/// Class-bound: the hot path reads it several times per request through `any BackstopClock`, and a class existential
+/// is one reference (no boxed value to copy, project and destroy on each read).
+public protocol BackstopClock: AnyObject, Sendable {
     /// A monotonic reading since an arbitrary origin: deadlines, timeouts, budget buckets.
     func monotonic() -> Duration
     /// Wall-clock seconds since the Unix epoch: token expiries (shared with other processes through the
@@ -16,7 +19,7 @@ public protocol BackstopClock: Sendable {
 }
 
 /// `CLOCK_MONOTONIC` and `CLOCK_REALTIME`.
-public struct SystemClock: BackstopClock {
+public final class SystemClock: BackstopClock {
     public init() {}
 
     public func monotonic() -> Duration {

@@ -73,9 +73,9 @@ extension Exchange {
         guard generation == transferGeneration else { return }
         var written = 0
         let now = self.now  // one reading for the batch: its events arrived together
-        for event in events {
+        for index in events.indices {
             guard generation == transferGeneration, !machine.isDone else { return }
-            switch event {
+            switch events[index] {  // switched on in place: binding a loop copy would copy each event's payload
             case .head(let upstreamHead):
                 environment.metrics.recordAttempt(
                     upstream: destination.name, outcome: ProxyMetrics.statusClassLabel(upstreamHead.status))
@@ -120,7 +120,7 @@ extension Exchange {
         countBudgetExhaustion()
         let http10 = client.clientIsHTTP10
         let framing = ResponseFraming.decide(
-            requestIsHEAD: head.method == .HEAD, status: upstreamHead.status, contentLength: upstreamHead.contentLength,
+            requestIsHEAD: head.method.isHEAD, status: upstreamHead.status, contentLength: upstreamHead.contentLength,
             clientIsHTTP10: http10)
         relay = ResponseRelay(framing: framing)
         let connection: ResponseHeadWriter.ConnectionField =

@@ -161,7 +161,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         let snapshot = runtime.snapshot
         closeAfterResponse = !head.isKeepAlive
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
-        requestIsHead = head.method == .HEAD
+        requestIsHead = head.method.isHEAD
         switch RequestAdmission.decide(head, snapshot: snapshot, draining: runtime.isDraining) {
         case .reject(let reason, let close):
             refuse(reason, head: head, close: close || !head.isKeepAlive)

@@ -24,7 +24,7 @@ enum RequestAdmission {
     static func decide(_ head: HTTPRequestHead, snapshot: ConfigSnapshot, draining: Bool) -> Decision {
         let limits = snapshot.config.limits
         if draining { return .reject(.shuttingDown, close: true) }
-        if head.method == .CONNECT { return .connect }
+        if head.method.isCONNECT { return .connect }
         var headerBytes = head.uri.utf8.count
         var via = 0
         for (name, value) in head.headers {
@@ -50,7 +50,7 @@ enum RequestAdmission {
         case .upstream(let index, let path):
             let upstream = snapshot.upstreams[index]
             // TRACE echoes the request, injected credential included, back to the client.
-            if head.method == .TRACE, upstream.config.auth != .none {
+            if head.method.isTRACE, upstream.config.auth != .none {
                 return .reject(.methodNotAllowed, close: framing.hasBody)
             }
             destination = .upstream(upstream, path: path)
