@@ -14,10 +14,17 @@
 /// 6. `elapsed + wait < timeouts.total`: a retry that would start with no time left is not made
 ///    (`deadlineExceeded`);
 /// 7. the budget, taken last so that retries refused for any other reason cost nothing (`budgetExhausted`).
-public struct RetryPolicy: Sendable, Equatable {
+///
+/// A class (immutable, so `Sendable`): every request's exchange holds its upstream's policy, and a reference is one
+/// retain where a copy of the struct retained each of its sets and strings.
+public final class RetryPolicy: Sendable, Equatable {
     public let config: RetryConfig
     public let timeouts: Timeouts
     public let backoff: Backoff
+
+    public static func == (lhs: RetryPolicy, rhs: RetryPolicy) -> Bool {
+        lhs.config == rhs.config && lhs.timeouts == rhs.timeouts && lhs.backoff == rhs.backoff
+    }
 
     public init(config: RetryConfig, timeouts: Timeouts) {
         self.config = config

@@ -20,11 +20,23 @@
 ///   (`https` → `noRoute`: a proxy cannot forward TLS it never saw), or `http://<Host><path>?query` for origin
 ///   form (`noRoute` without a valid `Host`). Asterisk and authority forms never route.
 public struct Router: Sendable {
-    private let upstreams: [UpstreamConfig]
+    /// What routing needs of each upstream, in config order: only these fields, so a lookup never copies a whole
+    /// `UpstreamConfig` (one retain per string and array in it) for every request.
+    private struct Route: Sendable {
+        let hosts: [String]
+        let pathPrefix: String?
+        let stripPrefix: Bool
+        let basePath: String
+    }
+
+    private let routes: [Route]
     private let unmatched: UnmatchedPolicy
 
     public init(upstreams: [UpstreamConfig], unmatched: UnmatchedPolicy) {
-        self.upstreams = upstreams
+        self.routes = upstreams.map {
+            Route(hosts: $0.match.hosts, pathPrefix: $0.match.pathPrefix, stripPrefix: $0.match.stripPrefix,
+                  basePath: $0.url.basePath)
+        }
         self.unmatched = unmatched
     }
 
@@ -55,8 +67,8 @@ public struct Router: Sendable {
     /// The upstream whose `hosts` match `host` best (exact, then the longest wildcard); first listed on a tie.
     private func bestHostMatch(host: String) -> Int? {
         var best: (index: Int, rank: Int)?
-        for (index, upstream) in upstreams.enumerated() {
-            guard let rank = Self.hostRank(upstream.match.hosts, host) else { continue }
+        for index in routes.indices {
+            guard let rank = Self.hostRank(routes[index].hosts, host) else { continue }
             if let current = best, rank <= current.rank { continue }
             best = (index, rank)
         }
@@ -66,8 +78,8 @@ public struct Router: Sendable {
     /// The upstream with the longest `path_prefix` matching `path` at a segment boundary.
     private func bestPrefixMatch(path: String) -> Int? {
         var best: (index: Int, length: Int)?
-        for (index, upstream) in upstreams.enumerated() {
-            guard let prefix = upstream.match.pathPrefix, Self.prefixMatches(prefix, path) else { continue }
+        for index in routes.indices {
+            guard let prefix = routes[index].pathPrefix, Self.prefixMatches(prefix, path) else { continue }
             let length = prefix.utf8.count
             if let current = best, length <= current.length { continue }
             best = (index, length)
@@ -99,12 +111,11 @@ public struct Router: Sendable {
     /// Base path + path (without the matched prefix when `strip` and the upstream's `strip_prefix` say so) +
     /// `?query`.
     private func upstreamPath(_ index: Int, _ target: RequestTarget, strip: Bool) -> String {
-        let upstream = upstreams[index]
         var path = target.path
-        if strip, upstream.match.stripPrefix, let prefix = upstream.match.pathPrefix, prefix != "/" {
+        if strip, routes[index].stripPrefix, let prefix = routes[index].pathPrefix, prefix != "/" {
             path = String(path.dropFirst(prefix.count))
         }
-        var joined = upstream.url.basePath + path
+        var joined = routes[index].basePath + path
         if joined.isEmpty { joined = "/" }
         return joined + Self.querySuffix(target.query)
     }
