@@ -19,10 +19,17 @@ public enum HeaderRewriter {
     public static func backstopViaCount(in headers: [(name: String, value: String)]) -> Int {
         var count = 0
         for header in headers where header.name.caseInsensitiveEquals("via") {
-            for entry in header.value.split(separator: ",") {
-                let parts = entry.split(whereSeparator: { $0 == " " || $0 == "\t" })
-                if parts.count >= 2, String(parts[1]).caseInsensitiveEquals("backstop") { count += 1 }
-            }
+            count += backstopViaEntries(inValue: header.value)
+        }
+        return count
+    }
+
+    /// The entries of one `Via` field value that name `backstop` as their receiver.
+    public static func backstopViaEntries(inValue value: String) -> Int {
+        var count = 0
+        for entry in value.split(separator: ",") {
+            let parts = entry.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            if parts.count >= 2, String(parts[1]).caseInsensitiveEquals("backstop") { count += 1 }
         }
         return count
     }

@@ -79,14 +79,9 @@ extension Exchange {
             case .head(let upstreamHead):
                 environment.metrics.recordAttempt(
                     upstream: destination.name, outcome: ProxyMetrics.statusClassLabel(upstreamHead.status))
-                let action = machine.responseHead(upstreamHead, generation: generation, now: now,
-                                                  wall: environment.clock.wall(), random: &random)
-                if case .deliverHead(let error) = action {
-                    deliverHead(upstreamHead, error: error)
-                    if let deadline = machine.nextDeadline { client.wakeUp(at: deadline) }
-                } else {
-                    perform(action)
-                }
+                perform(machine.responseHead(upstreamHead, generation: generation, now: now,
+                                             wall: environment.clock.wall(), random: &random),
+                        reportedHead: upstreamHead)
             case .body(let buffer):
                 let action = machine.responseBody(buffer, generation: generation, now: now)
                 if case .relayBody(let bytes) = action { written += relayBody(bytes) } else { perform(action) }

@@ -122,7 +122,9 @@ final class Exchange {
 
     // MARK: performing actions
 
-    func perform(_ action: ExchangeStateMachine.Action) {
+    /// Performs one action of the machine. `reportedHead` is the head just given to `responseHead`: its
+    /// `.deliverHead` refers to it rather than carrying a copy.
+    func perform(_ action: ExchangeStateMachine.Action, reportedHead: UpstreamResponseHead? = nil) {
         switch action {
         case .none, .storeBody, .storeBodyAndBeginStreaming:
             break
@@ -144,9 +146,12 @@ final class Exchange {
             }
         case .retry(let delay, let reason, let disposal):
             retry(after: delay, reason: reason, disposal: disposal)
-        case .deliverHead:
-            // Only `responseHead` returns it, and `handle` performs it with the head it reported.
-            assertionFailure("deliverHead without its head")
+        case .deliverHead(let error):
+            guard let reportedHead else {
+                assertionFailure("deliverHead is only returned by responseHead, performed with its head")
+                break
+            }
+            deliverHead(reportedHead, error: error)
         case .deliverHeldHead(let upstreamHead, let error, let replay):
             deliverHead(upstreamHead, error: error)
             if !replay.isEmpty { handle(replay, generation: transferGeneration) }

@@ -30,7 +30,7 @@ enum RequestAdmission {
         for (name, value) in head.headers {
             headerBytes += name.utf8.count + value.utf8.count + 4
             if name.utf8.count == 3, name.caseInsensitiveEquals("via") {
-                via += HeaderRewriter.backstopViaCount(in: [(name: name, value: value)])
+                via += HeaderRewriter.backstopViaEntries(inValue: value)
             }
         }
         if headerBytes > limits.maxHeaderBytes { return .reject(.headersTooLarge, close: true) }
