@@ -6,8 +6,9 @@
 #
 #   bash scripts/ab.sh OLD_BINARY NEW_BINARY [ROUNDS] [DURATION]     # defaults: 3 rounds, 8s
 #   CONNS="32 256" AB_PORT_BASE=18600 bash scripts/ab.sh ...
+#   AB_TLS=1 bash scripts/ab.sh ...     # the origin speaks TLS (a CA made for the run; the proxy verifies it)
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
 A=$(readlink -f "$1"); B=$(readlink -f "$2"); ROUNDS=${3:-3}; DUR=${4:-8s}
 CONNS=${CONNS:-"32 256"}; BASE=${AB_PORT_BASE:-18600}
 for tool in wrk nginx; do command -v $tool >/dev/null || { echo "ab.sh: $tool not found (apt-get install $tool)" >&2; exit 2; }; done
@@ -17,13 +18,28 @@ cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wai
 trap cleanup EXIT
 ORIGIN=$BASE PROXY=$((BASE + 1))
 mkdir -p "$WORK/origin"
+SCHEME=http; LISTEN_FLAGS=""; TLS_DIRECTIVES=""; UPSTREAM_TLS=""
+if [ "${AB_TLS:-0}" = 1 ]; then
+  command -v openssl >/dev/null || { echo "ab.sh: openssl not found" >&2; exit 2; }
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=ab CA" \
+    -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$WORK/ext"
+  openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial -days 2 \
+    -extfile "$WORK/ext" -out "$WORK/origin.pem" 2>/dev/null
+  SCHEME=https
+  LISTEN_FLAGS="ssl http2"  # h2 offered by ALPN, as most TLS APIs do
+  TLS_DIRECTIVES="ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key; ssl_session_cache shared:SSL:10m;"
+  UPSTREAM_TLS=", tls: {ca_file: \"$WORK/ca.pem\"}"
+fi
 cat > "$WORK/origin/nginx.conf" <<CONF
 worker_processes 1; daemon off; pid $WORK/origin/nginx.pid; error_log $WORK/origin/error.log warn;
 events { worker_connections 8192; }
 http { access_log off; keepalive_requests 1000000;
   client_body_temp_path $WORK/origin/b; proxy_temp_path $WORK/origin/p; fastcgi_temp_path $WORK/origin/f;
   uwsgi_temp_path $WORK/origin/u; scgi_temp_path $WORK/origin/s;
-  server { listen 127.0.0.1:$ORIGIN backlog=4096;
+  server { listen 127.0.0.1:$ORIGIN $LISTEN_FLAGS backlog=4096; $TLS_DIRECTIVES
     location / { default_type text/plain; return 200 "ab origin 100B body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
 CONF
 nginx -c "$WORK/origin/nginx.conf" -p "$WORK/origin" & PIDS+=($!)
@@ -31,7 +47,7 @@ cat > "$WORK/proxy.yaml" <<CONF
 version: 1
 listen: [127.0.0.1:$PROXY]
 log: {level: warning, access_log: false}
-upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "http://127.0.0.1:$ORIGIN", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}}]
+upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$SCHEME://127.0.0.1:$ORIGIN", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$UPSTREAM_TLS}]
 CONF
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
