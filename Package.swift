@@ -16,6 +16,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
     ],
     targets: [
         .systemLibrary(
@@ -32,6 +34,14 @@ let package = Package(
             dependencies: [.product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
+            name: "BackstopCA",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        .target(
             name: "BackstopTransport",
             dependencies: [
                 "CCurl",
@@ -46,6 +56,9 @@ let package = Package(
                 "BackstopCore",
                 "BackstopTransport",
                 "BackstopKeychain",
+                "BackstopCA",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -57,6 +70,7 @@ let package = Package(
             name: "backstop",
             dependencies: [
                 "BackstopServer",
+                "BackstopCA",
                 "BackstopCore",
                 "BackstopKeychain",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -88,6 +102,14 @@ let package = Package(
         .executableTarget(name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "CFuzzing"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore"]),
+        .testTarget(
+            name: "BackstopCATests",
+            dependencies: [
+                "BackstopCA",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
         .testTarget(
             name: "BackstopServerTests",

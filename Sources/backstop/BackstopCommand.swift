@@ -12,7 +12,7 @@ struct BackstopCommand: AsyncParsableCommand {
         commandName: "backstop",
         abstract: "A local forward HTTP proxy that retries and keeps upstreams authenticated.",
         version: "backstop \(BackstopVersion.current)",
-        subcommands: [RunCommand.self, CheckCommand.self, KeychainCommand.self, VersionCommand.self]
+        subcommands: [RunCommand.self, CheckCommand.self, KeychainCommand.self, CACommand.self, VersionCommand.self]
     )
 }
 

@@ -40,7 +40,14 @@ struct RunCommand: AsyncParsableCommand {
         for problem in problems { logger.error("config problem", metadata: ["detail": .string(problem.description)]) }
         let keychain = try KeychainStartup.prepare(config: config, logger: logger)
 
-        let server = ProxyServer(config: config, logger: logger, keychain: keychain)
+        let intercept: InterceptAuthority?
+        do {
+            intercept = try InterceptAuthority.load(config: config, keychain: keychain)
+        } catch {
+            logger.error("cannot set up interception; refusing to start", metadata: ["error": .string(error.description)])
+            throw ExitCode(1)
+        }
+        let server = ProxyServer(config: config, logger: logger, keychain: keychain, intercept: intercept)
         do {
             try await server.start()
         } catch {
@@ -142,7 +149,15 @@ enum Reloader {
         if config.admin != current.admin {
             logger.warning("admin listener changes take effect on restart")
         }
-        await server.reload(config: config)
+        let intercept: InterceptAuthority?
+        do {
+            intercept = try InterceptAuthority.load(config: config, keychain: server.keychain)
+        } catch {
+            logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
+            server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
+            return nil
+        }
+        await server.reload(config: config, intercept: intercept)
         // log.level and log.format apply at once; log.access_log with the new snapshot.
         logSettings.apply(config.log)
         server.runtime.recordReload(success: true, at: Date().timeIntervalSince1970)

@@ -1,7 +1,7 @@
 import Yams
 
 extension ConfigBuilder {
-    static let upstreamKeys = ["name", "match", "url", "tls", "timeouts", "retry", "auth"]
+    static let upstreamKeys = ["name", "match", "url", "tls", "timeouts", "retry", "auth", "intercept"]
 
     /// One `upstreams` entry, and whether it is usable; nil without a valid name. An entry with a bad match or url
     /// is still returned (not usable) so the cross-upstream checks see it too; every section is read so all its
@@ -47,8 +47,14 @@ extension ConfigBuilder {
                 authLocation = reader.location(n)
             }
         }
+        var interceptLocation: SourceLocation?
+        if let n = map["intercept"], let v = reader.bool(n, "\(label): intercept") {
+            upstream.intercept = v
+            interceptLocation = reader.location(n)
+        }
         guard name != nil, let nameNode = map["name"] else { return nil }
-        return (upstream, UpstreamSite(name: reader.location(nameNode), auth: authLocation), match != nil && url != nil)
+        let site = UpstreamSite(name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation)
+        return (upstream, site, match != nil && url != nil)
     }
 
     static func isUpstreamName(_ text: String) -> Bool {

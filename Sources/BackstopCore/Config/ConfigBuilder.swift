@@ -9,8 +9,12 @@ struct ConfigBuilder {
     /// duplicate name), with the positions those checks report at.
     var checkedUpstreams: [UpstreamConfig] = []
     var upstreamSites: [UpstreamSite] = []
+    /// Where the `intercept` section was written, when it was.
+    var interceptLocation: SourceLocation?
 
-    static let topKeys = ["version", "listen", "admin", "log", "keychain", "limits", "unmatched", "upstreams"]
+    static let topKeys = [
+        "version", "listen", "admin", "log", "keychain", "limits", "unmatched", "upstreams", "tunnels", "intercept",
+    ]
 
     /// `path` made absolute against the config's directory.
     func resolve(_ path: String) -> String {
@@ -50,6 +54,11 @@ struct ConfigBuilder {
                 checkedUpstreams.append(entry.upstream)
                 upstreamSites.append(entry.site)
             }
+        }
+        if let node = top["tunnels"], !NodeReader.isNull(node) { config.tunnels = tunnels(node) }
+        if let node = top["intercept"], !NodeReader.isNull(node) {
+            config.intercept = intercept(node)
+            interceptLocation = reader.location(node)
         }
         return config
     }
@@ -247,4 +256,6 @@ struct UpstreamSite {
     var name: SourceLocation
     /// The `auth.type` value (or the `auth` node), when auth is configured.
     var auth: SourceLocation?
+    /// The `intercept` value, when written.
+    var intercept: SourceLocation?
 }

@@ -42,6 +42,9 @@ public enum ConfigLoader {
         if let config {
             errors += ConfigValidator.validate(
                 upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, hasKeychain: config.keychain != nil)
+            errors += ConfigValidator.validateInterception(
+                upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, config: config,
+                interceptSection: builder.interceptLocation)
         }
         // Stable by position; errors at the same node keep the order they were found in.
         errors = errors.enumerated().sorted {

@@ -44,11 +44,16 @@ public struct Config: Sendable, Equatable {
     public var limits: Limits
     public var unmatched: UnmatchedPolicy
     public var upstreams: [UpstreamConfig]
+    /// Blind `CONNECT` tunnels; nil: none.
+    public var tunnels: TunnelsConfig?
+    /// The local CA for upstreams with `intercept: true`; nil when none intercepts.
+    public var intercept: InterceptConfig?
 
     public init(
         version: Int = 1, sourceFile: String = "<memory>", listeners: [ListenerConfig] = [], admin: AdminConfig? = nil,
         log: LogConfig = LogConfig(), keychain: KeychainConfig? = nil, limits: Limits = Limits(),
-        unmatched: UnmatchedPolicy = .reject, upstreams: [UpstreamConfig] = []
+        unmatched: UnmatchedPolicy = .reject, upstreams: [UpstreamConfig] = [], tunnels: TunnelsConfig? = nil,
+        intercept: InterceptConfig? = nil
     ) {
         self.version = version
         self.sourceFile = sourceFile
@@ -59,6 +64,8 @@ public struct Config: Sendable, Equatable {
         self.limits = limits
         self.unmatched = unmatched
         self.upstreams = upstreams
+        self.tunnels = tunnels
+        self.intercept = intercept
     }
 }
 
@@ -212,12 +219,15 @@ public struct UpstreamConfig: Sendable, Equatable {
     public var timeouts: Timeouts
     public var retry: RetryConfig
     public var auth: AuthConfig
+    /// `CONNECT` to one of `match.hosts` is answered by terminating the client's TLS with a leaf of the local CA
+    /// and handling the requests inside as requests for this upstream (docs/reference/https-clients.md).
+    public var intercept: Bool
     /// Where this upstream's entry starts in the file.
     public var location: SourceLocation?
     public init(
         name: String, match: MatchConfig, url: UpstreamURL, tls: TLSConfig = TLSConfig(),
         timeouts: Timeouts = Timeouts(), retry: RetryConfig = RetryConfig(), auth: AuthConfig = .none,
-        location: SourceLocation? = nil
+        intercept: Bool = false, location: SourceLocation? = nil
     ) {
         self.name = name
         self.match = match
@@ -226,6 +236,7 @@ public struct UpstreamConfig: Sendable, Equatable {
         self.timeouts = timeouts
         self.retry = retry
         self.auth = auth
+        self.intercept = intercept
         self.location = location
     }
 }
@@ -504,5 +515,52 @@ public struct OAuth2Config: Sendable, Equatable {
         self.refreshOn = refreshOn
         self.refreshAhead = refreshAhead
         self.clientAuthHeader = clientAuthHeader
+    }
+}
+
+/// One `tunnels.allow` entry: a host pattern (exact name, `*.` + name, or IP literal) and one port.
+public struct TunnelPattern: Sendable, Equatable, Hashable, CustomStringConvertible {
+    /// Lowercased, as `match.hosts` patterns; IPv6 literals without brackets.
+    public var host: String
+    public var port: Int
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+    public var description: String { (host.contains(":") ? "[\(host)]" : host) + ":\(port)" }
+}
+
+/// The `tunnels` section: which `CONNECT` targets get a blind tunnel, and which resolved addresses never do.
+public struct TunnelsConfig: Sendable, Equatable {
+    public var allow: [TunnelPattern]
+    /// Checked on every address a tunnel's host resolves to (IPv4-mapped IPv6 judged as IPv4).
+    public var denyAddresses: [CIDR]
+    /// A tunnel with no byte in either direction for this long is closed.
+    public var idleTimeout: Duration
+
+    /// Loopback, RFC 1918, link-local, ULA, CGNAT and `0.0.0.0/8`.
+    public static let defaultDenyAddresses: [CIDR] = [
+        "127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fe80::/10",
+        "fc00::/7", "100.64.0.0/10", "0.0.0.0/8",
+    ].map { CIDRParser.parse($0)! }
+
+    public init(
+        allow: [TunnelPattern] = [], denyAddresses: [CIDR] = TunnelsConfig.defaultDenyAddresses,
+        idleTimeout: Duration = .seconds(300)
+    ) {
+        self.allow = allow
+        self.denyAddresses = denyAddresses
+        self.idleTimeout = idleTimeout
+    }
+}
+
+/// The `intercept` section: where the local root CA lives and how long minted leaves are valid.
+public struct InterceptConfig: Sendable, Equatable {
+    /// Keychain entry holding the root CA's key and certificate (`backstop ca init`).
+    public var caEntry: String
+    public var leafLifetime: Duration
+    public init(caEntry: String = "ca/root", leafLifetime: Duration = .seconds(86_400)) {
+        self.caEntry = caEntry
+        self.leafLifetime = leafLifetime
     }
 }

@@ -61,4 +61,48 @@ enum ConfigValidator {
         }
         return errors
     }
+
+    /// The rules for `intercept: true` (docs/reference/https-clients.md#interception): the local CA needs the
+    /// `intercept` section and a keychain; the upstream needs host names to mint leaves for, verification on, and an
+    /// https url (unless loopback: the app believes it speaks TLS to the real host).
+    static func validateInterception(
+        upstreams: [UpstreamConfig], sites: [UpstreamSite], config: Config, interceptSection: SourceLocation?
+    ) -> [ConfigError] {
+        var errors: [ConfigError] = []
+        if let interceptSection, config.keychain == nil {
+            errors.append(ConfigError(
+                location: interceptSection,
+                message: "'intercept' needs a 'keychain' section: the root CA lives in the keychain"))
+        }
+        for (i, upstream) in upstreams.enumerated() where upstream.intercept {
+            let at = sites[i].intercept ?? sites[i].name
+            let name = "upstream '\(upstream.name)'"
+            if config.intercept == nil {
+                errors.append(ConfigError(location: at, message: "\(name) has intercept: true but the config has no "
+                    + "'intercept' section (intercept: {ca_entry: ca/root}; create the CA with 'backstop ca init')"))
+            }
+            if config.keychain == nil {
+                errors.append(ConfigError(
+                    location: at, message: "\(name) has intercept: true but the config has no 'keychain' section"))
+            }
+            if upstream.match.hosts.isEmpty {
+                errors.append(ConfigError(location: at, message: "\(name) has intercept: true but no match.hosts "
+                    + "(CONNECT is matched on host names)"))
+            }
+            for (h, host) in upstream.match.hosts.enumerated() where IPAddressParser.parse(host) != nil {
+                let location = h < upstream.match.hostLocations.count ? upstream.match.hostLocations[h] : at
+                errors.append(ConfigError(location: location, message: "\(name) intercepts, so its match.hosts must be "
+                    + "host names, not the IP address '\(host)' (leaves are minted for names)"))
+            }
+            if upstream.tls.insecureSkipVerify {
+                errors.append(ConfigError(location: at, message: "\(name) has intercept: true together with "
+                    + "tls.insecure_skip_verify: the client trusts Backstop to verify the real upstream"))
+            }
+            if upstream.url.scheme != "https" && !IPAddressParser.isLoopback(upstream.url.host) {
+                errors.append(ConfigError(location: at, message: "\(name) has intercept: true, so its url must be "
+                    + "https (the client believes it speaks TLS to \(upstream.url.host)); plain http only to loopback"))
+            }
+        }
+        return errors
+    }
 }

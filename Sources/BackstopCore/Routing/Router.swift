@@ -64,6 +64,9 @@ public struct Router: Sendable {
         }
     }
 
+    /// The upstream a request for `host` (lowercased, no port) goes to by `match.hosts`, as for absolute form.
+    public func upstreamIndex(forHost host: String) -> Int? { bestHostMatch(host: host) }
+
     /// The upstream whose `hosts` match `host` best (exact, then the longest wildcard); first listed on a tie.
     private func bestHostMatch(host: String) -> Int? {
         var best: (index: Int, rank: Int)?
@@ -89,7 +92,7 @@ public struct Router: Sendable {
 
     /// How well `host` (lowercased, no port) matches the best of `patterns`: nil for no match, the suffix length
     /// for a wildcard (a longer suffix is more specific), above every wildcard for an exact match.
-    static func hostRank(_ patterns: [String], _ host: String) -> Int? {
+    public static func hostRank(_ patterns: [String], _ host: String) -> Int? {
         var rank: Int?
         for pattern in patterns {
             if pattern == host { return Int.max }

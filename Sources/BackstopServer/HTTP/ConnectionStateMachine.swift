@@ -11,6 +11,10 @@ import NIOHTTP1
 ///     idle(deadline)   head → active;  deadline passed → (close the connection)
 ///     active(request)  body, end → active;  response ended and request ended → idle, or active for the next
 ///                      queued request;  an answer that closes → closing;  body stalled → (408, then closing)
+///     active(request)  CONNECT accepted → upgrading
+///     upgrading        the tunnel or TLS interception is being set up: reads held, nothing processed, no deadline;
+///                      ends when the handler hands the channel over (and leaves the pipeline) → (gone), or when
+///                      setting up failed and was answered → closing
 ///     closing          terminal: nothing more is processed or answered; the connection closes once written
 ///
 /// Requests on one connection are handled one at a time so responses leave in order. Parts of pipelined requests
@@ -32,6 +36,7 @@ struct ConnectionStateMachine {
     enum State: Equatable {
         case idle(deadline: Duration)
         case active(Request)
+        case upgrading
         case closing
     }
 
@@ -68,7 +73,7 @@ struct ConnectionStateMachine {
         self.state = .idle(deadline: now + idleTimeout)
     }
 
-    var readsHeld: Bool { uploadHold || queueHold }
+    var readsHeld: Bool { uploadHold || queueHold || state == .upgrading }
     var queuedParts: Int { queued.count }
 
     /// The request in flight, if any.
@@ -82,7 +87,7 @@ struct ConnectionStateMachine {
     /// A request part was decoded.
     mutating func partArrived(_ part: HTTPServerRequestPart) -> PartDisposition {
         switch state {
-        case .closing:
+        case .closing, .upgrading:
             return .dropped
         case .active(let request) where request.requestEnded || !queued.isEmpty:
             queued.append(part)
@@ -97,7 +102,7 @@ struct ConnectionStateMachine {
     mutating func nextQueuedPart() -> HTTPServerRequestPart? {
         guard !queued.isEmpty else { return nil }
         switch state {
-        case .closing:
+        case .closing, .upgrading:
             queued.removeAll()
             return nil
         case .active(let request) where request.requestEnded:
@@ -109,7 +114,7 @@ struct ConnectionStateMachine {
 
     /// A request head is being handled.
     mutating func headArrived(now: Duration) {
-        guard state != .closing else { return }
+        guard state != .closing, state != .upgrading else { return }
         state = .active(Request(bodyProgress: now))
     }
 
@@ -174,6 +179,14 @@ struct ConnectionStateMachine {
         return false
     }
 
+    /// A `CONNECT` was accepted: until the channel is handed over, nothing is read or processed and no deadline of
+    /// the connection's own runs (the tunnel's connect timeout bounds the wait).
+    mutating func beginUpgrade() {
+        guard case .active = state else { return }
+        state = .upgrading
+        queued.removeAll()
+    }
+
     /// The connection must close (an abort, an error): nothing more is processed.
     mutating func close() {
         state = .closing
@@ -220,7 +233,7 @@ struct ConnectionStateMachine {
         switch state {
         case .idle(let deadline): deadline
         case .active(let request): uploadHold ? nil : request.bodyProgress.map { $0 + idleTimeout }
-        case .closing: nil
+        case .upgrading, .closing: nil
         }
     }
 

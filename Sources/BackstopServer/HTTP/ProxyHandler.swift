@@ -15,7 +15,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private let runtime: ProxyRuntime
+    let runtime: ProxyRuntime
     /// Unchecked exclusivity, as `Exchange.machine`: only the event loop touches it, and every decision returns
     /// before the handler acts on it, so no two accesses overlap.
     @exclusivity(unchecked) var connection: ConnectionStateMachine
@@ -24,20 +24,31 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     private var timer: Scheduled<Void>?
     private var timerFiresAt: Duration?
     /// The client's address for access lines.
-    private var clientAddress = "-"
+    var clientAddress = "-"
     /// Facts of the current request that its responses depend on.
     private(set) var closeAfterResponse = false
-    private(set) var clientIsHTTP10 = false
-    private var requestIsHead = false
+    var clientIsHTTP10 = false
+    var requestIsHead = false
 
-    init(runtime: ProxyRuntime, idleTimeout: Duration) {
+    /// Set on the handler of an intercepted connection: every request inside is for this host.
+    let intercepted: InterceptedConnection?
+
+    init(runtime: ProxyRuntime, idleTimeout: Duration, intercepted: InterceptedConnection? = nil) {
         self.runtime = runtime
+        self.intercepted = intercepted
         self.connection = ConnectionStateMachine(idleTimeout: idleTimeout, now: runtime.clock.monotonic())
     }
 
     var now: Duration { runtime.clock.monotonic() }
 
-    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        // An intercepted connection's handler joins a channel that is already active: no channelActive follows.
+        if let intercepted {
+            clientAddress = intercepted.client
+            armTimer()
+        }
+    }
     func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -111,6 +122,13 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         sendLocalError(reason, close: true)
     }
 
+    /// The connection leaves this handler (a tunnel or interception takes it over): no deadline of ours fires.
+    func cancelTimer() {
+        timer?.cancel()
+        timer = nil
+        timerFiresAt = nil
+    }
+
     // MARK: the timer
 
     /// Arms the timer for the connection's own deadline; the exchange arms it for its deadlines through `wakeUp`.
@@ -162,17 +180,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         closeAfterResponse = !head.isKeepAlive
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
         requestIsHead = head.method.isHEAD
-        switch RequestAdmission.decide(head, snapshot: snapshot, draining: runtime.isDraining) {
+        switch RequestAdmission.decide(head, snapshot: snapshot, draining: runtime.isDraining, intercepted: intercepted) {
         case .reject(let reason, let close):
             refuse(reason, head: head, close: close || !head.isKeepAlive)
         case .connect:
-            // CONNECT is refused with 405 and the connection closed (whatever follows would be a tunnel's bytes).
-            clientIsHTTP10 = false
-            requestIsHead = false
-            runtime.metrics.recordRequest(upstream: "-", status: ProxyErrorReason.connectNotSupported.status, seconds: 0)
-            logLocalAnswer(.connectNotSupported, method: "CONNECT", host: head.uri, path: "-")
-            connection.discardRequest()
-            sendLocalError(.connectNotSupported, close: true)
+            handleConnect(head, snapshot: snapshot, context: context)
         case .accept(let accepted):
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
             let exchange = Exchange(
@@ -208,10 +220,12 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         sendLocalError(reason, close: close)
     }
 
-    private func logLocalAnswer(_ reason: ProxyErrorReason, method: String, host: String, path: String) {
+    func logLocalAnswer(
+        _ reason: ProxyErrorReason, method: String, host: String, path: String, reason detail: String? = nil
+    ) {
         runtime.logAccess(AccessRecord(
             request: AccessRecord.Request(client: clientAddress, method: method, host: host, path: path),
-            status: reason.status, error: reason.rawValue, reason: nil, upstream: "-", attempts: 0, retries: [],
+            status: reason.status, error: reason.rawValue, reason: detail, upstream: "-", attempts: 0, retries: [],
             elapsed: .zero, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
     }
 

@@ -21,7 +21,10 @@ enum RequestAdmission {
         case connect
     }
 
-    static func decide(_ head: HTTPRequestHead, snapshot: ConfigSnapshot, draining: Bool) -> Decision {
+    /// `intercepted`: the request came inside an intercepted `CONNECT`, and is for that host only.
+    static func decide(
+        _ head: HTTPRequestHead, snapshot: ConfigSnapshot, draining: Bool, intercepted: InterceptedConnection? = nil
+    ) -> Decision {
         let limits = snapshot.config.limits
         if draining { return .reject(.shuttingDown, close: true) }
         if head.method.isCONNECT { return .connect }
@@ -38,8 +41,14 @@ enum RequestAdmission {
         if let length = framing.contentLength, length > limits.maxRequestBody {
             return .reject(.bodyTooLarge, close: true)
         }
-        guard let target = RequestTarget.parse(head.uri), !target.hasDotSegment else {
+        guard var target = RequestTarget.parse(head.uri), !target.hasDotSegment else {
             return .reject(.badRequest, close: true)
+        }
+        if let intercepted {
+            guard let inside = interceptedTarget(target, intercepted) else {
+                return .reject(.noRoute, close: framing.hasBody)
+            }
+            target = inside
         }
         if via >= HeaderRewriter.viaLoopLimit { return .reject(.loopDetected, close: true) }
         let hostHeader = head.headers.first(name: "host")
@@ -49,6 +58,8 @@ enum RequestAdmission {
             return .reject(.noRoute, close: framing.hasBody)
         case .upstream(let index, let path):
             let upstream = snapshot.upstreams[index]
+            // After a reload, the host may no longer belong to an intercepting upstream.
+            if intercepted != nil, !upstream.config.intercept { return .reject(.noRoute, close: framing.hasBody) }
             // TRACE echoes the request, injected credential included, back to the client.
             if head.method.isTRACE, upstream.config.auth != .none {
                 return .reject(.methodNotAllowed, close: framing.hasBody)
@@ -60,6 +71,24 @@ enum RequestAdmission {
         let clientHost: String
         if case .absolute(_, let host, _) = target.form { clientHost = host } else { clientHost = hostHeader ?? "-" }
         return .accept(Accepted(framing: framing, target: target, destination: destination, clientHost: clientHost))
+    }
+
+    /// A request inside an intercepted connection as the absolute-form `https://host[:port]/…` request it stands for;
+    /// nil when it names another host.
+    private static func interceptedTarget(_ target: RequestTarget, _ intercepted: InterceptedConnection) -> RequestTarget? {
+        let connect = intercepted.target
+        switch target.form {
+        case .origin:
+            return RequestTarget(
+                form: .absolute(scheme: "https", host: connect.host, port: connect.port == 443 ? nil : connect.port),
+                path: target.path, query: target.query)
+        case .absolute(_, let host, _) where host == connect.host:
+            return RequestTarget(
+                form: .absolute(scheme: "https", host: connect.host, port: connect.port == 443 ? nil : connect.port),
+                path: target.path, query: target.query)
+        case .absolute, .asterisk, .authority:
+            return nil
+        }
     }
 
     /// The state machine's configuration for an accepted request.

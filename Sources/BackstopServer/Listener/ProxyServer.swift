@@ -21,13 +21,18 @@ public final class ProxyServer: Sendable {
     private let adminChannel: NIOLockedValueBox<Channel?>
     private let ready = NIOLockedValueBox(false)
 
-    private let keychain: FileKeychain?
+    /// The keychain opened at start (reloads keep it).
+    public let keychain: FileKeychain?
     /// Token refresh outcomes by upstream, for metrics.
     public let tokenRefreshes = TokenRefreshCounters()
 
     /// Creates the runtime for `config` (transport thread included); call `start()` to bind. `keychain` is the
     /// opened keychain when the config has one.
-    public init(config: Config, logger: Logger, keychain: FileKeychain? = nil, eventLoopThreads: Int = 1) {
+    /// `intercept` is the interception CA for `config` (`InterceptAuthority.load`), when an upstream intercepts.
+    public init(
+        config: Config, logger: Logger, keychain: FileKeychain? = nil, intercept: InterceptAuthority? = nil,
+        eventLoopThreads: Int = 1
+    ) {
         _ = ProcessMetrics.startTime
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
         self.keychain = keychain
@@ -37,7 +42,8 @@ public final class ProxyServer: Sendable {
             config, previous: [], keychain: keychain, fetcher: TransportFetcher(transport: transport, eventLoop: group.next()),
             logger: logger, counters: tokenRefreshes)
         self.runtime = ProxyRuntime(
-            snapshot: ConfigSnapshot(config: config, upstreams: upstreams), transport: transport, logger: logger)
+            snapshot: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept), transport: transport,
+            logger: logger)
         self.channels = NIOLockedValueBox([])
         self.adminChannel = NIOLockedValueBox(nil)
     }
@@ -80,8 +86,9 @@ public final class ProxyServer: Sendable {
             guard let port = address.port, let bytes = Self.addressBytes(address) else { continue }
             endpoints.append(DestinationGuard.Endpoint(address: bytes, port: port))
         }
-        curl.setDestinationGuard(
-            DestinationGuard(ownEndpoints: endpoints, localAddresses: Self.interfaceAddresses()))
+        let guardian = DestinationGuard(ownEndpoints: endpoints, localAddresses: Self.interfaceAddresses())
+        curl.setDestinationGuard(guardian)
+        runtime.destinationGuard = guardian
     }
 
     static func addressBytes(_ address: SocketAddress) -> [UInt8]? {
@@ -115,17 +122,21 @@ public final class ProxyServer: Sendable {
         try? await group.shutdownGracefully()
     }
 
+    /// The decoder's own cap (80 KiB by default) must not undercut `limits.max_header_bytes`, which the proxy
+    /// handler enforces with a 431.
+    static func decoderLimits(_ limits: Limits) -> NIOHTTPDecoderLimitConfiguration {
+        var decoder = NIOHTTPDecoderLimitConfiguration()
+        decoder.maxHeaderFieldSize = max(decoder.maxHeaderFieldSize, limits.maxHeaderBytes)
+        decoder.maxHeaderListSize = max(decoder.maxHeaderListSize, limits.maxHeaderBytes)
+        return decoder
+    }
+
     private func bind(_ listener: ListenerConfig, limits: Limits) async throws -> Channel {
         let runtime = self.runtime
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
         let idle = limits.clientIdleTimeout
         let maxConnections = limits.maxConnections
-        // The decoder's own cap (80 KiB by default) must not undercut `limits.max_header_bytes`, which the proxy
-        // handler enforces with a 431.
-        var limitsForDecoder = NIOHTTPDecoderLimitConfiguration()
-        limitsForDecoder.maxHeaderFieldSize = max(limitsForDecoder.maxHeaderFieldSize, limits.maxHeaderBytes)
-        limitsForDecoder.maxHeaderListSize = max(limitsForDecoder.maxHeaderListSize, limits.maxHeaderBytes)
-        let decoderLimits = limitsForDecoder
+        let decoderLimits = Self.decoderLimits(limits)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -143,8 +154,10 @@ public final class ProxyServer: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     // A request decoder and no response encoder: the proxy handler writes responses as bytes.
-                    try sync.addHandler(
-                        ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes, limitConfiguration: decoderLimits)))
+                    // What follows a CONNECT head (a TLS ClientHello sent without waiting for the 200) is handed on
+                    // to the tunnel when the decoder leaves the pipeline.
+                    try sync.addHandler(ByteToMessageHandler(
+                        HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits)))
                     try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle))
                 }
             }
@@ -185,7 +198,7 @@ public final class ProxyServer: Sendable {
             guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
             out += "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
         }
-        return out + ProcessMetrics.render()
+        return out + runtime.tunnelMetrics.render() + ProcessMetrics.render()
     }
 
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap and the
@@ -242,12 +255,12 @@ extension ProxyServer {
     /// upstreams whose auth section did not change are kept (no needless refresh). Listeners that left the config
     /// stop accepting (their open connections finish), new ones are bound; a listener that cannot be bound is
     /// reported and skipped. The admin listener and `limits` of listeners kept as they were need a restart.
-    public func reload(config: Config) async {
+    public func reload(config: Config, intercept: InterceptAuthority? = nil) async {
         let upstreams = Self.makeUpstreams(
             config, previous: runtime.snapshot.upstreams, keychain: keychain,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
             counters: tokenRefreshes)
-        runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams))
+        runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept))
 
         let current = channels.withLockedValue { $0 }
         for (listener, channel) in current where !config.listeners.contains(listener) {

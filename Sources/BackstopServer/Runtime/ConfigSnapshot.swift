@@ -7,11 +7,17 @@ import NIOConcurrencyHelpers
 public final class ConfigSnapshot: Sendable {
     public let config: Config
     public let router: Router
+    public let connectPolicy: ConnectPolicy
     public let upstreams: [UpstreamRuntime]
+    /// The interception CA, when an upstream intercepts.
+    public let intercept: InterceptAuthority?
 
-    public init(config: Config, upstreams: [UpstreamRuntime]) {
+    public init(config: Config, upstreams: [UpstreamRuntime], intercept: InterceptAuthority? = nil) {
+        self.intercept = intercept
         self.config = config
-        self.router = Router(upstreams: config.upstreams, unmatched: config.unmatched)
+        let router = Router(upstreams: config.upstreams, unmatched: config.unmatched)
+        self.router = router
+        self.connectPolicy = ConnectPolicy(config: config, router: router)
         self.upstreams = upstreams
     }
 }

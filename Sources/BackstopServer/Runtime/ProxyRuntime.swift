@@ -13,6 +13,9 @@ public final class ProxyRuntime: Sendable {
     /// The time every exchange, connection and token source reads.
     public let clock: any BackstopClock
     public let metrics = ProxyMetrics()
+    public let tunnelMetrics = TunnelMetrics()
+    /// Backstop's own listener addresses, which tunnels never connect to (the transport keeps its own copy).
+    private let ownEndpoints = NIOLockedValueBox(DestinationGuard())
     private let current: NIOLockedValueBox<ConfigSnapshot>
     private let draining = Atomic<Bool>(false)
     private let inflight = Atomic<Int>(0)
@@ -25,6 +28,12 @@ public final class ProxyRuntime: Sendable {
         self.transport = transport
         self.logger = logger
         self.clock = clock
+    }
+
+    /// Where Backstop itself listens, as a tunnel's destination check sees it.
+    public var destinationGuard: DestinationGuard {
+        get { ownEndpoints.withLockedValue { $0 } }
+        set { ownEndpoints.withLockedValue { $0 = newValue } }
     }
 
     /// The snapshot new requests use.

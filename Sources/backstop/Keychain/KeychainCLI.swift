@@ -7,17 +7,21 @@ extension ConfigOption {
     /// The config's keychain section. Config errors are printed one per line; with no keychain section the
     /// command fails with exit status 1.
     func keychainSection() throws -> KeychainConfig {
-        let config: Config
-        do {
-            config = try ConfigLoader.load(path: path)
-        } catch {
-            for problem in error.errors { KeychainCLI.printToStderr(problem.description) }
-            throw ExitCode(1)
-        }
+        let config = try loadConfig()
         guard let section = config.keychain else {
             throw KeychainCLI.fail("no keychain section in \(path)")
         }
         return section
+    }
+
+    /// The config, or its errors printed one per line and exit status 1.
+    func loadConfig() throws -> Config {
+        do {
+            return try ConfigLoader.load(path: path)
+        } catch {
+            for problem in error.errors { KeychainCLI.printToStderr(problem.description) }
+            throw ExitCode(1)
+        }
     }
 }
 

@@ -1,0 +1,159 @@
+import BackstopCore
+import NIOCore
+import NIOHTTP1
+
+/// `CONNECT` (docs/reference/https-clients.md): a connection-level event. The handler answers a refusal itself,
+/// or sets up a blind tunnel or TLS interception and then hands the channel over and leaves the pipeline.
+extension ProxyHandler {
+    static let connectEstablished: StaticString = "HTTP/1.1 200 Connection Established\r\n\r\n"
+
+    func handleConnect(_ head: HTTPRequestHead, snapshot: ConfigSnapshot, context: ChannelHandlerContext) {
+        clientIsHTTP10 = false
+        requestIsHead = false
+        connection.discardRequest()
+        if intercepted != nil {
+            // Inside an intercepted connection there is nothing further to tunnel to.
+            refuseConnect(.badRequest, host: "-", tunnelResult: .badRequest, detail: "CONNECT inside an intercepted connection")
+            return
+        }
+        switch snapshot.connectPolicy.decide(authority: head.uri) {
+        case .refuse(let reason):
+            let result: TunnelMetrics.Result? = switch reason {
+            case .badRequest: .badRequest
+            case .tunnelDenied: .denied
+            default: nil
+            }
+            refuseConnect(reason, host: ConnectTarget.parse(head.uri)?.host ?? "-", tunnelResult: result, detail: nil)
+        case .tunnel(let target):
+            openTunnel(to: target, snapshot: snapshot, context: context)
+        case .intercept(let index, let target):
+            intercept(target, upstream: snapshot.upstreams[index], snapshot: snapshot, context: context)
+        }
+    }
+
+    private func refuseConnect(
+        _ reason: ProxyErrorReason, host: String, tunnelResult: TunnelMetrics.Result?, detail: String?
+    ) {
+        if let tunnelResult { runtime.tunnelMetrics.record(tunnelResult) }
+        runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
+        logLocalAnswer(reason, method: "CONNECT", host: host, path: "-", reason: detail)
+        sendLocalError(reason, close: true)
+    }
+
+    // MARK: blind tunnels
+
+    private func openTunnel(to target: ConnectTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext) {
+        connection.beginUpgrade()
+        let policy = snapshot.connectPolicy
+        let accessLog = snapshot.config.log.accessLog
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        TunnelConnector.connect(
+            target, policy: policy, destinationGuard: runtime.destinationGuard, eventLoop: context.eventLoop
+        ).whenComplete { result in
+            let handler = loopBound.value
+            switch result {
+            case .success(let (upstream, address)):
+                handler.tunnelConnected(
+                    upstream, address: address, target: target, idleTimeout: policy.tunnelIdleTimeout,
+                    accessLog: accessLog)
+            case .failure(let error):
+                let failure = error as? TunnelConnector.Failure ?? .unreachable("\(error)")
+                guard handler.context?.channel.isActive == true else { return }
+                let result: TunnelMetrics.Result = switch failure {
+                case .denied: .denied
+                case .loop: .loopDetected
+                case .unreachable: .unreachable
+                }
+                handler.refuseConnect(failure.reason, host: target.host, tunnelResult: result, detail: failure.detail)
+            }
+        }
+    }
+
+    private func tunnelConnected(
+        _ upstream: Channel, address: SocketAddress, target: ConnectTarget, idleTimeout: Duration, accessLog: Bool
+    ) {
+        guard let context, context.channel.isActive else {
+            upstream.close(promise: nil)
+            return
+        }
+        let runtime = self.runtime
+        let relay = TunnelRelay(
+            description: TunnelRelay.Description(client: clientAddress, target: target, address: address.displayString),
+            eventLoop: context.eventLoop, clock: runtime.clock, idleTimeout: idleTimeout, logger: runtime.logger,
+            accessLog: accessLog, metrics: runtime.tunnelMetrics, onClose: { runtime.clientDisconnected() })
+        do {
+            try upstream.pipeline.syncOperations.addHandler(relay.upstreamSide)
+            try context.channel.syncOptions?.setOption(.allowRemoteHalfClosure, value: true)
+            runtime.tunnelMetrics.record(TunnelMetrics.Result.established)
+            let channel = context.channel
+            try handOver(context, to: [relay.clientSide])
+            try upstream.syncOptions?.setOption(.autoRead, value: true)
+            channel.read()
+        } catch {
+            upstream.close(promise: nil)
+            context.close(promise: nil)
+        }
+    }
+
+    // MARK: hand-over
+
+    /// Answers `200`, then puts `handlers` where the HTTP decoder was and leaves the pipeline. The decoder goes last:
+    /// bytes the client sent after the `CONNECT` head (without waiting for the answer) reach the first new handler.
+    func handOver(_ context: ChannelHandlerContext, to handlers: [ChannelHandler]) throws {
+        cancelTimer()
+        exchange = nil
+        var answer = context.channel.allocator.buffer(capacity: 40)
+        answer.writeStaticString(Self.connectEstablished)
+        context.writeAndFlush(wrapOutboundOut(answer), promise: nil)
+        let pipeline = context.pipeline.syncOperations
+        let decoder = try pipeline.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+        try pipeline.addHandlers(handlers, position: .after(decoder))
+        pipeline.removeHandler(context: context, promise: nil)
+        pipeline.removeHandler(decoder, promise: nil)
+    }
+}
+
+extension ProxyHandler {
+    /// Interception: answer `200`, then terminate the client's TLS with a leaf for the `CONNECT` host and handle
+    /// every request inside with a new handler of our own kind (docs/reference/https-clients.md#interception).
+    func intercept(
+        _ target: ConnectTarget, upstream: UpstreamRuntime, snapshot: ConfigSnapshot, context: ChannelHandlerContext
+    ) {
+        guard let authority = snapshot.intercept else {
+            // Cannot happen: a snapshot with an intercepting upstream always has its authority (start and reload
+            // refuse a config without one).
+            refuseConnect(.tunnelDenied, host: target.host, tunnelResult: nil, detail: "no interception CA loaded")
+            return
+        }
+        connection.beginUpgrade()
+        let intercepted = InterceptedConnection(target: target, upstreamName: upstream.config.name, client: clientAddress)
+        let observer = InterceptTLSObserver(
+            intercepted: intercepted, authority: authority, runtime: runtime, accessLog: snapshot.config.log.accessLog)
+        let channel = context.channel
+        // The decoder is still delivering this CONNECT (its end comes next): change the pipeline once it is done.
+        let loopBound = NIOLoopBound((self, observer, intercepted), eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            let (handler, observer, intercepted) = loopBound.value
+            guard let context = handler.context, channel.isActive else { return }
+            handler.installInterception(context, observer: observer, intercepted: intercepted, snapshot: snapshot)
+        }
+    }
+
+    private func installInterception(
+        _ context: ChannelHandlerContext, observer: InterceptTLSObserver, intercepted: InterceptedConnection,
+        snapshot: ConfigSnapshot
+    ) {
+        let channel = context.channel
+        do {
+            try handOver(context, to: [
+                observer.makeSNIHandler(channel: channel), observer,
+                ByteToMessageHandler(HTTPRequestDecoder(
+                    leftOverBytesStrategy: .dropBytes, limitConfiguration: ProxyServer.decoderLimits(snapshot.config.limits))),
+                ProxyHandler(runtime: runtime, idleTimeout: connection.idleTimeout, intercepted: intercepted),
+            ])
+            channel.read()
+        } catch {
+            channel.close(promise: nil)
+        }
+    }
+}

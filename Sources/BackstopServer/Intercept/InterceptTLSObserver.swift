@@ -1,0 +1,126 @@
+import BackstopCore
+import Foundation
+import Logging
+import NIOCore
+import NIOSSL
+import NIOTLS
+
+/// Sits right behind the TLS handler of an intercepted connection (docs/reference/https-clients.md#interception):
+/// decides the ClientHello's name (it must be the `CONNECT` host, or absent), installs the TLS handler with that
+/// name's leaf, counts and logs how the handshake ended, and writes the connection's `tunnel` access line when it
+/// closes. A client that sends something other than a TLS handshake is logged and closed.
+///
+/// Event-loop confined, like every handler.
+final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+
+    enum Outcome: String {
+        case pending, established
+        case handshakeFailed = "handshake-failed"
+        case sniMismatch = "sni-mismatch"
+    }
+
+    private let intercepted: InterceptedConnection
+    private let authority: InterceptAuthority
+    private let runtime: ProxyRuntime
+    private let accessLog: Bool
+    private let started: Duration
+    private var outcome = Outcome.pending
+    private var problem: String?
+
+    init(intercepted: InterceptedConnection, authority: InterceptAuthority, runtime: ProxyRuntime, accessLog: Bool) {
+        self.intercepted = intercepted
+        self.authority = authority
+        self.runtime = runtime
+        self.accessLog = accessLog
+        self.started = runtime.clock.monotonic()
+    }
+
+    /// The SNI handler in front of everything: what `SNIHandler` calls once it has read the ClientHello (or given
+    /// up reading one). Installs the TLS handler for the agreed name before the buffered bytes are handed on.
+    func makeSNIHandler(channel: Channel) -> ByteToMessageHandler<SNIHandler> {
+        let loopBound = NIOLoopBound(self, eventLoop: channel.eventLoop)
+        return ByteToMessageHandler(SNIHandler { result in
+            loopBound.value.nameChosen(result, channel: channel)
+        })
+    }
+
+    private func nameChosen(_ result: SNIResult, channel: Channel) -> EventLoopFuture<Void> {
+        let host = intercepted.target.host
+        if case .hostname(let name) = result, name.asciiLowercased() != host {
+            // No leaf is minted for a name the CONNECT did not ask for.
+            refuse(.sniMismatch, InterceptRefusal.sniMismatch(sni: String(name.prefix(255)), connect: host), channel)
+            return channel.eventLoop.makeFailedFuture(InterceptRefusal.sniMismatch(sni: name, connect: host))
+        }
+        do {
+            let context = try authority.context(forHost: host)
+            try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context), position: .before(self))
+            return channel.eventLoop.makeSucceededVoidFuture()
+        } catch {
+            refuse(.handshakeFailed, error, channel)
+            return channel.eventLoop.makeFailedFuture(error)
+        }
+    }
+
+    private func refuse(_ outcome: Outcome, _ error: any Error, _ channel: Channel) {
+        finish(outcome, problem: "\(error)")
+        channel.close(promise: nil)
+    }
+
+    private func finish(_ outcome: Outcome, problem: String?) {
+        guard self.outcome == .pending else { return }
+        self.outcome = outcome
+        self.problem = problem
+        let metric: TunnelMetrics.InterceptResult = switch outcome {
+        case .established, .pending: .established
+        case .handshakeFailed: .handshakeFailed
+        case .sniMismatch: .sniMismatch
+        }
+        runtime.tunnelMetrics.record(metric)
+        if outcome != .established {
+            runtime.logger.warning("intercepted connection refused", metadata: [
+                "client": .string(intercepted.client), "host": .string(intercepted.target.host),
+                "result": .string(outcome.rawValue), "problem": .string(problem ?? "-"),
+            ])
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case TLSUserEvent.handshakeCompleted? = event as? TLSUserEvent { finish(.established, problem: nil) }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard error is NIOSSLError || error is BoringSSLError || error is InterceptRefusal else {
+            context.fireErrorCaught(error)
+            return
+        }
+        if outcome == .pending {
+            finish(.handshakeFailed, problem: Self.describe(error))
+        }
+        // After the handshake, TLS errors (a client that closes without close_notify) end the connection quietly.
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if outcome == .pending { finish(.handshakeFailed, problem: "the client closed before the TLS handshake ended") }
+        if accessLog {
+            runtime.logger.info("tunnel", metadata: [
+                "mode": .string("intercept"),
+                "client": .string(intercepted.client),
+                "host": .string(intercepted.target.host),
+                "port": .stringConvertible(intercepted.target.port),
+                "upstream": .string(intercepted.upstreamName),
+                "result": .string(outcome.rawValue),
+                "ms": .stringConvertible(Milliseconds(runtime.clock.monotonic() - started)),
+            ])
+        }
+        context.fireChannelInactive()
+    }
+
+    /// BoringSSL's reason without the error stack's addresses: `WRONG_VERSION_NUMBER`, `HTTP_REQUEST`, ….
+    private static func describe(_ error: any Error) -> String {
+        let text = "\(error)"
+        return text.count > 300 ? String(text.prefix(300)) + "…" : text
+    }
+}
