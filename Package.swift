@@ -133,6 +133,7 @@ let package = Package(
                 "BackstopTransport",
                 "BackstopTestSupport",
                 "BackstopSoak",
+                "BackstopCA",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -27,7 +27,8 @@ struct ProxyHarness {
             guard let level else { return SwiftLogNoOpLogHandler() }
             return LineLogHandler(label: label, settings: LogSettings(level: level.loggerLevel, format: .logfmt))
         }
-        let server = ProxyServer(config: config, logger: logger, keychain: keychain)
+        let intercept = try InterceptAuthority.load(config: config, keychain: keychain)
+        let server = ProxyServer(config: config, logger: logger, keychain: keychain, intercept: intercept)
         try await server.start()
         guard let port = server.boundAddresses.first?.port else { throw HarnessError.noPort }
         return ProxyHarness(server: server, port: port)

@@ -86,7 +86,8 @@ extension ProxyHandler {
             try context.channel.syncOptions?.setOption(.allowRemoteHalfClosure, value: true)
             runtime.tunnelMetrics.record(TunnelMetrics.Result.established)
             let channel = context.channel
-            try handOver(context, to: [relay.clientSide])
+            let loopBound = NIOLoopBound(relay, eventLoop: context.eventLoop)
+            try handOver(context, to: [relay.clientSide]).whenSuccess { loopBound.value.flushUpstream() }
             try upstream.syncOptions?.setOption(.autoRead, value: true)
             channel.read()
         } catch {
@@ -98,8 +99,10 @@ extension ProxyHandler {
     // MARK: hand-over
 
     /// Answers `200`, then puts `handlers` where the HTTP decoder was and leaves the pipeline. The decoder goes last:
-    /// bytes the client sent after the `CONNECT` head (without waiting for the answer) reach the first new handler.
-    func handOver(_ context: ChannelHandlerContext, to handlers: [ChannelHandler]) throws {
+    /// bytes the client sent after the `CONNECT` head (without waiting for the answer) reach the first new handler
+    /// by the time the returned future succeeds.
+    @discardableResult
+    func handOver(_ context: ChannelHandlerContext, to handlers: [ChannelHandler]) throws -> EventLoopFuture<Void> {
         cancelTimer()
         exchange = nil
         var answer = context.channel.allocator.buffer(capacity: 40)
@@ -108,8 +111,10 @@ extension ProxyHandler {
         let pipeline = context.pipeline.syncOperations
         let decoder = try pipeline.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
         try pipeline.addHandlers(handlers, position: .after(decoder))
+        let decoderRemoved = context.eventLoop.makePromise(of: Void.self)
         pipeline.removeHandler(context: context, promise: nil)
-        pipeline.removeHandler(decoder, promise: nil)
+        pipeline.removeHandler(decoder, promise: decoderRemoved)
+        return decoderRemoved.futureResult
     }
 }
 

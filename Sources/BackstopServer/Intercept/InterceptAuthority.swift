@@ -92,7 +92,7 @@ public final class InterceptAuthority: Sendable {
     }
 
     /// Leaves minted and cached now (for tests and diagnostics).
-    var cachedLeafCount: Int { leaves.withLockedValue { $0.count } }
+    public var cachedLeafCount: Int { leaves.withLockedValue { $0.count } }
 }
 
 /// Why a TLS handshake inside an intercepted `CONNECT` was refused before any leaf was minted.

@@ -90,6 +90,9 @@ final class TunnelRelay {
         }
     }
 
+    /// Bytes the client sent before the tunnel existed were handed on without a read-complete event: flush them.
+    func flushUpstream() { upstreamSide.partnerFlush() }
+
     /// A side failed: the tunnel ends.
     func failed(_ side: TunnelGlueHandler.Side, _ error: any Error) {
         if endReason == "closed" { endReason = side == .client ? "client-error" : "upstream-error" }

@@ -19,14 +19,16 @@ public final class NetworkNamespace: Sendable {
         return true
     }()
 
-    /// Creates namespace `bs<pid>n<index>` with `10.231.<index>.2/30`, the host side being `10.231.<index>.1/30`.
-    public init(index: Int) throws {
+    /// Creates namespace `bs<pid>n<index>` with `<network>.<index>.2/30`, the host side being
+    /// `<network>.<index>.1/30`. The default network is private (RFC 1918); `198.18` (RFC 2544 benchmarking) is
+    /// neither private nor routed, for tests of address deny lists.
+    public init(index: Int, network: String = "10.231") throws {
         let id = "\(getpid() % 100_000)n\(index)"
         name = "bs\(id)"
         hostInterface = "bsh\(id)"
         let peer = "bsp\(id)"
-        hostAddress = "10.231.\(index).1"
-        clientAddress = "10.231.\(index).2"
+        hostAddress = "\(network).\(index).1"
+        clientAddress = "\(network).\(index).2"
         Self.removeStale(index: index)
         let steps: [[String]] = [
             ["netns", "add", name],
@@ -48,7 +50,7 @@ public final class NetworkNamespace: Sendable {
     }
 
     /// Removes namespaces of this index left by test processes that died before cleaning up (a crash, `kill -9`):
-    /// their host interface would still hold `10.231.<index>.1` and swallow the new namespace's traffic.
+    /// their host interface would still hold the host address and swallow the new namespace's traffic.
     private static func removeStale(index: Int) {
         guard let list = try? TestProcess.runBlocking("/usr/sbin/ip", ["netns", "list"]) else { return }
         for line in list.standardOutput.split(separator: "\n") {

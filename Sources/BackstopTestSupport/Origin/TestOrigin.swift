@@ -29,19 +29,21 @@ public final class TestOrigin: Sendable {
         self.acceptLoop = acceptLoop
     }
 
-    /// Starts an origin on 127.0.0.1:0.
+    /// Starts an origin on 127.0.0.1:0 (or on `host`, port 0).
     /// - Parameters:
+    ///   - host: the address to listen on (a test namespace's veth address, say).
     ///   - tls: serve HTTPS with this certificate and key.
     ///   - sendsContinue: answer `Expect: 100-continue` with an interim `100 Continue`.
     ///   - script: the response for each request.
     ///   - keepsRequests: false keeps only the count (`requests` stays empty), for long runs such as the soak.
     public static func start(
+        host: String = "127.0.0.1",
         tls: TestTLSIdentity? = nil,
         sendsContinue: Bool = true,
         keepsRequests: Bool = true,
         script: @escaping Script
     ) async throws -> TestOrigin {
-        try await start(on: .tcpLoopback, tls: tls, sendsContinue: sendsContinue, keepsRequests: keepsRequests,
+        try await start(on: .tcp(host), tls: tls, sendsContinue: sendsContinue, keepsRequests: keepsRequests,
                         script: script)
     }
 
@@ -56,7 +58,7 @@ public final class TestOrigin: Sendable {
     }
 
     private enum Endpoint {
-        case tcpLoopback
+        case tcp(String)
         case unix(String)
     }
 
@@ -89,10 +91,10 @@ public final class TestOrigin: Sendable {
         let server: NIOAsyncChannel<AcceptedConnection, Never>
         let port: Int
         switch endpoint {
-        case .tcpLoopback:
+        case .tcp(let host):
             server = try await bootstrap
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-                .bind(host: "127.0.0.1", port: 0, childChannelInitializer: initializer)
+                .bind(host: host, port: 0, childChannelInitializer: initializer)
             guard let bound = server.channel.localAddress?.port else {
                 try? await server.channel.close()
                 throw TestOriginError.noLocalAddress
@@ -120,8 +122,10 @@ public final class TestOrigin: Sendable {
         }
         let baseURL: String
         switch endpoint {
-        case .tcpLoopback:
+        case .tcp(let host) where host == "127.0.0.1":
             baseURL = tls == nil ? "http://127.0.0.1:\(port)" : "https://localhost:\(port)"
+        case .tcp(let host):
+            baseURL = (tls == nil ? "http://" : "https://") + (host.contains(":") ? "[\(host)]" : host) + ":\(port)"
         case .unix:
             baseURL = "http://localhost"
         }

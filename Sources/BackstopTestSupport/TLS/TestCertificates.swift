@@ -9,7 +9,8 @@ public enum TestCertificates {
 
     /// Writes `ca.pem`, `ca.key`, `server.pem` and `server.key` into `directory` (which must exist). The server
     /// certificate is valid for DNS `localhost` and IP `127.0.0.1`. P-256 keys keep generation fast.
-    public static func generate(in directory: String) throws -> TestCertificateSet {
+    /// `extraNames` are added to the server certificate's SAN (`DNS:name` or `IP:address` as written).
+    public static func generate(in directory: String, extraNames: [String] = []) throws -> TestCertificateSet {
         let base = URL(fileURLWithPath: directory)
         let set = TestCertificateSet(
             caCertPath: base.appendingPathComponent("ca.pem").path,
@@ -20,7 +21,7 @@ public enum TestCertificates {
         let csrPath = base.appendingPathComponent("server.csr").path
         let extensionsPath = base.appendingPathComponent("server.ext").path
         let extensions = """
-            subjectAltName = DNS:localhost, IP:127.0.0.1
+            subjectAltName = \((["DNS:localhost", "IP:127.0.0.1"] + extraNames).joined(separator: ", "))
             basicConstraints = critical, CA:FALSE
             keyUsage = critical, digitalSignature, keyEncipherment
             extendedKeyUsage = serverAuth
