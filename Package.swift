@@ -99,7 +99,8 @@ let package = Package(
             ]
         ),
         .target(name: "CFuzzing"),
-        .executableTarget(name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "CFuzzing"]),
+        .executableTarget(
+            name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "BackstopCA", "CFuzzing"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore"]),
         .testTarget(

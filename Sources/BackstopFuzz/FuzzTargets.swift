@@ -1,3 +1,4 @@
+import BackstopCA
 import BackstopCore
 import BackstopKeychain
 import Foundation
@@ -18,10 +19,15 @@ import CFuzzing
 /// - `response-head`: an upstream response head (status line and header block, one line per call as curl hands
 ///   them over, interim heads and trailers included) → `UpstreamHeadParser`, checking what the client may get:
 ///   well-formed field lines only, never a framing, hop-by-hop or `X-Backstop-*` field.
+/// - `connect`: a `CONNECT` request-target → `ConnectTarget.parse` and `ConnectPolicy.decide` against a config
+///   with tunnels and an intercepting upstream; a parsed target must be a lowercase name or an IP literal with a
+///   port from 1 to 65535.
+/// - `ca-bundle`: a keychain entry's bytes → `CAIdentity(pemBundle:)` (PEM, DER certificates, PKCS#8/SEC1 keys).
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
-    case config, retryHint = "retry-hint", token, keychain, request, responseHead = "response-head"
+    case config, retryHint = "retry-hint", token, keychain, request, responseHead = "response-head", connect
+    case caBundle = "ca-bundle"
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -41,6 +47,34 @@ enum FuzzTarget: String, CaseIterable {
         case .keychain: Self.keychain(bytes)
         case .request: Self.request(bytes)
         case .responseHead: Self.responseHead(bytes)
+        case .connect: Self.connect(bytes)
+        case .caBundle: _ = try? CAIdentity(pemBundle: String(decoding: bytes, as: UTF8.self))
+        }
+    }
+
+    /// Tunnels for `*.test:443` and a literal address, and an intercepting upstream for `api.test`.
+    static let connectPolicy: ConnectPolicy = {
+        var config = Config(tunnels: TunnelsConfig(allow: [
+            TunnelPattern(host: "*.test", port: 443), TunnelPattern(host: "10.1.2.3", port: 8443),
+        ]))
+        config.upstreams = [UpstreamConfig(
+            name: "api", match: MatchConfig(hosts: ["api.test", "*.wild.test"]),
+            url: UpstreamURL(scheme: "https", host: "api.test"), intercept: true)]
+        return ConnectPolicy(config: config, router: Router(upstreams: config.upstreams, unmatched: .reject))
+    }()
+
+    static func connect(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        if let target = ConnectTarget.parse(text) {
+            precondition((1...65535).contains(target.port), "port out of range")
+            precondition(!target.host.isEmpty && target.host == target.host.lowercased(), "host not normalised")
+            precondition(target.address == nil || IPAddressParser.parse(target.host) != nil, "address without literal")
+        }
+        switch connectPolicy.decide(authority: text) {
+        case .intercept(_, let target), .tunnel(let target):
+            precondition(ConnectTarget.parse(text) == target, "decision on an unparsed target")
+        case .refuse:
+            break
         }
     }
 

@@ -123,3 +123,46 @@ func check<T: Equatable>(_ actual: T, _ expected: T, _ comment: Comment? = nil,
                          sourceLocation: Testing.SourceLocation = #_sourceLocation) {
     #expect(actual == expected, comment, sourceLocation: sourceLocation)
 }
+
+/// The `upgrading` state of an accepted `CONNECT`.
+@Suite("Connection state machine: CONNECT")
+struct ConnectionUpgradeTests {
+    static let t0 = Duration.seconds(50)
+    static let idle = Duration.seconds(60)
+    static let connect = HTTPServerRequestPart.head(HTTPRequestHead(version: .http1_1, method: .CONNECT, uri: "a.test:443"))
+
+    @Test func anAcceptedConnectHoldsReadsDropsPartsAndHasNoDeadline() {
+        var c = ConnectionStateMachine(idleTimeout: Self.idle, now: Self.t0)
+        check(c.partArrived(Self.connect), .process)
+        c.headArrived(now: Self.t0)
+        c.discardRequest()
+        c.beginUpgrade()
+        #expect(c.state == .upgrading)
+        #expect(c.readsHeld)
+        check(c.readRequested(), false, "reads wait until the channel is handed over")
+        check(c.partArrived(.end(nil)), .dropped)
+        check(c.nextQueuedPart(), nil)
+        #expect(c.nextDeadline == nil, "the tunnel's connect timeout bounds the wait, not the idle deadline")
+        check(c.timerFired(now: Self.t0 + Self.idle * 2), .wait(next: nil))
+        c.headArrived(now: Self.t0)
+        #expect(c.state == .upgrading, "no further request starts")
+    }
+
+    @Test func aFailedUpgradeIsAnsweredAndCloses() {
+        var c = ConnectionStateMachine(idleTimeout: Self.idle, now: Self.t0)
+        _ = c.partArrived(Self.connect)
+        c.headArrived(now: Self.t0)
+        c.beginUpgrade()
+        check(c.responseEnded(close: true, now: Self.t0), false)
+        #expect(c.state == .closing)
+    }
+
+    @Test func onlyAnActiveRequestCanUpgrade() {
+        var c = ConnectionStateMachine(idleTimeout: Self.idle, now: Self.t0)
+        c.beginUpgrade()
+        #expect(c.state == .idle(deadline: Self.t0 + Self.idle))
+        c.close()
+        c.beginUpgrade()
+        #expect(c.state == .closing)
+    }
+}
