@@ -14,6 +14,7 @@ struct ConfigBuilder {
 
     static let topKeys = [
         "version", "listen", "admin", "log", "keychain", "limits", "unmatched", "upstreams", "tunnels", "intercept",
+        "token_store",
     ]
 
     /// `path` made absolute against the config's directory.
@@ -56,6 +57,13 @@ struct ConfigBuilder {
             }
         }
         if let node = top["tunnels"], !NodeReader.isNull(node) { config.tunnels = tunnels(node) }
+        if let node = top["token_store"], !NodeReader.isNull(node) {
+            config.tokenStore = tokenStore(node)
+            if case .postgres = config.tokenStore, config.keychain == nil {
+                reader.fail(node, "token_store type postgres needs a 'keychain' section: tokens are encrypted under the "
+                    + "keychain key, and the password entry lives there")
+            }
+        }
         if let node = top["intercept"], !NodeReader.isNull(node) {
             config.intercept = intercept(node)
             interceptLocation = reader.location(node)

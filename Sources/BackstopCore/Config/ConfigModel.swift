@@ -48,6 +48,8 @@ public struct Config: Sendable, Equatable {
     public var tunnels: TunnelsConfig?
     /// The local CA for upstreams with `intercept: true`; nil when none intercepts.
     public var intercept: InterceptConfig?
+    /// Where oauth2 tokens live: the keychain (default) or a store shared by a fleet.
+    public var tokenStore: TokenStoreConfig = .keychain
 
     public init(
         version: Int = 1, sourceFile: String = "<memory>", listeners: [ListenerConfig] = [], admin: AdminConfig? = nil,
@@ -562,5 +564,57 @@ public struct InterceptConfig: Sendable, Equatable {
     public init(caEntry: String = "ca/root", leafLifetime: Duration = .seconds(86_400)) {
         self.caEntry = caEntry
         self.leafLifetime = leafLifetime
+    }
+}
+
+/// The `token_store` section: where oauth2 tokens are kept (docs/reference/token-store.md).
+public enum TokenStoreConfig: Sendable, Equatable {
+    /// In the keychain file, under each upstream's `keychain_prefix` (single flight across the processes that share
+    /// the file).
+    case keychain
+    /// In a PostgreSQL table shared by a fleet (single flight across every instance).
+    case postgres(PostgresStoreConfig)
+}
+
+/// How the PostgreSQL token store connects.
+public enum PostgresTLSMode: String, Sendable, Equatable, CaseIterable {
+    /// No TLS: only for a loopback host.
+    case disable
+    /// TLS without verifying the server's certificate.
+    case require
+    /// TLS, the certificate verified against `ca_file` (or the system CAs) and the host name.
+    case verifyFull = "verify-full"
+}
+
+/// `token_store: {type: postgres, ...}`.
+public struct PostgresStoreConfig: Sendable, Equatable {
+    public var host: String
+    public var port: Int
+    public var user: String
+    public var database: String
+    /// Keychain entry holding the role's password; nil: no password (trust or certificate authentication).
+    public var passwordEntry: String?
+    public var tls: PostgresTLSMode
+    public var caFile: String?
+    /// A plain lowercase SQL identifier.
+    public var table: String
+
+    public init(
+        host: String, port: Int = 5432, user: String, database: String, passwordEntry: String? = nil,
+        tls: PostgresTLSMode = .verifyFull, caFile: String? = nil, table: String = "backstop_tokens"
+    ) {
+        self.host = host
+        self.port = port
+        self.user = user
+        self.database = database
+        self.passwordEntry = passwordEntry
+        self.tls = tls
+        self.caFile = caFile
+        self.table = table
+    }
+
+    /// `postgres://user@host:port/database`, for logs and `tokens list` (never a password: the URL has none).
+    public var displayURL: String {
+        "postgres://\(user)@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database)"
     }
 }

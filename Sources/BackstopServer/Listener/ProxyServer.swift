@@ -23,24 +23,30 @@ public final class ProxyServer: Sendable {
 
     /// The keychain opened at start (reloads keep it).
     public let keychain: FileKeychain?
+    /// Where oauth2 tokens live (reloads keep it).
+    public let tokenStores: (any TokenStoreProvider)?
     /// Token refresh outcomes by upstream, for metrics.
     public let tokenRefreshes = TokenRefreshCounters()
 
     /// Creates the runtime for `config` (transport thread included); call `start()` to bind. `keychain` is the
     /// opened keychain when the config has one.
     /// `intercept` is the interception CA for `config` (`InterceptAuthority.load`), when an upstream intercepts.
+    /// `tokenStores` keeps oauth2 tokens (default: the keychain).
     public init(
         config: Config, logger: Logger, keychain: FileKeychain? = nil, intercept: InterceptAuthority? = nil,
-        eventLoopThreads: Int = 1
+        tokenStores: (any TokenStoreProvider)? = nil, eventLoopThreads: Int = 1
     ) {
         _ = ProcessMetrics.startTime
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
         self.keychain = keychain
         let transport = CurlMultiTransport()
         self.curl = transport
+        let stores = tokenStores ?? keychain.map { KeychainTokenStoreProvider(keychain: $0, logger: logger) }
+        self.tokenStores = stores
         let upstreams = Self.makeUpstreams(
-            config, previous: [], keychain: keychain, fetcher: TransportFetcher(transport: transport, eventLoop: group.next()),
-            logger: logger, counters: tokenRefreshes)
+            config, previous: [], keychain: keychain, stores: stores,
+            fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
+            counters: tokenRefreshes)
         self.runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept), transport: transport,
             logger: logger)
@@ -256,11 +262,19 @@ extension ProxyServer {
     /// stop accepting (their open connections finish), new ones are bound; a listener that cannot be bound is
     /// reported and skipped. The admin listener and `limits` of listeners kept as they were need a restart.
     public func reload(config: Config, intercept: InterceptAuthority? = nil) async {
+        let previous = runtime.snapshot.upstreams
         let upstreams = Self.makeUpstreams(
-            config, previous: runtime.snapshot.upstreams, keychain: keychain,
+            config, previous: previous, keychain: keychain, stores: tokenStores,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
             counters: tokenRefreshes)
         runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept))
+        // Managers that were replaced stop adopting tokens from the store.
+        for old in previous {
+            guard case .oauth2(let manager, _) = old.auth,
+                !upstreams.contains(where: { if case .oauth2(let kept, _) = $0.auth { kept === manager } else { false } })
+            else { continue }
+            Task { await manager.stopWatchingStore() }
+        }
 
         let current = channels.withLockedValue { $0 }
         for (listener, channel) in current where !config.listeners.contains(listener) {
@@ -282,8 +296,8 @@ extension ProxyServer {
     }
 
     static func makeUpstreams(
-        _ config: Config, previous: [UpstreamRuntime], keychain: FileKeychain?, fetcher: TransportFetcher,
-        logger: Logger, counters: TokenRefreshCounters
+        _ config: Config, previous: [UpstreamRuntime], keychain: FileKeychain?, stores: (any TokenStoreProvider)?,
+        fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters
     ) -> [UpstreamRuntime] {
         config.upstreams.map { upstream in
             let old = previous.first { $0.config.name == upstream.name }
@@ -298,12 +312,13 @@ extension ProxyServer {
                 guard let keychain else { auth = .none; break }
                 auth = .staticToken(StaticTokenSource(keychain: keychain, entry: staticConfig.entry), staticConfig)
             case .oauth2(let oauth):
-                guard let keychain else { auth = .none; break }
+                guard let stores else { auth = .none; break }
                 // The token endpoint's own TLS settings: verification on, the upstream's `tls` never applies.
                 let tls = TransportTLSOptions(oauth.tls)
                 let manager = TokenManager(
-                    upstreamName: upstream.name, config: oauth, keychain: keychain, fetcher: fetcher, tls: tls,
-                    logger: logger, counters: counters)
+                    upstreamName: upstream.name, config: oauth, store: stores.store(forPrefix: oauth.keychainPrefix),
+                    secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters)
+                Task { await manager.startWatchingStore() }
                 auth = .oauth2(manager, oauth)
             }
             return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget)

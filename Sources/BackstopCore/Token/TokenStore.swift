@@ -1,0 +1,95 @@
+/// One upstream's tokens as a token store keeps them. Descriptions never show the secrets.
+public struct StoredTokens: Sendable, Equatable, CustomStringConvertible {
+    public var accessToken: String?
+    public var refreshToken: String?
+    /// Wall-clock seconds since the Unix epoch; nil when the token endpoint gave no `expires_in`.
+    public var expiresAt: Double?
+
+    public init(accessToken: String? = nil, refreshToken: String? = nil, expiresAt: Double? = nil) {
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.expiresAt = expiresAt
+    }
+
+    public var description: String {
+        "StoredTokens(access: \(accessToken == nil ? "none" : "set"), refresh: \(refreshToken == nil ? "none" : "set"), "
+            + "expires: \(expiresAt.map { String($0) } ?? "none"))"
+    }
+}
+
+/// What a refresh decided while holding the store's lock, and the tokens to store before the lock is released.
+public struct LockedDecision<Result: Sendable>: Sendable {
+    public var result: Result
+    /// Written before the lock is released (and before any request uses them); nil leaves the store as it was.
+    public var store: StoredTokens?
+
+    public init(result: Result, store: StoredTokens? = nil) {
+        self.result = result
+        self.store = store
+    }
+}
+
+/// A store's state, cheap to read and to compare: it changes whenever the store may hold other tokens than it did
+/// (a refresh by another process, `backstop tokens seed`). Opaque to the token manager.
+public struct TokenStoreRevision: Sendable, Equatable {
+    public let value: [Int64]
+    public init(_ value: [Int64]) { self.value = value }
+}
+
+/// Why a token store could not do what was asked. Messages name the store and never hold a secret.
+public enum TokenStoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The store cannot be reached or locked now (database down, lock timeout, keychain unreadable).
+    case unavailable(String)
+    /// What the store holds cannot be read (wrong key, altered record).
+    case unreadable(String)
+    /// The tokens could not be written.
+    case writeFailed(String)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let why): "token store unavailable: \(why)"
+        case .unreadable(let why): "token store record unreadable: \(why)"
+        case .writeFailed(let why): "token store write failed: \(why)"
+        }
+    }
+}
+
+/// Where one upstream's tokens live (docs/reference/token-store.md), as the token manager needs it: read them, run a
+/// refresh under the store's single-flight lock ("lock, re-read, maybe refresh, write"), write again after a failed
+/// write, and learn of tokens stored by someone else. The keychain file is one implementation (the lock spans the
+/// processes sharing the file), PostgreSQL another (the lock spans the fleet).
+///
+/// The request path never calls a store while a token is valid: only refreshes, adoptions and failures do.
+public protocol TokenStore: Sendable {
+    /// Where the tokens are, for logs and `backstop tokens list` (never a secret).
+    var location: String { get }
+
+    /// The tokens as stored now, without the lock.
+    func load() async throws(TokenStoreError) -> StoredTokens
+
+    /// Runs `decide` holding this upstream's refresh lock, with the tokens as stored at that moment; stores the
+    /// decision's tokens before releasing the lock. Throws when the lock or the read failed (`decide` did not run);
+    /// a write that failed after `decide` ran is returned as `writeFailure`, with the decision, so the caller can
+    /// keep tokens the endpoint already issued.
+    func withRefreshLock<Result: Sendable>(
+        _ decide: @Sendable (StoredTokens) async -> LockedDecision<Result>
+    ) async throws(TokenStoreError) -> (result: Result, writeFailure: TokenStoreError?)
+
+    /// Writes `tokens` unless the stored refresh token is no longer `expectedRefreshToken` (someone stored newer
+    /// tokens meanwhile); returns whether it wrote. For retrying a failed write.
+    func storeIfUnchanged(_ tokens: StoredTokens, expectedRefreshToken: String?) async throws(TokenStoreError) -> Bool
+
+    /// The store's revision now (cheap; no network): a change means another process may have stored tokens.
+    var revision: TokenStoreRevision? { get }
+
+    /// Tokens stored by another instance, as they are stored, for as long as the store runs; nil when the store
+    /// cannot tell (the keychain file: other processes are seen at the next refresh).
+    func changes() -> AsyncStream<StoredTokens>?
+}
+
+/// Makes the token store of each oauth2 upstream (one per `keychain_prefix`), for the configured `token_store`.
+public protocol TokenStoreProvider: Sendable {
+    func store(forPrefix prefix: String) -> any TokenStore
+    /// Where tokens live, for logs.
+    var location: String { get }
+}

@@ -1,0 +1,127 @@
+import BackstopCore
+import BackstopKeychain
+import Foundation
+import Logging
+
+/// The default token store: entries `<prefix>/access_token`, `<prefix>/refresh_token` and `<prefix>/expires_at` in
+/// the keychain file (docs/reference/token-store.md). The refresh lock is the keychain's own exclusive file lock, so
+/// single flight spans the processes that share the file; they see each other's tokens when they re-read under it.
+final class KeychainTokenStore: TokenStore {
+    let keychain: FileKeychain
+    let prefix: String
+    private let logger: Logger
+
+    init(keychain: FileKeychain, prefix: String, logger: Logger) {
+        self.keychain = keychain
+        self.prefix = prefix
+        self.logger = logger
+    }
+
+    var location: String { "keychain \(keychain.path) (\(prefix)/…)" }
+
+    var accessEntry: String { "\(prefix)/access_token" }
+    var refreshEntry: String { "\(prefix)/refresh_token" }
+    var expiryEntry: String { "\(prefix)/expires_at" }
+
+    func tokens(in entries: [String: KeychainEntry]) -> StoredTokens {
+        StoredTokens(
+            accessToken: entries[accessEntry]?.stringValue.flatMap { $0.isEmpty ? nil : $0 },
+            refreshToken: entries[refreshEntry]?.stringValue.flatMap { $0.isEmpty ? nil : $0 },
+            expiresAt: entries[expiryEntry]?.stringValue.flatMap(Double.init))
+    }
+
+    /// `entries` with `tokens` written over this upstream's entries (a refresh token is never removed: an endpoint
+    /// that does not rotate sends none back).
+    func merging(_ tokens: StoredTokens, into entries: [String: KeychainEntry], at stamp: Date) -> [String: KeychainEntry] {
+        var updated = entries
+        updated[accessEntry] = tokens.accessToken.map { KeychainEntry(string: $0, updated: stamp) }
+        updated[expiryEntry] = tokens.expiresAt.map { KeychainEntry(string: String(Int64($0.rounded(.down))), updated: stamp) }
+        if let refresh = tokens.refreshToken, refresh != entries[refreshEntry]?.stringValue {
+            updated[refreshEntry] = KeychainEntry(string: refresh, updated: stamp)
+        }
+        return updated
+    }
+
+    func load() async throws(TokenStoreError) -> StoredTokens {
+        do {
+            return tokens(in: try keychain.load())
+        } catch {
+            throw .unavailable(error.description)
+        }
+    }
+
+    func withRefreshLock<Result: Sendable>(
+        _ decide: @Sendable (StoredTokens) async -> LockedDecision<Result>
+    ) async throws(TokenStoreError) -> (result: Result, writeFailure: TokenStoreError?) {
+        do {
+            return try await keychain.withExclusiveLock { session in
+                let entries = session.entries
+                let decision = await decide(tokens(in: entries))
+                guard let new = decision.store else { return (decision.result, nil) }
+                do throws(KeychainError) {
+                    try session.write(merging(new, into: entries, at: Date()))
+                } catch .durabilityUnconfirmed(let path, let code) {
+                    logger.warning("keychain written but not synced", metadata: [
+                        "keychain": .string(path),
+                        "problem": .string(KeychainError.durabilityUnconfirmed(path: path, errno: code).description),
+                    ])
+                } catch {
+                    return (decision.result, TokenStoreError.writeFailed(error.description))
+                }
+                return (decision.result, nil)
+            }
+        } catch let error as KeychainError {
+            throw .unavailable(error.description)
+        } catch {
+            throw .unavailable(String(describing: type(of: error)))
+        }
+    }
+
+    func storeIfUnchanged(_ tokens: StoredTokens, expectedRefreshToken: String?) async throws(TokenStoreError) -> Bool {
+        do {
+            return try await keychain.withExclusiveLock { (session: KeychainLockedSession) async throws -> Bool in
+                let stored = session.entries
+                guard stored[refreshEntry]?.stringValue == expectedRefreshToken else { return false }
+                do throws(KeychainError) {
+                    try session.write(merging(tokens, into: stored, at: Date()))
+                } catch .durabilityUnconfirmed {
+                    return true
+                }
+                return true
+            }
+        } catch let error as KeychainError {
+            throw .writeFailed(error.description)
+        } catch {
+            throw .writeFailed(String(describing: type(of: error)))
+        }
+    }
+
+    /// The keychain file's size, modification time and inode: any write by any process (an atomic replace makes a
+    /// new inode) changes it.
+    var revision: TokenStoreRevision? {
+        var info = stat()
+        guard stat(keychain.path, &info) == 0 else { return nil }
+        return TokenStoreRevision([
+            Int64(info.st_size), Int64(info.st_mtim.tv_sec), Int64(info.st_mtim.tv_nsec), Int64(bitPattern: UInt64(info.st_ino)),
+        ])
+    }
+
+    func changes() -> AsyncStream<StoredTokens>? { nil }
+}
+
+/// Keychain token stores for every upstream of one keychain.
+public struct KeychainTokenStoreProvider: TokenStoreProvider {
+    let keychain: FileKeychain
+    let logger: Logger
+
+    public init(keychain: FileKeychain, logger: Logger) {
+        self.keychain = keychain
+        self.logger = logger
+    }
+
+    public func store(forPrefix prefix: String) -> any TokenStore {
+        KeychainTokenStore(keychain: keychain, prefix: prefix, logger: logger)
+    }
+
+    public var location: String { "keychain \(keychain.path)" }
+}
