@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "backstop", targets: ["backstop"]),
         .executable(name: "backstop-soak", targets: ["BackstopSoak"]),
         .executable(name: "backstop-fuzz", targets: ["BackstopFuzz"]),
+        .executable(name: "backstop-load", targets: ["BackstopLoad"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -18,6 +19,7 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .systemLibrary(
@@ -39,6 +41,17 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        .target(
+            name: "BackstopPostgres",
+            dependencies: [
+                "BackstopCore",
+                "BackstopKeychain",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .target(
@@ -71,6 +84,7 @@ let package = Package(
             dependencies: [
                 "BackstopServer",
                 "BackstopCA",
+                "BackstopPostgres",
                 "BackstopCore",
                 "BackstopKeychain",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -96,6 +110,17 @@ let package = Package(
                 "BackstopKeychain",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "BackstopLoad",
+            dependencies: [
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         .target(name: "CFuzzing"),
@@ -135,6 +160,7 @@ let package = Package(
                 "BackstopTestSupport",
                 "BackstopSoak",
                 "BackstopCA",
+                "BackstopPostgres",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BackstopCore
+import BackstopPostgres
 import Foundation
 
 #if canImport(Glibc)
@@ -12,7 +13,10 @@ struct BackstopCommand: AsyncParsableCommand {
         commandName: "backstop",
         abstract: "A local forward HTTP proxy that retries and keeps upstreams authenticated.",
         version: "backstop \(BackstopVersion.current)",
-        subcommands: [RunCommand.self, CheckCommand.self, KeychainCommand.self, CACommand.self, VersionCommand.self]
+        subcommands: [
+            RunCommand.self, CheckCommand.self, KeychainCommand.self, TokensCommand.self, CACommand.self,
+            VersionCommand.self,
+        ]
     )
 }
 
@@ -39,17 +43,28 @@ struct VersionCommand: ParsableCommand {
 }
 
 /// `backstop check`: validate a config, print `ok` or every error as `FILE:LINE:COLUMN: message`.
-struct CheckCommand: ParsableCommand {
+struct CheckCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "check", abstract: "Validate a config file.")
     @OptionGroup var options: ConfigOption
+    @Flag(name: .long, help: "Also connect to the token store (postgres) and check its table and rights.")
+    var online = false
 
-    func run() throws {
+    func run() async throws {
         do {
             let config = try ConfigLoader.load(path: options.path)
             let problems = EnvironmentChecks.problems(in: config)
             if !problems.isEmpty {
                 for problem in problems { print(problem.description) }
                 throw ExitCode(1)
+            }
+            if online, case .postgres = config.tokenStore {
+                let found = try await TokensCLI.withStores(options) { _, provider in
+                    await (provider as? PostgresTokenBackend)?.check() ?? []
+                }
+                if !found.isEmpty {
+                    for problem in found { print("\(config.sourceFile): token_store: \(problem)") }
+                    throw ExitCode(1)
+                }
             }
             print("ok")
         } catch let errors as ConfigErrors {

@@ -42,6 +42,7 @@ struct CAInitCommand: ParsableCommand {
 
     func run() throws {
         let (section, entryName) = try options.caLocation()
+        try KeychainCLI.run { () throws(KeychainError) in try KeychainEntryName.validate(entryName) }
         let opened = try KeychainCLI.run { () throws(KeychainError) in
             try KeychainBootstrap.open(path: section.path, key: KeychainCLI.keySource(section.key))
         }
@@ -64,7 +65,7 @@ struct CAInitCommand: ParsableCommand {
             throw KeychainCLI.fail(error)
         }
         guard stored else {
-            throw KeychainCLI.fail("keychain entry \(entryName) already holds a CA; it is left unchanged "
+            throw KeychainCLI.fail("keychain entry \(entryName) already exists; it is left unchanged "
                 + "(to replace it: backstop keychain delete \(entryName), then backstop ca init)")
         }
         KeychainCLI.say("created root CA '\(subject)' in \(entryName) of keychain \(section.path)")

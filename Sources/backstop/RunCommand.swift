@@ -47,7 +47,20 @@ struct RunCommand: AsyncParsableCommand {
             logger.error("cannot set up interception; refusing to start", metadata: ["error": .string(error.description)])
             throw ExitCode(1)
         }
-        let server = ProxyServer(config: config, logger: logger, keychain: keychain, intercept: intercept)
+        let storeMetrics = TokenStoreMetrics()
+        let tokenStores: (any TokenStoreProvider)?
+        do throws(TokenStoreSetupError) {
+            tokenStores = try TokenStoreStartup.open(config: config, keychain: keychain, logger: logger, metrics: storeMetrics)
+        } catch {
+            logger.error("cannot set up the token store; refusing to start", metadata: ["error": .string(error.description)])
+            throw ExitCode(1)
+        }
+        if case .postgres = config.tokenStore, let tokenStores {
+            logger.notice("token store", metadata: ["store": .string(tokenStores.location)])
+        }
+        let server = ProxyServer(
+            config: config, logger: logger, keychain: keychain, intercept: intercept, tokenStores: tokenStores,
+            tokenStoreMetrics: storeMetrics)
         do {
             try await server.start()
         } catch {
@@ -142,6 +155,14 @@ enum Reloader {
             // auth against the old keychain, or without one.
             logger.error("reload rejected; old config stays in force", metadata: [
                 "detail": .string("the keychain section changed; restart backstop to use a different keychain"),
+            ])
+            server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
+            return nil
+        }
+        if config.tokenStore != current.tokenStore {
+            // The store's connections are opened once at start, like the keychain.
+            logger.error("reload rejected; old config stays in force", metadata: [
+                "detail": .string("the token_store section changed; restart backstop to use another token store"),
             ])
             server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil

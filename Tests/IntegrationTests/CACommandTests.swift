@@ -41,7 +41,7 @@ struct CACommandTests {
         #expect(first.standardOutput.contains("created root CA 'Test Root' in ca/test-root"))
         let second = try await TestProcess.run(binary, ["ca", "init", "--config", path])
         #expect(second.status == 1)
-        #expect(second.standardError.contains("already holds a CA; it is left unchanged"), "\(second.standardError)")
+        #expect(second.standardError.contains("already exists; it is left unchanged"), "\(second.standardError)")
 
         let exported = try await TestProcess.run(binary, ["ca", "export", "--config", path])
         #expect(exported.status == 0)

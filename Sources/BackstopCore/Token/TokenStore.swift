@@ -85,6 +85,35 @@ public protocol TokenStore: Sendable {
     /// Tokens stored by another instance, as they are stored, for as long as the store runs; nil when the store
     /// cannot tell (the keychain file: other processes are seen at the next refresh).
     func changes() -> AsyncStream<StoredTokens>?
+
+    /// What `backstop tokens list` shows: expiry and the last write, never a token.
+    func status() async throws(TokenStoreError) -> TokenStoreStatus
+
+    /// Stores a refresh token an operator obtained (`backstop tokens seed`), dropping the access token (it may
+    /// belong to a revoked grant), under the refresh lock.
+    func seed(refreshToken: String) async throws(TokenStoreError)
+}
+
+/// One upstream's entry in `backstop tokens list`.
+public struct TokenStoreStatus: Sendable, Equatable {
+    /// Whether an access token and a refresh token are stored.
+    public var hasAccessToken: Bool
+    public var hasRefreshToken: Bool
+    /// Wall-clock seconds since the epoch.
+    public var expiresAt: Double?
+    /// When the tokens were last written, seconds since the epoch.
+    public var updatedAt: Double?
+    /// What wrote them last: `refreshed` or `seeded` (and by whom, for a shared store); nil when unknown.
+    public var lastWrite: String?
+
+    public init(hasAccessToken: Bool = false, hasRefreshToken: Bool = false, expiresAt: Double? = nil,
+                updatedAt: Double? = nil, lastWrite: String? = nil) {
+        self.hasAccessToken = hasAccessToken
+        self.hasRefreshToken = hasRefreshToken
+        self.expiresAt = expiresAt
+        self.updatedAt = updatedAt
+        self.lastWrite = lastWrite
+    }
 }
 
 /// Makes the token store of each oauth2 upstream (one per `keychain_prefix`), for the configured `token_store`.
@@ -92,4 +121,10 @@ public protocol TokenStoreProvider: Sendable {
     func store(forPrefix prefix: String) -> any TokenStore
     /// Where tokens live, for logs.
     var location: String { get }
+    /// Stops whatever the stores run in the background (connections, listeners).
+    func shutdown() async
+}
+
+extension TokenStoreProvider {
+    public func shutdown() async {}
 }

@@ -10,11 +10,13 @@ final class KeychainTokenStore: TokenStore {
     let keychain: FileKeychain
     let prefix: String
     private let logger: Logger
+    private let metrics: TokenStoreMetrics
 
-    init(keychain: FileKeychain, prefix: String, logger: Logger) {
+    init(keychain: FileKeychain, prefix: String, logger: Logger, metrics: TokenStoreMetrics) {
         self.keychain = keychain
         self.prefix = prefix
         self.logger = logger
+        self.metrics = metrics
     }
 
     var location: String { "keychain \(keychain.path) (\(prefix)/…)" }
@@ -53,8 +55,15 @@ final class KeychainTokenStore: TokenStore {
     func withRefreshLock<Result: Sendable>(
         _ decide: @Sendable (StoredTokens) async -> LockedDecision<Result>
     ) async throws(TokenStoreError) -> (result: Result, writeFailure: TokenStoreError?) {
+        let started = ContinuousClock.now
+        var locked: ContinuousClock.Instant?
+        defer {
+            if let locked { metrics.recordLockWait(store: "keychain", seconds: locked - started) }
+            metrics.record(store: "keychain", operation: "refresh", ok: locked != nil, seconds: ContinuousClock.now - started)
+        }
         do {
             return try await keychain.withExclusiveLock { session in
+                locked = ContinuousClock.now
                 let entries = session.entries
                 let decision = await decide(tokens(in: entries))
                 guard let new = decision.store else { return (decision.result, nil) }
@@ -107,20 +116,57 @@ final class KeychainTokenStore: TokenStore {
     }
 
     func changes() -> AsyncStream<StoredTokens>? { nil }
+
+    func status() async throws(TokenStoreError) -> TokenStoreStatus {
+        let entries: [String: KeychainEntry]
+        do {
+            entries = try keychain.load()
+        } catch {
+            throw .unavailable(error.description)
+        }
+        let tokens = tokens(in: entries)
+        let updated = entries[accessEntry]?.updated ?? entries[refreshEntry]?.updated
+        return TokenStoreStatus(
+            hasAccessToken: tokens.accessToken != nil, hasRefreshToken: tokens.refreshToken != nil,
+            expiresAt: tokens.expiresAt, updatedAt: updated?.timeIntervalSince1970,
+            lastWrite: entries[accessEntry] != nil ? "refreshed" : (entries[refreshEntry] != nil ? "seeded" : nil))
+    }
+
+    func seed(refreshToken: String) async throws(TokenStoreError) {
+        do {
+            try await keychain.withExclusiveLock { (session: KeychainLockedSession) async throws in
+                var entries = session.entries
+                entries[accessEntry] = nil
+                entries[expiryEntry] = nil
+                entries[refreshEntry] = KeychainEntry(string: refreshToken)
+                do throws(KeychainError) {
+                    try session.write(entries)
+                } catch .durabilityUnconfirmed {
+                    return
+                }
+            }
+        } catch let error as KeychainError {
+            throw .writeFailed(error.description)
+        } catch {
+            throw .writeFailed(String(describing: type(of: error)))
+        }
+    }
 }
 
 /// Keychain token stores for every upstream of one keychain.
 public struct KeychainTokenStoreProvider: TokenStoreProvider {
     let keychain: FileKeychain
     let logger: Logger
+    let metrics: TokenStoreMetrics
 
-    public init(keychain: FileKeychain, logger: Logger) {
+    public init(keychain: FileKeychain, logger: Logger, metrics: TokenStoreMetrics) {
         self.keychain = keychain
         self.logger = logger
+        self.metrics = metrics
     }
 
     public func store(forPrefix prefix: String) -> any TokenStore {
-        KeychainTokenStore(keychain: keychain, prefix: prefix, logger: logger)
+        KeychainTokenStore(keychain: keychain, prefix: prefix, logger: logger, metrics: metrics)
     }
 
     public var location: String { "keychain \(keychain.path)" }

@@ -17,7 +17,7 @@ enum RequestAdmission {
         case accept(Accepted)
         /// Answer with this error; `close` when the rest of the request cannot be trusted or is not read.
         case reject(ProxyErrorReason, close: Bool)
-        /// `CONNECT`: a connection-level event (405 today, then the connection closes).
+        /// `CONNECT`: a connection-level event, decided by `ConnectPolicy` (docs/reference/https-clients.md).
         case connect
     }
 

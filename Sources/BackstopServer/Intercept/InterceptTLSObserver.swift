@@ -47,7 +47,10 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
 
     private func nameChosen(_ result: SNIResult, channel: Channel) -> EventLoopFuture<Void> {
         let host = intercepted.target.host
-        if case .hostname(let name) = result, name.asciiLowercased() != host {
+        // A fully qualified name with its root dot (`api.example.com.`) names the same host.
+        if case .hostname(let raw) = result, case let name = raw.hasSuffix(".") ? String(raw.dropLast()) : raw,
+            name.asciiLowercased() != host
+        {
             // No leaf is minted for a name the CONNECT did not ask for.
             refuse(.sniMismatch, InterceptRefusal.sniMismatch(sni: String(name.prefix(255)), connect: host), channel)
             return channel.eventLoop.makeFailedFuture(InterceptRefusal.sniMismatch(sni: name, connect: host))
@@ -103,7 +106,10 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if outcome == .pending { finish(.handshakeFailed, problem: "the client closed before the TLS handshake ended") }
+        if outcome == .pending {
+            finish(.handshakeFailed, problem: "the connection closed before the TLS handshake ended (by the client, or "
+                + "after limits.client_idle_timeout)")
+        }
         if accessLog {
             runtime.logger.info("tunnel", metadata: [
                 "mode": .string("intercept"),

@@ -25,6 +25,8 @@ public final class ProxyServer: Sendable {
     public let keychain: FileKeychain?
     /// Where oauth2 tokens live (reloads keep it).
     public let tokenStores: (any TokenStoreProvider)?
+    /// What the token stores did (`backstop_token_store_*`).
+    public let tokenStoreMetrics: TokenStoreMetrics
     /// Token refresh outcomes by upstream, for metrics.
     public let tokenRefreshes = TokenRefreshCounters()
 
@@ -34,14 +36,17 @@ public final class ProxyServer: Sendable {
     /// `tokenStores` keeps oauth2 tokens (default: the keychain).
     public init(
         config: Config, logger: Logger, keychain: FileKeychain? = nil, intercept: InterceptAuthority? = nil,
-        tokenStores: (any TokenStoreProvider)? = nil, eventLoopThreads: Int = 1
+        tokenStores: (any TokenStoreProvider)? = nil, tokenStoreMetrics: TokenStoreMetrics = TokenStoreMetrics(),
+        eventLoopThreads: Int = 1
     ) {
+        self.tokenStoreMetrics = tokenStoreMetrics
         _ = ProcessMetrics.startTime
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
         self.keychain = keychain
         let transport = CurlMultiTransport()
         self.curl = transport
-        let stores = tokenStores ?? keychain.map { KeychainTokenStoreProvider(keychain: $0, logger: logger) }
+        let stores = tokenStores
+            ?? keychain.map { KeychainTokenStoreProvider(keychain: $0, logger: logger, metrics: tokenStoreMetrics) }
         self.tokenStores = stores
         let upstreams = Self.makeUpstreams(
             config, previous: [], keychain: keychain, stores: stores,
@@ -124,6 +129,10 @@ public final class ProxyServer: Sendable {
             try? await Task.sleep(for: .milliseconds(20))
         }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
+        for upstream in runtime.snapshot.upstreams {
+            if case .oauth2(let manager, _) = upstream.auth { await manager.stopWatchingStore() }
+        }
+        await tokenStores?.shutdown()
         await curl.shutdown()
         try? await group.shutdownGracefully()
     }
@@ -204,7 +213,7 @@ public final class ProxyServer: Sendable {
             guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
             out += "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
         }
-        return out + runtime.tunnelMetrics.render() + ProcessMetrics.render()
+        return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
     }
 
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap and the

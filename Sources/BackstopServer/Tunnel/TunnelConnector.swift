@@ -40,6 +40,8 @@ enum TunnelConnector {
 
     /// How long one connection attempt to one address may take.
     static let connectTimeout = TimeAmount.seconds(10)
+    /// How long a name may take to resolve.
+    static let resolveTimeout = TimeAmount.seconds(10)
 
     /// The connected channel (not reading yet: `autoRead` is off until the tunnel is glued) and the address it
     /// reached.
@@ -52,7 +54,14 @@ enum TunnelConnector {
         } else {
             let host = target.host
             let port = target.port
-            resolved = NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) { try resolve(host, port: port) }
+            let lookup = NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) { try resolve(host, port: port) }
+            // getaddrinfo cannot be cancelled; its answer is ignored once the client has been answered.
+            let answered = eventLoop.makePromise(of: [SocketAddress].self)
+            lookup.cascade(to: answered)
+            eventLoop.scheduleTask(in: resolveTimeout) {
+                answered.fail(Failure.unreachable("\(host) did not resolve within \(resolveTimeout.nanoseconds / 1_000_000_000) s"))
+            }
+            resolved = answered.futureResult
         }
         return resolved.flatMapError { error in
             eventLoop.makeFailedFuture(error as? Failure ?? Failure.unreachable("\(target.host) does not resolve"))

@@ -26,6 +26,12 @@ public final class TestAuthServer: Sendable {
         public var seed: UInt64 = 1
         /// Inserted into token values (`access-<salt>-N`), so a log scan for them cannot match anything else.
         public var tokenSalt = ""
+        /// A reused refresh token revokes the whole family, as identity providers with reuse detection do
+        /// (RFC 9700 §4.14.2): every access token and the current refresh token stop working.
+        public var revokeFamilyOnReuse = false
+        /// Token calls are held (never answered, nothing issued or rotated) while this is on: a refresher stuck
+        /// inside its refresh, for crash tests.
+        public var holdCalls = false
         public init() {}
     }
 
@@ -47,6 +53,8 @@ public final class TestAuthServer: Sendable {
         var tokenCalls = 0
         var rejectedRefreshTokens = 0
         var requestBodies: [String] = []
+        var heldCalls = 0
+        var familyRevoked = false
     }
 
     private let state: NIOLockedValueBox<State>
@@ -71,6 +79,10 @@ public final class TestAuthServer: Sendable {
 
     public var tokenURL: String { origin.baseURL + "/oauth/token" }
     public var tokenCalls: Int { state.withLockedValue { $0.tokenCalls } }
+    /// Token calls held by `holdCalls` (not counted in `tokenCalls`).
+    public var heldCalls: Int { state.withLockedValue { $0.heldCalls } }
+    /// Whether a reuse revoked the token family (`revokeFamilyOnReuse`).
+    public var familyRevoked: Bool { state.withLockedValue { $0.familyRevoked } }
     public var currentRefreshToken: String { state.withLockedValue { $0.currentRefreshToken } }
     /// Token calls that presented a refresh token that was not the current one (a reused rotated token).
     public var rejectedRefreshTokens: Int { state.withLockedValue { $0.rejectedRefreshTokens } }
@@ -129,12 +141,20 @@ public final class TestAuthServer: Sendable {
         let body = request.bodyString
         let parameters = Self.parameters(body, contentType: request.header("Content-Type") ?? "")
         return state.withLockedValue { s -> OriginAction in
+            if s.behaviour.holdCalls {
+                s.heldCalls += 1
+                return .hang
+            }
             s.tokenCalls += 1
             s.requestBodies.append(body)
             let grant = parameters["grant_type"] ?? ""
             // A reused (rotated-out) refresh token is counted whatever else this call would have answered.
-            if grant == "refresh_token", parameters["refresh_token"] != s.currentRefreshToken {
-                s.rejectedRefreshTokens += 1
+            if grant == "refresh_token", parameters["refresh_token"] != s.currentRefreshToken || s.familyRevoked {
+                if parameters["refresh_token"] != s.currentRefreshToken { s.rejectedRefreshTokens += 1 }
+                if s.behaviour.revokeFamilyOnReuse && !s.familyRevoked {
+                    s.familyRevoked = true
+                    s.validAccessTokens.removeAll()
+                }
                 return .respond(status: 400, headers: [("Content-Type", "application/json")],
                                 body: Array("{\"error\":\"invalid_grant\"}".utf8))
             }

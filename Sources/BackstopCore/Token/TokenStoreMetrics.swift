@@ -1,0 +1,66 @@
+import Synchronization
+
+/// Token store operations by store, operation and result, their time, and the time refreshes waited for the
+/// store's lock: `backstop_token_store_*` (docs/reference/operations.md#metrics). Recorded by the stores, a few
+/// times per refresh, never per request.
+public final class TokenStoreMetrics: Sendable {
+    private struct Key: Hashable {
+        var store: String
+        var operation: String
+        var ok: Bool
+    }
+
+    private struct State {
+        var counts: [Key: Int] = [:]
+        var seconds: [Key: Double] = [:]
+        var lockWaits: [String: (count: Int, seconds: Double)] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func record(store: String, operation: String, ok: Bool, seconds: Duration) {
+        let key = Key(store: store, operation: operation, ok: ok)
+        let value = Double(seconds.components.seconds) + Double(seconds.components.attoseconds) / 1e18
+        state.withLock {
+            $0.counts[key, default: 0] += 1
+            $0.seconds[key, default: 0] += value
+        }
+    }
+
+    public func recordLockWait(store: String, seconds: Duration) {
+        let value = Double(seconds.components.seconds) + Double(seconds.components.attoseconds) / 1e18
+        state.withLock {
+            let current = $0.lockWaits[store] ?? (0, 0)
+            $0.lockWaits[store] = (current.count + 1, current.seconds + value)
+        }
+    }
+
+    /// Prometheus text for the three families (empty families are still described).
+    public func render() -> String {
+        let snapshot = state.withLock { $0 }
+        var out = "# HELP backstop_token_store_operations_total Token store operations, by store, operation and result.\n"
+        out += "# TYPE backstop_token_store_operations_total counter\n"
+        let keys = snapshot.counts.keys.sorted { ($0.store, $0.operation, $0.ok ? 1 : 0) < ($1.store, $1.operation, $1.ok ? 1 : 0) }
+        for key in keys {
+            out += "backstop_token_store_operations_total{store=\"\(key.store)\",operation=\"\(key.operation)\","
+                + "result=\"\(key.ok ? "ok" : "error")\"} \(snapshot.counts[key] ?? 0)\n"
+        }
+        out += "# HELP backstop_token_store_operation_seconds Time token store operations took.\n"
+        out += "# TYPE backstop_token_store_operation_seconds summary\n"
+        for key in keys {
+            let labels = "store=\"\(key.store)\",operation=\"\(key.operation)\",result=\"\(key.ok ? "ok" : "error")\""
+            out += "backstop_token_store_operation_seconds_sum{\(labels)} \(snapshot.seconds[key] ?? 0)\n"
+            out += "backstop_token_store_operation_seconds_count{\(labels)} \(snapshot.counts[key] ?? 0)\n"
+        }
+        out += "# HELP backstop_token_store_lock_wait_seconds Time refreshes waited for the store's refresh lock.\n"
+        out += "# TYPE backstop_token_store_lock_wait_seconds summary\n"
+        for store in snapshot.lockWaits.keys.sorted() {
+            let wait = snapshot.lockWaits[store]!
+            out += "backstop_token_store_lock_wait_seconds_sum{store=\"\(store)\"} \(wait.seconds)\n"
+            out += "backstop_token_store_lock_wait_seconds_count{store=\"\(store)\"} \(wait.count)\n"
+        }
+        return out
+    }
+}

@@ -1,0 +1,123 @@
+import BackstopCore
+import BackstopKeychain
+import BackstopPostgres
+import BackstopTestSupport
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import Testing
+
+/// The PostgreSQL token store against a real server (docs/reference/token-store.md): sealed rows, the refresh
+/// transaction, notifications between instances, a tampered row, the database going away and coming back.
+@Suite("PostgreSQL token store", .enabled(if: TestPostgres.isAvailable, "\(TestPostgres.unavailableReason ?? "")"))
+struct PostgresStoreTests {
+    static let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+
+    static func backend(_ pg: TestPostgres, key: KeychainKey, instance: String, table: String = "backstop_tokens")
+        throws -> PostgresTokenBackend
+    {
+        let backend = try PostgresTokenBackend(
+            config: PostgresStoreConfig(host: "127.0.0.1", port: pg.port, user: pg.user, database: pg.database,
+                                        tls: .disable, table: table),
+            password: pg.password, sealer: RecordSealer(keychainKey: key), logger: quiet, metrics: TokenStoreMetrics(),
+            instanceID: instance)
+        backend.start()
+        return backend
+    }
+
+    static func withCluster(_ body: (TestPostgres) async throws -> Void) async throws {
+        let pg = try await TestPostgres.start()
+        var failure: (any Error)?
+        do { try await body(pg) } catch { failure = error }
+        await pg.stop()
+        if let failure { throw failure }
+    }
+
+    @Test("a refresh stores sealed tokens (no plaintext in the table), another instance is notified and adopts them, and sees them under the lock")
+    func refreshNotifyAdopt() async throws {
+        try await Self.withCluster { pg in
+            let key = KeychainKey.generate()
+            let a = try Self.backend(pg, key: key, instance: "a")
+            let b = try Self.backend(pg, key: key, instance: "b")
+            let storeA = a.store(forPrefix: "api")
+            let storeB = b.store(forPrefix: "api")
+            let changes = try #require(storeB.changes())
+            let before = storeB.revision
+            // Let B's listener connect before A writes.
+            try await Task.sleep(for: .milliseconds(300))
+
+            let tokens = StoredTokens(accessToken: "access-secret-1", refreshToken: "refresh-secret-1", expiresAt: 2e9)
+            let (result, failure) = try await storeA.withRefreshLock { stored in
+                LockedDecision(result: stored, store: tokens)
+            }
+            #expect(result == StoredTokens())
+            #expect(failure == nil)
+
+            var iterator = changes.makeAsyncIterator()
+            let seen = await iterator.next()
+            #expect(seen == tokens)
+            #expect(storeB.revision != before)
+            let (underLock, _) = try await storeB.withRefreshLock { stored in LockedDecision(result: stored) }
+            #expect(underLock == tokens)
+            #expect(try await storeB.load() == tokens)
+
+            let dump = try await pg.psql("SELECT prefix, encode(sealed, 'escape'), version, refreshed_by FROM backstop_tokens")
+            #expect(dump.contains("api|"))
+            #expect(dump.hasSuffix("|1|a\n"), "\(dump)")
+            #expect(!dump.contains("secret"), "no plaintext token in the table")
+            await a.shutdown()
+            await b.shutdown()
+        }
+    }
+
+    @Test("a row sealed under another key, or altered, is reported as unreadable with what to do; nothing crashes")
+    func tamperedRow() async throws {
+        try await Self.withCluster { pg in
+            let a = try Self.backend(pg, key: KeychainKey.generate(), instance: "a")
+            let store = a.store(forPrefix: "api")
+            _ = try await store.withRefreshLock { _ in
+                LockedDecision(result: 0, store: StoredTokens(accessToken: "x", refreshToken: "y", expiresAt: nil))
+            }
+            let other = try Self.backend(pg, key: KeychainKey.generate(), instance: "b")
+            await #expect(throws: TokenStoreError.self) { try await other.store(forPrefix: "api").load() }
+            try await pg.psql("UPDATE backstop_tokens SET sealed = overlay(sealed placing '\\x00'::bytea from 20)")
+            do {
+                _ = try await store.load()
+                Issue.record("an altered row must not load")
+            } catch {
+                guard case TokenStoreError.unreadable(let why) = error else { Issue.record("\(error)"); return }
+                #expect(why.contains("cannot be opened with this keychain key"))
+                #expect(why.contains("backstop tokens seed"))
+            }
+            await a.shutdown()
+            await other.shutdown()
+        }
+    }
+
+    @Test("with the database down, operations fail fast as unavailable; after it is back they work again")
+    func databaseDown() async throws {
+        try await Self.withCluster { pg in
+            let a = try Self.backend(pg, key: KeychainKey.generate(), instance: "a")
+            let store = a.store(forPrefix: "api")
+            _ = try await store.load()
+            try await pg.pause()
+            let started = ContinuousClock.now
+            do {
+                _ = try await store.withRefreshLock { _ in LockedDecision(result: 0) }
+                Issue.record("a refresh without the database must fail")
+            } catch {
+                guard case TokenStoreError.unavailable = error else { Issue.record("\(error)"); return }
+            }
+            #expect(ContinuousClock.now - started < .seconds(15))
+            try await pg.resume()
+            let deadline = ContinuousClock.now + .seconds(30)
+            var recovered = false
+            while ContinuousClock.now < deadline && !recovered {
+                recovered = (try? await store.load()) != nil
+                if !recovered { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            #expect(recovered)
+            await a.shutdown()
+        }
+    }
+}
