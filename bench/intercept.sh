@@ -53,6 +53,10 @@ for t in $TARGETS; do
       # ssl_bump needs a Squid built with OpenSSL and its certificate generator (Debian: squid-openssl).
       if [ -z "$SQUID" ] || [ ! -x "$CERTGEN" ] || ! "$SQUID" -v 2>/dev/null | grep -q -- '--with-openssl'; then
         echo "intercept.sh: skipping squid (apt-get install squid-openssl)" >&2; continue
+      fi
+      # Squid reaches the origin on 127.0.0.1:443 (see setup below).
+      if (exec 3<>/dev/tcp/127.0.0.1/443) 2>/dev/null; then
+        echo "intercept.sh: skipping squid: 127.0.0.1:443 is taken (the origin listens there for Squid)" >&2; continue
       fi ;;
     direct) ;;
     *) echo "intercept.sh: unknown target $t" >&2; exit 2 ;;
@@ -108,9 +112,8 @@ for p in "$ORIGIN" "${PORT[@]}"; do
   port_free "$p" || { echo "intercept.sh: port $p is in use (set INTERCEPT_PORT_BASE)" >&2; exit 1; }
 done
 
-# The run's CA and the origin's certificate (ECDSA P-256) for localhost, api.test and 127.0.0.1: Backstop reaches
-# the origin as https://localhost:ORIGIN, mitmproxy keeps the client's name (api.test) for SNI and verification,
-# Squid's cache_peer verifies the name localhost.
+# The run's CA and the origin's certificate (ECDSA P-256) for localhost, api.test and 127.0.0.1: Backstop and
+# mitmproxy reach the origin as https://localhost:ORIGIN, Squid as https://api.test (127.0.0.1:443).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=intercept bench origin CA" \
   -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
 openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
@@ -121,8 +124,11 @@ openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key
 chmod 644 "$WORK/ca.pem" "$WORK/origin.pem" "$WORK/origin.key"
 CLIENT_CA[direct]=$WORK/ca.pem
 
-# The origin: 1-worker nginx, TLS (HTTP/1.1 only, so every proxy speaks HTTP/1.1 upstream), keep-alive, a 100-byte body.
+# The origin: 1-worker nginx, TLS (HTTP/1.1 only, so every proxy speaks HTTP/1.1 upstream), keep-alive, a 100-byte
+# body; a second listener on 127.0.0.1:443 (same server, same worker) when Squid runs.
 mkdir -p "$WORK/origin"; chmod 777 "$WORK/origin"
+LISTEN_443=""
+[[ " ${available[*]} " == *" squid "* ]] && LISTEN_443="listen 127.0.0.1:443 ssl backlog=4096;"
 cat > "$WORK/origin/nginx.conf" <<CONF
 worker_processes 1; daemon off; user root root; pid $WORK/origin/nginx.pid; error_log $WORK/origin/error.log warn;
 events { worker_connections 8192; }
@@ -132,7 +138,7 @@ http {
   uwsgi_temp_path $WORK/origin/u; scgi_temp_path $WORK/origin/s;
   ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key; ssl_protocols TLSv1.2 TLSv1.3;
   ssl_session_cache shared:SSL:10m;
-  server { listen 127.0.0.1:$ORIGIN ssl backlog=4096;
+  server { listen 127.0.0.1:$ORIGIN ssl backlog=4096; $LISTEN_443
     location / { default_type text/plain; return 200 "intercept origin 100-byte body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
 CONF
 nginx -p "$WORK/origin" -c "$WORK/origin/nginx.conf" -e "$WORK/origin/error.log" > "$WORK/origin/out" 2>&1 &
@@ -171,8 +177,11 @@ CONF
       mkdir -p "$dir/run"
       chown -R proxy:proxy "$dir/ssl_db" "$dir/run" 2>/dev/null || chmod -R 777 "$dir/ssl_db" "$dir/run"
       # No cache, no logs but errors, one process (plus the certificate generator helper), nothing outside $dir.
-      # api.test goes to the origin through a TLS cache_peer that verifies it (name localhost) against the run's
-      # CA; peer connections are persistent. DNS only to 127.0.0.1: nothing here needs a lookup.
+      # Squid forwards to api.test directly, found in its own hosts file (127.0.0.1), on port 443: the origin's
+      # second listener. (Through a cache_peer, which could map the port, Squid 5 sends every bumped request with
+      # Connection: close and opens a TLS connection per request.) The origin is verified against the run's CA
+      # under the name api.test; server connections are persistent. DNS only to 127.0.0.1: no lookup leaves.
+      echo "127.0.0.1 api.test" > "$dir/hosts"
       cat > "$dir/squid.conf" <<CONF
 workers 1
 http_port 127.0.0.1:${PORT[squid]} ssl-bump generate-host-certificates=on dynamic_cert_mem_cache_size=4MB tls-cert=$dir/ca.pem tls-key=$dir/ca.key
@@ -180,9 +189,7 @@ sslcrtd_program $CERTGEN -s $dir/ssl_db -M 4MB
 sslcrtd_children 2 startup=1 idle=1
 ssl_bump bump all
 tls_outgoing_options cafile=$WORK/ca.pem
-cache_peer 127.0.0.1 parent $ORIGIN 0 no-query no-digest originserver name=origin tls tls-cafile=$WORK/ca.pem tls-domain=localhost
-cache_peer_access origin allow all
-never_direct allow all
+hosts_file $dir/hosts
 http_access allow localhost
 http_access deny all
 cache deny all
@@ -206,6 +213,7 @@ netdb_filename none
 dns_nameservers 127.0.0.1
 shutdown_lifetime 1 seconds
 CONF
+      chmod 644 "$dir/hosts" "$dir/squid.conf"
       CLIENT_CA[squid]=$dir/ca.pem ;;
     direct) ;;
   esac
@@ -220,8 +228,8 @@ start() {
     mitmproxy)
       # Regular proxy mode with its own CA in confdir; upstream certificates verified against the run's CA.
       # connection_strategy=lazy: no upstream connection at CONNECT time (api.test does not resolve); map-remote
-      # then rewrites each request's https://api.test to the origin before mitmproxy connects, keeping the name
-      # api.test for SNI and verification; one upstream connection per client connection, kept alive.
+      # then rewrites each request's https://api.test/ to https://localhost:ORIGIN/ before mitmproxy connects (SNI
+      # and verified name localhost); one upstream connection per client connection, kept alive.
       "$MITMDUMP" --mode "regular@$port" --listen-host 127.0.0.1 --set confdir="$dir/conf" \
         --set ssl_verify_upstream_trusted_ca="$WORK/ca.pem" --set connection_strategy=lazy \
         --map-remote "|//api.test(:443)?/|//localhost:$ORIGIN/" \
@@ -289,6 +297,14 @@ RESULTS=$WORK/results.tsv
 : > "$RESULTS"
 first_conns=${CONNS%% *}
 echo "# intercept: ${usable[*]}; ${ROUNDS} round(s) x $DUR, c = $CONNS, $(nproc) cores, $(date -u +%FT%TZ)" >&2
+versions=""
+for t in "${usable[@]}"; do
+  case $t in
+    mitmproxy) versions+="$("$MITMDUMP" --version 2>/dev/null | head -1); " ;;
+    squid) versions+="$("$SQUID" -v 2>/dev/null | head -1); " ;;
+  esac
+done
+[ -z "$versions" ] || echo "# ${versions%; }" >&2
 n=${#usable[@]}
 for round in $(seq 1 "$ROUNDS"); do
   for i in $(seq 0 $((n - 1))); do
