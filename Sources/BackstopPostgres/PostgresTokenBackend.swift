@@ -114,12 +114,19 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
 
     // MARK: the table
 
-    /// Creates the table when missing (once per process, and again after a failure).
+    /// Creates the table when missing (once per process, and again after a failure). A role that may only use an
+    /// existing table never needs CREATE: the table is looked up first. Instances starting together create it
+    /// under an advisory lock (concurrent `CREATE TABLE IF NOT EXISTS` can fail on PostgreSQL's catalog).
     func ensureTable() async throws(TokenStoreError) {
         if tableReady.withLockedValue({ $0 }) { return }
         do {
-            try await withConnectionWait {
-                try await self.client.query(PostgresQuery(unsafeSQL: """
+            try await transaction { connection in
+                let found = try await connection.query("SELECT to_regclass(\(self.table)) IS NOT NULL", logger: self.quiet)
+                for try await exists in found.decode(Bool.self) where exists { return }
+                try await connection.query(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:create:\(self.table)"), 0))",
+                    logger: self.quiet)
+                try await connection.query(PostgresQuery(unsafeSQL: """
                     CREATE TABLE IF NOT EXISTS \(self.table) (
                         prefix text PRIMARY KEY,
                         sealed bytea NOT NULL,

@@ -120,4 +120,20 @@ struct PostgresStoreTests {
             await a.shutdown()
         }
     }
+
+    @Test("instances starting together on an empty database all create or find the table (no catalog race)")
+    func concurrentTableCreation() async throws {
+        try await Self.withCluster { pg in
+            let key = KeychainKey.generate()
+            let backends = try (0..<6).map { try Self.backend(pg, key: key, instance: "i\($0)") }
+            let outcomes = await withTaskGroup(of: Bool.self) { group in
+                for backend in backends {
+                    group.addTask { (try? await backend.store(forPrefix: "api").load()) != nil }
+                }
+                return await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(outcomes == Array(repeating: true, count: 6))
+            for backend in backends { await backend.shutdown() }
+        }
+    }
 }
