@@ -47,7 +47,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     private var active: [ObjectIdentifier: CurlTransfer] = [:]
     private var dirty: [CurlTransfer] = []
     /// Idle easy handles kept for reuse, with their fixed options (`setFixedOptions`), buffers and DNS/TLS caches.
-    private var idleHandles: [UnsafeMutableRawPointer] = []
+    private var idleHandles = IdleHandlePool<UnsafeMutableRawPointer>(capacity: CurlMultiTransport.maxIdleHandles)
     /// Transfers nobody waits for any more, left to finish (connection reuse) until their deadline (monotonic ms).
     private var abandoned: [(transfer: CurlTransfer, deadline: Int64)] = []
     private static let maxIdleHandles = 256
@@ -226,8 +226,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 }
             }
         }
-        for easy in idleHandles { curl_easy_cleanup(easy) }
-        idleHandles.removeAll()
+        for easy in idleHandles.removeAll() { curl_easy_cleanup(easy) }
         curl_multi_cleanup(multi)
         close(epollFD)
         close(wakeFD)
@@ -401,7 +400,24 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     private func begin(_ transfer: CurlTransfer) {
         assertOnTransportThread()
-        guard let easy = idleHandles.popLast() ?? makeHandle() else {
+        var reused: UnsafeMutableRawPointer?
+        switch idleHandles.take(for: transfer.request.tls) {
+        case .ready(let handle)?:
+            reused = handle
+        case .needsReset(let handle)?:
+            // Configured for another CA file or with verification off: there is no default to set back.
+            let easy = CurlEasy(handle)
+            easy.reset()
+            do throws(CurlSetupError) {
+                try setFixedOptions(easy)
+                reused = handle
+            } catch {
+                easy.cleanup()
+            }
+        case nil:
+            break
+        }
+        guard let easy = reused ?? makeHandle() else {
             transfer.emit(.failure(.connectFailure(detail: "curl cannot create a transfer handle")))
             transfer.finished = true
             return
@@ -427,22 +443,13 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         transfer.finished = true
         if let easy = transfer.easy {
             curl_multi_remove_handle(multi, easy)
-            if idleHandles.count < Self.maxIdleHandles {
-                let handle = CurlEasy(easy)
-                do throws(CurlSetupError) {
-                    // The list is freed below: the idle handle must not keep pointing at it.
-                    try handle.set(CURLOPT_HTTPHEADER, list: nil)
-                    if transfer.request.tls != TransportTLSOptions() {
-                        // A CA file or disabled verification has no "default" to set back: start the handle afresh.
-                        handle.reset()
-                        try setFixedOptions(handle)
-                    }
-                    idleHandles.append(easy)
-                } catch {
-                    handle.cleanup()
-                }
-            } else {
-                curl_easy_cleanup(easy)
+            let handle = CurlEasy(easy)
+            do throws(CurlSetupError) {
+                // The list is freed below: the idle handle must not keep pointing at it.
+                try handle.set(CURLOPT_HTTPHEADER, list: nil)
+                if !idleHandles.put(easy, options: transfer.request.tls) { handle.cleanup() }
+            } catch {
+                handle.cleanup()
             }
             transfer.easy = nil
         }
@@ -501,7 +508,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         try easy.set(CURLOPT_SEEKDATA, pointer: context)
         try easy.set(CURLOPT_OPENSOCKETDATA, pointer: context)
         try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
-        // Non-default TLS options are undone by a reset when the transfer ends (see `finish`).
+        // Non-default TLS options stay on the handle: it goes back to the idle group of these options (`begin` resets
+        // a handle before it serves other options).
         if let caFile = request.tls.caFile { try easy.set(CURLOPT_CAINFO, caFile) }
         if request.tls.insecureSkipVerify {
             try easy.set(CURLOPT_SSL_VERIFYPEER, 0)

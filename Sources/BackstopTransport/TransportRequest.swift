@@ -36,7 +36,7 @@ public struct TransportRequest: Sendable {
 }
 
 /// TLS settings of one transfer.
-public struct TransportTLSOptions: Sendable, Equatable {
+public struct TransportTLSOptions: Sendable, Hashable {
     public var caFile: String?
     public var insecureSkipVerify: Bool
     public init(caFile: String? = nil, insecureSkipVerify: Bool = false) {
