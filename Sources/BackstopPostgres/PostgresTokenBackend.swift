@@ -14,8 +14,9 @@ import PostgresNIO
 /// pool reconnects by itself when the database comes back; the listener re-listens and re-reads every row it
 /// watches, so a notification missed while disconnected is caught up.
 public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
-    /// Connections in the pool (one of them listens).
-    static let maxConnections = 4
+    /// Connections in the pool: one listens; each upstream refreshing holds one (possibly while waiting for another
+    /// instance's lock); the rest serve reads after notifications.
+    static let maxConnections = 8
     /// How long an operation may wait for a connection before the store counts as down: the pool itself would
     /// queue for a minute, and a request waiting for a token must not.
     static let connectionWait = Duration.seconds(5)
@@ -345,9 +346,10 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// `prefix|version|instance`: another instance stored tokens for `prefix`.
     private func notified(_ payload: String) async {
         metrics.record(store: "postgres", operation: "notify", ok: true, seconds: .zero)
-        let parts = payload.split(separator: "|", maxSplits: 2).map(String.init)
-        guard parts.count == 3, parts[2] != instanceID else { return }
-        let prefix = parts[0]
+        // Split from the right: the version and the instance id never hold a `|`, a keychain prefix may.
+        var parts = payload.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count >= 3, let instance = parts.popLast(), instance != instanceID, parts.popLast() != nil else { return }
+        let prefix = parts.joined(separator: "|")
         guard subscribers.withLockedValue({ $0[prefix] != nil }) else { return }
         seen.withLockedValue { $0[prefix, default: 0] += 1 }
         await publish(prefix)

@@ -91,8 +91,9 @@ struct TokensSeedCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "seed",
         abstract: "Store a refresh token read from stdin for UPSTREAM, in the configured token store.",
-        discussion: "The stored access token is dropped, so the next request refreshes with the new grant; running "
-            + "daemons sharing the store stop their failure hold-down at once. Example: "
+        discussion: "The stored access token is dropped: a daemon without a valid token in memory refreshes with the "
+            + "new grant at its next request (one holding a valid token keeps using it until it expires or is "
+            + "rejected), and daemons sharing the store end a failure hold-down at once. Example: "
             + "printf %s \"$REFRESH_TOKEN\" | backstop tokens seed api"
     )
 

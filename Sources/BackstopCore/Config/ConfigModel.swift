@@ -592,7 +592,7 @@ public struct PostgresStoreConfig: Sendable, Equatable {
     public var port: Int
     public var user: String
     public var database: String
-    /// Keychain entry holding the role's password; nil: no password (trust or certificate authentication).
+    /// Keychain entry holding the role's password; nil: no password (the server trusts the connection).
     public var passwordEntry: String?
     public var tls: PostgresTLSMode
     public var caFile: String?

@@ -57,16 +57,20 @@ final class KeychainTokenStore: TokenStore {
     ) async throws(TokenStoreError) -> (result: Result, writeFailure: TokenStoreError?) {
         let started = ContinuousClock.now
         var locked: ContinuousClock.Instant?
+        var wrote = false
         defer {
             if let locked { metrics.recordLockWait(store: "keychain", seconds: locked - started) }
-            metrics.record(store: "keychain", operation: "refresh", ok: locked != nil, seconds: ContinuousClock.now - started)
+            metrics.record(store: "keychain", operation: "refresh", ok: wrote, seconds: ContinuousClock.now - started)
         }
         do {
             return try await keychain.withExclusiveLock { session in
                 locked = ContinuousClock.now
                 let entries = session.entries
                 let decision = await decide(tokens(in: entries))
-                guard let new = decision.store else { return (decision.result, nil) }
+                guard let new = decision.store else {
+                    wrote = true
+                    return (decision.result, nil)
+                }
                 do throws(KeychainError) {
                     try session.write(merging(new, into: entries, at: Date()))
                 } catch .durabilityUnconfirmed(let path, let code) {
@@ -77,6 +81,7 @@ final class KeychainTokenStore: TokenStore {
                 } catch {
                     return (decision.result, TokenStoreError.writeFailed(error.description))
                 }
+                wrote = true
                 return (decision.result, nil)
             }
         } catch let error as KeychainError {

@@ -67,13 +67,38 @@ public final class TestPostgres: Sendable {
     }
 
     private var serverOptions: String {
-        "-c listen_addresses=127.0.0.1 -p \(port) -c unix_socket_directories=\(directory) -c fsync=off"
+        // Statements are logged (log_statement=all) for diagnosis; BACKSTOP_KEEP_PG=1 keeps the cluster's directory.
+        "-c listen_addresses=127.0.0.1 -p \(port) -c unix_socket_directories=\(directory) -c fsync=off "
+            + "-c log_statement=all -c log_line_prefix='%m [%p] %u@%d '"
+    }
+
+    /// The server's log: with `log_statement=all`, every statement every session sent.
+    public var logPath: String { directory + "/server.log" }
+
+    /// Statements `user` sent between two marks (`mark(_:)`), read from the server's log.
+    public func statements(by user: String, between first: String, and second: String) -> [String] {
+        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        var inside = false
+        var found: [String] = []
+        for line in text.split(separator: "\n") {
+            if line.contains("'\(first)'") { inside = true; continue }
+            if line.contains("'\(second)'") { break }
+            if inside, line.contains(" \(user)@"), line.contains("LOG:"), line.contains("execute") || line.contains("statement:") {
+                found.append(String(line))
+            }
+        }
+        return found
+    }
+
+    /// Writes `name` into the server's log (a statement of the superuser's), to delimit `statements(by:between:and:)`.
+    public func mark(_ name: String) async throws {
+        try await psql("SELECT '\(name)'", database: "postgres")
     }
 
     /// Stops the server at once (`-m fast`) and deletes the cluster.
     public func stop() async {
         _ = try? await pgctl(["stop", "-m", "fast", "-w", "-t", "30"])
-        try? FileManager.default.removeItem(atPath: directory)
+        if ProcessInfo.processInfo.environment["BACKSTOP_KEEP_PG"] != "1" { try? FileManager.default.removeItem(atPath: directory) }
     }
 
     /// Restarts the server (`-m fast`: every connection is cut, as in a failover).
