@@ -7,8 +7,9 @@
 #   bash scripts/ab.sh OLD_BINARY NEW_BINARY [ROUNDS] [DURATION]     # defaults: 3 rounds, 8s
 #   CONNS="32 256" AB_PORT_BASE=18600 bash scripts/ab.sh ...
 #   AB_TLS=1 bash scripts/ab.sh ...     # the origin speaks TLS (a CA made for the run; the proxy verifies it)
+#   AB_TLS=1 AB_H1=1 bash scripts/ab.sh ...   # ... offering HTTP/1.1 only
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,11p' "$0"; exit 2; }
 A=$(readlink -f "$1"); B=$(readlink -f "$2"); ROUNDS=${3:-3}; DUR=${4:-8s}
 CONNS=${CONNS:-"32 256"}; BASE=${AB_PORT_BASE:-18600}
 for tool in wrk nginx; do command -v $tool >/dev/null || { echo "ab.sh: $tool not found (apt-get install $tool)" >&2; exit 2; }; done
@@ -30,6 +31,7 @@ if [ "${AB_TLS:-0}" = 1 ]; then
     -extfile "$WORK/ext" -out "$WORK/origin.pem" 2>/dev/null
   SCHEME=https
   LISTEN_FLAGS="ssl http2"  # h2 offered by ALPN, as most TLS APIs do
+  [ "${AB_H1:-0}" = 1 ] && LISTEN_FLAGS="ssl"
   TLS_DIRECTIVES="ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key; ssl_session_cache shared:SSL:10m;"
   UPSTREAM_TLS=", tls: {ca_file: \"$WORK/ca.pem\"}"
 fi

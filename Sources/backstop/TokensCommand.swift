@@ -60,7 +60,8 @@ struct TokensListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list",
         abstract: "Print each oauth2 upstream: store, access token expiry, last write and what wrote it (never a token).",
-        discussion: "Columns: UPSTREAM, STORE, ACCESS_TOKEN (present/none), EXPIRES (ISO 8601, UTC), LAST_WRITE, WRITTEN_BY."
+        discussion: "Columns: UPSTREAM, STORE, ACCESS_TOKEN (present/none), REFRESH_TOKEN (present/none), EXPIRES "
+            + "(ISO 8601, UTC), LAST_WRITE, WRITTEN_BY."
     )
 
     @OptionGroup var options: ConfigOption
@@ -73,7 +74,8 @@ struct TokensListCommand: AsyncParsableCommand {
                 do throws(TokenStoreError) {
                     let status = try await store.status()
                     Console.out([
-                        name, store.location, status.hasAccessToken ? "present" : "none", TokensCLI.time(status.expiresAt),
+                        name, store.location, status.hasAccessToken ? "present" : "none",
+                        status.hasRefreshToken ? "present" : "none", TokensCLI.time(status.expiresAt),
                         TokensCLI.time(status.updatedAt), status.lastWrite ?? "-",
                     ].joined(separator: "\t"))
                 } catch {

@@ -352,4 +352,44 @@ struct FleetTests {
             if let failure { throw failure }
         }
     }
+
+    @Test("tokens list shows each store's state and never a token; check --online finds the table and its rights, and says what is missing")
+    func listAndOnlineCheck() async throws {
+        let fleet = try await startFleet(count: 1, postgres: true, lifetime: 600, refreshAhead: "5s")
+        var failure: (any Error)?
+        do {
+            let pg = try #require(fleet.pg)
+            let config = fleet.directory + "/d0.yaml"
+            let warm = try await load(fleet, clients: 1, duration: .milliseconds(200), revokeEvery: nil)
+            #expect(warm.keys.sorted() == [200])
+            let list = try await SpawnedProcess.run(binary, ["tokens", "list", "--config", config])
+            #expect(list.status == 0, "\(list.standardError)")
+            let fields = list.standardOutput.trimmingCharacters(in: .newlines).split(separator: "\t").map(String.init)
+            #expect(fields.count == 7, "\(list.standardOutput)")
+            #expect(fields.first == "api")
+            #expect(fields.dropFirst().first?.hasPrefix("postgres postgres://backstop@127.0.0.1:") == true)
+            #expect(Array(fields.dropFirst(2).prefix(2)) == ["present", "present"])
+            #expect(fields.last?.hasPrefix("refreshed by ") == true)
+            for secret in fleet.auth.issuedSecrets { #expect(!list.standardOutput.contains(secret)) }
+
+            let online = try await SpawnedProcess.run(binary, ["check", "--online", "--config", config])
+            #expect(online.status == 0, "\(online.standardOutput) \(online.standardError)")
+            #expect(online.standardOutput == "ok\n")
+            try await pg.psql("REVOKE UPDATE ON backstop_tokens FROM \(pg.user)")
+            try await pg.psql("ALTER TABLE backstop_tokens OWNER TO postgres")
+            let missing = try await SpawnedProcess.run(binary, ["check", "--online", "--config", config])
+            #expect(missing.status == 1)
+            #expect(missing.standardOutput.contains("lacks SELECT on table backstop_tokens"), "\(missing.standardOutput)")
+            try await pg.pause()
+            let down = try await SpawnedProcess.run(binary, ["check", "--online", "--config", config])
+            #expect(down.status == 1)
+            #expect(down.standardOutput.contains("cannot use postgres://backstop@127.0.0.1:"), "\(down.standardOutput)")
+            #expect(!down.standardOutput.contains(pg.password))
+            try await pg.resume()
+        } catch {
+            failure = error
+        }
+        await stop(fleet)
+        if let failure { throw failure }
+    }
 }
