@@ -12,6 +12,8 @@ struct IdleHandlePool<Handle> {
     }
 
     let capacity: Int
+    /// Handles with the default options, apart: the common case costs no hashing.
+    private var plain: [Handle] = []
     private var groups: [TransportTLSOptions: [Handle]] = [:]
     private(set) var count = 0
 
@@ -20,8 +22,11 @@ struct IdleHandlePool<Handle> {
     /// A handle for a request with `options`: one of its own group, else a default one, else any (to be reset);
     /// nil when none is idle.
     mutating func take(for options: TransportTLSOptions) -> Taken? {
-        if let handle = pop(options) { return .ready(handle) }
-        if options != TransportTLSOptions(), let handle = pop(TransportTLSOptions()) { return .ready(handle) }
+        if !options.isDefault, let handle = pop(options) { return .ready(handle) }
+        if let handle = plain.popLast() {
+            count -= 1
+            return .ready(handle)
+        }
         guard let other = groups.first(where: { !$0.value.isEmpty })?.key, let handle = pop(other) else { return nil }
         return .needsReset(handle)
     }
@@ -29,14 +34,15 @@ struct IdleHandlePool<Handle> {
     /// Keeps `handle`, last configured for `options`; false when the pool is full (the caller frees it).
     mutating func put(_ handle: Handle, options: TransportTLSOptions) -> Bool {
         guard count < capacity else { return false }
-        groups[options, default: []].append(handle)
+        if options.isDefault { plain.append(handle) } else { groups[options, default: []].append(handle) }
         count += 1
         return true
     }
 
     /// Every idle handle, emptying the pool.
     mutating func removeAll() -> [Handle] {
-        let all = groups.values.flatMap { $0 }
+        let all = plain + groups.values.flatMap { $0 }
+        plain = []
         groups = [:]
         count = 0
         return all

@@ -44,6 +44,9 @@ public struct TransportTLSOptions: Sendable, Hashable {
         self.insecureSkipVerify = insecureSkipVerify
     }
 
+    /// No CA file and verification on: what an idle handle has without any TLS option set.
+    var isDefault: Bool { caFile == nil && !insecureSkipVerify }
+
     /// An upstream's `tls` section.
     public init(_ tls: TLSConfig) {
         self.init(caFile: tls.caFile, insecureSkipVerify: tls.insecureSkipVerify)

@@ -73,7 +73,11 @@ struct ConnectionStateMachine {
         self.state = .idle(deadline: now + idleTimeout)
     }
 
-    var readsHeld: Bool { uploadHold || queueHold || state == .upgrading }
+    var readsHeld: Bool {
+        if uploadHold || queueHold { return true }
+        if case .upgrading = state { return true }
+        return false
+    }
     var queuedParts: Int { queued.count }
 
     /// The request in flight, if any.
@@ -114,8 +118,10 @@ struct ConnectionStateMachine {
 
     /// A request head is being handled.
     mutating func headArrived(now: Duration) {
-        guard state != .closing, state != .upgrading else { return }
-        state = .active(Request(bodyProgress: now))
+        switch state {
+        case .closing, .upgrading: return
+        case .idle, .active: state = .active(Request(bodyProgress: now))
+        }
     }
 
     /// A body part arrived; returns whether it goes to the exchange (false: the request is being discarded).

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Instructions per proxied request of one or more Backstop binaries, counted by callgrind (deterministic enough to
+# see a 1-2 % change that wall-clock A/Bs lose in noise; docs/performance.md#measuring-a-change). Each binary runs
+# under valgrind in front of one nginx origin on 127.0.0.1; after a warm-up, counting is switched on for a fixed
+# wrk run, and the instructions of every thread of the proxy are divided by the requests wrk completed.
+#
+#   bash scripts/instructions.sh BINARY [BINARY ...]        # c=8, 10 s measured each
+#   CONNS=32 DUR=10s bash scripts/instructions.sh OLD NEW
+set -euo pipefail
+[ $# -ge 1 ] || { sed -n '2,8p' "$0"; exit 2; }
+for tool in wrk nginx valgrind callgrind_control strip; do
+  command -v $tool >/dev/null || { echo "instructions.sh: $tool not found (apt-get install wrk nginx valgrind)" >&2; exit 2; }
+done
+CONNS=${CONNS:-8}; DUR=${DUR:-10s}; BASE=${IR_PORT_BASE:-18700}
+WORK=$(mktemp -d); PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+ORIGIN=$BASE PROXY=$((BASE + 1))
+mkdir -p "$WORK/origin"
+cat > "$WORK/origin/nginx.conf" <<CONF
+worker_processes 1; daemon off; pid $WORK/origin/nginx.pid; error_log $WORK/origin/error.log warn;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000;
+  client_body_temp_path $WORK/origin/b; proxy_temp_path $WORK/origin/p; fastcgi_temp_path $WORK/origin/f;
+  uwsgi_temp_path $WORK/origin/u; scgi_temp_path $WORK/origin/s;
+  server { listen 127.0.0.1:$ORIGIN;
+    location / { default_type text/plain; return 200 "origin 100B body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
+CONF
+nginx -c "$WORK/origin/nginx.conf" -p "$WORK/origin" & PIDS+=($!)
+cat > "$WORK/proxy.yaml" <<CONF
+version: 1
+listen: [127.0.0.1:$PROXY]
+log: {level: warning, access_log: false}
+upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "http://127.0.0.1:$ORIGIN", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}}]
+CONF
+wait_port() { for _ in $(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+wait_port $ORIGIN
+echo "| binary | c | requests counted | instructions | instructions per request |"
+echo "|---|---:|---:|---:|---:|"
+n=0
+for given in "$@"; do
+  # valgrind 3.19 cannot read the DWARF 5 the Swift toolchain writes: count a stripped copy.
+  n=$((n + 1)); bin="$WORK/backstop-$n"; strip --strip-debug -o "$bin" "$(readlink -f "$given")"
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.%p" "$bin" run --config "$WORK/proxy.yaml" \
+    2>"$WORK/valgrind.log" & pid=$!
+  wait_port $PROXY
+  wrk -t1 -c"$CONNS" -d5s -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
+  callgrind_control -z $pid >/dev/null; callgrind_control -i on $pid >/dev/null
+  out=$(wrk -t1 -c"$CONNS" -d"$DUR" -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/")
+  callgrind_control -i off $pid >/dev/null; callgrind_control -d $pid >/dev/null
+  reqs=$(printf '%s\n' "$out" | awk '/requests in/ {print $1}')
+  kill $pid; wait $pid 2>/dev/null || true
+  total=0
+  for f in "$WORK"/cg.$pid*; do
+    ir=$(awk '/^totals:/ {print $2}' "$f" | head -1)
+    total=$((total + ${ir:-0}))
+  done
+  [ -n "${KEEP_PROFILES:-}" ] && cp "$WORK"/cg.$pid.* "$KEEP_PROFILES/$(basename "$given").callgrind" 2>/dev/null; rm -f "$WORK"/cg.$pid*
+  printf '| %s | %s | %s | %s | %s |\n' "$given" "$CONNS" "$reqs" "$total" "$(awk -v t=$total -v n=$reqs 'BEGIN { printf "%.0f", t / n }')"
+done
