@@ -51,9 +51,10 @@ final class ChaosOrigin: Sendable {
         self.state = NIOLockedValueBox((SplitMix64(seed: seed ^ 0xC4A05), Tally()))
     }
 
-    static func start(seed: UInt64, auth: TestAuthServer) async throws -> ChaosOrigin {
+    /// With `tls`, the origin serves HTTPS with that identity.
+    static func start(seed: UInt64, auth: TestAuthServer, tls: TestTLSIdentity? = nil) async throws -> ChaosOrigin {
         let box = NIOLockedValueBox<ChaosOrigin?>(nil)
-        let origin = try await TestOrigin.start(keepsRequests: false) { request in
+        let origin = try await TestOrigin.start(tls: tls, keepsRequests: false) { request in
             box.withLockedValue { $0 }?.answer(request, auth: auth) ?? .respond(status: 500)
         }
         let chaos = ChaosOrigin(origin: origin, seed: seed)

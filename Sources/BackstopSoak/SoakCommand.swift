@@ -24,6 +24,9 @@ struct SoakCommand: AsyncParsableCommand {
     @Option(help: "Seed of every random choice (origin faults, request mix, token endpoint failures).")
     var seed: UInt64 = 1
 
+    @Flag(help: "The origin speaks TLS (a CA made for the run; Backstop verifies it), the path most users run.")
+    var tls = false
+
     @Flag(help: "Exit 1 when a check fails.")
     var assert = false
 
@@ -54,7 +57,8 @@ struct SoakCommand: AsyncParsableCommand {
             // The first token call fails for sure (the daemon must retry it), on top of the random 10%.
             $0.failNext = 1
         }
-        let chaos = try await ChaosOrigin.start(seed: seed, auth: auth)
+        let certificates = tls ? try TestCertificates.generate(in: directory) : nil
+        let chaos = try await ChaosOrigin.start(seed: seed, auth: auth, tls: certificates?.serverIdentity)
         let clientSecret = "client-secret-\(salt)"
         let opened = try KeychainBootstrap.open(path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
         try opened.keychain.set("soak/refresh_token", value: Array("refresh-\(salt)-initial".utf8))
@@ -63,7 +67,8 @@ struct SoakCommand: AsyncParsableCommand {
         let port = try FreePort.reserveClosedPort()
         let adminPort = try FreePort.reserveClosedPort()
         let configPath = directory + "/soak.yaml"
-        try config(port: port, adminPort: adminPort, directory: directory, origin: chaos.origin, auth: auth)
+        try config(port: port, adminPort: adminPort, directory: directory, origin: chaos.origin, auth: auth,
+                   caFile: certificates?.caCertPath)
             .write(toFile: configPath, atomically: true, encoding: .utf8)
 
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", configPath])
@@ -141,7 +146,9 @@ struct SoakCommand: AsyncParsableCommand {
         return sample
     }
 
-    private func config(port: Int, adminPort: Int, directory: String, origin: TestOrigin, auth: TestAuthServer) -> String {
+    private func config(
+        port: Int, adminPort: Int, directory: String, origin: TestOrigin, auth: TestAuthServer, caFile: String?
+    ) -> String {
         """
         version: 1
         listen: [127.0.0.1:\(port)]
@@ -153,6 +160,7 @@ struct SoakCommand: AsyncParsableCommand {
           - name: chaos
             match: {hosts: [chaos.test]}
             url: \(origin.baseURL)
+            \(caFile.map { "tls: {ca_file: \($0)}" } ?? "")
             timeouts: {connect: 1s, per_try: \(Self.perTry)s, total: \(Self.total)s}
             retry:
               attempts: 3
