@@ -132,6 +132,7 @@ let package = Package(
             name: "BackstopCATests",
             dependencies: [
                 "BackstopCA",
+                .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
@@ -141,6 +142,7 @@ let package = Package(
             name: "BackstopServerTests",
             dependencies: [
                 "BackstopServer",
+                "BackstopCA",
                 "BackstopCore",
                 "BackstopTransport",
                 .product(name: "Logging", package: "swift-log"),

@@ -32,7 +32,9 @@ public enum CertificateMinter {
     }
 
     /// The intermediate that signs leaves: path length 0 and critical RFC 5280 name constraints permitting the
-    /// names `permittedDNSNames(for:)` derives from the intercepting upstreams' host patterns.
+    /// names `permittedDNSNames(for:)` derives from the intercepting upstreams' host patterns and excluding every
+    /// IPv4 and IPv6 address (a dNSName constraint says nothing about iPAddress names: without the exclusion, a
+    /// leaked intermediate could still sign for any IP address).
     public static func makeIntermediate(root: CAIdentity, hostPatterns: [String], now: Date) throws -> CAIdentity {
         let key = P256.Signing.PrivateKey()
         let publicKey = Certificate.PublicKey(key.publicKey)
@@ -47,7 +49,7 @@ public enum CertificateMinter {
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
-                Critical(NameConstraints(permittedSubtrees: permitted))
+                Critical(NameConstraints(permittedSubtrees: permitted, excludedSubtrees: everyIPAddress))
                 SubjectKeyIdentifier(hash: publicKey)
                 AuthorityKeyIdentifier(keyIdentifier: rootKeyID)
             },
@@ -93,6 +95,12 @@ public enum CertificateMinter {
             !names.contains { other in other != name && name.hasSuffix("." + other) }
         }.sorted()
     }
+
+    /// `0.0.0.0/0` and `::/0` as iPAddress subtrees (address then mask, RFC 5280 §4.2.1.10).
+    static let everyIPAddress: [GeneralName] = [
+        .ipAddress(ASN1OctetString(contentBytes: ArraySlice(repeating: 0, count: 8))),
+        .ipAddress(ASN1OctetString(contentBytes: ArraySlice(repeating: 0, count: 32))),
+    ]
 
     /// 20 random bytes with the top bit clear: positive and at most 20 octets in DER (RFC 5280 §4.1.2.2).
     static func serialNumber() -> Certificate.SerialNumber {

@@ -1,6 +1,7 @@
 import BackstopCA
 import Crypto
 import Foundation
+import SwiftASN1
 import Testing
 import X509
 
@@ -107,5 +108,31 @@ struct CertificateMinterTests {
         #expect(certificate.serialNumber.bytes.first! & 0x80 == 0)
         let long = try CertificateMinter.makeLeaf(host: "api.test", issuer: intermediate, lifetime: 1e10, now: Self.now)
         #expect(long.certificate.notValidAfter == intermediate.certificate.notValidAfter)
+    }
+
+    @Test("the intermediate excludes every IP address: a leaf naming one does not verify, even for a permitted name")
+    func ipAddressesExcluded() async throws {
+        let root = try CertificateMinter.makeRoot(commonName: "root", now: Date())
+        let intermediate = try CertificateMinter.makeIntermediate(root: root, hostPatterns: ["api.test"], now: Date())
+        let constraints = try #require(try intermediate.certificate.extensions.nameConstraints)
+        #expect(constraints.excludedSubtrees.count == 2)
+        for address in [[UInt8]([10, 0, 0, 1]), [UInt8](repeating: 0, count: 15) + [1]] {
+            let key = P256.Signing.PrivateKey()
+            let leaf = try Certificate(
+                version: .v3, serialNumber: Certificate.SerialNumber(), publicKey: Certificate.PublicKey(key.publicKey),
+                notValidBefore: Date() - 60, notValidAfter: Date() + 3600, issuer: intermediate.certificate.subject,
+                subject: try DistinguishedName { CommonName("api.test") }, signatureAlgorithm: .ecdsaWithSHA256,
+                extensions: try Certificate.Extensions {
+                    Critical(BasicConstraints.notCertificateAuthority)
+                    SubjectAlternativeNames([.dnsName("api.test"), .ipAddress(ASN1OctetString(contentBytes: ArraySlice(address)))])
+                },
+                issuerPrivateKey: Certificate.PrivateKey(intermediate.privateKey))
+            var verifier = Verifier(rootCertificates: CertificateStore([root.certificate])) { RFC5280Policy() }
+            let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate.certificate]))
+            guard case .couldNotValidate = result else {
+                Issue.record("a leaf naming \(address) must not verify")
+                continue
+            }
+        }
     }
 }

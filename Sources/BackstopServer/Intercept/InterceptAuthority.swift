@@ -8,10 +8,14 @@ import NIOSSL
 /// The interception CA of one config snapshot (docs/reference/https-clients.md#the-local-ca): an intermediate minted
 /// in memory from the keychain's root, with name constraints permitting only the intercepting upstreams' names, and
 /// a bounded in-memory cache of TLS server contexts, one per host, each with a leaf minted on first use. Nothing of
-/// it is ever written to disk; a reload mints a new intermediate and starts an empty cache.
+/// it is ever written to disk; a reload mints a new intermediate and starts an empty cache, and so does the first
+/// handshake within 30 days of the intermediate's end (reading the root from the keychain again).
 public final class InterceptAuthority: Sendable {
     /// Cached leaves at most; past it, the one closest to renewal is dropped.
     static let maxCachedLeaves = 1024
+    /// An intermediate this close to its end is replaced (with an empty leaf cache) at the next handshake, so a
+    /// daemon that is never reloaded keeps serving valid chains.
+    static let intermediateRenewal: TimeInterval = 30 * 86_400
 
     private struct Leaf {
         let context: NIOSSLContext
@@ -19,18 +23,36 @@ public final class InterceptAuthority: Sendable {
         let renewAfter: Date
     }
 
-    public let intermediate: CAIdentity
-    private let intermediateCertificate: NIOSSLCertificate
+    /// The intermediate in use, its NIOSSL form, and the leaves it signed.
+    private struct Signer {
+        var intermediate: CAIdentity
+        var certificate: NIOSSLCertificate
+        var leaves: [String: Leaf] = [:]
+
+        init(root: CAIdentity, hostPatterns: [String], now: Date) throws {
+            intermediate = try CertificateMinter.makeIntermediate(root: root, hostPatterns: hostPatterns, now: now)
+            certificate = try NIOSSLCertificate(bytes: intermediate.certificateDER, format: .der)
+        }
+    }
+
+    /// Reads the root from the keychain again: its key is held only while an intermediate is minted.
+    private let loadRoot: @Sendable () throws -> CAIdentity
     private let hostPatterns: [String]
     private let leafLifetime: TimeInterval
-    private let leaves = NIOLockedValueBox<[String: Leaf]>([:])
+    private let signer: NIOLockedValueBox<Signer>
 
-    init(root: CAIdentity, hostPatterns: [String], leafLifetime: Duration, now: Date) throws {
-        self.intermediate = try CertificateMinter.makeIntermediate(root: root, hostPatterns: hostPatterns, now: now)
-        self.intermediateCertificate = try NIOSSLCertificate(bytes: intermediate.certificateDER, format: .der)
+    init(
+        root: CAIdentity, hostPatterns: [String], leafLifetime: Duration, now: Date,
+        loadRoot: @escaping @Sendable () throws -> CAIdentity
+    ) throws {
+        self.loadRoot = loadRoot
         self.hostPatterns = hostPatterns
         self.leafLifetime = TimeInterval(leafLifetime.components.seconds)
+        self.signer = NIOLockedValueBox(try Signer(root: root, hostPatterns: hostPatterns, now: now))
     }
+
+    /// The intermediate signing leaves now.
+    public var intermediate: CAIdentity { signer.withLockedValue { $0.intermediate } }
 
     /// The authority for `config`, or nil when no upstream intercepts. Fails with what to do when the root CA is
     /// missing, unreadable or expired.
@@ -58,7 +80,13 @@ public final class InterceptAuthority: Sendable {
         do {
             return try InterceptAuthority(
                 root: root, hostPatterns: patterns, leafLifetime: config.intercept?.leafLifetime ?? InterceptConfig().leafLifetime,
-                now: now)
+                now: now,
+                loadRoot: {
+                    guard let bundle = try keychain.entry(entryName)?.stringValue else {
+                        throw InterceptSetupError.missingRoot(entry: entryName)
+                    }
+                    return try CAIdentity(pemBundle: bundle)
+                })
         } catch {
             throw .minting("\(error)")
         }
@@ -67,32 +95,38 @@ public final class InterceptAuthority: Sendable {
     /// Whether a leaf may be minted for `host`: it matches one of the intercepting upstreams' host patterns.
     func permits(_ host: String) -> Bool { Router.hostRank(hostPatterns, host) != nil }
 
-    /// The server context for `host`, minting its leaf on first use. Throws for a host no pattern permits.
+    /// The server context for `host`, minting its leaf on first use (and a new intermediate when the current one
+    /// nears its end). Throws for a host no pattern permits.
     func context(forHost host: String, now: Date = Date()) throws -> NIOSSLContext {
         guard permits(host) else { throw InterceptRefusal.hostNotPermitted(host) }
-        if let cached = leaves.withLockedValue({ $0[host] }), cached.renewAfter > now { return cached.context }
-        let leaf = try CertificateMinter.makeLeaf(host: host, issuer: intermediate, lifetime: leafLifetime, now: now)
-        var tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: [
-                .certificate(try NIOSSLCertificate(bytes: CAIdentity.der(leaf.certificate), format: .der)),
-                .certificate(intermediateCertificate),
-            ],
-            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(leaf.privateKey.derRepresentation), format: .der)))
-        tls.minimumTLSVersion = .tlsv12
-        tls.applicationProtocols = ["http/1.1"]
-        let context = try NIOSSLContext(configuration: tls)
-        let renewAfter = now + leafLifetime * 3 / 4
-        leaves.withLockedValue { cache in
-            if cache.count >= Self.maxCachedLeaves, let soonest = cache.min(by: { $0.value.renewAfter < $1.value.renewAfter }) {
-                cache[soonest.key] = nil
+        return try signer.withLockedValue { signer in
+            if signer.intermediate.certificate.notValidAfter.timeIntervalSince(now) < Self.intermediateRenewal {
+                signer = try Signer(root: try loadRoot(), hostPatterns: hostPatterns, now: now)
             }
-            cache[host] = Leaf(context: context, renewAfter: renewAfter)
+            if let cached = signer.leaves[host], cached.renewAfter > now { return cached.context }
+            let leaf = try CertificateMinter.makeLeaf(
+                host: host, issuer: signer.intermediate, lifetime: leafLifetime, now: now)
+            var tls = TLSConfiguration.makeServerConfiguration(
+                certificateChain: [
+                    .certificate(try NIOSSLCertificate(bytes: CAIdentity.der(leaf.certificate), format: .der)),
+                    .certificate(signer.certificate),
+                ],
+                privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(leaf.privateKey.derRepresentation), format: .der)))
+            tls.minimumTLSVersion = .tlsv12
+            tls.applicationProtocols = ["http/1.1"]
+            let context = try NIOSSLContext(configuration: tls)
+            if signer.leaves.count >= Self.maxCachedLeaves,
+                let soonest = signer.leaves.min(by: { $0.value.renewAfter < $1.value.renewAfter })
+            {
+                signer.leaves[soonest.key] = nil
+            }
+            signer.leaves[host] = Leaf(context: context, renewAfter: now + leafLifetime * 3 / 4)
+            return context
         }
-        return context
     }
 
     /// Leaves minted and cached now (for tests and diagnostics).
-    public var cachedLeafCount: Int { leaves.withLockedValue { $0.count } }
+    public var cachedLeafCount: Int { signer.withLockedValue { $0.leaves.count } }
 }
 
 /// Why a TLS handshake inside an intercepted `CONNECT` was refused before any leaf was minted.
