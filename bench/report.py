@@ -65,7 +65,7 @@ def happy_rows(runs):
         k = (r["conns"], r["target"])
         if k not in keys:
             keys.append(k)
-    order = {"direct": 0, "backstop": 1, "backstop-bearer": 2}
+    order = {"direct": 0, "backstop": 1, "backstop-bearer": 2, "backstop-tls-h2": 3, "backstop-tls-h1": 4}
     keys.sort(key=lambda k: (k[0], order.get(k[1], 9)))
     for conns, target in keys:
         rs = [r for r in runs if r["conns"] == conns and r["target"] == target and r.get("wrk")]

@@ -8,8 +8,9 @@
 #
 # Scenarios:
 #  1. happy path: nginx origin (1 worker, 100-byte `return 200`) direct vs Backstop vs Backstop injecting a
-#     static bearer token; wrk -t1 at c=32 and c=256, interleaved rounds; req/s, p50/p99, Backstop CPU per
-#     request (utime+stime from /proc/PID/stat) and RSS idle / under load.
+#     static bearer token vs Backstop in front of the same origin over TLS (a CA made for the run, verified), once
+#     offering h2 and once HTTP/1.1 only; wrk -t1 at c=32 and c=256, interleaved rounds; req/s, p50/p99,
+#     Backstop CPU per request (utime+stime from /proc/PID/stat) and RSS idle / under load.
 #  2. 1,000 idle keep-alive client connections (bench/idle_clients.py): Backstop RSS.
 #  3. a 64 MiB response streamed through Backstop with curl (fast and rate-limited client): MiB/s, peak RSS.
 #  4. retry storm: bench/flaky_origin.py answers 503 with probability 0.5 and 1.0; the default retry budget (docs/reference/config.md)
@@ -39,6 +40,7 @@ else ROUNDS=${ROUNDS:-3}; DUR=${DUR:-10s}; WARM=2s; MODE=full; fi
 CONNS="32 256"
 BASE=${BENCH_PORT_BASE:-18380}
 P_ORIGIN=$BASE P_PLAIN=$((BASE + 1)) P_BEARER=$((BASE + 2)) P_IDLE=$((BASE + 3)) P_STREAM=$((BASE + 4))
+P_TLS_H2=$((BASE + 5)) P_TLS_H1=$((BASE + 6)) P_ORIGIN_H2=$((BASE + 7)) P_ORIGIN_H1=$((BASE + 8))
 P_FLAKY=$((BASE + 10)) P_RETRY=$((BASE + 11)) P_RETRY_ADMIN=$((BASE + 12))
 HOST_HEADER="Host: origin.test"
 BIG_BYTES=$((64 * 1024 * 1024))
@@ -51,6 +53,7 @@ need_apt=()
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 || die "missing ${need_apt[*]} and no apt-get: install them first"
   log "installing ${need_apt[*]} with apt-get (no service is started)"
@@ -205,14 +208,31 @@ printf "printf tok | %s keychain set bench/token --config %s\n" "$(quote "$BACKS
 printf 'tok' | "$BACKSTOP" keychain set bench/token --config "$OUT/bearer.yaml" >> "$OUT/keychain.log" 2>&1 \
   || { cat "$OUT/keychain.log" >&2; die "keychain set failed"; }
 
-for f in plain bearer; do
+# The TLS origin's CA and certificate (127.0.0.1), made for this run.
+mkdir -p "$OUT/origin"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=bench CA" \
+  -keyout "$OUT/origin/ca.key" -out "$OUT/origin/ca.pem" 2>/dev/null || die "openssl: cannot make the CA"
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+  -keyout "$OUT/origin/origin.key" -out "$OUT/origin/origin.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$OUT/origin/ext"
+openssl x509 -req -in "$OUT/origin/origin.csr" -CA "$OUT/origin/ca.pem" -CAkey "$OUT/origin/ca.key" -CAcreateserial \
+  -days 2 -extfile "$OUT/origin/ext" -out "$OUT/origin/origin.pem" 2>/dev/null || die "openssl: cannot sign"
+for variant in h2 h1; do
+  port=$P_TLS_H2 origin=$P_ORIGIN_H2
+  [ $variant = h1 ] && port=$P_TLS_H1 origin=$P_ORIGIN_H1
+  write_config "$OUT/tls-$variant.yaml" "$port" "https://127.0.0.1:$origin" < /dev/null
+  { retry_happy; echo "    tls: {ca_file: $OUT/origin/ca.pem}"; } >> "$OUT/tls-$variant.yaml"
+done
+
+for f in plain bearer tls-h2 tls-h1; do
   "$BACKSTOP" check --config "$OUT/$f.yaml" > "$OUT/check-$f.log" 2>&1 \
     || { cat "$OUT/check-$f.log" >&2; die "backstop check $f.yaml failed"; }
 done
 
 mkdir -p "$OUT/origin"
 head -c "$BIG_BYTES" /dev/zero > "$OUT/big.bin"
-sed -e "s#@LISTEN@#$P_ORIGIN#g" -e "s#@RUNDIR@#$OUT/origin#g" -e "s#@BIGFILE@#$OUT/big.bin#g" \
+sed -e "s#@LISTEN@#$P_ORIGIN#g" -e "s#@TLS_H2@#$P_ORIGIN_H2#g" -e "s#@TLS_H1@#$P_ORIGIN_H1#g" \
+  -e "s#@RUNDIR@#$OUT/origin#g" -e "s#@BIGFILE@#$OUT/big.bin#g" \
   "$BENCH/origin.nginx.conf.in" > "$OUT/origin/nginx.conf"
 
 python3 - "$OUT/meta.json" <<EOF
@@ -232,9 +252,12 @@ log "1. happy path: origin :$P_ORIGIN, backstop :$P_PLAIN, backstop-bearer :$P_B
 start origin "$P_ORIGIN" nginx -p "$OUT/origin" -c "$OUT/origin/nginx.conf" -e "$OUT/origin/error.log"
 start backstop "$P_PLAIN" "$BACKSTOP" run --config "$OUT/plain.yaml"
 start backstop-bearer "$P_BEARER" "$BACKSTOP" run --config "$OUT/bearer.yaml"
-declare -A PORT=([direct]=$P_ORIGIN [backstop]=$P_PLAIN [backstop-bearer]=$P_BEARER)
+start backstop-tls-h2 "$P_TLS_H2" "$BACKSTOP" run --config "$OUT/tls-h2.yaml"
+start backstop-tls-h1 "$P_TLS_H1" "$BACKSTOP" run --config "$OUT/tls-h1.yaml"
+declare -A PORT=([direct]=$P_ORIGIN [backstop]=$P_PLAIN [backstop-bearer]=$P_BEARER [backstop-tls-h2]=$P_TLS_H2
+                 [backstop-tls-h1]=$P_TLS_H1)
 declare -A IDLE_RSS=() IDLE_ANON=()
-TARGETS=(direct backstop backstop-bearer)
+TARGETS=(direct backstop backstop-bearer backstop-tls-h2 backstop-tls-h1)
 
 for t in "${TARGETS[@]}"; do
   args=(curl -s -o "$OUT/body.$t" -w '%{http_code}' --max-time 10 -H "$HOST_HEADER" "http://127.0.0.1:${PORT[$t]}/")
@@ -300,7 +323,7 @@ for round in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-stop backstop; stop backstop-bearer
+stop backstop; stop backstop-bearer; stop backstop-tls-h2; stop backstop-tls-h1
 
 # ---------------------------------------------------------------- 2. idle connections
 log "2. 1,000 idle keep-alive connections to a fresh backstop :$P_IDLE"
