@@ -34,9 +34,9 @@ final class Exchange {
     init(
         configuration: ExchangeStateMachine.Configuration, head: HTTPRequestHead, target: RequestTarget,
         destination: ExchangeDestination, client: ExchangeClient, environment: ExchangeEnvironment,
-        eventLoop: EventLoop, record: AccessRecord.Request
+        eventLoop: EventLoop, record: AccessRecord.Request, now: Duration
     ) {
-        self.machine = ExchangeStateMachine(configuration: configuration, now: environment.clock.monotonic())
+        self.machine = ExchangeStateMachine(configuration: configuration, now: now)
         self.client = client
         self.environment = environment
         self.eventLoop = eventLoop
@@ -46,16 +46,24 @@ final class Exchange {
         self.record = record
     }
 
-    var now: Duration { environment.clock.monotonic() }
+    /// The clock reading of the client event being handled, given by the connection, so the steps of one event
+    /// (start, credential, first attempt) share it instead of reading the clock each.
+    private var eventTime: Duration?
+
+    var now: Duration { eventTime ?? environment.clock.monotonic() }
 
     // MARK: events from the client side
 
-    func start() {
+    func start(now: Duration) {
         environment.requestStarted()
+        eventTime = now
         perform(machine.start(now: now))
+        eventTime = nil
     }
 
-    func receiveBody(_ chunk: ByteBuffer) {
+    func receiveBody(_ chunk: ByteBuffer, now: Duration) {
+        eventTime = now
+        defer { eventTime = nil }
         let action = machine.bodyReceived(count: chunk.readableBytes, now: now)
         switch action {
         case .storeBody:
@@ -68,7 +76,11 @@ final class Exchange {
         }
     }
 
-    func receiveEnd() { perform(machine.bodyEnded(now: now)) }
+    func receiveEnd(now: Duration) {
+        eventTime = now
+        perform(machine.bodyEnded(now: now))
+        eventTime = nil
+    }
 
     /// The client disconnected: cancel everything, including pending retries.
     func clientGone() { perform(machine.clientGone()) }

@@ -82,15 +82,17 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     }
 
     private func process(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
+        // One clock reading per part, shared by the connection and the exchange.
+        let now = self.now
         switch part {
         case .head(let head):
             connection.headArrived(now: now)
             armTimer()
-            handleHead(head, context: context)
+            handleHead(head, context: context, now: now)
         case .body(let buffer):
-            if connection.bodyArrived(now: now) { exchange?.receiveBody(buffer) }
+            if connection.bodyArrived(now: now) { exchange?.receiveBody(buffer, now: now) }
         case .end:
-            if connection.endArrived() { exchange?.receiveEnd() }
+            if connection.endArrived() { exchange?.receiveEnd(now: now) }
             requestMayBeDone(now: now)
         }
     }
@@ -175,7 +177,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
 
     // MARK: request heads
 
-    private func handleHead(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+    private func handleHead(_ head: HTTPRequestHead, context: ChannelHandlerContext, now: Duration) {
         let snapshot = runtime.snapshot
         closeAfterResponse = !head.isKeepAlive
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
@@ -194,7 +196,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
                 eventLoop: context.eventLoop,
                 record: AccessRecord.Request(
                     client: clientAddress, method: configuration.method, host: accepted.clientHost,
-                    path: accepted.target.path))
+                    path: accepted.target.path),
+                now: now)
             self.exchange = exchange
             if accepted.framing.hasBody, head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true {
                 var interim = context.channel.allocator.buffer(capacity: 32)
@@ -202,7 +205,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
                 interim.writeStaticString("\r\n")
                 context.writeAndFlush(wrapOutboundOut(interim), promise: nil)
             }
-            exchange.start()
+            exchange.start(now: now)
         }
     }
 
