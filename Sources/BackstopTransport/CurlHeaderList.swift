@@ -19,25 +19,55 @@ struct CurlHeaderList {
         // two, and a field found unsendable while it is copied is rolled back.
         var capacity = "Expect:\0Accept:\0".utf8.count
         for header in headers { capacity += header.name.utf8.count + header.value.utf8.count + 3 }
-        let maxNodes = headers.count + 2
-        let nodeBytes = maxNodes * MemoryLayout<curl_slist>.stride
-        let storage = UnsafeMutableRawPointer.allocate(
-            byteCount: nodeBytes + capacity, alignment: MemoryLayout<curl_slist>.alignment)
-        let nodes = storage.bindMemory(to: curl_slist.self, capacity: maxNodes)
-        var text = (storage + nodeBytes).bindMemory(to: UInt8.self, capacity: capacity)
-        var count = 0
-        func link(_ line: UnsafeMutablePointer<UInt8>) {
-            let data = UnsafeMutableRawPointer(line).assumingMemoryBound(to: CChar.self)
-            (nodes + count).initialize(to: curl_slist(data: data, next: nil))
-            if count > 0 { nodes[count - 1].next = nodes + count }
-            count += 1
+        var writer = LineWriter(maxLines: headers.count + 2, textCapacity: capacity)
+        var sawAccept = false
+        for header in headers {
+            let line = writer.text
+            var clean = writer.write(header.name.utf8)
+            if header.value.isEmpty {
+                writer.put(UInt8(ascii: ";"))
+            } else {
+                writer.put(UInt8(ascii: ":"))
+                writer.put(UInt8(ascii: " "))
+                clean = writer.write(header.value.utf8) && clean
+            }
+            guard clean else {
+                writer.text = line
+                continue
+            }
+            writer.endLine(startingAt: line)
+            if header.name.caseInsensitiveEquals("accept") { sawAccept = true }
         }
-        func put(_ byte: UInt8) {
+        // Headers curl would add by itself, sent empty so that the request passes through as the client sent it.
+        writer.suppress("Expect:")
+        if !sawAccept { writer.suppress("Accept:") }
+        first = writer.nodes
+    }
+
+    /// Fills one allocation with list nodes and the lines they point to. A value on the stack rather than local
+    /// functions capturing the cursor: captured variables are boxed and every access to them checked for
+    /// exclusivity at run time, a few hundred instructions per request.
+    private struct LineWriter {
+        let nodes: UnsafeMutablePointer<curl_slist>
+        /// Where the next byte of text goes.
+        var text: UnsafeMutablePointer<UInt8>
+        var count = 0
+
+        init(maxLines: Int, textCapacity: Int) {
+            let nodeBytes = maxLines * MemoryLayout<curl_slist>.stride
+            let storage = UnsafeMutableRawPointer.allocate(
+                byteCount: nodeBytes + textCapacity, alignment: MemoryLayout<curl_slist>.alignment)
+            nodes = storage.bindMemory(to: curl_slist.self, capacity: maxLines)
+            text = (storage + nodeBytes).bindMemory(to: UInt8.self, capacity: textCapacity)
+        }
+
+        mutating func put(_ byte: UInt8) {
             text.pointee = byte
             text += 1
         }
+
         /// Copies `source`; false when it holds a byte that would split the line or cut it short.
-        func write<S: Sequence>(_ source: S) -> Bool where S.Element == UInt8 {
+        mutating func write<S: Sequence>(_ source: S) -> Bool where S.Element == UInt8 {
             var clean = true
             for byte in source {
                 clean = clean && byte != 0x0D && byte != 0x0A && byte != 0
@@ -45,35 +75,21 @@ struct CurlHeaderList {
             }
             return clean
         }
-        var sawAccept = false
-        for header in headers {
-            let line = text
-            var clean = write(header.name.utf8)
-            if header.value.isEmpty {
-                put(UInt8(ascii: ";"))
-            } else {
-                put(UInt8(ascii: ":"))
-                put(UInt8(ascii: " "))
-                clean = write(header.value.utf8) && clean
-            }
-            guard clean else {
-                text = line
-                continue
-            }
+
+        /// Terminates the line that starts at `line` and links it after the previous one.
+        mutating func endLine(startingAt line: UnsafeMutablePointer<UInt8>) {
             put(0)
-            link(line)
-            if header.name.caseInsensitiveEquals("accept") { sawAccept = true }
+            let data = UnsafeMutableRawPointer(line).assumingMemoryBound(to: CChar.self)
+            (nodes + count).initialize(to: curl_slist(data: data, next: nil))
+            if count > 0 { nodes[count - 1].next = nodes + count }
+            count += 1
         }
-        // Headers curl would add by itself, sent empty so that the request passes through as the client sent it.
-        func suppress(_ name: StaticString) {
+
+        mutating func suppress(_ name: StaticString) {
             let line = text
             _ = name.withUTF8Buffer { write($0) }
-            put(0)
-            link(line)
+            endLine(startingAt: line)
         }
-        suppress("Expect:")
-        if !sawAccept { suppress("Accept:") }
-        first = nodes
     }
 
     /// Frees the nodes and lines; the list must no longer be set on an easy handle in a transfer.

@@ -20,6 +20,10 @@ import Synchronization
 /// touched only on the transport thread (inside `run()` and the curl callbacks it triggers: socket, timer,
 /// open/close-socket, header, write, read and seek, all called from `curl_multi_*` on this thread); other threads use only
 /// `commands` (a locked box), `sleeping` (an atomic) and `submit`'s `write` to the eventfd, which is safe from any thread.
+/// The same confinement is why those properties are `@exclusivity(unchecked)` (the run-time check is ~60
+/// instructions per access, several per request): on one thread, a conflicting access would need a nested one,
+/// and none of their accesses spans a call that could come back to the same property — curl's callbacks run
+/// inside `curl_multi_*` calls, never inside an access to one of these (`CurlTransfer` says the same of its own).
 public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     enum Command {
         case start(CurlTransfer)
@@ -37,17 +41,17 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// An eventfd other threads write to when the transport thread sleeps with commands waiting.
     private let wakeFD: Int32
     /// When curl wants `CURL_SOCKET_TIMEOUT` handled next (monotonic ms), or nil for no timer.
-    private var timerDeadline: Int64?
+    @exclusivity(unchecked) private var timerDeadline: Int64?
     /// Locks in this project are NIO's pthread-based boxes rather than `Synchronization.Mutex`: a contended
     /// `Mutex` on Linux hands ownership over through `FUTEX_LOCK_PI` in the kernel, which ThreadSanitizer cannot
     /// see, so it reported every hand-off through a contended lock as a race and hid the real ones.
     private let commands = NIOLockedValueBox<[Command]>([])
     private let sleeping = Atomic<Bool>(false)
     private let stopped = Atomic<Bool>(false)
-    private var active: [ObjectIdentifier: CurlTransfer] = [:]
-    private var dirty: [CurlTransfer] = []
+    @exclusivity(unchecked) private var active: [ObjectIdentifier: CurlTransfer] = [:]
+    @exclusivity(unchecked) private var dirty: [CurlTransfer] = []
     /// Idle easy handles kept for reuse, with their fixed options (`setFixedOptions`), buffers and DNS/TLS caches.
-    private var idleHandles = IdleHandlePool<UnsafeMutableRawPointer>(capacity: CurlMultiTransport.maxIdleHandles)
+    @exclusivity(unchecked) private var idleHandles = IdleHandlePool<UnsafeMutableRawPointer>(capacity: CurlMultiTransport.maxIdleHandles)
     /// Transfers nobody waits for any more, left to finish (connection reuse) until their deadline (monotonic ms).
     private var abandoned: [(transfer: CurlTransfer, deadline: Int64)] = []
     private static let maxIdleHandles = 256
@@ -56,7 +60,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// Upstream connections curl keeps open for reuse.
     static let maxCachedConnections = 1024
     /// What epoll watches of curl's sockets (transport thread only).
-    private var interest = SocketInterest()
+    @exclusivity(unchecked) private var interest = SocketInterest()
     /// Where connections may go (own listeners, passthrough restrictions); set by the server once it is bound.
     private let destinationGuard = NIOLockedValueBox(DestinationGuard())
     private var thread: Thread?

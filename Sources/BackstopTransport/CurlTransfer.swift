@@ -28,19 +28,24 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         assert(transport.isTransportThread, "\(what) must run on the transport thread")
     }
 
-    // Transport-thread state.
-    var easy: UnsafeMutableRawPointer?
-    var headerList: CurlHeaderList?
-    var bufferedBody: ByteBuffer?
-    var pending: [TransportEvent] = []
-    var isDirty = false
-    var headParser = UpstreamHeadParser()
+    // Transport-thread state. `@exclusivity(unchecked)`: the run-time exclusivity check costs ~60 instructions
+    // per access, and these are touched on every header line and body chunk. It cannot catch anything here:
+    // all of them are read and written on the transport thread only (see above), and no access to one of them
+    // spans a call that could reach the same property again (the mutations are assignments, appends and the
+    // head parser's `consume`, a value type's method that knows nothing of the transfer). Debug builds keep the
+    // attribute's check off as well, so the argument rests on that review, kept short by keeping this list short.
+    @exclusivity(unchecked) var easy: UnsafeMutableRawPointer?
+    @exclusivity(unchecked) var headerList: CurlHeaderList?
+    @exclusivity(unchecked) var bufferedBody: ByteBuffer?
+    @exclusivity(unchecked) var pending: [TransportEvent] = []
+    @exclusivity(unchecked) var isDirty = false
+    @exclusivity(unchecked) var headParser = UpstreamHeadParser()
     var headDelivered: Bool { headParser.finished }
-    var finished = false
+    @exclusivity(unchecked) var finished = false
     var cancelledByUser = false
     /// Why the transfer was stopped from one of its own callbacks (a refused head or destination), reported in
     /// place of the error curl returns for the abort.
-    var refusal: TransportFailure?
+    @exclusivity(unchecked) var refusal: TransportFailure?
     /// The address of the last connection curl opened for this transfer (for failure causes).
     var lastAddress: String?
 
