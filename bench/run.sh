@@ -15,9 +15,12 @@
 #  3. a 64 MiB response streamed through Backstop with curl (fast and rate-limited client): MiB/s, peak RSS.
 #  4. retry storm: bench/flaky_origin.py answers 503 with probability 0.5 and 1.0; the default retry budget (docs/reference/config.md)
 #     (ratio 0.2, min_per_second 10), attempts 4: origin attempts per client request and client success rate.
+#  5. only with TLS_SOAK_MIN=N: a fresh Backstop in front of the h2 TLS origin under wrk -c64 for one minute of
+#     warm-up and N measured minutes; RSS after each minute, and the growth from the first to the last (target:
+#     none beyond 1 MiB). `TLS_SOAK_MIN=10 bash bench/run.sh --quick` is the 10-minute memory run.
 #
 # Env: BACKSTOP_BIN (default .build/release/backstop, built if missing), BENCH_PORT_BASE (18380; uses
-#      BASE..BASE+12), OUT (results folder; default a new /tmp/backstop-bench.* that is kept), ROUNDS, DUR.
+#      BASE..BASE+13), TLS_SOAK_MIN (0), OUT (results folder; default a new /tmp/backstop-bench.* that is kept), ROUNDS, DUR.
 # Needs wrk, nginx, curl (installed with apt-get when missing) and python3. Every process started here is
 # stopped by its PID on exit.
 set -euo pipefail
@@ -28,7 +31,7 @@ for arg in "$@"; do
     --json) JSON=1 ;;
     --quick) QUICK=1 ;;
     --strict) STRICT=1 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,7 +44,8 @@ CONNS="32 256"
 BASE=${BENCH_PORT_BASE:-18380}
 P_ORIGIN=$BASE P_PLAIN=$((BASE + 1)) P_BEARER=$((BASE + 2)) P_IDLE=$((BASE + 3)) P_STREAM=$((BASE + 4))
 P_TLS_H2=$((BASE + 5)) P_TLS_H1=$((BASE + 6)) P_ORIGIN_H2=$((BASE + 7)) P_ORIGIN_H1=$((BASE + 8))
-P_FLAKY=$((BASE + 10)) P_RETRY=$((BASE + 11)) P_RETRY_ADMIN=$((BASE + 12))
+P_FLAKY=$((BASE + 10)) P_RETRY=$((BASE + 11)) P_RETRY_ADMIN=$((BASE + 12)) P_TLS_SOAK=$((BASE + 13))
+TLS_SOAK_MIN=${TLS_SOAK_MIN:-0}
 HOST_HEADER="Host: origin.test"
 BIG_BYTES=$((64 * 1024 * 1024))
 
@@ -356,6 +360,26 @@ for rate in "" 32M; do
   log "stream: HTTP $code, $size bytes, $speed B/s, VmHWM $(status_kb "${PID[backstop-stream]}" VmHWM) KiB"
   stop backstop-stream
 done
+
+# ---------------------------------------------------------------- 5. long TLS run (opt-in)
+if [ "$TLS_SOAK_MIN" -gt 0 ]; then
+  log "5. $TLS_SOAK_MIN minutes (+1 warm-up) at c=64 through a fresh backstop :$P_TLS_SOAK to the h2 TLS origin"
+  sed "s#127.0.0.1:$P_TLS_H2]#127.0.0.1:$P_TLS_SOAK]#" "$OUT/tls-h2.yaml" > "$OUT/tls-soak.yaml"
+  start backstop-tls-soak "$P_TLS_SOAK" "$BACKSTOP" run --config "$OUT/tls-soak.yaml"
+  : > "$OUT/tls-soak.tsv"
+  for minute in $(seq 0 "$TLS_SOAK_MIN"); do
+    out="$OUT/wrk/tls_soak_$minute.txt"
+    args=(wrk -t1 -c64 -d60s -H "$HOST_HEADER" "http://127.0.0.1:$P_TLS_SOAK/")
+    [ "$minute" = 0 ] && note_cmd "${args[@]}"
+    "${args[@]}" > "$out" 2>&1 || true
+    kill -0 "${PID[backstop-tls-soak]}" 2>/dev/null || die "backstop exited during the long TLS run"
+    rss=$(status_kb "${PID[backstop-tls-soak]}" VmRSS)
+    printf '%s\t%s\t%s\t%s\n' "$minute" "$rss" "$(sed -n 's/^Requests\/sec: *//p' "$out")" \
+      "$(awk '/Non-2xx|Socket errors/' "$out" | tr -s ' ' | tr '\n' ';')" >> "$OUT/tls-soak.tsv"
+    log "tls soak minute $minute: RSS $rss KiB, $(sed -n 's/^Requests\/sec: *//p' "$out") req/s"
+  done
+  stop backstop-tls-soak
+fi
 stop origin
 
 # ---------------------------------------------------------------- 4. retry storm
@@ -398,6 +422,18 @@ import json, sys
 m = json.load(open(sys.argv[1])); m["loadavg_after"] = sys.argv[2]; json.dump(m, open(sys.argv[1], "w"))
 EOF
 if [ "$JSON" = 1 ]; then "${REPORT[@]}" summary "$OUT" --json; else "${REPORT[@]}" summary "$OUT"; fi
+if [ "$TLS_SOAK_MIN" -gt 0 ] && [ "$JSON" != 1 ]; then
+  echo
+  echo "### Long TLS run: RSS after each minute at c=64 (minute 0 is the warm-up)"
+  echo
+  echo "| minute | RSS KiB | req/s | errors |"
+  echo "|---:|---:|---:|---|"
+  awk -F'\t' '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, ($4 == "" ? "none" : $4)}' "$OUT/tls-soak.tsv"
+  awk -F'\t' 'NR == 2 {first = $2} {last = $2} END {
+    growth = last - first
+    printf "\nRSS growth from minute 1 to minute %d: %+d KiB (target: at most 1024) — %s\n", NR - 1, growth,
+      (growth <= 1024 ? "met" : "MISSED") }' "$OUT/tls-soak.tsv"
+fi
 log "done; configs and raw outputs: $OUT"
 if [ "$STRICT" = 1 ]; then
   failed=$("${REPORT[@]}" summary "$OUT" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["targets_failed"])')

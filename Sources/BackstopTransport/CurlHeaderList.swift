@@ -23,13 +23,13 @@ struct CurlHeaderList {
         var sawAccept = false
         for header in headers {
             let line = writer.text
-            var clean = writer.write(header.name.utf8)
+            var clean = writer.write(header.name)
             if header.value.isEmpty {
                 writer.put(UInt8(ascii: ";"))
             } else {
                 writer.put(UInt8(ascii: ":"))
                 writer.put(UInt8(ascii: " "))
-                clean = writer.write(header.value.utf8) && clean
+                clean = writer.write(header.value) && clean
             }
             guard clean else {
                 writer.text = line
@@ -66,14 +66,19 @@ struct CurlHeaderList {
             text += 1
         }
 
-        /// Copies `source`; false when it holds a byte that would split the line or cut it short.
-        mutating func write<S: Sequence>(_ source: S) -> Bool where S.Element == UInt8 {
-            var clean = true
-            for byte in source {
-                clean = clean && byte != 0x0D && byte != 0x0A && byte != 0
-                put(byte)
-            }
-            return clean
+        /// Copies `string`'s UTF-8; false when it holds a byte that would split the line or cut it short.
+        mutating func write(_ string: String) -> Bool {
+            var string = string
+            // Native strings are contiguous UTF-8 already: one copy and one scan instead of the UTF8View iterator.
+            return string.withUTF8 { write($0) }
+        }
+
+        mutating func write(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+            guard let source = bytes.baseAddress, !bytes.isEmpty else { return true }
+            text.update(from: source, count: bytes.count)
+            text += bytes.count
+            for byte in bytes where byte == 0x0D || byte == 0x0A || byte == 0 { return false }
+            return true
         }
 
         /// Terminates the line that starts at `line` and links it after the previous one.

@@ -524,7 +524,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         var sendsBody = true
         switch request.body {
         case .empty:
-            sendsBody = !Self.methodsWithoutImplicitBody.contains(method)
+            sendsBody = !Self.hasNoImplicitBody(method)
         case .buffered, .streaming:
             sendsBody = true
         }
@@ -559,8 +559,14 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         try easy.set(CURLOPT_HTTPHEADER, list: list.first)
     }
 
-    /// Methods that carry no body unless the client sent one.
-    static let methodsWithoutImplicitBody: Set<String> = ["GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT"]
+    /// Methods that carry no body unless the client sent one. A switch rather than a `Set`: comparing a short
+    /// string a few times is cheaper than hashing it, and this runs for every request.
+    static func hasNoImplicitBody(_ method: String) -> Bool {
+        switch method {
+        case "GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT": true
+        default: false
+        }
+    }
 }
 
 // The callbacks below borrow the object behind their context pointer (`_withUnsafeGuaranteedRef`: no retain and

@@ -21,6 +21,8 @@ public final class RetryPolicy: Sendable, Equatable {
     public let config: RetryConfig
     public let timeouts: Timeouts
     public let backoff: Backoff
+    /// `config.methods` as a list: a request's method is compared with a few short strings instead of being hashed.
+    private let repeatableMethods: [String]
 
     public static func == (lhs: RetryPolicy, rhs: RetryPolicy) -> Bool {
         lhs.config == rhs.config && lhs.timeouts == rhs.timeouts && lhs.backoff == rhs.backoff
@@ -30,22 +32,24 @@ public final class RetryPolicy: Sendable, Equatable {
         self.config = config
         self.timeouts = timeouts
         self.backoff = Backoff(config.backoff)
+        self.repeatableMethods = Array(config.methods)
     }
 
+    /// Whether the request may reach the upstream twice: its method is in `retry.methods`, or it carries the
+    /// `retry_non_idempotent_with_key` header. The transport uses it too, to keep libcurl from silently resending
+    /// a request it sent on a connection that then died.
+    public func mayRepeat(_ request: RetryRequestInfo) -> Bool {
+        repeatableMethods.contains(request.method)
+            || (request.hasIdempotencyKey && config.retryNonIdempotentWithKey != nil)
+    }
+
+    /// Whether and when to try again after `outcome`.
     /// - Parameters:
     ///   - attempt: the attempt that just ended (1-based); it is also the number of the retry being considered.
     ///   - elapsed: time since the request started (monotonic).
     ///   - previousDelay: the wait chosen before this attempt, nil before the first retry (decorrelated backoff).
     ///   - nowWall: wall-clock seconds since the Unix epoch, for HTTP-date and epoch hints.
     ///   - now: monotonic clock reading for the budget buckets.
-    /// Whether the request may reach the upstream twice: its method is in `retry.methods`, or it carries the
-    /// `retry_non_idempotent_with_key` header. The transport uses it too, to keep libcurl from silently resending
-    /// a request it sent on a connection that then died.
-    public func mayRepeat(_ request: RetryRequestInfo) -> Bool {
-        config.methods.contains(request.method)
-            || (request.hasIdempotencyKey && config.retryNonIdempotentWithKey != nil)
-    }
-
     public func decide(
         attempt: Int, outcome: AttemptOutcome, request: RetryRequestInfo, elapsed: Duration,
         previousDelay: Duration?, nowWall: Double, now: Duration, budget: inout RetryBudget,
