@@ -409,7 +409,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         case .ready(let handle)?:
             reused = handle
         case .needsReset(let handle)?:
-            // Configured for another CA file or with verification off: there is no default to set back.
+            // Configured for another CA file, with verification off or pinned to HTTP/1.1: reset to the fixed options.
             let easy = CurlEasy(handle)
             easy.reset()
             do throws(CurlSetupError) {
@@ -519,6 +519,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             try easy.set(CURLOPT_SSL_VERIFYPEER, 0)
             try easy.set(CURLOPT_SSL_VERIFYHOST, 0)
         }
+        if !request.tls.http2 { try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)) }
 
         let method = request.method
         var sendsBody = true

@@ -39,17 +39,20 @@ public struct TransportRequest: Sendable {
 public struct TransportTLSOptions: Sendable, Hashable {
     public var caFile: String?
     public var insecureSkipVerify: Bool
-    public init(caFile: String? = nil, insecureSkipVerify: Bool = false) {
+    /// HTTP/2 offered by ALPN (curl's `CURL_HTTP_VERSION_2TLS`); false offers HTTP/1.1 only.
+    public var http2: Bool
+    public init(caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true) {
         self.caFile = caFile
         self.insecureSkipVerify = insecureSkipVerify
+        self.http2 = http2
     }
 
-    /// No CA file and verification on: what an idle handle has without any TLS option set.
-    var isDefault: Bool { caFile == nil && !insecureSkipVerify }
+    /// No CA file, verification on and HTTP/2 offered: what an idle handle has with only its fixed options set.
+    var isDefault: Bool { caFile == nil && !insecureSkipVerify && http2 }
 
     /// An upstream's `tls` section.
     public init(_ tls: TLSConfig) {
-        self.init(caFile: tls.caFile, insecureSkipVerify: tls.insecureSkipVerify)
+        self.init(caFile: tls.caFile, insecureSkipVerify: tls.insecureSkipVerify, http2: tls.http2)
     }
 
     /// A token endpoint's `auth.tls` section: verification is always on.

@@ -46,4 +46,45 @@ struct TLSUpstreamTests {
         await proxy.stop()
         try await origin.shutdown()
     }
+
+    @Test("tls.http2: false offers HTTP/1.1 only; by default h2 is offered and taken when the upstream accepts it")
+    func http2Offer() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let certificates = try TestCertificates.generate(in: directory)
+        // Accepts h2 by ALPN but speaks HTTP/1.1 only: a client that offers h2 gets it and then fails.
+        let identity = TestTLSIdentity(
+            certificatePath: certificates.serverIdentity.certificatePath, keyPath: certificates.serverIdentity.keyPath,
+            applicationProtocols: ["h2", "http/1.1"])
+        // One origin each: curl shares connections between upstreams with the same host and port, and a request
+        // that offers h2 may ride an HTTP/1.1 connection another one opened.
+        let pinnedOrigin = try await TestOrigin.start(tls: identity) { request in .text(200, "h1 \(request.uri)") }
+        let offeredOrigin = try await TestOrigin.start(tls: identity) { request in .text(200, "h1 \(request.uri)") }
+        let proxy = try await ProxyHarness.start("""
+            upstreams:
+              - name: pinned
+                match: {hosts: [pinned.test]}
+                url: https://localhost:\(pinnedOrigin.port)
+                tls: {ca_file: \(certificates.caCertPath), http2: false}
+              - name: offered
+                match: {hosts: [offered.test]}
+                url: https://localhost:\(offeredOrigin.port)
+                retry: {attempts: 1}
+                tls: {ca_file: \(certificates.caCertPath)}
+            """)
+        // Alternating on reused easy handles: the HTTP/1.1 pin must neither leak to nor be lost between requests.
+        for round in 1...2 {
+            let pinned = try await proxy.get("http://pinned.test/p\(round)", host: "pinned.test")
+            #expect(pinned.status == 200)
+            #expect(pinned.bodyString == "h1 /p\(round)")
+            let offered = try await proxy.get("http://offered.test/o\(round)", host: "offered.test")
+            #expect(offered.status == 502)
+        }
+        #expect(pinnedOrigin.requests.map(\.uri) == ["/p1", "/p2"])
+        // Whatever the origin made of the h2 preface, no request reached it as HTTP/1.1.
+        #expect(offeredOrigin.requests.map(\.uri).filter { $0.hasPrefix("/") }.isEmpty)
+        await proxy.stop()
+        try await pinnedOrigin.shutdown()
+        try await offeredOrigin.shutdown()
+    }
 }

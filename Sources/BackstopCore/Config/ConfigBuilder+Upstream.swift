@@ -135,13 +135,14 @@ extension ConfigBuilder {
 
     mutating func tls(_ node: Node, _ label: String) -> TLSConfig {
         var config = TLSConfig()
-        guard let map = reader.mapping(node, "\(label): tls", allowed: ["ca_file", "insecure_skip_verify"]) else {
+        guard let map = reader.mapping(node, "\(label): tls", allowed: ["ca_file", "insecure_skip_verify", "http2"]) else {
             return config
         }
         if let n = map["ca_file"], let v = reader.string(n, "\(label): tls.ca_file") { config.caFile = resolve(v) }
         if let n = map["insecure_skip_verify"], let v = reader.bool(n, "\(label): tls.insecure_skip_verify") {
             config.insecureSkipVerify = v
         }
+        if let n = map["http2"], let v = reader.bool(n, "\(label): tls.http2") { config.http2 = v }
         return config
     }
 

@@ -294,9 +294,12 @@ public struct TLSConfig: Sendable, Equatable {
     /// Absolute path of a CA bundle; nil means the system default.
     public var caFile: String?
     public var insecureSkipVerify: Bool
-    public init(caFile: String? = nil, insecureSkipVerify: Bool = false) {
+    /// Offer HTTP/2 by ALPN (`tls.http2`); false pins the upstream connections to HTTP/1.1.
+    public var http2: Bool
+    public init(caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true) {
         self.caFile = caFile
         self.insecureSkipVerify = insecureSkipVerify
+        self.http2 = http2
     }
 }
 

@@ -140,6 +140,7 @@ struct ConfigErrorPositionTests {
 
     @Test("tls and timeouts", arguments: [
         ErrorCase(U("tls: {insecure_skip_verify: maybe}"), at: "maybe", "true or false"),
+        ErrorCase(U("tls: {http2: h2}"), at: "h2}", "true or false"),
         ErrorCase(U("tls: {ca: x}"), at: "ca:", "unknown key 'ca'"),
         ErrorCase(U("timeouts: {connect: 0s}"), at: "0s", "above 0"),
         ErrorCase(U("timeouts: {connect: fast}"), at: "fast", "not a duration"),
