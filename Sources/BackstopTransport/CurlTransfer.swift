@@ -28,12 +28,12 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         assert(transport.isTransportThread, "\(what) must run on the transport thread")
     }
 
-    // Transport-thread state. `@exclusivity(unchecked)`: the run-time exclusivity check costs ~60 instructions
-    // per access, and these are touched on every header line and body chunk. It cannot catch anything here:
-    // all of them are read and written on the transport thread only (see above), and no access to one of them
-    // spans a call that could reach the same property again (the mutations are assignments, appends and the
-    // head parser's `consume`, a value type's method that knows nothing of the transfer). Debug builds keep the
-    // attribute's check off as well, so the argument rests on that review, kept short by keeping this list short.
+    // Transport-thread state, `@exclusivity(unchecked)`: the run-time exclusivity check costs ~60 instructions per
+    // access, and these are touched on every header line and body chunk. A conflict needs two overlapping accesses:
+    // all of these happen on the transport thread only (see above), and none spans a call that could reach the same
+    // property again (the mutations are assignments, appends and the head parser's `consume`, a value type's method
+    // that knows nothing of the transfer). The attribute turns the check off in debug builds too, so this holds by
+    // review: keep the list short and the accesses simple.
     @exclusivity(unchecked) var easy: UnsafeMutableRawPointer?
     @exclusivity(unchecked) var headerList: CurlHeaderList?
     @exclusivity(unchecked) var bufferedBody: ByteBuffer?
