@@ -114,14 +114,9 @@ done
 
 # The run's CA and the origin's certificate (ECDSA P-256) for localhost, api.test and 127.0.0.1: Backstop and
 # mitmproxy reach the origin as https://localhost:ORIGIN, Squid as https://api.test (127.0.0.1:443).
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=intercept bench origin CA" \
-  -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-  -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost,DNS:api.test,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$WORK/origin.ext"
-openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial -days 2 \
-  -extfile "$WORK/origin.ext" -out "$WORK/origin.pem" 2>/dev/null
-chmod 644 "$WORK/ca.pem" "$WORK/origin.pem" "$WORK/origin.key"
+source scripts/lib/origin-cert.sh
+make_origin_cert "$WORK" DNS:localhost,DNS:api.test,IP:127.0.0.1 localhost \
+  || { echo "intercept.sh: openssl cannot make the origin certificate" >&2; exit 1; }
 CLIENT_CA[direct]=$WORK/ca.pem
 
 # The origin: 1-worker nginx, TLS (HTTP/1.1 only, so every proxy speaks HTTP/1.1 upstream), keep-alive, a 100-byte

@@ -69,14 +69,9 @@ SCHEME=http; CA=""; ALPN="http/1.1"; LISTEN_EXTRA=""
 if [ "$TLS" = 1 ]; then
   SCHEME=https; CA=$WORK/ca.pem
   # A CA for this run and an origin certificate for origin.test and 127.0.0.1 (ECDSA P-256).
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=peers bench CA" \
-    -keyout "$WORK/ca.key" -out "$CA" 2>/dev/null
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=origin.test" \
-    -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
-  printf 'subjectAltName=DNS:origin.test,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$WORK/ext"
-  openssl x509 -req -in "$WORK/origin.csr" -CA "$CA" -CAkey "$WORK/ca.key" -CAcreateserial -days 2 \
-    -extfile "$WORK/ext" -out "$WORK/origin.pem" 2>/dev/null
-  chmod 644 "$WORK"/*.pem "$WORK"/*.key
+  source scripts/lib/origin-cert.sh
+  make_origin_cert "$WORK" DNS:origin.test,IP:127.0.0.1 origin.test \
+    || { echo "peers.sh: openssl cannot make the origin certificate" >&2; exit 2; }
   LISTEN_EXTRA="ssl"
   if [ "$H2" = 1 ]; then LISTEN_EXTRA="ssl http2"; ALPN="h2,http/1.1"; fi
 fi

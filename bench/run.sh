@@ -214,13 +214,8 @@ printf 'tok' | "$BACKSTOP" keychain set bench/token --config "$OUT/bearer.yaml" 
 
 # The TLS origin's CA and certificate (127.0.0.1), made for this run.
 mkdir -p "$OUT/origin"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=bench CA" \
-  -keyout "$OUT/origin/ca.key" -out "$OUT/origin/ca.pem" 2>/dev/null || die "openssl: cannot make the CA"
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
-  -keyout "$OUT/origin/origin.key" -out "$OUT/origin/origin.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$OUT/origin/ext"
-openssl x509 -req -in "$OUT/origin/origin.csr" -CA "$OUT/origin/ca.pem" -CAkey "$OUT/origin/ca.key" -CAcreateserial \
-  -days 2 -extfile "$OUT/origin/ext" -out "$OUT/origin/origin.pem" 2>/dev/null || die "openssl: cannot sign"
+source "$BENCH/../scripts/lib/origin-cert.sh"
+make_origin_cert "$OUT/origin" IP:127.0.0.1 || die "openssl cannot make the origin certificate"
 for variant in h2 h1; do
   port=$P_TLS_H2 origin=$P_ORIGIN_H2
   [ $variant = h1 ] && port=$P_TLS_H1 origin=$P_ORIGIN_H1

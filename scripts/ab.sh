@@ -22,13 +22,8 @@ mkdir -p "$WORK/origin"
 SCHEME=http; LISTEN_FLAGS=""; TLS_DIRECTIVES=""; UPSTREAM_TLS=""
 if [ "${AB_TLS:-0}" = 1 ]; then
   command -v openssl >/dev/null || { echo "ab.sh: openssl not found" >&2; exit 2; }
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=ab CA" \
-    -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
-    -keyout "$WORK/origin.key" -out "$WORK/origin.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$WORK/ext"
-  openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial -days 2 \
-    -extfile "$WORK/ext" -out "$WORK/origin.pem" 2>/dev/null
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/origin-cert.sh"
+  make_origin_cert "$WORK" IP:127.0.0.1 || { echo "ab.sh: openssl cannot make the origin certificate" >&2; exit 2; }
   SCHEME=https
   LISTEN_FLAGS="ssl http2"  # h2 offered by ALPN, as most TLS APIs do
   [ "${AB_H1:-0}" = 1 ] && LISTEN_FLAGS="ssl"
