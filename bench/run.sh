@@ -228,7 +228,6 @@ for f in plain bearer tls-h2 tls-h1; do
     || { cat "$OUT/check-$f.log" >&2; die "backstop check $f.yaml failed"; }
 done
 
-mkdir -p "$OUT/origin"
 head -c "$BIG_BYTES" /dev/zero > "$OUT/big.bin"
 sed -e "s#@LISTEN@#$P_ORIGIN#g" -e "s#@TLS_H2@#$P_ORIGIN_H2#g" -e "s#@TLS_H1@#$P_ORIGIN_H1#g" \
   -e "s#@RUNDIR@#$OUT/origin#g" -e "s#@BIGFILE@#$OUT/big.bin#g" \

@@ -18,34 +18,10 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 ORIGIN=$BASE PROXY=$((BASE + 1))
-mkdir -p "$WORK/origin"
-SCHEME=http; LISTEN_FLAGS=""; TLS_DIRECTIVES=""; UPSTREAM_TLS=""
-if [ "${AB_TLS:-0}" = 1 ]; then
-  command -v openssl >/dev/null || { echo "ab.sh: openssl not found" >&2; exit 2; }
-  source "$(dirname "${BASH_SOURCE[0]}")/lib/origin-cert.sh"
-  make_origin_cert "$WORK" IP:127.0.0.1 || { echo "ab.sh: openssl cannot make the origin certificate" >&2; exit 2; }
-  SCHEME=https
-  LISTEN_FLAGS="ssl http2"  # h2 offered by ALPN, as most TLS APIs do
-  [ "${AB_H1:-0}" = 1 ] && LISTEN_FLAGS="ssl"
-  TLS_DIRECTIVES="ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key; ssl_session_cache shared:SSL:10m;"
-  UPSTREAM_TLS=", tls: {ca_file: \"$WORK/ca.pem\"}"
-fi
-cat > "$WORK/origin/nginx.conf" <<CONF
-worker_processes 1; daemon off; pid $WORK/origin/nginx.pid; error_log $WORK/origin/error.log warn;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 1000000;
-  client_body_temp_path $WORK/origin/b; proxy_temp_path $WORK/origin/p; fastcgi_temp_path $WORK/origin/f;
-  uwsgi_temp_path $WORK/origin/u; scgi_temp_path $WORK/origin/s;
-  server { listen 127.0.0.1:$ORIGIN $LISTEN_FLAGS backlog=4096; $TLS_DIRECTIVES
-    location / { default_type text/plain; return 200 "ab origin 100B body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
-CONF
-nginx -c "$WORK/origin/nginx.conf" -p "$WORK/origin" & PIDS+=($!)
-cat > "$WORK/proxy.yaml" <<CONF
-version: 1
-listen: [127.0.0.1:$PROXY]
-log: {level: warning, access_log: false}
-upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$SCHEME://127.0.0.1:$ORIGIN", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$UPSTREAM_TLS}]
-CONF
+source "$(dirname "${BASH_SOURCE[0]}")/lib/ab-origin.sh"
+start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${AB_TLS:-0}" "${AB_H1:-0}" \
+  || { echo "ab.sh: openssl cannot make the origin certificate" >&2; exit 2; }
+PIDS+=("$ORIGIN_PID")
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 wait_port $ORIGIN

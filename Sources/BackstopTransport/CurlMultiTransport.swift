@@ -404,24 +404,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     private func begin(_ transfer: CurlTransfer) {
         assertOnTransportThread()
-        var reused: UnsafeMutableRawPointer?
-        switch idleHandles.take(for: transfer.request.tls) {
-        case .ready(let handle)?:
-            reused = handle
-        case .needsReset(let handle)?:
-            // Configured for another CA file, with verification off or pinned to HTTP/1.1: reset to the fixed options.
-            let easy = CurlEasy(handle)
-            easy.reset()
-            do throws(CurlSetupError) {
-                try setFixedOptions(easy)
-                reused = handle
-            } catch {
-                easy.cleanup()
-            }
-        case nil:
-            break
-        }
-        guard let easy = reused ?? makeHandle() else {
+        guard let easy = takeIdleHandle(for: transfer.request.tls) ?? CurlEasy.make().flatMap(withFixedOptions) else {
             transfer.emit(.failure(.connectFailure(detail: "curl cannot create a transfer handle")))
             transfer.finished = true
             return
@@ -464,16 +447,30 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         transfer.emit(event)
     }
 
-    /// A new easy handle with the options every transfer shares.
-    private func makeHandle() -> UnsafeMutableRawPointer? {
-        guard let handle = CurlEasy.make() else { return nil }
-        do throws(CurlSetupError) {
-            try setFixedOptions(handle)
-        } catch {
-            handle.cleanup()
+    /// An idle handle for a request with `options`, or nil when none is idle. One configured for other options (another
+    /// CA file, verification off, pinned to HTTP/1.1) is reset to the fixed options first.
+    private func takeIdleHandle(for options: TransportTLSOptions) -> UnsafeMutableRawPointer? {
+        switch idleHandles.take(for: options) {
+        case .ready(let handle)?:
+            return handle
+        case .needsReset(let handle)?:
+            let easy = CurlEasy(handle)
+            easy.reset()
+            return withFixedOptions(easy)
+        case nil:
             return nil
         }
-        return handle.raw
+    }
+
+    /// `easy` with the options every transfer shares, or nil (and `easy` freed) when curl refuses one.
+    private func withFixedOptions(_ easy: CurlEasy) -> UnsafeMutableRawPointer? {
+        do throws(CurlSetupError) {
+            try setFixedOptions(easy)
+            return easy.raw
+        } catch {
+            easy.cleanup()
+            return nil
+        }
     }
 
     /// Options that are the same for every transfer. Idle handles keep them (no `curl_easy_reset` between

@@ -57,10 +57,11 @@ final class KeychainTokenStore: TokenStore {
     ) async throws(TokenStoreError) -> (result: Result, writeFailure: TokenStoreError?) {
         let started = ContinuousClock.now
         var locked: ContinuousClock.Instant?
-        var wrote = false
+        // The refresh step ran and whatever it decided to store is on disk: what the metric counts as ok.
+        var completed = false
         defer {
             if let locked { metrics.recordLockWait(store: "keychain", seconds: locked - started) }
-            metrics.record(store: "keychain", operation: "refresh", ok: wrote, seconds: ContinuousClock.now - started)
+            metrics.record(store: "keychain", operation: "refresh", ok: completed, seconds: ContinuousClock.now - started)
         }
         do {
             return try await keychain.withExclusiveLock { session in
@@ -68,7 +69,7 @@ final class KeychainTokenStore: TokenStore {
                 let entries = session.entries
                 let decision = await decide(tokens(in: entries))
                 guard let new = decision.store else {
-                    wrote = true
+                    completed = true
                     return (decision.result, nil)
                 }
                 do throws(KeychainError) {
@@ -81,7 +82,7 @@ final class KeychainTokenStore: TokenStore {
                 } catch {
                     return (decision.result, TokenStoreError.writeFailed(error.description))
                 }
-                wrote = true
+                completed = true
                 return (decision.result, nil)
             }
         } catch let error as KeychainError {

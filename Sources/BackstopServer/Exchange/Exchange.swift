@@ -46,24 +46,16 @@ final class Exchange {
         self.record = record
     }
 
-    /// The clock reading of the client event being handled, given by the connection, so the steps of one event
-    /// (start, credential, first attempt) share it instead of reading the clock each.
-    private var eventTime: Duration?
+    var now: Duration { environment.clock.monotonic() }
 
-    var now: Duration { eventTime ?? environment.clock.monotonic() }
-
-    // MARK: events from the client side
+    // MARK: events from the client side (`now`: the connection's clock reading for the part)
 
     func start(now: Duration) {
         environment.requestStarted()
-        eventTime = now
         perform(machine.start(now: now))
-        eventTime = nil
     }
 
     func receiveBody(_ chunk: ByteBuffer, now: Duration) {
-        eventTime = now
-        defer { eventTime = nil }
         let action = machine.bodyReceived(count: chunk.readableBytes, now: now)
         switch action {
         case .storeBody:
@@ -76,11 +68,7 @@ final class Exchange {
         }
     }
 
-    func receiveEnd(now: Duration) {
-        eventTime = now
-        perform(machine.bodyEnded(now: now))
-        eventTime = nil
-    }
+    func receiveEnd(now: Duration) { perform(machine.bodyEnded(now: now)) }
 
     /// The client disconnected: cancel everything, including pending retries.
     func clientGone() { perform(machine.clientGone()) }

@@ -1,0 +1,36 @@
+# Sourced by scripts/ab.sh and scripts/instructions.sh: the one origin and proxy config both measure against.
+#
+# start_ab_origin WORK ORIGIN_PORT PROXY_PORT TLS H1
+#   Starts a 1-worker nginx origin on 127.0.0.1:ORIGIN_PORT answering a 100-byte body (TLS=1: HTTPS with a CA made
+#   for the run, offering h2 and HTTP/1.1 by ALPN, or HTTP/1.1 only with H1=1) and writes WORK/proxy.yaml: Backstop
+#   on PROXY_PORT forwarding to it, retrying as the benchmarks do. Sets ORIGIN_PID. Returns 1 when openssl fails.
+start_ab_origin() {
+  local work=$1 origin=$2 proxy=$3 tls=$4 h1=$5
+  local scheme=http listen_flags="" tls_directives="" upstream_tls=""
+  mkdir -p "$work/origin"
+  if [ "$tls" = 1 ]; then
+    source "$(dirname "${BASH_SOURCE[0]}")/origin-cert.sh"
+    make_origin_cert "$work" IP:127.0.0.1 || return 1
+    scheme=https
+    listen_flags="ssl http2"  # h2 offered by ALPN, as most TLS APIs do
+    [ "$h1" = 1 ] && listen_flags="ssl"
+    tls_directives="ssl_certificate $work/origin.pem; ssl_certificate_key $work/origin.key; ssl_session_cache shared:SSL:10m;"
+    upstream_tls=", tls: {ca_file: \"$work/ca.pem\"}"
+  fi
+  cat > "$work/origin/nginx.conf" <<CONF
+worker_processes 1; daemon off; pid $work/origin/nginx.pid; error_log $work/origin/error.log warn;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000;
+  client_body_temp_path $work/origin/b; proxy_temp_path $work/origin/p; fastcgi_temp_path $work/origin/f;
+  uwsgi_temp_path $work/origin/u; scgi_temp_path $work/origin/s;
+  server { listen 127.0.0.1:$origin $listen_flags backlog=4096; $tls_directives
+    location / { default_type text/plain; return 200 "ab origin 100B body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
+CONF
+  nginx -c "$work/origin/nginx.conf" -p "$work/origin" & ORIGIN_PID=$!
+  cat > "$work/proxy.yaml" <<CONF
+version: 1
+listen: [127.0.0.1:$proxy]
+log: {level: warning, access_log: false}
+upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$scheme://127.0.0.1:$origin", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$upstream_tls}]
+CONF
+}
