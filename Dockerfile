@@ -16,8 +16,9 @@ WORKDIR /src
 COPY Package.swift Package.resolve[d] ./
 COPY Sources ./Sources
 COPY Tests ./Tests
-RUN swift build -c release --static-swift-stdlib --product backstop \
-    && install -D -m 0755 "$(swift build -c release --show-bin-path)/backstop" /out/backstop
+COPY scripts/build-release.sh ./scripts/
+RUN bash scripts/build-release.sh --product backstop \
+    && install -D -m 0755 "$(bash scripts/build-release.sh --show-bin-path)/backstop" /out/backstop
 
 FROM debian:bookworm-slim
 # Exactly what the binary links dynamically besides glibc (checked by scripts/check-runtime-deps.sh).

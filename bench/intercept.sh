@@ -16,7 +16,7 @@
 #   env: BACKSTOP_BIN (default .build/release/backstop), LOAD_BIN (default .build/release/backstop-load),
 #        INTERCEPT_PORT_BASE (default 18900; uses BASE..BASE+3), MITMDUMP (default: mitmdump on PATH)
 #
-# Needs nginx, openssl, curl and the two release binaries (swift build -c release --static-swift-stdlib --product
+# Needs nginx, openssl, curl and the two release binaries (bash scripts/build-release.sh --product
 # backstop, and --product backstop-load). mitmproxy (pip install mitmproxy) and Squid with OpenSSL (apt-get install
 # squid-openssl) are skipped with a note when missing. Nothing outside a temporary directory is written; every
 # process started here is stopped at exit. docs/performance.md explains the figures.
@@ -40,14 +40,14 @@ for tool in nginx openssl curl python3; do
 done
 BIN=$(readlink -f "${BACKSTOP_BIN:-.build/release/backstop}" 2>/dev/null || true)
 LOAD=$(readlink -f "${LOAD_BIN:-.build/release/backstop-load}" 2>/dev/null || true)
-[ -x "$LOAD" ] || { echo "intercept.sh: no load client at ${LOAD_BIN:-.build/release/backstop-load} (swift build -c release --static-swift-stdlib --product backstop-load)" >&2; exit 2; }
+[ -x "$LOAD" ] || { echo "intercept.sh: no load client at ${LOAD_BIN:-.build/release/backstop-load} (bash scripts/build-release.sh --product backstop-load)" >&2; exit 2; }
 MITMDUMP=${MITMDUMP:-$(command -v mitmdump || true)}
 SQUID=$(command -v squid || true)
 CERTGEN=/usr/lib/squid/security_file_certgen
 available=()
 for t in $TARGETS; do
   case $t in
-    backstop) [ -x "$BIN" ] || { echo "intercept.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (swift build -c release --static-swift-stdlib --product backstop)" >&2; continue; } ;;
+    backstop) [ -x "$BIN" ] || { echo "intercept.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (bash scripts/build-release.sh --product backstop)" >&2; continue; } ;;
     mitmproxy) [ -n "$MITMDUMP" ] && [ -x "$MITMDUMP" ] || { echo "intercept.sh: skipping mitmproxy (pip install mitmproxy)" >&2; continue; } ;;
     squid)
       # ssl_bump needs a Squid built with OpenSSL and its certificate generator (Debian: squid-openssl).

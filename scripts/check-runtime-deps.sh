@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=${1:-.build/release/backstop}
-[ -x "$binary" ] || { echo "no binary at $binary (swift build -c release --product backstop)" >&2; exit 2; }
+[ -x "$binary" ] || { echo "no binary at $binary (bash scripts/build-release.sh --product backstop)" >&2; exit 2; }
 
 installed=$(awk '/^FROM debian/{runtime=1} runtime && /apt-get install/{for(i=1;i<=NF;i++) if ($i !~ /^-/ && $i != "apt-get" && $i != "install" && $i != "&&" && $i != "\\") print $i}' Dockerfile | sort -u)
 glibc="libc6"
@@ -44,7 +44,7 @@ for pkg in $installed; do
 done
 echo
 echo "Swift runtime (/opt/swift/...): this local build links it dynamically; the Docker build links it into the"
-echo "binary (swift build --static-swift-stdlib), so the runtime image needs none of it."
+echo "binary (scripts/build-release.sh: --static-swift-stdlib), so the runtime image needs none of it."
 echo "base image: glibc, libstdc++6 and libgcc-s1 are already in debian:bookworm-slim."
 echo "runtime stage installs: $(echo $installed)"
 if [ "$missing" -ne 0 ]; then

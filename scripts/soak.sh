@@ -5,22 +5,22 @@
 #
 #   bash scripts/soak.sh                     # 5 minutes, 64 clients, debug build
 #   bash scripts/soak.sh --duration 30       # the CI-sized run
-#   bash scripts/soak.sh --release           # against a release build (--static-swift-stdlib)
+#   bash scripts/soak.sh --release           # against the release build (scripts/build-release.sh)
 #
 # Other arguments go to backstop-soak: --seed N, --concurrency N, --json. Exits 1 when a check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-flags=()
+build=(swift build)
 args=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --release) flags=(-c release --static-swift-stdlib) ;;
+    --release) build=(bash scripts/build-release.sh) ;;
     *) args+=("$1") ;;
   esac
   shift
 done
-swift build "${flags[@]}" --product backstop >&2
-swift build "${flags[@]}" --product backstop-soak >&2
-bin=$(swift build "${flags[@]}" --show-bin-path)
+"${build[@]}" --product backstop >&2
+"${build[@]}" --product backstop-soak >&2
+bin=$("${build[@]}" --show-bin-path)
 ulimit -n 8192 2>/dev/null || true
 exec "$bin/backstop-soak" --binary "$bin/backstop" --assert "${args[@]}"

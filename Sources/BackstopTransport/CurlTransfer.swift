@@ -94,6 +94,8 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
             last.writeBuffer(&incoming)
             pending.append(.body(last))
         } else {
+            // A batch is usually head, body and end: room for them at once rather than growing 1 → 2 → 4.
+            if pending.isEmpty { pending.reserveCapacity(4) }
             pending.append(event)
         }
         if !isDirty {

@@ -103,6 +103,8 @@ extension String {
     /// ASCII case-insensitive comparison (header names are ASCII).
     @inlinable
     public func caseInsensitiveEquals(_ other: String) -> Bool {
+        // O(1) for native strings, and most names compared differ in length.
+        guard utf8.count == other.utf8.count else { return false }
         var a = self.utf8.makeIterator()
         var b = other.utf8.makeIterator()
         while true {

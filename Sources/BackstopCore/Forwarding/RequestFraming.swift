@@ -10,17 +10,44 @@ public struct RequestFraming: Sendable, Equatable {
     public var chunked: Bool
     public var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
 
+    /// Only the scan over the fields is inlined into the caller, so it is specialized for the caller's header
+    /// collection (`HTTPHeaders`) instead of iterating through protocol witnesses for every request.
+    @inlinable
     public init?<Fields: Sequence>(_ fields: Fields) where Fields.Element == (name: String, value: String) {
+        var lengthFields: [String] = []
+        var codingFields: [String] = []
+        for (name, value) in fields {
+            switch name.utf8.count {
+            case 14 where name.caseInsensitiveEquals("content-length"): lengthFields.append(value)
+            case 17 where name.caseInsensitiveEquals("transfer-encoding"): codingFields.append(value)
+            default: continue
+            }
+        }
+        if lengthFields.isEmpty && codingFields.isEmpty {
+            self.init(contentLength: nil, chunked: false)  // the common request: no body, nothing to judge
+        } else {
+            self.init(contentLengthFields: lengthFields, transferEncodingFields: codingFields)
+        }
+    }
+
+    @inlinable
+    init(contentLength: Int?, chunked: Bool) {
+        self.contentLength = contentLength
+        self.chunked = chunked
+    }
+
+    /// The verdict on the values of every `Content-Length` and every `Transfer-Encoding` field, in order.
+    @usableFromInline
+    init?(contentLengthFields: [String], transferEncodingFields: [String]) {
         var lengths: [String] = []
         var encodings: [Substring] = []
-        for (name, value) in fields {
-            if name.caseInsensitiveEquals("content-length") {
-                for part in value.split(separator: ",", omittingEmptySubsequences: false) {
-                    lengths.append(part.trimmingCharacters(in: " \t"))
-                }
-            } else if name.caseInsensitiveEquals("transfer-encoding") {
-                encodings += value.split(separator: ",", omittingEmptySubsequences: false)
+        for value in contentLengthFields {
+            for part in value.split(separator: ",", omittingEmptySubsequences: false) {
+                lengths.append(part.trimmingCharacters(in: " \t"))
             }
+        }
+        for value in transferEncodingFields {
+            encodings += value.split(separator: ",", omittingEmptySubsequences: false)
         }
         if !lengths.isEmpty && !encodings.isEmpty { return nil }
         if !encodings.isEmpty {

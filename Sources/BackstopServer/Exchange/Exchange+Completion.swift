@@ -8,7 +8,7 @@ extension Exchange {
     func countBudgetExhaustion() {
         guard !budgetExhaustionCounted, machine.lastGiveUp == .budgetExhausted else { return }
         budgetExhaustionCounted = true
-        environment.metrics.recordBudgetExhausted(upstream: destination.name)
+        metrics.recordBudgetExhausted()
     }
 
     /// The exchange is over: metrics, the access line, and the transfer let go (its event sink holds this
@@ -21,7 +21,7 @@ extension Exchange {
         environment.requestFinished()
         let elapsed = now - machine.startedAt
         let status = machine.finalStatus
-        environment.metrics.recordRequest(upstream: destination.name, status: status, seconds: elapsed.seconds)
+        metrics.recordRequest(status: status, seconds: elapsed.seconds)
         environment.logAccess(AccessRecord(
             request: record, status: status, error: note, reason: note == nil ? nil : machine.lastFailure?.detail,
             upstream: destination.name, attempts: machine.attempts, retries: machine.retryReasons.map(\.description),

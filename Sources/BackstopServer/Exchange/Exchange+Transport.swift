@@ -56,7 +56,7 @@ extension Exchange {
         }
         transfer = nil
         transferGeneration = 0
-        environment.metrics.recordRetry(upstream: destination.name, reason: reason.description)
+        metrics.recordRetry(reason: reason.description)
         if let failure = machine.lastFailure, reason.isTransportCondition { logAttemptFailure(failure, final: false) }
     }
 
@@ -77,8 +77,7 @@ extension Exchange {
             guard generation == transferGeneration, !machine.isDone else { return }
             switch events[index] {  // switched on in place: binding a loop copy would copy each event's payload
             case .head(let upstreamHead):
-                environment.metrics.recordAttempt(
-                    upstream: destination.name, outcome: ProxyMetrics.statusClassLabel(upstreamHead.status))
+                metrics.recordAttempt(status: upstreamHead.status)
                 perform(machine.responseHead(upstreamHead, generation: generation, now: now,
                                              wall: environment.clock.wall(), random: &random),
                         reportedHead: upstreamHead)
@@ -88,7 +87,7 @@ extension Exchange {
             case .end:
                 perform(machine.responseEnded(generation: generation))
             case .failure(let failure):
-                if case .attempting = machine.state { environment.metrics.recordAttempt(upstream: destination.name, outcome: failure.label) }
+                if case .attempting = machine.state { metrics.recordAttempt(outcome: failure.label) }
                 perform(machine.transportFailed(failure, generation: generation, now: now, wall: environment.clock.wall(),
                                                 random: &random))
             }

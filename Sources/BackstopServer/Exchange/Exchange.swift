@@ -19,6 +19,8 @@ final class Exchange {
     let head: HTTPRequestHead
     let target: RequestTarget
     let destination: ExchangeDestination
+    /// The destination's counters, looked up once (docs/reference/operations.md#metrics).
+    let metrics: ProxyMetrics.Upstream
     let record: AccessRecord.Request
 
     var body = RequestBodyStorage.none
@@ -43,6 +45,7 @@ final class Exchange {
         self.head = head
         self.target = target
         self.destination = destination
+        self.metrics = environment.metrics.upstream(destination.name)
         self.record = record
     }
 
@@ -88,8 +91,8 @@ final class Exchange {
     func timerFired() {
         let wasAttempting: Bool = if case .attempting = machine.state { true } else { false }
         let action = machine.timerFired(now: now, wall: environment.clock.wall(), random: &random)
-        if wasAttempting, case .retry = action { environment.metrics.recordAttempt(upstream: destination.name, outcome: "timeout") }
-        if wasAttempting, case .failLocally = action { environment.metrics.recordAttempt(upstream: destination.name, outcome: "timeout") }
+        if wasAttempting, case .retry = action { metrics.recordAttempt(outcome: "timeout") }
+        if wasAttempting, case .failLocally = action { metrics.recordAttempt(outcome: "timeout") }
         perform(action)
     }
 

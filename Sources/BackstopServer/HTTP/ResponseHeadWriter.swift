@@ -142,24 +142,22 @@ enum ResponseHeadWriter {
         }
     }
 
-    /// Digits written in place: no `String` per number (two per response head).
+    /// Digits formatted on the stack and written with one copy: no `String` per number (two per response head),
+    /// and one buffer write rather than one per digit.
     static func writeDecimal(_ buffer: inout ByteBuffer, _ value: Int) {
         guard value >= 0 else {
             buffer.writeString(String(value))
             return
         }
-        var digits = 1
-        var rest = value / 10
-        while rest > 0 {
-            digits += 1
-            rest /= 10
-        }
-        let start = buffer.writerIndex
-        buffer.writeRepeatingByte(0x30, count: digits)
-        rest = value
-        for offset in stride(from: digits - 1, through: 0, by: -1) {
-            buffer.setInteger(UInt8(0x30 + rest % 10), at: start + offset)
-            rest /= 10
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var start = digits.count
+            var rest = value
+            repeat {
+                start -= 1
+                digits[start] = 0x30 + UInt8(rest % 10)
+                rest /= 10
+            } while rest > 0
+            buffer.writeBytes(UnsafeRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(digits)[start...]))
         }
     }
 }

@@ -8,52 +8,92 @@ public final class ProxyMetrics: Sendable {
     /// Upper bounds (seconds) of the request duration histogram: sub-millisecond proxying to slow upstreams.
     public static let durationBuckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 
-    private struct Histogram {
+    struct Histogram {
         var counts = [Int](repeating: 0, count: ProxyMetrics.durationBuckets.count)
         var sum = 0.0
         var count = 0
     }
 
-    /// Everything counted for one upstream label. Mutated in place under the lock (no copy per request):
-    /// status codes are Int keys, outcome and reason labels are static strings.
-    private struct UpstreamCounters {
+    /// Everything counted for one upstream label. Status codes are Int keys; attempts ending in a status are counted
+    /// by class in a fixed array (the common case hashes no string), other outcome and reason labels are static
+    /// strings.
+    struct UpstreamCounters {
         var requestsByCode: [Int: Int] = [:]
-        var attempts: [String: Int] = [:]
+        /// Attempts that got a `1xx`…`5xx` status, by class (index 0 is `1xx`).
+        var attemptsByStatusClass = [Int](repeating: 0, count: 5)
+        var otherAttempts: [String: Int] = [:]
         var retries: [String: Int] = [:]
         var budgetExhausted = 0
         var durations = Histogram()
         var hasDurations = false
 
-        mutating func recordRequest(status: Int, seconds: Double, bucket: Int?) {
-            requestsByCode[status, default: 0] += 1
-            if let bucket { durations.counts[bucket] += 1 }
-            durations.sum += seconds
-            durations.count += 1
-            hasDurations = true
+        var attempts: [String: Int] {
+            var all = otherAttempts
+            for (index, count) in attemptsByStatusClass.enumerated() where count > 0 {
+                all[ProxyMetrics.statusClassLabel((index + 1) * 100), default: 0] += count
+            }
+            return all
         }
     }
 
-    private let state = NIOLockedValueBox([String: UpstreamCounters]())
+    /// One upstream's counters behind their own lock: an exchange looks its upstream up once and then records
+    /// without hashing the upstream's name (and without contending with other upstreams' requests).
+    public final class Upstream: Sendable {
+        private let counters = NIOLockedValueBox(UpstreamCounters())
+
+        func recordRequest(status: Int, seconds: Double) {
+            let bucket = ProxyMetrics.durationBuckets.firstIndex { seconds <= $0 }
+            counters.withLockedValue { c in
+                c.requestsByCode[status, default: 0] += 1
+                if let bucket { c.durations.counts[bucket] += 1 }
+                c.durations.sum += seconds
+                c.durations.count += 1
+                c.hasDurations = true
+            }
+        }
+
+        /// An attempt that ended with an upstream status.
+        func recordAttempt(status: Int) {
+            let statusClass = status / 100
+            guard (1...5).contains(statusClass) else {
+                recordAttempt(outcome: ProxyMetrics.statusClassLabel(status))
+                return
+            }
+            counters.withLockedValue { $0.attemptsByStatusClass[statusClass - 1] += 1 }
+        }
+
+        /// An attempt that ended without a status (`timeout`, a transport failure's label).
+        func recordAttempt(outcome: String) {
+            counters.withLockedValue { $0.otherAttempts[outcome, default: 0] += 1 }
+        }
+
+        func recordRetry(reason: String) {
+            counters.withLockedValue { $0.retries[reason, default: 0] += 1 }
+        }
+
+        func recordBudgetExhausted() {
+            counters.withLockedValue { $0.budgetExhausted += 1 }
+        }
+
+        var snapshot: UpstreamCounters { counters.withLockedValue { $0 } }
+    }
+
+    private let upstreams = NIOLockedValueBox([String: Upstream]())
 
     public init() {}
 
-    func recordRequest(upstream: String, status: Int, seconds: Double) {
-        let bucket = Self.durationBuckets.firstIndex { seconds <= $0 }
-        state.withLockedValue { s in
-            s[upstream, default: UpstreamCounters()].recordRequest(status: status, seconds: seconds, bucket: bucket)
+    /// The counters of the upstream labelled `name`, made on first use (they outlive config reloads).
+    func upstream(_ name: String) -> Upstream {
+        upstreams.withLockedValue { table in
+            if let existing = table[name] { return existing }
+            let made = Upstream()
+            table[name] = made
+            return made
         }
     }
 
-    func recordAttempt(upstream: String, outcome: String) {
-        state.withLockedValue { $0[upstream, default: UpstreamCounters()].attempts[outcome, default: 0] += 1 }
-    }
-
-    func recordRetry(upstream: String, reason: String) {
-        state.withLockedValue { $0[upstream, default: UpstreamCounters()].retries[reason, default: 0] += 1 }
-    }
-
-    func recordBudgetExhausted(upstream: String) {
-        state.withLockedValue { $0[upstream, default: UpstreamCounters()].budgetExhausted += 1 }
+    func recordRequest(upstream: String, status: Int, seconds: Double) {
+        self.upstream(upstream).recordRequest(status: status, seconds: seconds)
     }
 
     /// `2xx`-style outcome labels, without formatting a string per attempt.
@@ -71,7 +111,7 @@ public final class ProxyMetrics: Sendable {
     public func render(
         inflight: Int, tokenRefreshes: [String: [TokenManager.RefreshResult: Int]], keychainWriteErrors: Int = 0
     ) -> String {
-        let s = state.withLockedValue { $0 }.sorted { $0.key < $1.key }
+        let s = upstreams.withLockedValue { $0 }.map { (key: $0.key, value: $0.value.snapshot) }.sorted { $0.key < $1.key }
         var out = ""
         func family(_ name: String, _ type: String, _ help: String) {
             out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
