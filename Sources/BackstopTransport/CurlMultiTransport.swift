@@ -36,6 +36,11 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     let allocator = ByteBufferAllocator()
     private let multi: UnsafeMutableRawPointer
+    /// TLS sessions shared by every easy handle, so a new connection to an upstream resumes a session another
+    /// handle's connection made instead of a full handshake (curl keeps sessions per handle otherwise; a share handle
+    /// matches them on host, port and TLS options, so upstreams with different CA files never share one). Used on
+    /// the transport thread only, hence no lock callbacks. Nil when curl cannot make one: every handshake is full.
+    private let tlsSessions: UnsafeMutableRawPointer?
     /// The epoll instance watching curl's sockets and `wakeFD`.
     private let epollFD: Int32
     /// An eventfd other threads write to when the transport thread sleeps with commands waiting.
@@ -72,6 +77,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         CurlGlobal.initialize()
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed (out of memory)") }
         self.multi = multi
+        tlsSessions = bs_share_tls_sessions()
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         wakeFD = bs_wake_fd_create()
         guard epollFD >= 0, wakeFD >= 0, bs_epoll_watch(epollFD, wakeFD, CURL_POLL_IN, 1) == 0 else {
@@ -232,6 +238,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         }
         for easy in idleHandles.removeAll() { curl_easy_cleanup(easy) }
         curl_multi_cleanup(multi)
+        // Refused (and left to process exit) if a handle still uses it: only after every handle is gone.
+        if let tlsSessions { _ = curl_share_cleanup(tlsSessions) }
         close(epollFD)
         close(wakeFD)
         let continuation = finishedSignal.withLockedValue { slot -> CheckedContinuation<Void, Never>? in
@@ -487,6 +495,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         try easy.set(CURLOPT_HTTP_CONTENT_DECODING, 0)
         try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
         try easy.set(CURLOPT_TCP_NODELAY, 1)
+        if let tlsSessions { try easy.set(CURLOPT_SHARE, pointer: tlsSessions) }
         try easy.setSocketCallbacks(
             open: curlOpenSocketCallback, close: curlCloseSocketCallback,
             closeContext: Unmanaged.passUnretained(self).toOpaque())

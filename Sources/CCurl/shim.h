@@ -35,6 +35,16 @@ static inline CURLcode bs_easy_getinfo_long(CURL *h, CURLINFO i, long *v) { retu
 static inline CURLcode bs_easy_getinfo_pointer(CURL *h, CURLINFO i, void **v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode bs_easy_getinfo_string(CURL *h, CURLINFO i, const char **v) { return curl_easy_getinfo(h, i, (char **)v); }
 
+/* A share handle that shares TLS sessions, or NULL. Used from the transport thread only, so it needs no locks. */
+static inline CURLSH *bs_share_tls_sessions(void) {
+    CURLSH *share = curl_share_init();
+    if (share && curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK) {
+        curl_share_cleanup(share);
+        return NULL;
+    }
+    return share;
+}
+
 static inline CURLMcode bs_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
 static inline CURLMcode bs_multi_setopt_pointer(CURLM *m, CURLMoption o, void *v) { return curl_multi_setopt(m, o, v); }
 static inline CURLMcode bs_multi_setopt_socket_callback(CURLM *m, bs_curl_socket_callback v) { return curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, v); }

@@ -87,4 +87,70 @@ struct TLSUpstreamTests {
         try await pinnedOrigin.shutdown()
         try await offeredOrigin.shutdown()
     }
+    @Test("a new upstream connection resumes the TLS session another handle's connection made (one session store)")
+    func tlsSessionsShared() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let certificates = try TestCertificates.generate(in: directory)
+        // Python's server tells each request whether its connection resumed a session, and closes the connection
+        // after every response: every request needs a new handshake.
+        let script = directory + "/resumption_origin.py"
+        try """
+            import http.server, ssl, sys
+            class Handler(http.server.BaseHTTPRequestHandler):
+                protocol_version = "HTTP/1.1"
+                def do_GET(self):
+                    body = (b"reused" if self.connection.session_reused else b"new")
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(body)
+                    self.close_connection = True
+                def log_message(self, *args):
+                    pass
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(sys.argv[2], sys.argv[3])
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+            server.serve_forever()
+            """.write(toFile: script, atomically: true, encoding: .utf8)
+        let port = try FreePort.reserveClosedPort()
+        let origin = Process()
+        origin.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        origin.arguments = ["python3", script, String(port), certificates.serverCertPath, certificates.serverKeyPath]
+        origin.standardOutput = FileHandle.nullDevice
+        origin.standardError = FileHandle.nullDevice
+        try origin.run()
+        defer { origin.terminate() }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while (try? BlockingSocket(port: port, host: "127.0.0.1")) == nil {
+            guard ContinuousClock.now < deadline else { throw TLSUpstreamTestError.originNotListening }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let proxy = try await ProxyHarness.start("""
+            upstreams:
+              - name: resuming
+                match: {hosts: [resuming.test]}
+                url: https://localhost:\(port)
+                tls: {ca_file: \(certificates.caCertPath)}
+            """)
+        let first = try await proxy.get("http://resuming.test/first", host: "resuming.test")
+        #expect(first.status == 200)
+        #expect(first.bodyString == "new")
+        // In flight together, these run on different easy handles, at most one of them the first request's: without
+        // a session store shared by the handles, the others would make full handshakes.
+        let bodies = try await withThrowingTaskGroup(of: String.self) { group in
+            for index in 0..<4 {
+                group.addTask { try await proxy.get("http://resuming.test/\(index)", host: "resuming.test").bodyString }
+            }
+            return try await group.reduce(into: [String]()) { $0.append($1) }
+        }
+        #expect(bodies == ["reused", "reused", "reused", "reused"])
+        await proxy.stop()
+    }
+}
+
+enum TLSUpstreamTestError: Error {
+    case originNotListening
 }
