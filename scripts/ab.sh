@@ -8,8 +8,10 @@
 #   CONNS="32 256" AB_PORT_BASE=18600 bash scripts/ab.sh ...
 #   AB_TLS=1 bash scripts/ab.sh ...     # the origin speaks TLS (a CA made for the run; the proxy verifies it)
 #   AB_TLS=1 AB_H1=1 bash scripts/ab.sh ...   # ... offering HTTP/1.1 only
+#   AB_RAMP=1 ...                       # warm up at the first concurrency only: each later one is measured from the
+#                                       # ramp up to it (new upstream connections, TLS handshakes), as bench/peers.sh does
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,13p' "$0"; exit 2; }
 A=$(readlink -f "$1"); B=$(readlink -f "$2"); ROUNDS=${3:-3}; DUR=${4:-8s}
 CONNS=${CONNS:-"32 256"}; BASE=${AB_PORT_BASE:-18600}
 for tool in wrk nginx; do command -v $tool >/dev/null || { echo "ab.sh: $tool not found (apt-get install $tool)" >&2; exit 2; }; done
@@ -32,8 +34,10 @@ for round in $(seq 1 "$ROUNDS"); do
     bin=$A; [ $which = B ] && bin=$B
     "$bin" run --config "$WORK/proxy.yaml" 2>>"$WORK/proxy-$which.log" & pid=$!
     wait_port $PROXY
+    warm=1
     for c in $CONNS; do
-      wrk -t1 -c"$c" -d1s -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
+      [ "$warm" = 1 ] && wrk -t1 -c"$c" -d1s -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
+      [ "${AB_RAMP:-0}" = 1 ] && warm=0
       before=$(cpu_ticks $pid)
       out=$(wrk -t1 -c"$c" -d"$DUR" --latency -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/")
       after=$(cpu_ticks $pid)
@@ -48,12 +52,15 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 echo "A = $A"; echo "B = $B"; echo
 cat "$WORK/rounds.md"; echo
-echo "| binary | c | median req/s | median CPU µs/req |"
-echo "|---|---|---|---|"
+echo "| binary | c | median req/s | median p99 ms | median CPU µs/req |"
+echo "|---|---|---|---|---|"
+# wrk prints 850.00us, 19.57ms or 1.02s.
+to_ms() { awk '{ v = $1 + 0; if ($1 ~ /us$/) v /= 1000; else if ($1 ~ /[0-9]s$/) v *= 1000; printf "%.2f\n", v }'; }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 for which in A B; do for c in $CONNS; do
   rows=$(grep "^| $which | $c |" "$WORK/rounds.md")
   rps=$(printf '%s\n' "$rows" | awk -F'|' '{ print $5 + 0 }' | median)
+  p99=$(printf '%s\n' "$rows" | awk -F'|' '{ gsub(/ /, "", $6); print $6 }' | to_ms | median)
   cpu=$(printf '%s\n' "$rows" | awk -F'|' '{ print $7 + 0 }' | median)
-  echo "| $which | $c | $rps | $cpu |"
+  echo "| $which | $c | $rps | $p99 | $cpu |"
 done; done

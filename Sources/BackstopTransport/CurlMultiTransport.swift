@@ -355,10 +355,39 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 } else {
                     finish(transfer, with: .failure(.reset(detail: "upstream closed without a response")))
                 }
-            } else {
+            } else if !resendOnNewConnection(transfer, easy: easy, after: code) {
                 finish(transfer, with: .failure(classify(code, easy: easy, transfer: transfer)))
             }
         }
+    }
+
+    /// A request that failed on a reused connection before a byte of the response came back: the upstream closed
+    /// that keep-alive connection as it was reused (docs/reference/behaviour.md#stale-upstream-connections). curl
+    /// sends such a request again by itself when the close shows up as end-of-file, but not when it shows up as a
+    /// failed send or a reset: a TLS connection the upstream closed with `close_notify` passes curl's liveness check
+    /// (the alert is data waiting to be read) and the send then meets the reset. The request goes once more, on a
+    /// new connection, as curl's own resend would, when it may reach the upstream twice and its body can be
+    /// rewound (`rewindBody`). Returns false when it does not apply.
+    private func resendOnNewConnection(_ transfer: CurlTransfer, easy: UnsafeMutableRawPointer, after code: CURLcode)
+        -> Bool
+    {
+        var newConnections = 0
+        var headerBytes = 0
+        _ = bs_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &newConnections)
+        _ = bs_easy_getinfo_long(easy, CURLINFO_HEADER_SIZE, &headerBytes)
+        guard StaleConnection.shouldResend(
+            failedSending: code == CURLE_SEND_ERROR, failedReceiving: code == CURLE_RECV_ERROR || code == CURLE_GOT_NOTHING,
+            connectionWasReused: newConnections == 0, responseBytes: headerBytes, alreadyResent: transfer.resent),
+            transfer.rewindBody()
+        else { return false }
+        transfer.resent = true
+        curl_multi_remove_handle(multi, easy)
+        do throws(CurlSetupError) {
+            try CurlEasy(easy).set(CURLOPT_FRESH_CONNECT, 1)  // `configure` sets it again for the handle's next use
+        } catch {
+            return false
+        }
+        return curl_multi_add_handle(multi, easy) == CURLM_OK
     }
 
     /// Maps curl's result to a retry condition, with a cause for the logs: curl's code and text, the errno of

@@ -46,6 +46,8 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Why the transfer was stopped from one of its own callbacks (a refused head or destination), reported in
     /// place of the error curl returns for the abort.
     @exclusivity(unchecked) var refusal: TransportFailure?
+    /// Sent once more on a new connection after its reused one turned out closed (`StaleConnection`).
+    var resent = false
     /// The address of the last connection curl opened for this transfer (for failure causes).
     var lastAddress: String?
 

@@ -119,7 +119,10 @@ extension Exchange {
         relay = ResponseRelay(framing: framing)
         let connection: ResponseHeadWriter.ConnectionField =
             client.closeAfterResponse || framing.endsConnection ? .close : (http10 ? .keepAlive : .none)
-        var buffer = client.allocator.buffer(capacity: upstreamHead.fields.count + 192)
+        // Room for a small body too: the client connection appends one that arrives before its next flush.
+        var capacity = upstreamHead.fields.count + 192
+        if case .contentLength(let length) = framing, length <= 4096 { capacity += length }
+        var buffer = client.allocator.buffer(capacity: capacity)
         ResponseHeadWriter.upstreamHead(
             upstreamHead, into: &buffer, clientIsHTTP10: http10, attempts: machine.attempts, error: error,
             framing: framing, connection: connection)

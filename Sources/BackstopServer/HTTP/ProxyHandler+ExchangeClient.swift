@@ -8,13 +8,45 @@ extension ProxyHandler {
 
     var isWritable: Bool { context?.channel.isWritable ?? false }
 
+    /// Response bytes up to this many are held until the next flush (`heldResponse`); larger buffers go out as
+    /// they are, never copied.
+    static let coalescingLimit = 16 * 1024
+
     func writeResponse(_ buffer: ByteBuffer) {
         guard let context else { return }
         connection.responseStarted()
-        context.write(wrapOutboundOut(buffer), promise: nil)
+        write(buffer, context)
     }
 
-    func flush() { context?.flush() }
+    /// Appends `buffer` to the held bytes while they stay small, else writes the held bytes and then `buffer` (or
+    /// holds it, when it is small itself).
+    private func write(_ buffer: ByteBuffer, _ context: ChannelHandlerContext) {
+        if let held = heldResponse?.readableBytes {
+            if held + buffer.readableBytes <= Self.coalescingLimit {
+                heldResponse!.writeImmutableBuffer(buffer)  // in place: the handler holds the only reference
+                return
+            }
+            writeHeldResponse(context)
+        }
+        if buffer.readableBytes < Self.coalescingLimit {
+            heldResponse = buffer
+        } else {
+            context.write(wrapOutboundOut(buffer), promise: nil)
+        }
+    }
+
+    /// Writes the held bytes, if any: before a flush, and before anything written past `write`.
+    func writeHeldResponse(_ context: ChannelHandlerContext) {
+        guard let held = heldResponse else { return }
+        heldResponse = nil
+        context.write(wrapOutboundOut(held), promise: nil)
+    }
+
+    func flush() {
+        guard let context else { return }
+        writeHeldResponse(context)
+        context.flush()
+    }
 
     func writeResponseEnd(tail: ByteBuffer?, requestComplete: Bool, close: Bool) {
         exchange = nil
@@ -24,7 +56,8 @@ extension ProxyHandler {
         let close = close || closeAfterResponse || !requestComplete
         if !requestComplete { connection.discardRequest() }
         let resumeReading = connection.responseEnded(close: close, now: now)
-        if let tail { context.write(wrapOutboundOut(tail), promise: nil) }
+        if let tail { write(tail, context) }
+        writeHeldResponse(context)
         if close {
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in
@@ -39,6 +72,7 @@ extension ProxyHandler {
 
     func abortResponse() {
         exchange = nil
+        heldResponse = nil  // never flushed: the connection closes on a broken response
         connection.close()
         context?.close(promise: nil)
     }

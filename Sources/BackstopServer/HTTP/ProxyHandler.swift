@@ -21,6 +21,10 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     @exclusivity(unchecked) var connection: ConnectionStateMachine
     var context: ChannelHandlerContext?
     var exchange: Exchange?
+    /// Small response bytes written but held back until the next flush, so that what follows them is appended:
+    /// a head and a small body leave as one buffer, one write through the pipeline instead of two
+    /// (`writeResponse`). Only the event loop touches it.
+    var heldResponse: ByteBuffer?
     private var timer: Scheduled<Void>?
     private var timerFiresAt: Duration?
     /// The client's address for access lines.
@@ -234,6 +238,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
 
     func sendLocalError(_ reason: ProxyErrorReason, close: Bool, attempts: Int? = nil) {
         guard let context else { return }
+        writeHeldResponse(context)
         var buffer = context.channel.allocator.buffer(capacity: 256)
         ResponseHeadWriter.localError(
             reason, into: &buffer, clientIsHTTP10: clientIsHTTP10,
