@@ -364,8 +364,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// A request that failed on a reused connection before a byte of the response came back: the upstream closed
     /// that keep-alive connection as it was reused (docs/reference/behaviour.md#stale-upstream-connections). curl
     /// sends such a request again by itself when the close shows up as end-of-file, but not when it shows up as a
-    /// failed send or a reset: a TLS connection the upstream closed with `close_notify` passes curl's liveness check
-    /// (the alert is data waiting to be read) and the send then meets the reset. The request goes once more, on a
+    /// failed send or a reset, as it does when a closed TLS connection passes curl's liveness check (a peek at the
+    /// socket; a `close_notify` alert waiting there reads as data). The request goes once more, on a
     /// new connection, as curl's own resend would, when it may reach the upstream twice and its body can be
     /// rewound (`rewindBody`). Returns false when it does not apply.
     private func resendOnNewConnection(_ transfer: CurlTransfer, easy: UnsafeMutableRawPointer, after code: CURLcode)
