@@ -4,6 +4,7 @@
 #   Starts a 1-worker nginx origin on 127.0.0.1:ORIGIN_PORT answering a 100-byte body (TLS=1: HTTPS with a CA made
 #   for the run, offering h2 and HTTP/1.1 by ALPN, or HTTP/1.1 only with H1=1) and writes WORK/proxy.yaml: Backstop
 #   on PROXY_PORT forwarding to it, retrying as the benchmarks do. Sets ORIGIN_PID. Returns 1 when openssl fails.
+#   ORIGIN_KEEPALIVE_TIMEOUT: how long the origin keeps an idle connection (nginx's default, 75s, unless set).
 start_ab_origin() {
   local work=$1 origin=$2 proxy=$3 tls=$4 h1=$5
   local scheme=http listen_flags="" tls_directives="" upstream_tls=""
@@ -20,7 +21,7 @@ start_ab_origin() {
   cat > "$work/origin/nginx.conf" <<CONF
 worker_processes 1; daemon off; pid $work/origin/nginx.pid; error_log $work/origin/error.log warn;
 events { worker_connections 8192; }
-http { access_log off; keepalive_requests 1000000;
+http { access_log off; keepalive_requests 1000000; keepalive_timeout ${ORIGIN_KEEPALIVE_TIMEOUT:-75s};
   client_body_temp_path $work/origin/b; proxy_temp_path $work/origin/p; fastcgi_temp_path $work/origin/f;
   uwsgi_temp_path $work/origin/u; scgi_temp_path $work/origin/s;
   server { listen 127.0.0.1:$origin $listen_flags backlog=4096; $tls_directives
