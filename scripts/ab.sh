@@ -25,7 +25,6 @@ start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${AB_TLS:-0}" "${AB_H1:-0}" \
   || { echo "ab.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 wait_port $ORIGIN
 TCK=$(getconf CLK_TCK)
 echo "| binary | c | round | req/s | p99 | CPU µs/req |" > "$WORK/rounds.md"

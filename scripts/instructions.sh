@@ -22,8 +22,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/ab-origin.sh"
 start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${IR_TLS:-0}" "${IR_H1:-0}" \
   || { echo "instructions.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")
-wait_port() { for _ in $(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-wait_port $ORIGIN
+wait_port $ORIGIN 60
 echo "| binary | c | requests counted | instructions | instructions per request |"
 echo "|---|---:|---:|---:|---:|"
 n=0
@@ -32,7 +31,7 @@ for given in "$@"; do
   n=$((n + 1)); bin="$WORK/backstop-$n"; strip --strip-debug -o "$bin" "$(readlink -f "$given")"
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.%p" "$bin" run --config "$WORK/proxy.yaml" \
     2>"$WORK/valgrind.log" & pid=$!
-  wait_port $PROXY
+  wait_port $PROXY 60  # valgrind starts slowly
   wrk -t1 -c"$CONNS" -d5s -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
   callgrind_control -z $pid >/dev/null; callgrind_control -i on $pid >/dev/null
   out=$(wrk -t1 -c"$CONNS" -d"$DUR" -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/")

@@ -17,7 +17,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/ab-origin.sh"
 ORIGIN_KEEPALIVE_TIMEOUT=5s start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${STALE_TLS:-1}" 1 \
   || { echo "stale-connections.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")
-wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 wait_port $ORIGIN
 run_wrk() { wrk -t1 -c256 -d3s -s "$(dirname "${BASH_SOURCE[0]}")/../bench/wrk_report.lua" -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/"; }
 echo "| binary | requests after the idle period | non-2xx |"

@@ -93,14 +93,19 @@ struct TLSUpstreamTests {
         defer { TestFiles.remove(directory) }
         let certificates = try TestCertificates.generate(in: directory)
         // Python's server tells each request whether its connection resumed a session, and closes the connection
-        // after every response: every request needs a new handshake.
+        // after every response: every request needs a new handshake. It prints `slow` when /slow arrives and holds
+        // that answer until /second has arrived (10 s at most).
         let script = directory + "/resumption_origin.py"
         try """
-            import http.server, ssl, sys, time
+            import http.server, ssl, sys, threading
+            second_arrived = threading.Event()
             class Handler(http.server.BaseHTTPRequestHandler):
                 protocol_version = "HTTP/1.1"
                 def do_GET(self):
-                    if self.path == "/slow": time.sleep(1)
+                    if self.path == "/slow":
+                        print("slow", flush=True)
+                        second_arrived.wait(10)
+                    if self.path == "/second": second_arrived.set()
                     body = (b"reused" if self.connection.session_reused else b"new")
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(body)))
@@ -117,14 +122,13 @@ struct TLSUpstreamTests {
             server.serve_forever()
             """.write(toFile: script, atomically: true, encoding: .utf8)
         let port = try FreePort.reserveClosedPort()
-        let origin = Process()
-        origin.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        origin.arguments = ["python3", script, String(port), certificates.serverCertPath, certificates.serverKeyPath]
-        origin.standardOutput = FileHandle.nullDevice
-        origin.standardError = FileHandle.nullDevice
-        try origin.run()
-        defer { origin.terminate() }
-        try await waitUntilListening(port: port)
+        let origin = try DaemonProcess.start(
+            binary: "/usr/bin/env",
+            arguments: ["python3", script, String(port), certificates.serverCertPath, certificates.serverKeyPath])
+        // Killed, also when an expectation throws: the script leaves SIGTERM to the default it inherits, which a
+        // test process may have blocked. `stop()` below then only reaps it and removes its log.
+        defer { origin.send(signal: SIGKILL) }
+        try await origin.waitUntilListening(port: port)
         let proxy = try await ProxyHarness.start("""
             upstreams:
               - name: resuming
@@ -135,26 +139,17 @@ struct TLSUpstreamTests {
         let first = try await proxy.get("http://resuming.test/first", host: "resuming.test")
         #expect(first.status == 200)
         #expect(first.bodyString == "new")
-        // The slow request takes the first request's idle handle (which kept a session of its own); while it is in
-        // flight, and after its handshake has brought a fresh ticket, the next request needs a new handle: only a
+        // The slow request takes the first request's idle handle (which kept a session of its own). Once it has
+        // reached the origin (its handshake done, a fresh ticket sent), the next request needs a new handle: only a
         // session store shared by the handles lets that one resume.
         async let slow = proxy.get("http://resuming.test/slow", host: "resuming.test")
-        try await Task.sleep(for: .milliseconds(400))
+        try await origin.waitForOutput(timeout: .seconds(10)) { $0.contains("slow") }
         let onNewHandle = try await proxy.get("http://resuming.test/second", host: "resuming.test")
         #expect(onNewHandle.status == 200)
         #expect(onNewHandle.bodyString == "reused")
         #expect(try await slow.bodyString == "reused")
         await proxy.stop()
+        origin.send(signal: SIGKILL)
+        await origin.stop()
     }
-    private func waitUntilListening(port: Int) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while (try? BlockingSocket(port: port, host: "127.0.0.1")) == nil {
-            guard ContinuousClock.now < deadline else { throw TLSUpstreamTestError.originNotListening }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-    }
-}
-
-enum TLSUpstreamTestError: Error {
-    case originNotListening
 }

@@ -1,4 +1,4 @@
-# Sourced by scripts/ab.sh and scripts/instructions.sh: the one origin and proxy config both measure against.
+# Sourced by scripts/ab.sh, scripts/instructions.sh and scripts/stale-connections.sh: the one origin and proxy config they measure against.
 #
 # start_ab_origin WORK ORIGIN_PORT PROXY_PORT TLS H1
 #   Starts a 1-worker nginx origin on 127.0.0.1:ORIGIN_PORT answering a 100-byte body (TLS=1: HTTPS with a CA made
@@ -34,4 +34,11 @@ listen: [127.0.0.1:$proxy]
 log: {level: warning, access_log: false}
 upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$scheme://127.0.0.1:$origin", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$upstream_tls}]
 CONF
+}
+
+# wait_port PORT [SECONDS]: until 127.0.0.1:PORT accepts connections (5 s at most unless given); 1 if it never does.
+wait_port() {
+  local tries=$(( ${2:-5} * 20 ))
+  for _ in $(seq 1 "$tries"); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done
+  return 1
 }
