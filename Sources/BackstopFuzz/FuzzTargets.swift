@@ -23,11 +23,13 @@ import CFuzzing
 ///   with tunnels and an intercepting upstream; a parsed target must be a lowercase name or an IP literal with a
 ///   port from 1 to 65535.
 /// - `ca-bundle`: a keychain entry's bytes → `CAIdentity(pemBundle:)` (PEM, DER certificates, PKCS#8/SEC1 keys).
+/// - `path`: a request path → `DotSegments.isSuspect`; a path it lets through must hold no dot segment after any
+///   number of decoding rounds, with either separator and without its `;` tails.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
     case config, retryHint = "retry-hint", token, keychain, request, responseHead = "response-head", connect
-    case caBundle = "ca-bundle"
+    case caBundle = "ca-bundle", path
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -49,6 +51,7 @@ enum FuzzTarget: String, CaseIterable {
         case .responseHead: Self.responseHead(bytes)
         case .connect: Self.connect(bytes)
         case .caBundle: _ = try? CAIdentity(pemBundle: String(decoding: bytes, as: UTF8.self))
+        case .path: Self.path(bytes)
         }
     }
 
@@ -152,6 +155,18 @@ enum FuzzTarget: String, CaseIterable {
 }
 
 extension FuzzTarget {
+    static func path(_ bytes: [UInt8]) {
+        guard !DotSegments.isSuspect(bytes) else { return }
+        // Passed: no decoding depth may reveal a dot segment, and what passed is valid UTF-8 at every depth.
+        var current = bytes
+        while let decoded = DotSegments.decodeOnce(current) {
+            precondition(!DotSegments.hasDotSegment(decoded), "a dot segment passed after decoding")
+            current = decoded
+        }
+        precondition(!DotSegments.hasDotSegment(current), "a dot segment passed")
+        precondition(String(validating: current, as: UTF8.self) != nil, "invalid UTF-8 passed")
+    }
+
     static func responseHead(_ bytes: [UInt8]) {
         var parser = UpstreamHeadParser()
         var start = 0

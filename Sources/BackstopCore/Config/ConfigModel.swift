@@ -192,15 +192,22 @@ public struct Limits: Sendable, Equatable {
     public var maxHeaderBytes: Int
     public var clientIdleTimeout: Duration
     public var maxConnections: Int
+    /// A request head must be complete this long after its first byte (408), on every listener.
+    public var headerTimeout: Duration
+    /// All request bodies kept for retries together; a body that does not fit streams without being kept.
+    public var bufferMemory: Int
     public init(
         maxRequestBody: Int = 8 << 20, retryBuffer: Int = 1 << 20, maxHeaderBytes: Int = 64 << 10,
-        clientIdleTimeout: Duration = .seconds(60), maxConnections: Int = 4096
+        clientIdleTimeout: Duration = .seconds(60), maxConnections: Int = 4096, headerTimeout: Duration = .seconds(10),
+        bufferMemory: Int = 256 << 20
     ) {
         self.maxRequestBody = maxRequestBody
         self.retryBuffer = retryBuffer
         self.maxHeaderBytes = maxHeaderBytes
         self.clientIdleTimeout = clientIdleTimeout
         self.maxConnections = maxConnections
+        self.headerTimeout = headerTimeout
+        self.bufferMemory = bufferMemory
     }
 }
 
@@ -543,10 +550,12 @@ public struct TunnelsConfig: Sendable, Equatable {
     /// A tunnel with no byte in either direction for this long is closed.
     public var idleTimeout: Duration
 
-    /// Loopback, RFC 1918, link-local, ULA, CGNAT and `0.0.0.0/8`.
+    /// Loopback, RFC 1918, link-local, ULA, CGNAT and the unspecified addresses (`0.0.0.0/8`, `::/128`). Whatever
+    /// the list says, Backstop's own listeners and the unspecified addresses are refused as loops
+    /// (`DestinationGuard`).
     public static let defaultDenyAddresses: [CIDR] = [
         "127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fe80::/10",
-        "fc00::/7", "100.64.0.0/10", "0.0.0.0/8",
+        "fc00::/7", "100.64.0.0/10", "0.0.0.0/8", "::/128",
     ].map { CIDRParser.parse($0)! }
 
     public init(

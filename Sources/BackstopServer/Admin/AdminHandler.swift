@@ -8,14 +8,34 @@ final class AdminHandler: ChannelInboundHandler {
     typealias OutboundOut = HTTPServerResponsePart
 
     private let state: AdminState
+    private let headTimer: HeadTimeoutHandler
     private var requestHead: HTTPRequestHead?
 
-    init(state: AdminState) { self.state = state }
+    init(state: AdminState, headTimer: HeadTimeoutHandler) {
+        self.state = state
+        self.headTimer = headTimer
+    }
 
-    /// `IdleStateHandler` reports a connection that sent nothing for `client_idle_timeout`: close it.
+    /// `IdleStateHandler` reports a connection that sent nothing for `client_idle_timeout`: close it. A head that
+    /// did not complete within `header_timeout` gets 408 first.
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is IdleStateHandler.IdleStateEvent {
             context.close(promise: nil)
+            return
+        }
+        if event is HeadTimeoutHandler.Expired {
+            requestHead = nil
+            let body = "request head not complete within limits.header_timeout\n"
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+            headers.add(name: "Content-Length", value: String(body.utf8.count))
+            headers.add(name: "Connection", value: "close")
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .requestTimeout,
+                                                                 headers: headers))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: body)))),
+                          promise: nil)
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
             return
         }
         context.fireUserInboundEventTriggered(event)
@@ -23,7 +43,9 @@ final class AdminHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .head(let head): requestHead = head
+        case .head(let head):
+            headTimer.headReceived()
+            requestHead = head
         case .body: break
         case .end:
             guard let head = requestHead else { return }
@@ -59,6 +81,7 @@ final class AdminHandler: ChannelInboundHandler {
             context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
                 if !keepAlive { channel.close(promise: nil) }
             }
+            headTimer.awaitNextHead()
         }
     }
 }

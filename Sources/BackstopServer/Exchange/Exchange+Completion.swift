@@ -16,6 +16,7 @@ extension Exchange {
     func finish(note: String?) {
         transfer = nil
         transferGeneration = 0
+        releaseKeptBody()
         countBudgetExhaustion()
         if let failure = machine.lastFailure, note != nil, note != "client-closed" { logAttemptFailure(failure, final: true) }
         environment.requestFinished()

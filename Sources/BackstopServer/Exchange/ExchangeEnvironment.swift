@@ -6,6 +6,8 @@ import Logging
 struct ExchangeEnvironment {
     let runtime: ProxyRuntime
     let accessLog: Bool
+    /// `limits.buffer_memory` of the snapshot the exchange started with.
+    var bufferMemory = Limits().bufferMemory
 
     var transport: any TransferStarting { runtime.transport }
     var clock: any BackstopClock { runtime.clock }

@@ -150,6 +150,7 @@ public final class ProxyServer: Sendable {
         let runtime = self.runtime
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
         let idle = limits.clientIdleTimeout
+        let headTimeout = limits.headerTimeout
         let maxConnections = limits.maxConnections
         let decoderLimits = Self.decoderLimits(limits)
         let bootstrap = ServerBootstrap(group: group)
@@ -171,9 +172,11 @@ public final class ProxyServer: Sendable {
                     // A request decoder and no response encoder: the proxy handler writes responses as bytes.
                     // What follows a CONNECT head (a TLS ClientHello sent without waiting for the 200) is handed on
                     // to the tunnel when the decoder leaves the pipeline.
+                    let headTimer = HeadTimeoutHandler(timeout: headTimeout, now: runtime.clock.monotonic)
+                    try sync.addHandler(headTimer)
                     try sync.addHandler(ByteToMessageHandler(
                         HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits)))
-                    try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle))
+                    try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle, headTimer: headTimer))
                 }
             }
         do {
@@ -200,6 +203,9 @@ public final class ProxyServer: Sendable {
         out += "backstop_build_info{version=\"\(ProxyMetrics.escape(BackstopVersion.current))\"} 1\n"
         family("backstop_client_connections", "gauge", "Client connections open now, over every proxy listener.")
         out += "backstop_client_connections \(runtime.openClientConnections)\n"
+        family("backstop_kept_body_bytes", "gauge",
+               "Bytes of request bodies kept in memory for retries now (bounded by limits.buffer_memory).")
+        out += "backstop_kept_body_bytes \(runtime.keptBodyMemory)\n"
         let reloads = runtime.reloadCounts
         family("backstop_config_reloads_total", "counter", "Config reloads (SIGHUP), by result.")
         out += "backstop_config_reloads_total{result=\"success\"} \(reloads.success)\n"
@@ -216,12 +222,14 @@ public final class ProxyServer: Sendable {
         return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
     }
 
-    /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap and the
-    /// idle timeout of `limits`.
+    /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap, the idle
+    /// timeout and the head timeout of `limits` (a trickled head must not keep health probes out).
     private func bindAdmin(_ admin: AdminConfig, limits: Limits) async throws -> Channel {
         let address = admin.address
         let filter = ClientAccessFilter(allowClients: admin.allowClients)
         let idle = TimeAmount.nanoseconds(limits.clientIdleTimeout.nanosecondsClamped)
+        let headTimeout = limits.headerTimeout
+        let clock = runtime.clock
         let maxConnections = limits.maxConnections
         let state = AdminState(
             isReady: { [weak self] in self?.isReady ?? false },
@@ -239,9 +247,14 @@ public final class ProxyServer: Sendable {
                 }
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    let headTimer = HeadTimeoutHandler(timeout: headTimeout, now: clock.monotonic)
                     try sync.addHandler(IdleStateHandler(readTimeout: idle))
-                    try sync.configureHTTPServerPipeline()
-                    try sync.addHandler(AdminHandler(state: state))
+                    try sync.addHandler(headTimer)
+                    // No pipelining assistance: its handler traps (debug) on a response written while no request is in
+                    // flight, which the 408 for a head that never completed is. The admin handler answers each request
+                    // as soon as it ends, so pipelined requests are answered in order without it.
+                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: false)
+                    try sync.addHandler(AdminHandler(state: state, headTimer: headTimer))
                 }
             }
         do {

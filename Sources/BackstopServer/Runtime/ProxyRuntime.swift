@@ -66,6 +66,26 @@ public final class ProxyRuntime: Sendable {
     }
     public var reloadCounts: (success: Int, failure: Int, lastSuccess: Double) { reloads.withLockedValue { $0 } }
 
+    /// Bytes of request bodies kept for retries now, over every connection (`limits.buffer_memory`).
+    private let keptBodyBytes = Atomic<Int>(0)
+    public var keptBodyMemory: Int { keptBodyBytes.load(ordering: .relaxed) }
+
+    /// Takes `count` bytes of the kept-body budget if they fit under `limit`; false leaves the budget as it was.
+    func reserveBodyMemory(_ count: Int, limit: Int) -> Bool {
+        var current = keptBodyBytes.load(ordering: .relaxed)
+        while true {
+            guard current + count <= limit else { return false }
+            let (exchanged, original) = keptBodyBytes.compareExchange(
+                expected: current, desired: current + count, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+    }
+
+    func releaseBodyMemory(_ count: Int) {
+        if count > 0 { keptBodyBytes.subtract(count, ordering: .relaxed) }
+    }
+
     /// Requests currently being handled.
     public var inflightRequests: Int { inflight.load(ordering: .acquiring) }
     func requestStarted() { inflight.add(1, ordering: .relaxed) }
