@@ -20,12 +20,12 @@ while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift ;;
     --replay) replay=1 ;;
-    config|retry-hint|token|keychain|request|response-head|connect|ca-bundle) targets+=("$1") ;;
-    *) echo "usage: $0 [--seconds N] [--replay] [config|retry-hint|token|keychain|request|response-head|connect|ca-bundle ...]" >&2; exit 2 ;;
+    config|retry-hint|token|keychain|request|response-head|connect|ca-bundle|traceparent) targets+=("$1") ;;
+    *) echo "usage: $0 [--seconds N] [--replay] [config|retry-hint|token|keychain|request|response-head|connect|ca-bundle|traceparent ...]" >&2; exit 2 ;;
   esac
   shift
 done
-[ ${#targets[@]} -gt 0 ] || targets=(config retry-hint token keychain request response-head connect ca-bundle)
+[ ${#targets[@]} -gt 0 ] || targets=(config retry-hint token keychain request response-head connect ca-bundle traceparent)
 
 if [ "$replay" = 1 ]; then
   swift build --product backstop-fuzz >&2
