@@ -189,3 +189,24 @@ struct TracerTests {
         #expect(spans.last?.status == .unset)
     }
 }
+
+@Suite("Attempt headers")
+struct AttemptHeaderTests {
+    @Test("the attempt's traceparent replaces every one the client sent; other headers and tracestate stay")
+    func replacesTraceparent() {
+        let clock = ManualClock()
+        let tracer = Tracer(sampleRatio: 1, queue: makeQueue(TestSender(.accept)), clock: clock, seed: 2)
+        var trace = tracer.startRequest(parent: nil, at: clock.monotonic())
+        let attempt = trace.startAttempt(at: clock.monotonic())
+        var headers: [(name: String, value: String)] = [
+            (name: "Host", value: "a"), (name: "TraceParent", value: "00-x"), (name: "tracestate", value: "a=1"),
+            (name: "traceparent", value: "00-y"),
+        ]
+        attempt.settingTraceparent(in: &headers)
+        #expect(headers.map { "\($0.name): \($0.value)" } == [
+            "Host: a", "tracestate: a=1", "traceparent: \(attempt.traceparent)",
+        ])
+        #expect(attempt.traceparent.hasPrefix("00-\(trace.traceID)-"))
+        #expect(attempt.traceparent.count == 55)
+    }
+}

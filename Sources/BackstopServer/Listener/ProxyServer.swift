@@ -161,6 +161,7 @@ public final class ProxyServer: Sendable {
             while !queue.isFinished && ContinuousClock.now < exportDeadline {
                 try? await Task.sleep(for: .milliseconds(20))
             }
+            exportTask.withLockedValue { $0?.cancel() }
         }
         for upstream in runtime.snapshot.upstreams {
             if case .oauth2(let manager, _) = upstream.auth { await manager.stopWatchingStore() }
