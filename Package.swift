@@ -159,6 +159,7 @@ let package = Package(
             dependencies: [
                 "BackstopTracing",
                 "BackstopCore",
+                "BackstopTestSupport",
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -4,7 +4,7 @@
 `tracing` section) sees exactly what Backstop sent.
 
     otlp-receiver.py PORT [--status CODE]   serve on 127.0.0.1:PORT; answer every export with CODE (default 200)
-    otlp-receiver.py --decode               decode one ExportTraceServiceRequest from stdin and print its spans
+    otlp-receiver.py --decode [FILE]        decode one ExportTraceServiceRequest (FILE, else stdin), print its spans
 
 Each span line: {"resource": {...}, "scope": "...", "trace_id": hex, "span_id": hex, "parent_span_id": hex,
 "trace_state": "...", "name": "...", "kind": "SPAN_KIND_SERVER", "start": ns, "end": ns, "attributes": {...},
@@ -49,8 +49,9 @@ def spans_of(body):
 
 
 def main():
-    if sys.argv[1:] == ["--decode"]:
-        for span in spans_of(sys.stdin.buffer.read()):
+    if sys.argv[1:2] == ["--decode"]:
+        body = open(sys.argv[2], "rb").read() if len(sys.argv) > 2 else sys.stdin.buffer.read()
+        for span in spans_of(body):
             print(json.dumps(span, sort_keys=True))
         return
     port = int(sys.argv[1])

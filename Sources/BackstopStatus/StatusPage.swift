@@ -175,24 +175,10 @@ public enum StatusPage {
         return out
     }
 
-    /// `2026-11-25 18:59:55Z`.
+    /// ISO 8601 in UTC, whole seconds (`2026-11-25T18:59:55Z`), as `keychain list` writes times.
     static func formatTime(_ epochSeconds: Double) -> String {
-        let total = Int64(epochSeconds.rounded(.down))
-        let days = total >= 0 ? total / 86_400 : (total - 86_399) / 86_400
-        let secondsOfDay = total - days * 86_400
-        // Civil date from days since 1970-01-01 (Howard Hinnant's days_from_civil, inverted).
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let day = doy - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
-        func two(_ v: Int64) -> String { v < 10 ? "0\(v)" : "\(v)" }
-        return "\(year)-\(two(month))-\(two(day)) \(two(secondsOfDay / 3600)):\(two(secondsOfDay / 60 % 60)):"
-            + "\(two(secondsOfDay % 60))Z"
+        guard epochSeconds.isFinite else { return "–" }
+        return Date(timeIntervalSince1970: epochSeconds.rounded(.down)).formatted(.iso8601)
     }
 
     /// `45s`, `12m 5s`, `3h 4m`, `2d 1h`.

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTestSupport
 import Foundation
 import Testing
 import W3CTraceContext
@@ -89,30 +90,19 @@ struct OTLPEncoderTests {
             .deletingLastPathComponent().appendingPathComponent("scripts/otlp-receiver.py").path
     }
 
-    static func decode(_ body: [UInt8]) throws -> [[String: Any]] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script, "--decode"]
-        let input = Pipe()
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        input.fileHandleForWriting.write(Data(body))
-        try input.fileHandleForWriting.close()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(errorText)")
-        return try String(decoding: data, as: UTF8.self).split(separator: "\n").map {
+    static func decode(_ body: [UInt8]) async throws -> [[String: Any]] {
+        let path = NSTemporaryDirectory() + "otlp-\(UUID().uuidString).bin"
+        try Data(body).write(to: URL(fileURLWithPath: path))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let result = try await TestProcess.run("/usr/bin/env", ["python3", script, "--decode", path])
+        #expect(result.status == 0, "\(result.standardError)")
+        return try result.standardOutput.split(separator: "\n").map {
             try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
         }
     }
 
     @Test("spans, attributes of every type, status, flags and resource decode as written")
-    func decodesWithReferenceClasses() throws {
+    func decodesWithReferenceClasses() async throws {
         var random = SplitMix64(seed: 11)
         let traceID = TraceID.random(using: &random)
         let parent = SpanID.random(using: &random)
@@ -127,7 +117,7 @@ struct OTLPEncoderTests {
         let client = SpanRecord(
             traceID: traceID, spanID: SpanID.random(using: &random), parentSpanID: server.spanID, name: "POST",
             kind: .client, startNanos: 5, endNanos: 6, attributes: [])
-        let spans = try Self.decode(
+        let spans = try await Self.decode(
             OTLPEncoder(serviceName: "edge", serviceVersion: "1.2.3").encode([server, client]))
         try #require(spans.count == 2)
         let first = spans[0]
