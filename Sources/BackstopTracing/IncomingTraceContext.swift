@@ -38,7 +38,14 @@ public struct IncomingTraceContext: Sendable, Equatable {
         }
         return IncomingTraceContext(
             traceID: context.traceID, parentSpanID: context.spanID, sampled: context.flags.contains(.sampled),
-            traceState: context.traceStateHeaderValue)
+            traceState: context.state.allSatisfy(hasValidKey) ? context.traceStateHeaderValue : nil)
+    }
+
+    /// A list member's key starts with a lowercase letter or a digit (W3C Trace Context §3.3.1.3); the parser
+    /// lets an empty key through.
+    private static func hasValidKey(_ member: TraceState.Element) -> Bool {
+        guard let first = member.vendor.rawValue.utf8.first else { return false }
+        return (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
     }
 
     /// Finds the trace headers among a request's headers (names compared case-insensitively). Two `traceparent`

@@ -247,7 +247,7 @@ public final class ProxyServer: Sendable {
             guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
             out += "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
         }
-        let dropped = runtime.tracer?.queue.dropped ?? (0, 0)
+        let dropped = runtime.tracer?.queue.dropped ?? (queueFull: 0, exportFailed: 0)
         family("backstop_spans_dropped_total", "counter",
                "Trace spans dropped: the export queue was full, or the collector did not accept their batch.")
         out += "backstop_spans_dropped_total{reason=\"queue-full\"} \(dropped.queueFull)\n"
