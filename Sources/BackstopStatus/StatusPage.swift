@@ -14,7 +14,7 @@ public enum StatusPage {
         table{border-collapse:collapse;margin:.3rem 0 1rem;min-width:40rem}
         caption{text-align:left;font-weight:600;padding:.3rem 0}
         th,td{border:1px solid #c8c8c8;padding:.25rem .6rem;text-align:left;vertical-align:top}
-        thead th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
+        thead th{background:#f0f0f0}th[scope=row]{white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
         .ok{color:#0a6b2c}.bad{color:#a3140c;font-weight:600}.warn{color:#8a5a00}
         dl{display:grid;grid-template-columns:max-content auto;gap:.1rem 1rem;margin:.5rem 0}dt{font-weight:600}dd{margin:0}
         """
