@@ -36,7 +36,8 @@ public enum StatusPage {
         h += "<title>Backstop status</title>\n<style>\(style)</style>\n</head>\n<body>\n<main>\n"
         h += "<h1>Backstop status</h1>\n"
         h += "<p>Taken \(escape(formatTime(s.generatedAt))); rates cover the last \(s.windowSeconds) s. "
-        h += "This page reloads every \(refreshSeconds) s; the same facts are at <a href=\"status.json\">status.json</a>.</p>\n"
+        h += "This page reloads every \(refreshSeconds) s; the same facts are at "
+        h += "<a href=\"status.json\">status.json</a>.</p>\n"
         h += "<dl id=\"summary\">\n"
         h += "<dt>Version</dt><dd>\(escape(s.version))</dd>\n"
         h += "<dt>Up for</dt><dd>\(escape(formatDuration(s.uptimeSeconds)))</dd>\n"
@@ -63,12 +64,10 @@ public enum StatusPage {
 
     static func upstreams(_ s: StatusSnapshot, into h: inout String) {
         h += "<h2 id=\"upstreams-heading\">Upstreams</h2>\n"
-        h += "<table id=\"upstreams\" aria-labelledby=\"upstreams-heading\">\n"
-        h += "<caption>Traffic of the last \(s.windowSeconds) s, retry budget and circuit per upstream</caption>\n"
-        h += "<thead><tr><th scope=\"col\">Upstream</th><th scope=\"col\">Requests/s</th>"
-        h += "<th scope=\"col\">Success ratio</th><th scope=\"col\">Attempts/request</th>"
-        h += "<th scope=\"col\">Retry budget left</th><th scope=\"col\">Budget exhausted (total)</th>"
-        h += "<th scope=\"col\">Circuit</th></tr></thead>\n<tbody>\n"
+        openTable(
+            "upstreams", caption: "Traffic of the last \(s.windowSeconds) s, retry budget and circuit per upstream",
+            columns: ["Upstream", "Requests/s", "Success ratio", "Attempts/request", "Retry budget left",
+                      "Budget exhausted (total)", "Circuit"], into: &h)
         if s.upstreams.isEmpty {
             h += "<tr><td colspan=\"7\">No upstream is configured.</td></tr>\n"
         }
@@ -88,10 +87,9 @@ public enum StatusPage {
 
     static func endpoints(_ s: StatusSnapshot, into h: inout String) {
         h += "<h2 id=\"endpoints-heading\">Endpoints</h2>\n"
-        h += "<table id=\"endpoints\" aria-labelledby=\"endpoints-heading\">\n"
-        h += "<caption>Every endpoint of every upstream and whether it takes requests</caption>\n"
-        h += "<thead><tr><th scope=\"col\">Upstream</th><th scope=\"col\">Endpoint</th><th scope=\"col\">State</th>"
-        h += "<th scope=\"col\">Consecutive failures</th><th scope=\"col\">Next probe in</th></tr></thead>\n<tbody>\n"
+        openTable(
+            "endpoints", caption: "Every endpoint of every upstream and whether it takes requests",
+            columns: ["Upstream", "Endpoint", "State", "Consecutive failures", "Next probe in"], into: &h)
         for u in s.upstreams {
             for e in u.endpoints {
                 let stateClass = e.state == .healthy ? "ok" : e.state == .ejected ? "bad" : "warn"
@@ -112,10 +110,9 @@ public enum StatusPage {
             h += "<p id=\"tokens\">No upstream has managed auth.</p>\n"
             return
         }
-        h += "<table id=\"tokens\" aria-labelledby=\"tokens-heading\">\n"
-        h += "<caption>Credentials Backstop injects (their state only, never their value)</caption>\n"
-        h += "<thead><tr><th scope=\"col\">Upstream</th><th scope=\"col\">Kind</th><th scope=\"col\">Present</th>"
-        h += "<th scope=\"col\">Expires in</th><th scope=\"col\">Last refresh</th></tr></thead>\n<tbody>\n"
+        openTable(
+            "tokens", caption: "Credentials Backstop injects (their state only, never their value)",
+            columns: ["Upstream", "Kind", "Present", "Expires in", "Last refresh"], into: &h)
         for u in managed {
             guard let t = u.token else { continue }
             h += "<tr data-upstream=\"\(escape(u.name))\"><th scope=\"row\">\(escape(u.name))</th>"
@@ -140,11 +137,9 @@ public enum StatusPage {
 
     static func failures(_ s: StatusSnapshot, into h: inout String) {
         h += "<h2 id=\"failures-heading\">Recent failures</h2>\n"
-        h += "<table id=\"failures\" aria-labelledby=\"failures-heading\">\n"
-        h += "<caption>The last \(FailureLog.defaultCapacity) failed requests, newest first</caption>\n"
-        h += "<thead><tr><th scope=\"col\">Time (UTC)</th><th scope=\"col\">Upstream</th>"
-        h += "<th scope=\"col\">Endpoint</th><th scope=\"col\">Status</th><th scope=\"col\">Cause</th></tr></thead>\n"
-        h += "<tbody>\n"
+        openTable(
+            "failures", caption: "The last \(FailureLog.defaultCapacity) failed requests, newest first",
+            columns: ["Time (UTC)", "Upstream", "Endpoint", "Status", "Cause"], into: &h)
         if s.failures.isEmpty { h += "<tr><td colspan=\"5\">No failure since start.</td></tr>\n" }
         for f in s.failures {
             h += "<tr data-upstream=\"\(escape(f.upstream))\"><th scope=\"row\">\(escape(formatTime(f.at)))</th>"
@@ -152,6 +147,14 @@ public enum StatusPage {
             h += "<td>\(escape(f.cause))</td></tr>\n"
         }
         h += "</tbody>\n</table>\n"
+    }
+
+    /// A table labelled by the `<h2 id="ID-heading">` before it, with a caption and one column header per name
+    /// (the caption and names are the page's own text, not escaped).
+    static func openTable(_ id: String, caption: String, columns: [String], into h: inout String) {
+        h += "<table id=\"\(id)\" aria-labelledby=\"\(id)-heading\">\n<caption>\(caption)</caption>\n<thead><tr>"
+        for column in columns { h += "<th scope=\"col\">\(column)</th>" }
+        h += "</tr></thead>\n<tbody>\n"
     }
 
     // MARK: formatting
@@ -169,7 +172,11 @@ public enum StatusPage {
             case "'": out += "&#39;"
             default:
                 // Control characters would be invisible or break the layout; show them as U+FFFD.
-                if scalar.value < 0x20 || scalar.value == 0x7F { out += "\u{FFFD}" } else { out.unicodeScalars.append(scalar) }
+                if scalar.value < 0x20 || scalar.value == 0x7F {
+                    out += "\u{FFFD}"
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
             }
         }
         return out

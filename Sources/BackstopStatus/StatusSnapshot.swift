@@ -89,7 +89,9 @@ public struct EndpointStatus: Sendable, Equatable, Encodable {
     /// Seconds until an ejected endpoint is probed again.
     public var probeInSeconds: Double?
 
-    public init(url: String, state: EndpointState = .healthy, consecutiveFailures: Int? = nil, probeInSeconds: Double? = nil) {
+    public init(
+        url: String, state: EndpointState = .healthy, consecutiveFailures: Int? = nil, probeInSeconds: Double? = nil
+    ) {
         self.url = url
         self.state = state
         self.consecutiveFailures = consecutiveFailures

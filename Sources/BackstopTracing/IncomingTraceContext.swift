@@ -45,7 +45,8 @@ public struct IncomingTraceContext: Sendable, Equatable {
     /// lets an empty key through.
     private static func hasValidKey(_ member: TraceState.Element) -> Bool {
         guard let first = member.vendor.rawValue.utf8.first else { return false }
-        return (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
+        return (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
     }
 
     /// Finds the trace headers among a request's headers (names compared case-insensitively). Two `traceparent`

@@ -3,7 +3,9 @@
 /// tests compare whole attribute lists.
 public enum SpanAttributes {
     /// Methods the conventions name as they are; any other is recorded as `_OTHER` with its original spelling.
-    static let knownMethods: Set<String> = ["CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"]
+    static let knownMethods: Set<String> = [
+        "CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE",
+    ]
 
     /// `{method}` for a known method, `HTTP` otherwise (the conventions' span name without a route template).
     public static func spanName(method: String) -> String {

@@ -635,15 +635,17 @@ public struct TracingConfig: Sendable, Equatable {
     /// The share of requests without a `traceparent` that are sampled, 0...1.
     public var sampleRatio: Double
 
-    public init(otlpEndpoint: String, exportURL: String? = nil, serviceName: String = "backstop", sampleRatio: Double = 1) {
+    public init(
+        otlpEndpoint: String, exportURL: String? = nil, serviceName: String = "backstop", sampleRatio: Double = 1
+    ) {
         self.otlpEndpoint = otlpEndpoint
         self.exportURL = exportURL ?? TracingConfig.exportURL(for: otlpEndpoint)
         self.serviceName = serviceName
         self.sampleRatio = sampleRatio
     }
 
-    /// OTLP/HTTP's rule for a base endpoint: the traces path is appended (`http://c:4318` → `http://c:4318/v1/traces`);
-    /// an endpoint already naming `/v1/traces` is used as written.
+    /// OTLP/HTTP's rule for a base endpoint: the traces path is appended (`http://c:4318` →
+    /// `http://c:4318/v1/traces`); an endpoint already naming `/v1/traces` is used as written.
     public static func exportURL(for endpoint: String) -> String {
         var base = endpoint
         if let query = base.firstIndex(of: "?") { base = String(base[..<query]) }

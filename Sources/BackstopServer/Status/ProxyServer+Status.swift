@@ -2,7 +2,8 @@ import BackstopCore
 import BackstopStatus
 
 extension ProxyServer {
-    /// The facts `/status` and `/status.json` show, read now from the runtime (docs/reference/operations.md#status-page).
+    /// The facts `/status` and `/status.json` show, read now from the runtime
+    /// (docs/reference/operations.md#status-page).
     public func statusSnapshot() -> StatusSnapshot {
         let clock = runtime.clock
         let wall = clock.wall()
@@ -26,7 +27,9 @@ extension ProxyServer {
             failures: runtime.failures.recent)
     }
 
-    private func upstreamStatus(_ upstream: UpstreamRuntime, now: Duration, second: Int64, wall: Double) -> UpstreamStatus {
+    private func upstreamStatus(
+        _ upstream: UpstreamRuntime, now: Duration, second: Int64, wall: Double
+    ) -> UpstreamStatus {
         let name = upstream.config.name
         let counters = runtime.metrics.upstream(name).snapshot
         let rates = counters.activity.rates(now: second)
