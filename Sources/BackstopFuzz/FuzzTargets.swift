@@ -1,6 +1,7 @@
 import BackstopCA
 import BackstopCore
 import BackstopKeychain
+import BackstopTracing
 import Foundation
 #if BACKSTOP_FUZZER
 import CFuzzing
@@ -25,11 +26,15 @@ import CFuzzing
 /// - `ca-bundle`: a keychain entry's bytes → `CAIdentity(pemBundle:)` (PEM, DER certificates, PKCS#8/SEC1 keys).
 /// - `path`: a request path → `DotSegments.isSuspect`; a path it lets through must hold no dot segment after any
 ///   number of decoding rounds, with either separator and without its `;` tails.
+/// - `traceparent`: a client's `traceparent` and `tracestate` (the input split at its first newline) →
+///   `IncomingTraceContext.parse`; a parsed context must have non-zero ids and survive re-serialization.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
     case config, retryHint = "retry-hint", token, keychain, request, responseHead = "response-head", connect
-    case caBundle = "ca-bundle", path
+    case caBundle = "ca-bundle"
+    case path
+    case traceparent
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -52,6 +57,7 @@ enum FuzzTarget: String, CaseIterable {
         case .connect: Self.connect(bytes)
         case .caBundle: _ = try? CAIdentity(pemBundle: String(decoding: bytes, as: UTF8.self))
         case .path: Self.path(bytes)
+        case .traceparent: Self.traceparent(bytes)
         }
     }
 
@@ -79,6 +85,19 @@ enum FuzzTarget: String, CaseIterable {
         case .refuse:
             break
         }
+    }
+
+    static func traceparent(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        let parts = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        guard let context = IncomingTraceContext.parse(
+            traceparent: parts.first, tracestate: parts.count > 1 ? parts[1] : nil)
+        else { return }
+        precondition(context.traceID != .null && context.parentSpanID != .null, "zero id accepted")
+        let flags = context.sampled ? "01" : "00"
+        let again = IncomingTraceContext.parse(
+            traceparent: "00-\(context.traceID)-\(context.parentSpanID)-\(flags)", tracestate: context.traceState)
+        precondition(again == context, "traceparent round trip changed the context")
     }
 
     static func config(_ bytes: [UInt8]) {

@@ -14,7 +14,7 @@ struct ConfigBuilder {
 
     static let topKeys = [
         "version", "listen", "admin", "log", "keychain", "limits", "unmatched", "upstreams", "tunnels", "intercept",
-        "token_store",
+        "token_store", "tracing",
     ]
 
     /// `path` made absolute against the config's directory.
@@ -64,6 +64,7 @@ struct ConfigBuilder {
                     + "keychain key, and the password entry lives there")
             }
         }
+        if let node = top["tracing"], !NodeReader.isNull(node) { config.tracing = tracing(node) }
         if let node = top["intercept"], !NodeReader.isNull(node) {
             config.intercept = intercept(node)
             interceptLocation = reader.location(node)

@@ -50,6 +50,8 @@ public struct Config: Sendable, Equatable {
     public var intercept: InterceptConfig?
     /// Where oauth2 tokens live: the keychain (default) or a store shared by a fleet.
     public var tokenStore: TokenStoreConfig = .keychain
+    /// OpenTelemetry spans exported over OTLP/HTTP; nil: no tracing (a client's `traceparent` passes through).
+    public var tracing: TracingConfig?
 
     public init(
         version: Int = 1, sourceFile: String = "<memory>", listeners: [ListenerConfig] = [], admin: AdminConfig? = nil,
@@ -628,5 +630,36 @@ public struct PostgresStoreConfig: Sendable, Equatable {
     /// `postgres://user@host:port/database`, for logs and `tokens list` (never a password: the URL has none).
     public var displayURL: String {
         "postgres://\(user)@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database)"
+    }
+}
+
+/// The `tracing` section: where spans go and which requests are sampled (docs/reference/config.md#tracing).
+public struct TracingConfig: Sendable, Equatable {
+    /// The collector's OTLP/HTTP endpoint as written (`http://127.0.0.1:4318`).
+    public var otlpEndpoint: String
+    /// Where span batches are POSTed: the endpoint with `/v1/traces` appended unless its path already ends so.
+    public var exportURL: String
+    /// `service.name` of every span's resource.
+    public var serviceName: String
+    /// The share of requests without a `traceparent` that are sampled, 0...1.
+    public var sampleRatio: Double
+
+    public init(
+        otlpEndpoint: String, exportURL: String? = nil, serviceName: String = "backstop", sampleRatio: Double = 1
+    ) {
+        self.otlpEndpoint = otlpEndpoint
+        self.exportURL = exportURL ?? TracingConfig.exportURL(for: otlpEndpoint)
+        self.serviceName = serviceName
+        self.sampleRatio = sampleRatio
+    }
+
+    /// OTLP/HTTP's rule for a base endpoint: the traces path is appended (`http://c:4318` →
+    /// `http://c:4318/v1/traces`); an endpoint already naming `/v1/traces` is used as written.
+    public static func exportURL(for endpoint: String) -> String {
+        var base = endpoint
+        if let query = base.firstIndex(of: "?") { base = String(base[..<query]) }
+        if base.hasSuffix("/v1/traces") { return endpoint }
+        while base.hasSuffix("/") { base.removeLast() }
+        return base + "/v1/traces"
     }
 }

@@ -1,8 +1,9 @@
+import BackstopStatus
 import NIOCore
 import NIOHTTP1
 
 /// The admin endpoints: `/healthz` (200 while the process runs), `/readyz` (200 once serving, 503 while
-/// draining), `/metrics` (Prometheus text, filled by the metrics issue).
+/// draining), `/metrics` (Prometheus text), `/status` (the status page) and `/status.json` (the same facts).
 final class AdminHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -52,6 +53,7 @@ final class AdminHandler: ChannelInboundHandler {
             requestHead = nil
             let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
             let (status, body, contentType): (HTTPResponseStatus, String, String)
+            var extraHeaders: [(String, String)] = []
             switch (head.method, path) {
             case (.GET, "/healthz"), (.HEAD, "/healthz"):
                 (status, body, contentType) = (.ok, "ok\n", "text/plain; charset=utf-8")
@@ -62,12 +64,27 @@ final class AdminHandler: ChannelInboundHandler {
                     : (.serviceUnavailable, "not ready\n", "text/plain; charset=utf-8")
             case (.GET, "/metrics"):
                 (status, body, contentType) = (.ok, state.metricsText(), "text/plain; version=0.0.4; charset=utf-8")
+            case (.GET, "/status"), (.HEAD, "/status"):
+                if let snapshot = state.statusSnapshot() {
+                    (status, body, contentType) = (.ok, StatusPage.render(snapshot), "text/html; charset=utf-8")
+                    extraHeaders = Self.statusPageHeaders
+                } else {
+                    (status, body, contentType) = (.serviceUnavailable, "stopping\n", "text/plain; charset=utf-8")
+                }
+            case (.GET, "/status.json"), (.HEAD, "/status.json"):
+                if let snapshot = state.statusSnapshot() {
+                    (status, body, contentType) = (.ok, StatusJSON.render(snapshot), "application/json")
+                    extraHeaders = [("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")]
+                } else {
+                    (status, body, contentType) = (.serviceUnavailable, "stopping\n", "text/plain; charset=utf-8")
+                }
             default:
                 (status, body, contentType) = (.notFound, "not found\n", "text/plain; charset=utf-8")
             }
             var headers = HTTPHeaders()
             headers.add(name: "Content-Type", value: contentType)
             headers.add(name: "Content-Length", value: String(body.utf8.count))
+            for (name, value) in extraHeaders { headers.add(name: name, value: value) }
             if !head.isKeepAlive { headers.add(name: "Connection", value: "close") }
             context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
                           promise: nil)
@@ -90,4 +107,17 @@ final class AdminHandler: ChannelInboundHandler {
 struct AdminState: Sendable {
     var isReady: @Sendable () -> Bool
     var metricsText: @Sendable () -> String
+    /// nil once the server is gone.
+    var statusSnapshot: @Sendable () -> StatusSnapshot?
+}
+
+extension AdminHandler {
+    /// The status page may load nothing and run nothing; it is never cached, framed or sniffed as another type.
+    static let statusPageHeaders: [(String, String)] = [
+        ("Content-Security-Policy", StatusPage.contentSecurityPolicy),
+        ("Cache-Control", "no-store"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("X-Frame-Options", "DENY"),
+        ("Referrer-Policy", "no-referrer"),
+    ]
 }

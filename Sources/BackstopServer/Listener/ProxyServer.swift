@@ -1,5 +1,7 @@
 import BackstopCore
 import BackstopKeychain
+import BackstopStatus
+import BackstopTracing
 import BackstopTransport
 import Logging
 import NIOCore
@@ -20,6 +22,10 @@ public final class ProxyServer: Sendable {
     private let channels: NIOLockedValueBox<[(ListenerConfig, Channel)]>
     private let adminChannel: NIOLockedValueBox<Channel?>
     private let ready = NIOLockedValueBox(false)
+    /// The `tracing` section read at start (a reload does not change it).
+    public let tracingConfig: TracingConfig?
+    /// The span exporter's loop, while `tracing` is on.
+    private let exportTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     /// The keychain opened at start (reloads keep it).
     public let keychain: FileKeychain?
@@ -52,9 +58,15 @@ public final class ProxyServer: Sendable {
             config, previous: [], keychain: keychain, stores: stores,
             fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
             counters: tokenRefreshes)
+        self.tracingConfig = config.tracing
+        var tracer: Tracer?
+        if let tracing = config.tracing {
+            tracer = Self.makeTracer(
+                tracing, fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger)
+        }
         self.runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept), transport: transport,
-            logger: logger)
+            logger: logger, tracer: tracer)
         self.channels = NIOLockedValueBox([])
         self.adminChannel = NIOLockedValueBox(nil)
     }
@@ -85,7 +97,20 @@ public final class ProxyServer: Sendable {
             adminChannel.withLockedValue { $0 = channel }
         }
         updateDestinationGuard()
+        if let queue = runtime.tracer?.queue {
+            exportTask.withLockedValue { $0 = Task { await queue.run() } }
+        }
         ready.withLockedValue { $0 = true }
+    }
+
+    /// The tracer of a `tracing` section: spans POSTed to its collector through the shared transport, ids seeded
+    /// from the system's random source (docs/reference/operations.md#tracing).
+    static func makeTracer(_ config: TracingConfig, fetcher: TransportFetcher, logger: Logger) -> Tracer {
+        let queue = SpanExportQueue(
+            encoder: OTLPEncoder(serviceName: config.serviceName, serviceVersion: BackstopVersion.current),
+            sender: OTLPHTTPSender(url: config.exportURL, fetcher: fetcher), logger: logger)
+        return Tracer(
+            sampleRatio: config.sampleRatio, queue: queue, clock: SystemClock(), seed: UInt64.random(in: .min ... .max))
     }
 
     /// Tells the transport which addresses are Backstop's own (a connection there is a loop), after every bind.
@@ -129,6 +154,15 @@ public final class ProxyServer: Sendable {
             try? await Task.sleep(for: .milliseconds(20))
         }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
+        if let queue = runtime.tracer?.queue {
+            // The last spans get one try, bounded: a collector that is down must not hold the drain.
+            queue.shutdown()
+            let exportDeadline = ContinuousClock.now + OTLPHTTPSender.callTimeout
+            while !queue.isFinished && ContinuousClock.now < exportDeadline {
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+            exportTask.withLockedValue { $0?.cancel() }
+        }
         for upstream in runtime.snapshot.upstreams {
             if case .oauth2(let manager, _) = upstream.auth { await manager.stopWatchingStore() }
         }
@@ -219,6 +253,13 @@ public final class ProxyServer: Sendable {
             guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
             out += "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
         }
+        let dropped = runtime.tracer?.queue.dropped ?? (queueFull: 0, exportFailed: 0)
+        family("backstop_spans_dropped_total", "counter",
+               "Trace spans dropped: the export queue was full, or the collector did not accept their batch.")
+        out += "backstop_spans_dropped_total{reason=\"queue-full\"} \(dropped.queueFull)\n"
+        out += "backstop_spans_dropped_total{reason=\"export-failed\"} \(dropped.exportFailed)\n"
+        family("backstop_spans_exported_total", "counter", "Trace spans the collector accepted.")
+        out += "backstop_spans_exported_total \(runtime.tracer?.queue.exported ?? 0)\n"
         return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
     }
 
@@ -233,7 +274,8 @@ public final class ProxyServer: Sendable {
         let maxConnections = limits.maxConnections
         let state = AdminState(
             isReady: { [weak self] in self?.isReady ?? false },
-            metricsText: { [weak self] in self?.metricsText() ?? "" })
+            metricsText: { [weak self] in self?.metricsText() ?? "" },
+            statusSnapshot: { [weak self] in self?.statusSnapshot() })
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { channel in

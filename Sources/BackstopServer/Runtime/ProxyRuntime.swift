@@ -1,4 +1,6 @@
 import BackstopCore
+import BackstopStatus
+import BackstopTracing
 import BackstopTransport
 import Logging
 import NIOCore
@@ -14,6 +16,10 @@ public final class ProxyRuntime: Sendable {
     public let clock: any BackstopClock
     public let metrics = ProxyMetrics()
     public let tunnelMetrics = TunnelMetrics()
+    /// The last failed requests, for the status page.
+    public let failures = FailureLog()
+    /// Starts request and refresh traces; nil without `tracing` (docs/reference/operations.md#tracing).
+    public let tracer: Tracer?
     /// Backstop's own listener addresses, which tunnels never connect to (the transport keeps its own copy).
     private let ownEndpoints = NIOLockedValueBox(DestinationGuard())
     private let current: NIOLockedValueBox<ConfigSnapshot>
@@ -22,8 +28,9 @@ public final class ProxyRuntime: Sendable {
 
     public init(
         snapshot: ConfigSnapshot, transport: any TransferStarting, logger: Logger,
-        clock: any BackstopClock = SystemClock()
+        clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil
     ) {
+        self.tracer = tracer
         self.current = NIOLockedValueBox(snapshot)
         self.transport = transport
         self.logger = logger
