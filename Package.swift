@@ -44,6 +44,18 @@ let package = Package(
             ]
         ),
         .target(
+            name: "BackstopIdentity",
+            dependencies: [
+                "BackstopCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        .target(name: "CPeerCredentials"),
+        .target(name: "BackstopPeer", dependencies: ["CPeerCredentials"]),
+        .target(
             name: "BackstopPostgres",
             dependencies: [
                 "BackstopCore",
@@ -70,6 +82,7 @@ let package = Package(
                 "BackstopTransport",
                 "BackstopKeychain",
                 "BackstopCA",
+                "BackstopIdentity",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -87,6 +100,7 @@ let package = Package(
                 "BackstopPostgres",
                 "BackstopCore",
                 "BackstopKeychain",
+                "BackstopIdentity",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -96,6 +110,8 @@ let package = Package(
             name: "BackstopTestSupport",
             dependencies: [
                 "BackstopCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -125,7 +141,8 @@ let package = Package(
         ),
         .target(name: "CFuzzing"),
         .executableTarget(
-            name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "BackstopCA", "CFuzzing"]),
+            name: "BackstopFuzz",
+            dependencies: ["BackstopCore", "BackstopKeychain", "BackstopCA", "BackstopIdentity", "CFuzzing"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore"]),
         .testTarget(
@@ -138,6 +155,18 @@ let package = Package(
             ]
         ),
         .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
+        .testTarget(
+            name: "BackstopIdentityTests",
+            dependencies: [
+                "BackstopIdentity",
+                "BackstopCore",
+                "BackstopTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+            ]
+        ),
+        .testTarget(name: "BackstopPeerTests", dependencies: ["BackstopPeer", "BackstopTestSupport"]),
         .testTarget(
             name: "BackstopServerTests",
             dependencies: [
@@ -163,6 +192,7 @@ let package = Package(
                 "BackstopSoak",
                 "BackstopCA",
                 "BackstopPostgres",
+                "BackstopIdentity",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
