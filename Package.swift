@@ -101,6 +101,7 @@ let package = Package(
                 "BackstopCore",
                 "BackstopKeychain",
                 "BackstopIdentity",
+                "BackstopPeer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -1,5 +1,6 @@
 import BackstopCA
 import BackstopCore
+import BackstopIdentity
 import BackstopKeychain
 import Foundation
 #if BACKSTOP_FUZZER
@@ -23,11 +24,18 @@ import CFuzzing
 ///   with tunnels and an intercepting upstream; a parsed target must be a lowercase name or an IP literal with a
 ///   port from 1 to 65535.
 /// - `ca-bundle`: a keychain entry's bytes → `CAIdentity(pemBundle:)` (PEM, DER certificates, PKCS#8/SEC1 keys).
+/// - `client-identity`: a keychain entry's bytes → `ClientCertificateBundle(pem:)` and
+///   `ClientAssertionSigner(pem:keyID:)`; a bundle that parses must hand curl PEM that parses to the same leaf.
+/// - `proxy-auth`: a `Proxy-Authorization` value → `ProxyAuthorization.basicCredentials` and the `clients` decision;
+///   decoded credentials always hold a `:`, and only the exact credentials are allowed.
+/// - `sigv4`: a request line's path and query (the input split at its first `?`) → the SigV4 canonical URI and
+///   query, which must be plain ASCII of the unreserved set, `%XX`, and the separators.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
     case config, retryHint = "retry-hint", token, keychain, request, responseHead = "response-head", connect
     case caBundle = "ca-bundle"
+    case clientIdentity = "client-identity", proxyAuth = "proxy-auth", sigv4
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -49,6 +57,57 @@ enum FuzzTarget: String, CaseIterable {
         case .responseHead: Self.responseHead(bytes)
         case .connect: Self.connect(bytes)
         case .caBundle: _ = try? CAIdentity(pemBundle: String(decoding: bytes, as: UTF8.self))
+        case .clientIdentity: Self.clientIdentity(bytes)
+        case .proxyAuth: Self.proxyAuth(bytes)
+        case .sigv4: Self.sigv4(bytes)
+        }
+    }
+
+    static func clientIdentity(_ bytes: [UInt8]) {
+        if let bundle = try? ClientCertificateBundle(pem: bytes) {
+            let again = try? ClientCertificateBundle(pem: bundle.certificateChainPEM + bundle.privateKeyPEM)
+            precondition(again?.leaf == bundle.leaf, "the PEM handed to curl does not parse back")
+        }
+        if let signer = try? ClientAssertionSigner(pem: bytes, keyID: "k") {
+            let jwt = try? signer.assertion(clientID: "c", audience: "https://idp.test/t", now: 0, jti: "j")
+            precondition(jwt?.split(separator: ".").count == 3, "an assertion is not header.claims.signature")
+        }
+    }
+
+    /// One entry of each kind; the right credentials are `ci:pw`.
+    static let clientPolicy = ClientAccessPolicy(entries: [
+        ClientAccessPolicy.Entry(name: "u", rule: .user(1000), upstreams: .only(["api"])),
+        ClientAccessPolicy.Entry(name: "ci", rule: .basic(credentials: Array("ci:pw".utf8)), upstreams: .all),
+    ])
+
+    static func proxyAuth(_ bytes: [UInt8]) {
+        let value = String(decoding: bytes, as: UTF8.self)
+        let decoded = ProxyAuthorization.basicCredentials(value)
+        if let decoded { precondition(decoded.contains(UInt8(ascii: ":")), "credentials without ':'") }
+        let decision = clientPolicy.decide(
+            connection: ClientConnection(uid: 1001), proxyAuthorization: value, target: .upstream("api"))
+        precondition(decision == (decoded == Array("ci:pw".utf8) ? .allow(client: "ci") : .challenge),
+                     "wrong decision")
+    }
+
+    static let sigv4Signers = [SigV4Signer(region: "r", service: "execute-api"), SigV4Signer(region: "r", service: "s3")]
+
+    static func sigv4(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        let parts = text.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        let path = String(parts[0])
+        let query = parts.count > 1 ? String(parts[1]) : nil
+        for signer in sigv4Signers {
+            let signature = signer.sign(
+                SigV4Signer.Request(method: "GET", path: path, query: query, host: "h"), payload: .unsigned,
+                credentials: SigV4Credentials(accessKeyID: "a", secretAccessKey: "s"), date: 0)
+            let lines = signature.canonicalRequest.split(separator: "\n", omittingEmptySubsequences: false)
+            for line in lines.prefix(3).dropFirst() {
+                precondition(line.utf8.allSatisfy { byte in
+                    (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                        || Array("-._~%/=&".utf8).contains(byte)
+                }, "canonical path or query outside the encoded alphabet")
+            }
         }
     }
 

@@ -65,12 +65,14 @@ extension ConfigBuilder {
     /// Exactly one of `unix_user`, `unix_group`, `proxy_auth`.
     private mutating func clientMatch(_ node: Node, _ label: String) -> (ClientMatch, SourceLocation)? {
         let keys = ["unix_user", "unix_group", "proxy_auth"]
+        let errorsBefore = reader.errors.count
         guard let map = reader.mapping(node, "\(label): match", allowed: keys) else { return nil }
         let present = keys.filter { map[$0] != nil }
         guard present.count == 1, let key = present.first, let value = map[key] else {
-            if present.isEmpty {
+            // An unknown key was reported already: one error per mistake.
+            if present.isEmpty && reader.errors.count == errorsBefore {
                 reader.fail(node, "\(label): match needs one of unix_user, unix_group, proxy_auth")
-            } else {
+            } else if present.count > 1 {
                 reader.fail(map.keyNode(present[1])!, "\(label): match takes one of unix_user, unix_group, proxy_auth, "
                     + "not \(present.joined(separator: " and ")) (write one entry for each)")
             }

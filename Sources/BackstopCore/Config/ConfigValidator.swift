@@ -115,6 +115,11 @@ enum ConfigValidator {
         for (i, upstream) in upstreams.enumerated() {
             let name = "upstream '\(upstream.name)'"
             let plainRemote = upstream.url.scheme != "https" && !IPAddressParser.isLoopback(upstream.url.host)
+            if upstream.tls.clientCertEntry != nil && config.keychain == nil {
+                errors.append(ConfigError(
+                    location: sites[i].clientCert ?? sites[i].name,
+                    message: "\(name): tls.client_cert_entry needs a 'keychain' section (the certificate lives there)"))
+            }
             if upstream.tls.clientCertEntry != nil && upstream.url.scheme != "https" {
                 errors.append(ConfigError(
                     location: sites[i].clientCert ?? sites[i].name,
@@ -137,6 +142,14 @@ enum ConfigValidator {
                     message += "; did you mean '\(suggestion)'?"
                 }
                 errors.append(ConfigError(location: location, message: message))
+            }
+        }
+        if config.keychain == nil {
+            for (client, site) in zip(clients, clientSites) {
+                guard case .proxyAuth = client.match else { continue }
+                errors.append(ConfigError(
+                    location: site.match,
+                    message: "client '\(client.name)': proxy_auth needs a 'keychain' section (the credentials live there)"))
             }
         }
         // Basic credentials travel in clear: only over connections that never leave the host.
