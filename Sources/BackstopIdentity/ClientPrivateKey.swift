@@ -109,11 +109,14 @@ enum PEMBlocks {
         guard let text = String(validating: pem, as: UTF8.self) else { throw .notPEM }
         // Encrypted traditional keys carry RFC 1421 headers; say what they are rather than "not PEM".
         if text.contains("Proc-Type: 4,ENCRYPTED") { throw .encryptedKey }
+        let documents: [PEMDocument]
         do {
-            return try PEMDocument.parseMultiple(pemString: text)
+            documents = try PEMDocument.parseMultiple(pemString: text)
         } catch {
             throw .notPEM
         }
+        guard !documents.isEmpty else { throw .notPEM }
+        return documents
     }
 
     static func isKey(_ discriminator: String) -> Bool {
@@ -151,7 +154,7 @@ public enum ClientIdentityError: Error, Sendable, Equatable, CustomStringConvert
         case .chainOrder(let index):
             "certificate \(index + 2) did not issue certificate \(index + 1) (put the leaf first, then its issuers)"
         case .keyUnusableForAssertion(let kind):
-            "a \(kind) key cannot sign private_key_jwt assertions (ES256 needs EC P-256, RS256 needs RSA)"
+            "an \(kind) key cannot sign private_key_jwt assertions (ES256 needs EC P-256, RS256 needs RSA)"
         case .signingFailed: "signing failed"
         }
     }

@@ -32,7 +32,7 @@ public enum KeychainReferenceCheck {
                 do {
                     _ = try ClientAssertionSigner(pem: value, keyID: nil)
                 } catch {
-                    fail("cannot sign private_key_jwt assertions: \(error.description)")
+                    fail("is unusable: \(error.description)")
                 }
             case .proxyCredentials:
                 if !value.contains(UInt8(ascii: ":")) { fail("does not hold user:password") }

@@ -28,8 +28,10 @@ public enum UnixAccounts {
         var result: UnsafeMutablePointer<passwd>?
         var buffer = [CChar](repeating: 0, count: 16_384)
         var out: Set<UInt32> = extraGroup.map { [$0] } ?? []
-        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let name = entry.pw_name
+        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let pointer = entry.pw_name
         else { return out }
+        // Copied while `buffer`, which it points into, is certainly alive.
+        let name = withExtendedLifetime(buffer) { String(cString: pointer) }
         out.insert(entry.pw_gid)
         var count: Int32 = 64
         var list = [gid_t](repeating: 0, count: Int(count))

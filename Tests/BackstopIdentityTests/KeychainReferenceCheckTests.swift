@@ -43,8 +43,8 @@ struct KeychainReferenceCheckTests {
             "c.yaml:2:7: upstream 'p': k2: keychain entry 'cert/mismatch' is not a client certificate chain and key: "
                 + "the private key does not belong to the (first) certificate",
             "c.yaml:3:7: upstream 'p': k3: keychain entry 'cert/gone' is missing; store it with: backstop keychain set cert/gone",
-            "c.yaml:5:7: upstream 'p': k5: keychain entry 'key/p384' cannot sign private_key_jwt assertions: a EC P-384 key "
-                + "cannot sign private_key_jwt assertions (ES256 needs EC P-256, RS256 needs RSA)",
+            "c.yaml:5:7: upstream 'p': k5: keychain entry 'key/p384' is unusable: an EC P-384 key cannot sign "
+                + "private_key_jwt assertions (ES256 needs EC P-256, RS256 needs RSA)",
             "c.yaml:7:7: upstream 'p': k7: keychain entry 'proxy/bad' does not hold user:password",
             "c.yaml:8:7: upstream 'p': k8: keychain entry 'secret/empty' is empty",
             found.last?.description ?? "",

@@ -1,4 +1,5 @@
 import BackstopCore
+import Foundation
 import Testing
 
 private let H = ConfigFixture.head
