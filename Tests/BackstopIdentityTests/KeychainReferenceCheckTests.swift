@@ -52,3 +52,36 @@ struct KeychainReferenceCheckTests {
         #expect(found.last?.message.contains("expired") == true)
     }
 }
+
+/// The client certificates a config names, for the expiry warning and metric.
+@Suite("Client certificate inventory")
+struct ClientCertificateInventoryTests {
+    @Test("each upstream and token endpoint certificate with its expiry, or why it has none")
+    func inventory() throws {
+        let files = try IdentityTestFiles()
+        defer { files.remove() }
+        let soon = try files.certificate("soon", days: 7)
+        let yaml = """
+            version: 1
+            listen: [127.0.0.1:8080]
+            keychain: {path: k.bkc, key_file: k.key}
+            upstreams:
+              - name: a
+                match: {hosts: [a.test]}
+                url: https://a.test
+                tls: {client_cert_entry: c/soon}
+                auth: {type: oauth2, token_url: https://idp.test/t, keychain_prefix: a, tls: {client_cert_entry: c/gone}}
+              - {name: b, match: {hosts: [b.test]}, url: https://b.test}
+            """
+        let config = try ConfigLoader.parse(yaml: yaml, file: "c.yaml", baseDirectory: "/etc")
+        let entries = ["c/soon": try soon.bundle()]
+        let items = ClientCertificateInventory.read(config) { entries[$0] }
+        #expect(items.map(\.upstream) == ["a", "a"])
+        #expect(items.map(\.target) == [.upstream, .tokenEndpoint])
+        #expect(items[0].problem == nil && items[0].expiresSoon(now: Date()))
+        #expect(!items[0].expiresSoon(now: Date() - 30 * 86_400))
+        #expect(items[1].notValidAfter == nil && items[1].problem == "keychain entry 'c/gone' is missing")
+        #expect(!items[1].expiresSoon(now: Date()))
+        #expect(ClientCertificateInventory.Target.tokenEndpoint.rawValue == "token_endpoint")
+    }
+}

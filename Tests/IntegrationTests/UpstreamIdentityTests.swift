@@ -97,6 +97,44 @@ struct UpstreamIdentityTests {
         if let failure { throw failure }
     }
 
+    @Test("a client certificate that expires within 14 days is warned about at start; its expiry is a metric")
+    func expiryWarningAndMetric() async throws {
+        let certs = try Certificates()
+        defer { TestFiles.remove(certs.directory) }
+        let soon = try TestCertificates.makeCertificate(
+            in: certs.directory, name: "soon", issuer: (certs.set.caCertPath, certs.set.caKeyPath), days: 7)
+        let auth = try await TestAuthServer.start()
+        let origin = try await TestOrigin.start(script: auth.protectedScript())
+        let (keychain, directory) = try TokenRefreshTests.makeKeychain([:])
+        defer { TestFiles.remove(directory) }
+        try keychain.set("idp/soon", value: try soon.bundle())
+        try keychain.set("idp/later", value: try certs.client.bundle(extraCertificates: []))
+        let capture = LogCapture()
+        // The token URL is loopback http here: only the inventory is under test, so point it at an https name.
+        let yaml = Self.config(auth: auth, origin: origin, directory: directory, authLines: "tls: {client_cert_entry: idp/soon}")
+            .replacingOccurrences(of: auth.tokenURL, with: "https://localhost:1/token")
+            + "\n  - name: other\n    match: {hosts: [other.test]}\n    url: https://other.test\n"
+            + "    auth:\n      type: oauth2\n      token_url: https://localhost:1/t\n      keychain_prefix: o\n"
+            + "      tls: {client_cert_entry: idp/later}\n  - name: broken\n    match: {hosts: [b.test]}\n"
+            + "    url: https://b.test\n    auth:\n      type: oauth2\n      token_url: https://localhost:1/t\n"
+            + "      keychain_prefix: b\n      tls: {client_cert_entry: idp/gone}\n"
+        let proxy = try await ProxyHarness.start(yaml, keychain: keychain, capture: capture)
+        let metrics = proxy.server.metricsText()
+        await proxy.stop()
+        try? await origin.shutdown()
+        try? await auth.origin.shutdown()
+        let warnings = capture.messages("client certificate expires soon")
+        #expect(warnings.count == 1)
+        #expect(warnings.first?.contains("upstream=api") == true && warnings.first?.contains("days_left=6") == true,
+                "\(warnings)")
+        #expect(capture.messages("client certificate unusable").first?.contains("idp/gone") == true)
+        let lines = metrics.split(separator: "\n").filter { $0.hasPrefix("backstop_client_certificate_expiry_seconds{") }
+        #expect(lines.count == 2, "\(lines)")
+        let soonValue = lines.first { $0.contains("upstream=\"api\",target=\"token_endpoint\"") }
+            .flatMap { $0.split(separator: " ").last }.flatMap { Int($0) } ?? 0
+        #expect(soonValue > 6 * 86_400 && soonValue <= 7 * 86_400)
+    }
+
     @Test("one transport: a connection or TLS session made with a client certificate never serves a request without it")
     func noIdentityLeaksAcrossRequests() async throws {
         let certs = try Certificates()
