@@ -86,8 +86,8 @@ enum FuzzTarget: String, CaseIterable {
         if let decoded { precondition(decoded.contains(UInt8(ascii: ":")), "credentials without ':'") }
         let decision = clientPolicy.decide(
             connection: ClientConnection(uid: 1001), proxyAuthorization: value, target: .upstream("api"))
-        precondition(decision == (decoded == Array("ci:pw".utf8) ? .allow(client: "ci") : .challenge),
-                     "wrong decision")
+        let expected: ClientDecision = decoded == Array("ci:pw".utf8) ? .allow(client: "ci") : .challenge
+        precondition(decision == expected, "wrong decision")
     }
 
     static let sigv4Signers = [SigV4Signer(region: "r", service: "execute-api"), SigV4Signer(region: "r", service: "s3")]

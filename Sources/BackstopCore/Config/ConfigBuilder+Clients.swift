@@ -100,7 +100,8 @@ extension ConfigBuilder {
                 reader.fail(value, "\(label): match.\(key) '\(text)' is not a user or group name or a numeric id")
                 return nil
             }
-            return (key == "unix_user" ? .unixUser(principal) : .unixGroup(principal), location)
+            let match: ClientMatch = key == "unix_user" ? .unixUser(principal) : .unixGroup(principal)
+            return (match, location)
         }
     }
 

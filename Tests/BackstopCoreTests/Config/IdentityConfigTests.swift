@@ -200,7 +200,7 @@ struct IdentityConfigTests {
 
     @Test("proxy_auth is fine with unix-socket and loopback listeners; unix matches on any listener")
     func proxyAuthListeners() throws {
-        let yaml = H.replacingOccurrences(of: "[127.0.0.1:8080]", with: "[\"[::1]:8080\", unix:/run/b.sock]") + K
+        let yaml = H.replacingOccurrences(of: "[127.0.0.1:8080]", with: "[\"[::1]:8080\", \"unix:/run/b.sock\"]") + K
             + "upstreams:\n  - {name: api, match: {hosts: [api.test]}, url: http://api.test}\n"
             + "clients:\n  - {name: a, match: {proxy_auth: a/p}, upstreams: [api]}\n"
         #expect(try ConfigFixture.parse(yaml).clients?.count == 1)
