@@ -65,14 +65,14 @@ struct IdentityConfigTests {
         #expect(partner.upgrades == false)
         #expect(config.upstreams[1].upgrades == true)
         #expect(partner.tls.clientCertEntry == "partner/client")
-        guard case .oauth2(let oauth) = partner.auth else {
+        guard case .oauth2(let parsed) = partner.auth else {
             Issue.record("not oauth2: \(partner.auth)")
             return
         }
-        #expect(oauth.clientAuth == .privateKeyJWT)
-        #expect(oauth.clientKeyEntry == "idp/signing-key")
-        #expect(oauth.clientKeyID == "key-2026-11")
-        #expect(oauth.tls == TokenEndpointTLS(caFile: nil, clientCertEntry: "idp/client"))
+        #expect(parsed.clientAuth == .privateKeyJWT)
+        #expect(parsed.clientKeyEntry == "idp/signing-key")
+        #expect(parsed.clientKeyID == "key-2026-11")
+        #expect(parsed.tls == TokenEndpointTLS(caFile: nil, clientCertEntry: "idp/client"))
         #expect(config.upstreams[1].auth == .awsSigV4(AWSSigV4Config(
             region: "eu-west-1", service: "execute-api", accessKeyEntry: "aws/access_key_id",
             secretKeyEntry: "aws/secret_access_key", sessionTokenEntry: "aws/session_token", payload: .unsigned)))
@@ -96,9 +96,9 @@ struct IdentityConfigTests {
     @Test("defaults: client_secret_post, signed payload, no clients section, upgrades on")
     func defaults() throws {
         let config = try ConfigFixture.parse(oauth("client_id: c\nclient_secret_entry: p/secret"))
-        guard case .oauth2(let oauth) = config.upstreams[0].auth else { throw ConfigErrors([]) }
-        #expect(oauth.clientAuth == .clientSecretPost)
-        #expect(oauth.tls.clientCertEntry == nil)
+        guard case .oauth2(let parsed) = config.upstreams[0].auth else { throw ConfigErrors([]) }
+        #expect(parsed.clientAuth == .clientSecretPost)
+        #expect(parsed.tls.clientCertEntry == nil)
         #expect(config.clients == nil)
         #expect(config.upstreams[0].upgrades)
         // Without an explicit client_auth the secret keeps its old meaning: nothing for check --online to require.
