@@ -89,27 +89,6 @@ public struct TransportClientIdentity: Sendable, Hashable, CustomStringConvertib
     public var customMirror: Mirror { Mirror(self, children: ["chainBytes": certificateChainPEM.count]) }
 }
 
-/// A client certificate chain and its private key, PEM, handed to curl from memory (`CURLOPT_SSLCERT_BLOB` /
-/// `CURLOPT_SSLKEY_BLOB`, copied by curl): never written to a file, not even a temporary one. Curl keys TLS
-/// sessions and connection reuse on the certificate, so a connection or session made with one identity never
-/// serves a request with another or none.
-public struct TransportClientIdentity: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible,
-    CustomReflectable
-{
-    public let certificateChainPEM: [UInt8]
-    public let privateKeyPEM: [UInt8]
-
-    public init(certificateChainPEM: [UInt8], privateKeyPEM: [UInt8]) {
-        self.certificateChainPEM = certificateChainPEM
-        self.privateKeyPEM = privateKeyPEM
-    }
-
-    // The key must never reach a log through interpolation of the TLS options.
-    public var description: String { "TransportClientIdentity(\(certificateChainPEM.count)-byte chain, key redacted)" }
-    public var debugDescription: String { description }
-    public var customMirror: Mirror { Mirror(self, children: ["chainBytes": certificateChainPEM.count]) }
-}
-
 /// Where an attempt's request body comes from.
 public enum TransportRequestBody: Sendable {
     /// No body (no `Content-Length` sent for GET/HEAD-like methods, `Content-Length: 0` otherwise).
