@@ -27,11 +27,15 @@ struct UpstreamIdentityTests {
             directory = try TestFiles.makeTemporaryDirectory(prefix: "backstop-mtls")
             set = try TestCertificates.generate(in: directory)
             client = try TestCertificates.makeCertificate(
-                in: directory, name: "backstop-client", issuer: (set.caCertPath, set.caKeyPath))
+                in: directory, name: "backstop-client", issuer: (set.caCertPath, set.caKeyPath), days: 30)
         }
     }
 
-    static func config(auth: TestAuthServer, origin: TestOrigin, directory: String, authLines: String) -> String {
+    /// One oauth2 upstream `api` with `authLines` under `auth`; `prefix` keeps each proxy's tokens apart when several
+    /// share a keychain.
+    static func config(
+        auth: TestAuthServer, origin: TestOrigin, directory: String, authLines: String, prefix: String = "api"
+    ) -> String {
         """
         \(keychainSection(directory: directory))
         upstreams:
@@ -44,7 +48,7 @@ struct UpstreamIdentityTests {
               token_url: \(auth.tokenURL)
               grant: client_credentials
               client_id: backstop
-              keychain_prefix: api
+              keychain_prefix: \(prefix)
         \(authLines.split(separator: "\n").map { "      " + $0 }.joined(separator: "\n"))
         """
     }
@@ -73,7 +77,7 @@ struct UpstreamIdentityTests {
 
             let without = try await ProxyHarness.start(Self.config(
                 auth: auth, origin: origin, directory: directory,
-                authLines: "tls: {ca_file: \(certs.set.caCertPath)}"), keychain: keychain)
+                authLines: "tls: {ca_file: \(certs.set.caCertPath)}", prefix: "without"), keychain: keychain)
             let refused = try await without.get("http://api.test/data", host: "api.test")
             await without.stop()
             #expect(refused.status == 502)
@@ -83,8 +87,8 @@ struct UpstreamIdentityTests {
             let capture = LogCapture()
             let missing = try await ProxyHarness.start(Self.config(
                 auth: auth, origin: origin, directory: directory,
-                authLines: "client_auth: tls_client_auth\ntls: {ca_file: \(certs.set.caCertPath), client_cert_entry: idp/gone}"),
-                keychain: keychain, capture: capture)
+                authLines: "client_auth: tls_client_auth\ntls: {ca_file: \(certs.set.caCertPath), client_cert_entry: idp/gone}",
+                prefix: "missing"), keychain: keychain, capture: capture)
             let gone = try await missing.get("http://api.test/data", host: "api.test")
             await missing.stop()
             #expect(gone.status == 502)

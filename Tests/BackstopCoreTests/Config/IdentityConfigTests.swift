@@ -176,7 +176,7 @@ struct IdentityConfigTests {
                   at: "proxy_auth", "one of"),
         ErrorCase(two + "clients:\n  - {name: a, match: {}, upstreams: [api]}\n", at: "{}", "needs one of"),
         ErrorCase(two + "clients:\n  - {name: a, match: {unix_uid: 5}, upstreams: [api]}\n", at: "unix_uid",
-                  "did you mean 'unix_user'"),
+                  "unknown key 'unix_uid'"),
         ErrorCase(two + "clients:\n  - {name: a, match: {unix_user: x}, upstreams: []}\n", at: "[]", "empty"),
         ErrorCase(two + "clients:\n  - {name: a, match: {unix_user: x}, upstreams: all}\n", at: "all", "'*'"),
         ErrorCase(two + "clients:\n  - {name: a, match: {unix_user: x}, upstreams: [api, \"*\"]}\n", at: "\"*\"",
