@@ -40,6 +40,10 @@ public enum KeychainReferenceCheck {
                 if value.isEmpty { fail("is empty") }
             }
         }
-        return problems
+        // By position, as every other `check` error.
+        return problems.enumerated().sorted {
+            ($0.element.location.line, $0.element.location.column, $0.offset)
+                < ($1.element.location.line, $1.element.location.column, $1.offset)
+        }.map(\.element)
     }
 }
