@@ -45,6 +45,18 @@ let package = Package(
             ]
         ),
         .target(
+            name: "BackstopIdentity",
+            dependencies: [
+                "BackstopCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        .target(name: "CPeerCredentials"),
+        .target(name: "BackstopPeer", dependencies: ["CPeerCredentials"]),
+        .target(
             name: "BackstopPostgres",
             dependencies: [
                 "BackstopCore",
@@ -85,6 +97,7 @@ let package = Package(
                 "BackstopTransport",
                 "BackstopKeychain",
                 "BackstopCA",
+                "BackstopIdentity",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -102,6 +115,8 @@ let package = Package(
                 "BackstopPostgres",
                 "BackstopCore",
                 "BackstopKeychain",
+                "BackstopIdentity",
+                "BackstopPeer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -111,6 +126,8 @@ let package = Package(
             name: "BackstopTestSupport",
             dependencies: [
                 "BackstopCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -141,7 +158,9 @@ let package = Package(
         .target(name: "CFuzzing"),
         .executableTarget(
             name: "BackstopFuzz",
-            dependencies: ["BackstopCore", "BackstopKeychain", "BackstopCA", "BackstopTracing", "CFuzzing"]),
+            dependencies: [
+                "BackstopCore", "BackstopKeychain", "BackstopCA", "BackstopTracing", "BackstopIdentity", "CFuzzing",
+            ]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore"]),
         .testTarget(
@@ -165,6 +184,18 @@ let package = Package(
             ]
         ),
         .testTarget(name: "BackstopStatusTests", dependencies: ["BackstopStatus"]),
+        .testTarget(
+            name: "BackstopIdentityTests",
+            dependencies: [
+                "BackstopIdentity",
+                "BackstopCore",
+                "BackstopTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+            ]
+        ),
+        .testTarget(name: "BackstopPeerTests", dependencies: ["BackstopPeer", "BackstopTestSupport"]),
         .testTarget(
             name: "BackstopServerTests",
             dependencies: [
@@ -192,6 +223,9 @@ let package = Package(
                 "BackstopPostgres",
                 "BackstopTracing",
                 "BackstopStatus",
+                "BackstopIdentity",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

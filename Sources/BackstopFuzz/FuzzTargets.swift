@@ -1,5 +1,6 @@
 import BackstopCA
 import BackstopCore
+import BackstopIdentity
 import BackstopKeychain
 import BackstopTracing
 import Foundation
@@ -28,6 +29,12 @@ import CFuzzing
 ///   number of decoding rounds, with either separator and without its `;` tails.
 /// - `traceparent`: a client's `traceparent` and `tracestate` (the input split at its first newline) →
 ///   `IncomingTraceContext.parse`; a parsed context must have non-zero ids and survive re-serialization.
+/// - `client-identity`: a keychain entry's bytes → `ClientCertificateBundle(pem:)` and
+///   `ClientAssertionSigner(pem:keyID:)`; a bundle that parses must hand curl PEM that parses to the same leaf.
+/// - `proxy-auth`: a `Proxy-Authorization` value → `ProxyAuthorization.basicCredentials` and the `clients` decision;
+///   decoded credentials always hold a `:`, and only the exact credentials are allowed.
+/// - `sigv4`: a request line's path and query (the input split at its first `?`) → the SigV4 canonical URI and
+///   query, which must be plain ASCII of the unreserved set, `%XX`, and the separators.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
@@ -35,6 +42,7 @@ enum FuzzTarget: String, CaseIterable {
     case caBundle = "ca-bundle"
     case path
     case traceparent
+    case clientIdentity = "client-identity", proxyAuth = "proxy-auth", sigv4
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -58,6 +66,57 @@ enum FuzzTarget: String, CaseIterable {
         case .caBundle: _ = try? CAIdentity(pemBundle: String(decoding: bytes, as: UTF8.self))
         case .path: Self.path(bytes)
         case .traceparent: Self.traceparent(bytes)
+        case .clientIdentity: Self.clientIdentity(bytes)
+        case .proxyAuth: Self.proxyAuth(bytes)
+        case .sigv4: Self.sigv4(bytes)
+        }
+    }
+
+    static func clientIdentity(_ bytes: [UInt8]) {
+        if let bundle = try? ClientCertificateBundle(pem: bytes) {
+            let again = try? ClientCertificateBundle(pem: bundle.certificateChainPEM + bundle.privateKeyPEM)
+            precondition(again?.leaf == bundle.leaf, "the PEM handed to curl does not parse back")
+        }
+        if let signer = try? ClientAssertionSigner(pem: bytes, keyID: "k") {
+            let jwt = try? signer.assertion(clientID: "c", audience: "https://idp.test/t", now: 0, jti: "j")
+            precondition(jwt?.split(separator: ".").count == 3, "an assertion is not header.claims.signature")
+        }
+    }
+
+    /// One entry of each kind; the right credentials are `ci:pw`.
+    static let clientPolicy = ClientAccessPolicy(entries: [
+        ClientAccessPolicy.Entry(name: "u", rule: .user(1000), upstreams: .only(["api"])),
+        ClientAccessPolicy.Entry(name: "ci", rule: .basic(credentials: Array("ci:pw".utf8)), upstreams: .all),
+    ])
+
+    static func proxyAuth(_ bytes: [UInt8]) {
+        let value = String(decoding: bytes, as: UTF8.self)
+        let decoded = ProxyAuthorization.basicCredentials(value)
+        if let decoded { precondition(decoded.contains(UInt8(ascii: ":")), "credentials without ':'") }
+        let decision = clientPolicy.decide(
+            connection: ClientConnection(uid: 1001), proxyAuthorization: value, target: .upstream("api"))
+        let expected: ClientDecision = decoded == Array("ci:pw".utf8) ? .allow(client: "ci") : .challenge
+        precondition(decision == expected, "wrong decision")
+    }
+
+    static let sigv4Signers = [SigV4Signer(region: "r", service: "execute-api"), SigV4Signer(region: "r", service: "s3")]
+
+    static func sigv4(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        let parts = text.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        let path = String(parts[0])
+        let query = parts.count > 1 ? String(parts[1]) : nil
+        for signer in sigv4Signers {
+            let signature = signer.sign(
+                SigV4Signer.Request(method: "GET", path: path, query: query, host: "h"), payload: .unsigned,
+                credentials: SigV4Credentials(accessKeyID: "a", secretAccessKey: "s"), date: 0)
+            let lines = signature.canonicalRequest.split(separator: "\n", omittingEmptySubsequences: false)
+            for line in lines.prefix(3).dropFirst() {
+                precondition(line.utf8.allSatisfy { byte in
+                    (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                        || Array("-._~%/=&".utf8).contains(byte)
+                }, "canonical path or query outside the encoded alphabet")
+            }
         }
     }
 

@@ -49,6 +49,11 @@ struct CurlEasy {
         try check(bs_easy_setopt_pointer(raw, option, value), option)
     }
 
+    /// Bytes curl copies (`CURL_BLOB_COPY`): nothing is written to a file, and the caller's array may go away.
+    func set(_ option: CURLoption, blob: [UInt8]) throws(CurlSetupError) {
+        try check(blob.withUnsafeBytes { bs_easy_setopt_blob(raw, option, $0.baseAddress, $0.count) }, option)
+    }
+
     func set(_ option: CURLoption, list value: UnsafeMutablePointer<curl_slist>?) throws(CurlSetupError) {
         try check(bs_easy_setopt_slist(raw, option, value), option)
     }

@@ -555,6 +555,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             try easy.set(CURLOPT_SSL_VERIFYHOST, 0)
         }
         if !request.tls.http2 { try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)) }
+        if let identity = request.tls.clientIdentity {
+            try easy.set(CURLOPT_SSLCERTTYPE, "PEM")
+            try easy.set(CURLOPT_SSLCERT_BLOB, blob: identity.certificateChainPEM)
+            try easy.set(CURLOPT_SSLKEYTYPE, "PEM")
+            try easy.set(CURLOPT_SSLKEY_BLOB, blob: identity.privateKeyPEM)
+        }
 
         let method = request.method
         var sendsBody = true

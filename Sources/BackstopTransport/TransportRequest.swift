@@ -41,14 +41,21 @@ public struct TransportTLSOptions: Sendable, Hashable {
     public var insecureSkipVerify: Bool
     /// HTTP/2 offered by ALPN (curl's `CURL_HTTP_VERSION_2TLS`); false offers HTTP/1.1 only.
     public var http2: Bool
-    public init(caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true) {
+    /// A client certificate to present (mutual TLS); nil: none.
+    public var clientIdentity: TransportClientIdentity?
+    public init(
+        caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true,
+        clientIdentity: TransportClientIdentity? = nil
+    ) {
         self.caFile = caFile
         self.insecureSkipVerify = insecureSkipVerify
         self.http2 = http2
+        self.clientIdentity = clientIdentity
     }
 
-    /// No CA file, verification on and HTTP/2 offered: what an idle handle has with only its fixed options set.
-    var isDefault: Bool { caFile == nil && !insecureSkipVerify && http2 }
+    /// No CA file, verification on, HTTP/2 offered and no client certificate: what an idle handle has with only its
+    /// fixed options set.
+    var isDefault: Bool { caFile == nil && !insecureSkipVerify && http2 && clientIdentity == nil }
 
     /// An upstream's `tls` section.
     public init(_ tls: TLSConfig) {
@@ -59,6 +66,27 @@ public struct TransportTLSOptions: Sendable, Hashable {
     public init(_ tls: TokenEndpointTLS) {
         self.init(caFile: tls.caFile, insecureSkipVerify: false)
     }
+}
+
+/// A client certificate chain and its private key, PEM, handed to curl from memory (`CURLOPT_SSLCERT_BLOB` /
+/// `CURLOPT_SSLKEY_BLOB`, copied by curl): never written to a file, not even a temporary one. Curl keys TLS
+/// sessions and connection reuse on the certificate, so a connection or session made with one identity never
+/// serves a request with another or none.
+public struct TransportClientIdentity: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
+    public let certificateChainPEM: [UInt8]
+    public let privateKeyPEM: [UInt8]
+
+    public init(certificateChainPEM: [UInt8], privateKeyPEM: [UInt8]) {
+        self.certificateChainPEM = certificateChainPEM
+        self.privateKeyPEM = privateKeyPEM
+    }
+
+    // The key must never reach a log through interpolation of the TLS options.
+    public var description: String { "TransportClientIdentity(\(certificateChainPEM.count)-byte chain, key redacted)" }
+    public var debugDescription: String { description }
+    public var customMirror: Mirror { Mirror(self, children: ["chainBytes": certificateChainPEM.count]) }
 }
 
 /// Where an attempt's request body comes from.

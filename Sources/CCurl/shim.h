@@ -29,6 +29,12 @@ static inline CURLcode bs_easy_setopt_pointer(CURL *h, CURLoption o, void *v) { 
 static inline CURLcode bs_easy_setopt_slist(CURL *h, CURLoption o, struct curl_slist *v) { return curl_easy_setopt(h, o, v); }
 static inline CURLcode bs_easy_setopt_data_callback(CURL *h, CURLoption o, bs_curl_data_callback v) { return curl_easy_setopt(h, o, v); }
 
+/* A blob option (CURLOPT_SSLCERT_BLOB, CURLOPT_SSLKEY_BLOB): curl copies the bytes, so they need not outlive the call. */
+static inline CURLcode bs_easy_setopt_blob(CURL *h, CURLoption o, const void *data, size_t len) {
+    struct curl_blob blob = {(void *)data, len, CURL_BLOB_COPY};
+    return curl_easy_setopt(h, o, &blob);
+}
+
 static inline CURLcode bs_easy_setopt_seek_callback(CURL *h, bs_curl_seek_callback v) { return curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, v); }
 static inline CURLcode bs_easy_getinfo_off(CURL *h, CURLINFO i, curl_off_t *v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode bs_easy_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }

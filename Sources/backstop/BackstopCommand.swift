@@ -1,5 +1,7 @@
 import ArgumentParser
 import BackstopCore
+import BackstopIdentity
+import BackstopKeychain
 import BackstopPostgres
 import Foundation
 
@@ -46,7 +48,9 @@ struct VersionCommand: ParsableCommand {
 struct CheckCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "check", abstract: "Validate a config file.")
     @OptionGroup var options: ConfigOption
-    @Flag(name: .long, help: "Also connect to the token store (postgres) and check its table and rights.")
+    @Flag(name: .long, help: ArgumentHelp(
+        "Also read the keychain entries the config names, and connect to the token store (postgres) and check its "
+            + "table and rights."))
     var online = false
 
     func run() async throws {
@@ -56,6 +60,16 @@ struct CheckCommand: AsyncParsableCommand {
             if !problems.isEmpty {
                 for problem in problems { print(problem.description) }
                 throw ExitCode(1)
+            }
+            if online, !config.keychainReferences.isEmpty, let section = config.keychain {
+                let keychain = try KeychainCLI.open(section)
+                let entries = try KeychainCLI.run { () throws(KeychainError) in try keychain.load() }
+                let found = KeychainReferenceCheck.problems(
+                    config.keychainReferences, entry: { entries[$0]?.value }, now: Date())
+                if !found.isEmpty {
+                    for problem in found { print(problem.description) }
+                    throw ExitCode(1)
+                }
             }
             if online, case .postgres = config.tokenStore {
                 let found = try await TokensCLI.withStores(options) { _, provider in

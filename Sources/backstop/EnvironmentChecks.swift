@@ -1,5 +1,6 @@
 import BackstopCore
 import BackstopKeychain
+import BackstopPeer
 
 #if canImport(Glibc)
 import Glibc
@@ -16,6 +17,19 @@ enum EnvironmentChecks {
                 problems.append(ConfigError(
                     location: location,
                     message: "upstream '\(upstream.name)': tls.ca_file \(caFile) is not readable: \(errnoText())"))
+            }
+        }
+        for client in config.clients ?? [] {
+            let location = client.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
+            switch client.match {
+            case .unixUser(.name(let name)) where UnixAccounts.userID(named: name) == nil:
+                problems.append(ConfigError(
+                    location: location, message: "client '\(client.name)': unix_user '\(name)' is not a user on this host"))
+            case .unixGroup(.name(let name)) where UnixAccounts.groupID(named: name) == nil:
+                problems.append(ConfigError(
+                    location: location, message: "client '\(client.name)': unix_group '\(name)' is not a group on this host"))
+            default:
+                break
             }
         }
         if let keychain = config.keychain, case .file(let keyPath) = keychain.key {

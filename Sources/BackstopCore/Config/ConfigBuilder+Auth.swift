@@ -5,7 +5,10 @@ extension ConfigBuilder {
     static let staticAuthKeys = authCommonKeys + ["entry"]
     static let oauth2Keys = authCommonKeys + [
         "token_url", "grant", "request_format", "client_id", "client_secret_entry", "scope", "keychain_prefix",
-        "fields", "refresh_on", "refresh_ahead", "tls",
+        "fields", "refresh_on", "refresh_ahead", "tls", "client_auth", "client_key_entry", "client_key_id",
+    ]
+    static let awsSigV4Keys = [
+        "type", "region", "service", "access_key_entry", "secret_key_entry", "session_token_entry", "payload",
     ]
 
     mutating func auth(_ node: Node, _ label: String) -> AuthConfig {
@@ -17,8 +20,8 @@ extension ConfigBuilder {
         var type = "none"
         if let typeNode = raw["type"] {
             guard let t = reader.string(typeNode, "\(path).type") else { return .none }
-            guard ["none", "static", "oauth2"].contains(t) else {
-                reader.fail(typeNode, "\(path).type must be one of none | static | oauth2, not '\(t)'")
+            guard ["none", "static", "oauth2", "aws_sigv4"].contains(t) else {
+                reader.fail(typeNode, "\(path).type must be one of none | static | oauth2 | aws_sigv4, not '\(t)'")
                 return .none
             }
             type = t
@@ -26,6 +29,7 @@ extension ConfigBuilder {
         switch type {
         case "static": return staticAuth(node, path).map(AuthConfig.staticToken) ?? .none
         case "oauth2": return oauth2(node, path).map(AuthConfig.oauth2) ?? .none
+        case "aws_sigv4": return awsSigV4(node, path).map(AuthConfig.awsSigV4) ?? .none
         default:
             _ = reader.mapping(node, path, allowed: ["type"])
             return .none
@@ -104,15 +108,130 @@ extension ConfigBuilder {
             }
             if let x = m["expires_in"], let v = reader.string(x, "\(path).fields.expires_in") { config.fields.expiresIn = v }
         }
-        if let n = map["tls"], let m = reader.mapping(n, "\(path).tls", allowed: ["ca_file"]) {
-            // Only a CA file: verification of the token endpoint cannot be turned off.
+        var clientCertNode: Node?
+        if let n = map["tls"], let m = reader.mapping(n, "\(path).tls", allowed: ["ca_file", "client_cert_entry"]) {
+            // Only a CA file and a client certificate: verification of the token endpoint cannot be turned off.
             if let x = m["ca_file"], let v = reader.string(x, "\(path).tls.ca_file") { config.tls.caFile = resolve(v) }
+            if let x = m["client_cert_entry"],
+                let v = entryName(x, "\(path).tls.client_cert_entry", content: .clientCertificate) {
+                config.tls.clientCertEntry = v
+                clientCertNode = x
+            }
         }
         if config.grant == .clientCredentials && map["client_id"] == nil {
             reader.fail(map["grant"] ?? node, "\(path): grant client_credentials needs 'client_id'")
         }
+        clientAuthentication(map, node, path, into: &config, clientCertNode: clientCertNode)
         guard tokenURL != nil, prefix != nil else { return nil }
         return config
+    }
+
+    /// `client_auth` and the keys it needs (docs/reference/config.md#client-authentication-at-the-token-endpoint):
+    /// each method needs its own credential and refuses the others' (a key that would be ignored is a mistake).
+    private mutating func clientAuthentication(
+        _ map: MappingView, _ node: Node, _ path: String, into config: inout OAuth2Config, clientCertNode: Node?
+    ) {
+        let explicit = map["client_auth"]
+        if let n = explicit, let v = reader.oneOf(n, "\(path).client_auth", OAuth2ClientAuth.allCases) { config.clientAuth = v }
+        if let n = map["client_key_entry"],
+            let v = entryName(n, "\(path).client_key_entry", content: .assertionSigningKey) {
+            config.clientKeyEntry = v
+        }
+        if let n = map["client_key_id"], let v = reader.string(n, "\(path).client_key_id") {
+            if v.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+                reader.fail(n, "\(path).client_key_id must not contain control characters")
+            } else {
+                config.clientKeyID = v
+            }
+        }
+        let at = explicit ?? node
+        let method = config.clientAuth.rawValue
+        switch config.clientAuth {
+        case .clientSecretPost:
+            break
+        case .clientSecretBasic:
+            if map["client_secret_entry"] == nil {
+                reader.fail(at, "\(path): client_auth client_secret_basic needs 'client_secret_entry'")
+            }
+        case .privateKeyJWT:
+            if map["client_key_entry"] == nil {
+                reader.fail(at, "\(path): client_auth private_key_jwt needs 'client_key_entry' (a keychain entry "
+                    + "holding the PEM private key that signs the assertions)")
+            }
+        case .tlsClientAuth:
+            if clientCertNode == nil {
+                reader.fail(at, "\(path): client_auth tls_client_auth needs 'tls.client_cert_entry' under 'auth' "
+                    + "(the certificate the token endpoint authenticates the client by)")
+            }
+        }
+        if let clientCertNode, !config.tokenURL.isEmpty, !config.tokenURL.lowercased().hasPrefix("https:") {
+            reader.fail(clientCertNode, "\(path).tls.client_cert_entry needs an https token_url (a client certificate "
+                + "is presented in the TLS handshake)")
+        }
+        if [.clientSecretBasic, .privateKeyJWT, .tlsClientAuth].contains(config.clientAuth), map["client_id"] == nil {
+            reader.fail(at, "\(path): client_auth \(method) needs 'client_id'")
+        }
+        if let n = map["client_secret_entry"], [.privateKeyJWT, .tlsClientAuth].contains(config.clientAuth) {
+            reader.fail(n, "\(path).client_secret_entry is not used with client_auth \(method); remove it")
+        }
+        for key in ["client_key_entry", "client_key_id"] where config.clientAuth != .privateKeyJWT {
+            if let n = map[key] {
+                reader.fail(n, "\(path).\(key) is only used with client_auth private_key_jwt, not \(method)")
+            }
+        }
+        if let secret = config.clientSecretEntry, let n = map["client_secret_entry"], explicit != nil,
+            [.clientSecretPost, .clientSecretBasic].contains(config.clientAuth) {
+            // Only an explicit `client_auth` makes the secret something `check --online` must find: a default
+            // config keeps its old meaning (a missing secret is sent as none).
+            keychainReferences.append(KeychainReference(
+                entry: secret, content: .secret, key: "\(path).client_secret_entry", location: reader.location(n)))
+        }
+    }
+
+    private mutating func awsSigV4(_ node: Node, _ path: String) -> AWSSigV4Config? {
+        guard let map = reader.mapping(node, path, allowed: Self.awsSigV4Keys) else { return nil }
+        func name(_ key: String, _ what: String) -> String? {
+            guard let n = map[key] else { return nil }
+            guard let v = reader.string(n, "\(path).\(key)") else { return nil }
+            // Both go into the credential scope and the signing key: AWS names are lowercase letters, digits, '-'.
+            guard v.utf8.allSatisfy({ (97...122).contains($0) || (48...57).contains($0) || $0 == 45 }) else {
+                reader.fail(n, "\(path).\(key) '\(v)' is not an AWS \(what) name (lowercase letters, digits, '-')")
+                return nil
+            }
+            return v
+        }
+        let region = name("region", "region")
+        let service = name("service", "service")
+        if map["region"] == nil { reader.fail(node, "\(path): aws_sigv4 needs 'region' (e.g. eu-west-1)") }
+        if map["service"] == nil { reader.fail(node, "\(path): aws_sigv4 needs 'service' (e.g. execute-api, s3)") }
+        var entries: [String: String] = [:]
+        for key in ["access_key_entry", "secret_key_entry", "session_token_entry"] {
+            if let n = map[key], let v = entryName(n, "\(path).\(key)", content: .secret) { entries[key] = v }
+        }
+        for key in ["access_key_entry", "secret_key_entry"] where map[key] == nil {
+            reader.fail(node, "\(path): aws_sigv4 needs '\(key)' (a keychain entry name)")
+        }
+        var payload = AWSPayloadSigning.signed
+        if let n = map["payload"], let v = reader.oneOf(n, "\(path).payload", AWSPayloadSigning.allCases) { payload = v }
+        guard let region, let service, let access = entries["access_key_entry"],
+            let secret = entries["secret_key_entry"]
+        else { return nil }
+        return AWSSigV4Config(
+            region: region, service: service, accessKeyEntry: access, secretKeyEntry: secret,
+            sessionTokenEntry: entries["session_token_entry"], payload: payload)
+    }
+
+    /// A keychain entry name, recorded with what it must hold for `check --online`.
+    mutating func entryName(_ node: Node, _ path: String, content: KeychainReference.Content) -> String? {
+        guard let v = reader.string(node, path) else { return nil }
+        guard !v.unicodeScalars.contains(where: {
+            $0.properties.isWhitespace || $0.properties.generalCategory == .control
+        }) else {
+            reader.fail(node, "'\(path)': '\(v)' is not a keychain entry name (no spaces or control characters)")
+            return nil
+        }
+        keychainReferences.append(KeychainReference(entry: v, content: content, key: path, location: reader.location(node)))
+        return v
     }
 
     private mutating func header(_ map: MappingView, _ path: String) -> String? {

@@ -1,7 +1,7 @@
 import Yams
 
 extension ConfigBuilder {
-    static let upstreamKeys = ["name", "match", "url", "tls", "timeouts", "retry", "auth", "intercept"]
+    static let upstreamKeys = ["name", "match", "url", "tls", "timeouts", "retry", "auth", "intercept", "upgrades"]
 
     /// One `upstreams` entry, and whether it is usable; nil without a valid name. An entry with a bad match or url
     /// is still returned (not usable) so the cross-upstream checks see it too; every section is read so all its
@@ -52,8 +52,12 @@ extension ConfigBuilder {
             upstream.intercept = v
             interceptLocation = reader.location(n)
         }
+        if let n = map["upgrades"], let v = reader.bool(n, "\(label): upgrades") { upstream.upgrades = v }
         guard name != nil, let nameNode = map["name"] else { return nil }
-        let site = UpstreamSite(name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation)
+        var site = UpstreamSite(name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation)
+        if case .mapping(let tlsMap)? = map["tls"], let certNode = tlsMap["client_cert_entry"] {
+            site.clientCert = reader.location(certNode)
+        }
         return (upstream, site, match != nil && url != nil)
     }
 
@@ -135,8 +139,14 @@ extension ConfigBuilder {
 
     mutating func tls(_ node: Node, _ label: String) -> TLSConfig {
         var config = TLSConfig()
-        guard let map = reader.mapping(node, "\(label): tls", allowed: ["ca_file", "insecure_skip_verify", "http2"]) else {
+        guard let map = reader.mapping(
+            node, "\(label): tls", allowed: ["ca_file", "insecure_skip_verify", "http2", "client_cert_entry"])
+        else {
             return config
+        }
+        if let n = map["client_cert_entry"],
+            let v = entryName(n, "\(label): tls.client_cert_entry", content: .clientCertificate) {
+            config.clientCertEntry = v
         }
         if let n = map["ca_file"], let v = reader.string(n, "\(label): tls.ca_file") { config.caFile = resolve(v) }
         if let n = map["insecure_skip_verify"], let v = reader.bool(n, "\(label): tls.insecure_skip_verify") {

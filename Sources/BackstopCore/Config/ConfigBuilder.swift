@@ -11,10 +11,14 @@ struct ConfigBuilder {
     var upstreamSites: [UpstreamSite] = []
     /// Where the `intercept` section was written, when it was.
     var interceptLocation: SourceLocation?
+    /// Keychain entries named by identity settings, in file order (`Config.keychainReferences`).
+    var keychainReferences: [KeychainReference] = []
+    /// Where each `clients` entry's parts were written, for the checks against upstreams and listeners.
+    var clientSites: [ClientSite] = []
 
     static let topKeys = [
         "version", "listen", "admin", "log", "keychain", "limits", "unmatched", "upstreams", "tunnels", "intercept",
-        "token_store", "tracing",
+        "token_store", "tracing", "clients",
     ]
 
     /// `path` made absolute against the config's directory.
@@ -69,6 +73,8 @@ struct ConfigBuilder {
             config.intercept = intercept(node)
             interceptLocation = reader.location(node)
         }
+        if let node = top["clients"] { config.clients = clients(node) }
+        config.keychainReferences = keychainReferences
         return config
     }
 
@@ -276,4 +282,6 @@ struct UpstreamSite {
     var auth: SourceLocation?
     /// The `intercept` value, when written.
     var intercept: SourceLocation?
+    /// The `tls.client_cert_entry` value, when written.
+    var clientCert: SourceLocation?
 }

@@ -45,6 +45,9 @@ public enum ConfigLoader {
             errors += ConfigValidator.validateInterception(
                 upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, config: config,
                 interceptSection: builder.interceptLocation)
+            errors += ConfigValidator.validateIdentity(
+                upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, config: config,
+                clientSites: builder.clientSites)
         }
         // Stable by position; errors at the same node keep the order they were found in.
         errors = errors.enumerated().sorted {

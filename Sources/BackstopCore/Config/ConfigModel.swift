@@ -52,6 +52,12 @@ public struct Config: Sendable, Equatable {
     public var tokenStore: TokenStoreConfig = .keychain
     /// OpenTelemetry spans exported over OTLP/HTTP; nil: no tracing (a client's `traceparent` passes through).
     public var tracing: TracingConfig?
+    /// Which local clients may use which upstreams (docs/reference/config.md#clients); nil: every client may use
+    /// every upstream.
+    public var clients: [ClientConfig]?
+    /// Every keychain entry the identity settings name (client certificates, signing keys, secrets, AWS keys,
+    /// proxy credentials), with what it must hold and where it was written: what `check --online` reads.
+    public var keychainReferences: [KeychainReference] = []
 
     public init(
         version: Int = 1, sourceFile: String = "<memory>", listeners: [ListenerConfig] = [], admin: AdminConfig? = nil,
@@ -233,6 +239,9 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// `CONNECT` to one of `match.hosts` is answered by terminating the client's TLS with a leaf of the local CA
     /// and handling the requests inside as requests for this upstream (docs/reference/https-clients.md).
     public var intercept: Bool
+    /// Whether requests with `Upgrade` (WebSocket) are forwarded (`upgrades`, default true); false answers them
+    /// with 400 `upgrade-not-allowed`.
+    public var upgrades: Bool = true
     /// Where this upstream's entry starts in the file.
     public var location: SourceLocation?
     public init(
@@ -305,10 +314,13 @@ public struct TLSConfig: Sendable, Equatable {
     public var insecureSkipVerify: Bool
     /// Offer HTTP/2 by ALPN (`tls.http2`); false pins the upstream connections to HTTP/1.1.
     public var http2: Bool
-    public init(caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true) {
+    /// Keychain entry holding the client certificate chain and its private key (PEM) presented to the upstream.
+    public var clientCertEntry: String?
+    public init(caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true, clientCertEntry: String? = nil) {
         self.caFile = caFile
         self.insecureSkipVerify = insecureSkipVerify
         self.http2 = http2
+        self.clientCertEntry = clientCertEntry
     }
 }
 
@@ -438,6 +450,8 @@ public enum AuthConfig: Sendable, Equatable {
     case none
     case staticToken(StaticAuthConfig)
     case oauth2(OAuth2Config)
+    /// Every attempt signed with AWS Signature Version 4.
+    case awsSigV4(AWSSigV4Config)
 }
 
 /// What to do with the client's own auth header on an auth-managed upstream.
@@ -489,7 +503,25 @@ public struct TokenFields: Sendable, Equatable {
 public struct TokenEndpointTLS: Sendable, Equatable {
     /// Absolute path of a CA bundle; nil means the system default.
     public var caFile: String?
-    public init(caFile: String? = nil) { self.caFile = caFile }
+    /// Keychain entry holding the client certificate chain and key for mutual TLS with the token endpoint
+    /// (RFC 8705; needed by `client_auth: tls_client_auth`).
+    public var clientCertEntry: String?
+    public init(caFile: String? = nil, clientCertEntry: String? = nil) {
+        self.caFile = caFile
+        self.clientCertEntry = clientCertEntry
+    }
+}
+
+/// How the client authenticates to the token endpoint (`auth.client_auth`; OpenID Connect Core §9 names).
+public enum OAuth2ClientAuth: String, Sendable, Equatable, CaseIterable {
+    /// `client_id` and `client_secret` in the request body (the default; with no secret, a public client).
+    case clientSecretPost = "client_secret_post"
+    /// `Authorization: Basic` with the form-urlencoded id and secret (RFC 6749 §2.3.1).
+    case clientSecretBasic = "client_secret_basic"
+    /// A JWT signed with `client_key_entry`, new for every token request (RFC 7523 §2.2).
+    case privateKeyJWT = "private_key_jwt"
+    /// The client certificate of `auth.tls.client_cert_entry` (RFC 8705 §2), `client_id` in the body.
+    case tlsClientAuth = "tls_client_auth"
 }
 
 /// `auth: {type: oauth2, ...}`.
@@ -500,6 +532,12 @@ public struct OAuth2Config: Sendable, Equatable {
     public var requestFormat: TokenRequestFormat
     public var clientID: String?
     public var clientSecretEntry: String?
+    public var clientAuth: OAuth2ClientAuth = .clientSecretPost
+    /// `private_key_jwt`: keychain entry holding the PEM private key that signs assertions (P-256 → ES256,
+    /// RSA → RS256).
+    public var clientKeyEntry: String?
+    /// `private_key_jwt`: the assertion header's `kid`.
+    public var clientKeyID: String?
     public var scope: String?
     public var keychainPrefix: String
     public var fields: TokenFields
@@ -529,6 +567,115 @@ public struct OAuth2Config: Sendable, Equatable {
         self.refreshOn = refreshOn
         self.refreshAhead = refreshAhead
         self.clientAuthHeader = clientAuthHeader
+    }
+}
+
+/// `auth: {type: aws_sigv4, ...}` (docs/reference/config.md#aws-sigv4).
+public struct AWSSigV4Config: Sendable, Equatable {
+    public var region: String
+    public var service: String
+    public var accessKeyEntry: String
+    public var secretKeyEntry: String
+    /// Temporary credentials: sent as `X-Amz-Security-Token` and signed.
+    public var sessionTokenEntry: String?
+    public var payload: AWSPayloadSigning
+    public init(
+        region: String, service: String, accessKeyEntry: String, secretKeyEntry: String,
+        sessionTokenEntry: String? = nil, payload: AWSPayloadSigning = .signed
+    ) {
+        self.region = region
+        self.service = service
+        self.accessKeyEntry = accessKeyEntry
+        self.secretKeyEntry = secretKeyEntry
+        self.sessionTokenEntry = sessionTokenEntry
+        self.payload = payload
+    }
+}
+
+/// Whether a SigV4 signature covers the request body.
+public enum AWSPayloadSigning: String, Sendable, Equatable, CaseIterable {
+    /// The body's SHA-256 is signed, so the body must be buffered whole before the first byte goes out.
+    case signed
+    /// `UNSIGNED-PAYLOAD` (S3 style): bodies stream.
+    case unsigned
+}
+
+/// One `clients` entry: who the client is, and which upstreams it may use.
+public struct ClientConfig: Sendable, Equatable {
+    /// `[a-z0-9_-]+`, unique; named in the access line.
+    public var name: String
+    public var match: ClientMatch
+    public var upstreams: ClientUpstreams
+    public var location: SourceLocation?
+    public init(name: String, match: ClientMatch, upstreams: ClientUpstreams, location: SourceLocation? = nil) {
+        self.name = name
+        self.match = match
+        self.upstreams = upstreams
+        self.location = location
+    }
+}
+
+/// How a `clients` entry recognises its client.
+public enum ClientMatch: Sendable, Equatable {
+    /// The peer's user: a unix-socket client's `SO_PEERCRED`, or a loopback TCP client's socket owner.
+    case unixUser(UnixPrincipal)
+    /// A group the peer's user is in (primary or supplementary).
+    case unixGroup(UnixPrincipal)
+    /// `Proxy-Authorization: Basic` equal to the keychain entry's `user:password`.
+    case proxyAuth(entry: String)
+}
+
+/// A user or group as written: a name (looked up on the host) or a numeric id.
+public enum UnixPrincipal: Sendable, Equatable, Hashable, CustomStringConvertible {
+    case name(String)
+    case id(UInt32)
+    public var description: String {
+        switch self {
+        case .name(let name): name
+        case .id(let id): String(id)
+        }
+    }
+}
+
+/// The upstreams a client entry may use.
+public enum ClientUpstreams: Sendable, Equatable {
+    /// `*`: every upstream, and requests that reach none (passthrough, blind tunnels).
+    case all
+    /// These upstream names only.
+    case only([String])
+
+    public func allows(_ upstream: String) -> Bool {
+        switch self {
+        case .all: true
+        case .only(let names): names.contains(upstream)
+        }
+    }
+}
+
+/// A keychain entry the config names, what it must hold, and where it was written (`check --online`).
+public struct KeychainReference: Sendable, Equatable {
+    /// What the entry must hold.
+    public enum Content: Sendable, Equatable {
+        /// A PEM certificate chain followed by its private key (EC P-256/P-384 or RSA).
+        case clientCertificate
+        /// A PEM private key that can sign `private_key_jwt` assertions (P-256 or RSA of at least 2048 bits).
+        case assertionSigningKey
+        /// `user:password` for `Proxy-Authorization: Basic`.
+        case proxyCredentials
+        /// Any non-empty secret (client secret, AWS keys, session token).
+        case secret
+    }
+
+    public var entry: String
+    public var content: Content
+    /// The config key that names it, for messages (`upstream 'api': auth.client_key_entry`).
+    public var key: String
+    public var location: SourceLocation
+    public init(entry: String, content: Content, key: String, location: SourceLocation) {
+        self.entry = entry
+        self.content = content
+        self.key = key
+        self.location = location
     }
 }
 

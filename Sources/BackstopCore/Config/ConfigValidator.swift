@@ -105,4 +105,67 @@ enum ConfigValidator {
         }
         return errors
     }
+
+    /// The cross-section rules of upstream identity and client identity (docs/reference/config.md#validation):
+    /// certificates and signatures only where they cannot be read on the wire, and `clients` naming real upstreams.
+    static func validateIdentity(
+        upstreams: [UpstreamConfig], sites: [UpstreamSite], config: Config, clientSites: [ClientSite]
+    ) -> [ConfigError] {
+        var errors: [ConfigError] = []
+        for (i, upstream) in upstreams.enumerated() {
+            let name = "upstream '\(upstream.name)'"
+            let plainRemote = upstream.url.scheme != "https" && !IPAddressParser.isLoopback(upstream.url.host)
+            if upstream.tls.clientCertEntry != nil && config.keychain == nil {
+                errors.append(ConfigError(
+                    location: sites[i].clientCert ?? sites[i].name,
+                    message: "\(name): tls.client_cert_entry needs a 'keychain' section (the certificate lives there)"))
+            }
+            if upstream.tls.clientCertEntry != nil && upstream.url.scheme != "https" {
+                errors.append(ConfigError(
+                    location: sites[i].clientCert ?? sites[i].name,
+                    message: "\(name): tls.client_cert_entry needs an https url (a client certificate is presented in "
+                        + "the TLS handshake)"))
+            }
+            if case .awsSigV4 = upstream.auth, plainRemote {
+                // A signature is valid for minutes and readable on a plain connection: replayable by anyone on path.
+                errors.append(ConfigError(
+                    location: sites[i].auth ?? sites[i].name,
+                    message: "\(name): aws_sigv4 needs an https url (plain http only to a loopback host)"))
+            }
+        }
+        guard let clients = config.clients else { return errors }
+        let known = Set(upstreams.map(\.name))
+        for site in clientSites {
+            for (upstream, location) in site.upstreams where !known.contains(upstream) {
+                var message = "unknown upstream '\(upstream)' in clients"
+                if let suggestion = NodeReader.closest(upstream, upstreams.map(\.name)) {
+                    message += "; did you mean '\(suggestion)'?"
+                }
+                errors.append(ConfigError(location: location, message: message))
+            }
+        }
+        if config.keychain == nil {
+            for (client, site) in zip(clients, clientSites) {
+                guard case .proxyAuth = client.match else { continue }
+                errors.append(ConfigError(
+                    location: site.match,
+                    message: "client '\(client.name)': proxy_auth needs a 'keychain' section (the credentials live there)"))
+            }
+        }
+        // Basic credentials travel in clear: only over connections that never leave the host.
+        let remote = config.listeners.first { listener in
+            if case .tcp(let host, _) = listener.address { return !IPAddressParser.isLoopback(host) }
+            return false
+        }
+        if let remote {
+            for (client, site) in zip(clients, clientSites) {
+                guard case .proxyAuth = client.match else { continue }
+                errors.append(ConfigError(
+                    location: site.match,
+                    message: "client '\(client.name)': proxy_auth is only allowed when every listener is loopback or a "
+                        + "unix socket (the password is sent in clear, and listener \(remote.address) is not local)"))
+            }
+        }
+        return errors
+    }
 }

@@ -18,13 +18,17 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
     case destinationDenied = "destination-denied"
     case tunnelDenied = "tunnel-denied"
     case tunnelUnreachable = "tunnel-unreachable"
+    case clientDenied = "client-denied"
+    case proxyAuthRequired = "proxy-auth-required"
+    case upgradeNotAllowed = "upgrade-not-allowed"
 
     /// The HTTP status that goes with the reason.
     public var status: Int {
         switch self {
-        case .badRequest: 400
-        case .noRoute, .destinationDenied, .tunnelDenied: 403
+        case .badRequest, .upgradeNotAllowed: 400
+        case .noRoute, .destinationDenied, .tunnelDenied, .clientDenied: 403
         case .connectNotSupported, .methodNotAllowed: 405
+        case .proxyAuthRequired: 407
         case .requestTimeout: 408
         case .bodyTooLarge: 413
         case .headersTooLarge: 431
@@ -56,6 +60,9 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .destinationDenied: "passthrough to this destination is not allowed"
         case .tunnelDenied: "CONNECT to this destination is not allowed"
         case .tunnelUnreachable: "the CONNECT destination cannot be reached"
+        case .clientDenied: "this client may not use this upstream (clients)"
+        case .proxyAuthRequired: "proxy authentication required"
+        case .upgradeNotAllowed: "protocol upgrades are not allowed for this upstream"
         }
     }
 }

@@ -34,10 +34,16 @@ public struct TokenEndpointRequest: Sendable, Equatable, CustomStringConvertible
 public enum TokenRequestError: Error, Sendable, Equatable, CustomStringConvertible {
     /// `grant: refresh_token` but no (or an empty) refresh token is available; the caller answers `token-unavailable`.
     case missingRefreshToken
+    /// `client_secret_basic` but the secret entry is missing or empty.
+    case missingClientSecret
+    /// `private_key_jwt` but no assertion could be made (the caller logs why: missing or unusable key).
+    case missingClientAssertion
 
     public var description: String {
         switch self {
         case .missingRefreshToken: "no refresh token available for grant refresh_token"
+        case .missingClientSecret: "client_auth client_secret_basic but the client secret is not in the keychain"
+        case .missingClientAssertion: "client_auth private_key_jwt but no client assertion could be signed"
         }
     }
 }

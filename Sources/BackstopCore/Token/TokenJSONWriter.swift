@@ -40,3 +40,28 @@ enum TokenJSONWriter {
         out.append(UInt8(ascii: "\""))
     }
 }
+
+/// A flat JSON object of string and integer members in the given order, for JOSE headers and JWT claims
+/// (`private_key_jwt`); strings escaped as `TokenJSONWriter` does.
+public enum JSONObjectWriter {
+    /// One member's value.
+    public enum Value: Sendable, Equatable {
+        case string(String)
+        case integer(Int64)
+    }
+
+    public static func object(_ members: [(String, Value)]) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        for (index, member) in members.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            TokenJSONWriter.appendString(member.0, to: &out)
+            out.append(UInt8(ascii: ":"))
+            switch member.1 {
+            case .string(let text): TokenJSONWriter.appendString(text, to: &out)
+            case .integer(let number): out.append(contentsOf: String(number).utf8)
+            }
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+}

@@ -308,19 +308,41 @@ struct TokenRefreshStep: Sendable {
             return LockedDecision(result: .adopted(stored))
         }
         let secret = config.clientSecretEntry.flatMap { try? secrets?.entry($0)?.stringValue }
-        let endpointRequest: TokenEndpointRequest
-        do {
-            endpointRequest = try TokenRequestBuilder.build(
-                config: config, refreshToken: stored.refreshToken, clientSecret: secret)
-        } catch {
-            logger.error("no refresh token in the token store", metadata: [
-                "upstream": .string(upstreamName), "entry": .string("\(config.keychainPrefix)/refresh_token"),
+        let credentials: TokenClientCredentials
+        switch TokenClientCredentials.load(config: config, keychain: secrets) {
+        case .success(let loaded): credentials = loaded
+        case .failure(let problem):
+            logger.error("token endpoint client credentials unusable", metadata: [
+                "upstream": .string(upstreamName), "problem": .string(problem.description),
             ])
-            return LockedDecision(result: .failed(final: true))
+            return LockedDecision(result: .failed(final: false))
         }
+        var tls = self.tls
+        tls.clientIdentity = credentials.tlsIdentity
         var random = SystemRandomNumberGenerator()
         var attempt = 1
         while true {
+            let endpointRequest: TokenEndpointRequest
+            do {
+                // A new assertion (new `jti`, `iat`) for every call, retries included: providers refuse a replayed one.
+                let assertion = try credentials.signer.map {
+                    try $0.assertion(
+                        clientID: config.clientID ?? "", audience: config.tokenURL, now: Int64(clock.wall()),
+                        random: &random)
+                }
+                endpointRequest = try TokenRequestBuilder.build(
+                    config: config, refreshToken: stored.refreshToken, clientSecret: secret, clientAssertion: assertion)
+            } catch let error as TokenRequestError where error == .missingRefreshToken {
+                logger.error("no refresh token in the token store", metadata: [
+                    "upstream": .string(upstreamName), "entry": .string("\(config.keychainPrefix)/refresh_token"),
+                ])
+                return LockedDecision(result: .failed(final: true))
+            } catch {
+                logger.error("token request cannot be made", metadata: [
+                    "upstream": .string(upstreamName), "problem": .string("\(error)"),
+                ])
+                return LockedDecision(result: .failed(final: false))
+            }
             let result = await fetcher.fetch(
                 TransportRequest(
                     url: endpointRequest.url, method: endpointRequest.method, headers: endpointRequest.headers,

@@ -1,8 +1,10 @@
 import BackstopCore
+import BackstopIdentity
 import BackstopKeychain
 import BackstopStatus
 import BackstopTracing
 import BackstopTransport
+import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -26,6 +28,8 @@ public final class ProxyServer: Sendable {
     public let tracingConfig: TracingConfig?
     /// The span exporter's loop, while `tracing` is on.
     private let exportTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    /// The client certificates the config names, as read at start and on the last reload.
+    private let clientCertificates = NIOLockedValueBox<[ClientCertificateInventory.Item]>([])
 
     /// The keychain opened at start (reloads keep it).
     public let keychain: FileKeychain?
@@ -69,6 +73,29 @@ public final class ProxyServer: Sendable {
             logger: logger, tracer: tracer)
         self.channels = NIOLockedValueBox([])
         self.adminChannel = NIOLockedValueBox(nil)
+        readClientCertificates(config)
+    }
+
+    /// Reads the client certificates `config` names and warns about each that expires within 14 days or cannot be
+    /// used (docs/reference/operations.md#logs).
+    private func readClientCertificates(_ config: Config) {
+        let keychain = self.keychain
+        let items = ClientCertificateInventory.read(config) { name in (try? keychain?.entry(name))?.value }
+        clientCertificates.withLockedValue { $0 = items }
+        let now = Date()
+        for item in items {
+            var metadata: Logger.Metadata = [
+                "upstream": .string(item.upstream), "target": .string(item.target.rawValue), "entry": .string(item.entry),
+            ]
+            if let problem = item.problem {
+                metadata["problem"] = .string(problem)
+                runtime.logger.warning("client certificate unusable", metadata: metadata)
+            } else if let expiry = item.notValidAfter, item.expiresSoon(now: now) {
+                metadata["not_after"] = .string(ISO8601DateFormatter().string(from: expiry))
+                metadata["days_left"] = .stringConvertible(Int((expiry.timeIntervalSince(now) / 86_400).rounded(.down)))
+                runtime.logger.warning("client certificate expires soon", metadata: metadata)
+            }
+        }
     }
 
     /// An event loop of the server's group (for timers such as the systemd watchdog).
@@ -260,6 +287,14 @@ public final class ProxyServer: Sendable {
         out += "backstop_spans_dropped_total{reason=\"export-failed\"} \(dropped.exportFailed)\n"
         family("backstop_spans_exported_total", "counter", "Trace spans the collector accepted.")
         out += "backstop_spans_exported_total \(runtime.tracer?.queue.exported ?? 0)\n"
+        family("backstop_client_certificate_expiry_seconds", "gauge",
+               "Seconds until a configured client certificate expires (negative once expired), by upstream and target.")
+        let now = Date()
+        for item in clientCertificates.withLockedValue({ $0 }) {
+            guard let expiry = item.notValidAfter else { continue }
+            out += "backstop_client_certificate_expiry_seconds{upstream=\"\(ProxyMetrics.escape(item.upstream))\","
+                + "target=\"\(item.target.rawValue)\"} \(Int64(expiry.timeIntervalSince(now)))\n"
+        }
         return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
     }
 
@@ -332,6 +367,7 @@ extension ProxyServer {
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
             counters: tokenRefreshes)
         runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept))
+        readClientCertificates(config)
         // Managers that were replaced stop adopting tokens from the store.
         for old in previous {
             guard case .oauth2(let manager, _) = old.auth,
@@ -375,6 +411,10 @@ extension ProxyServer {
             case .staticToken(let staticConfig):
                 guard let keychain else { auth = .none; break }
                 auth = .staticToken(StaticTokenSource(keychain: keychain, entry: staticConfig.entry), staticConfig)
+            case .awsSigV4:
+                // Signing each attempt is wired with the request path; until then `run` refuses such a config
+                // (Sources/backstop/PendingFeatures.swift), so no request goes out unsigned.
+                auth = .none
             case .oauth2(let oauth):
                 guard let stores else { auth = .none; break }
                 // The token endpoint's own TLS settings: verification on, the upstream's `tls` never applies.

@@ -32,6 +32,8 @@ public final class TestAuthServer: Sendable {
         /// Token calls are held (never answered, nothing issued or rotated) while this is on: a refresher stuck
         /// inside its refresh, for crash tests.
         public var holdCalls = false
+        /// How token calls must authenticate the client; nil: not checked.
+        public var clientAuthentication: TestClientAuthentication?
         public init() {}
     }
 
@@ -55,6 +57,9 @@ public final class TestAuthServer: Sendable {
         var requestBodies: [String] = []
         var heldCalls = 0
         var familyRevoked = false
+        /// Client authentication failures, with why.
+        var clientAuthFailures: [String] = []
+        var assertions: [TestVerifiedAssertion] = []
     }
 
     private let state: NIOLockedValueBox<State>
@@ -98,6 +103,11 @@ public final class TestAuthServer: Sendable {
 
     public func update(_ change: (inout Behaviour) -> Void) { state.withLockedValue { change(&$0.behaviour) } }
 
+    /// Why each refused token call failed client authentication.
+    public var clientAuthFailures: [String] { state.withLockedValue { $0.clientAuthFailures } }
+    /// Every client assertion accepted so far (`private_key_jwt`), in order.
+    public var acceptedAssertions: [TestVerifiedAssertion] { state.withLockedValue { $0.assertions } }
+
     /// Issues a token directly (as if obtained earlier) and returns it.
     public func issueAccessToken() -> String {
         state.withLockedValue { s in
@@ -140,10 +150,27 @@ public final class TestAuthServer: Sendable {
     private func answer(_ request: RecordedRequest) -> OriginAction {
         let body = request.bodyString
         let parameters = Self.parameters(body, contentType: request.header("Content-Type") ?? "")
+        let method = state.withLockedValue { $0.behaviour.clientAuthentication }
+        let checked = method.map { authenticate(request, parameters, $0) }
         return state.withLockedValue { s -> OriginAction in
             if s.behaviour.holdCalls {
                 s.heldCalls += 1
                 return .hang
+            }
+            switch checked {
+            case .failure(let refusal)?:
+                s.clientAuthFailures.append(refusal.description)
+                return .respond(status: 401, headers: [("Content-Type", "application/json")],
+                                body: Array("{\"error\":\"invalid_client\"}".utf8))
+            case .success(let assertion?)?:
+                // A replayed assertion is refused, as RFC 7523 §3 lets servers do.
+                if s.assertions.contains(where: { $0.jti == assertion.jti }) {
+                    s.clientAuthFailures.append("jti \(assertion.jti) reused")
+                    return .respond(status: 401, body: Array("{\"error\":\"invalid_client\"}".utf8))
+                }
+                s.assertions.append(assertion)
+            case .success(nil)?, nil:
+                break
             }
             s.tokenCalls += 1
             s.requestBodies.append(body)
@@ -190,6 +217,36 @@ public final class TestAuthServer: Sendable {
             if let expires = s.behaviour.expiresIn { fields.append("\"\(s.behaviour.expiresInField)\":\(expires)") }
             return .respond(status: 200, headers: [("Content-Type", "application/json")],
                             body: Array("{\(fields.joined(separator: ","))}".utf8))
+        }
+    }
+
+    /// The client's authentication of one call: the verified assertion for `private_key_jwt`, nil for Basic.
+    private func authenticate(
+        _ request: RecordedRequest, _ parameters: [String: String], _ method: TestClientAuthentication
+    ) -> Result<TestVerifiedAssertion?, TestAuthRefusal> {
+        switch method {
+        case .basic(let id, let secret):
+            guard let header = request.header("Authorization"), header.hasPrefix("Basic "),
+                let decoded = Base64.decode(Array(header.dropFirst(6).utf8)),
+                let text = String(validating: decoded, as: UTF8.self), let colon = text.firstIndex(of: ":")
+            else { return .failure("no Basic credentials") }
+            func formDecoded(_ part: Substring) -> String? {
+                part.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+            }
+            guard formDecoded(text[..<colon]) == id, formDecoded(text[text.index(after: colon)...]) == secret else {
+                return .failure("wrong Basic credentials")
+            }
+            guard parameters["client_secret"] == nil else { return .failure("secret also in the body") }
+            return .success(nil)
+        case .privateKeyJWT(let clientID, let key, let keyID):
+            guard parameters["client_assertion_type"] == "urn:ietf:params:oauth:client-assertion-type:jwt-bearer" else {
+                return .failure("wrong client_assertion_type")
+            }
+            guard let assertion = parameters["client_assertion"] else { return .failure("no client_assertion") }
+            let verified = TestAssertionVerifier.verify(
+                assertion, key: key, keyID: keyID, clientID: clientID, audience: tokenURL,
+                now: Int64(Date().timeIntervalSince1970))
+            return verified.map { Optional($0) }
         }
     }
 

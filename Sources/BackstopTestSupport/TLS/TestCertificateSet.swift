@@ -17,4 +17,9 @@ public struct TestCertificateSet: Sendable {
     public var serverIdentity: TestTLSIdentity {
         TestTLSIdentity(certificatePath: serverCertPath, keyPath: serverKeyPath)
     }
+
+    /// The server certificate and key, requiring client certificates issued by `clientCAPath` (mutual TLS).
+    public func serverIdentity(requiringClientCertificatesFrom clientCAPath: String) -> TestTLSIdentity {
+        TestTLSIdentity(certificatePath: serverCertPath, keyPath: serverKeyPath, clientCAPath: clientCAPath)
+    }
 }

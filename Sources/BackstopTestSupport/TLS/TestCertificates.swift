@@ -48,14 +48,14 @@ public enum TestCertificates {
         return set
     }
 
-    private static func randomSerialHex() -> String {
+    static func randomSerialHex() -> String {
         var bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }
         // A positive serial without a leading zero byte, as RFC 5280 asks.
         bytes[0] = UInt8.random(in: 1...0x7f)
         return bytes.map { String(format: "%02x", $0) }.joined()
     }
 
-    private static func runOpenSSL(_ arguments: [String]) throws {
+    static func runOpenSSL(_ arguments: [String]) throws {
         let result = try TestProcess.runBlocking(opensslPath, arguments)
         guard result.status == 0 else {
             throw TestCertificateError.opensslFailed(

@@ -121,3 +121,62 @@ func tokenDumped(_ value: some Any) -> String {
     dump(value, to: &out)
     return out
 }
+
+/// `client_auth` at the token endpoint (docs/reference/config.md#client-authentication-at-the-token-endpoint).
+@Suite("TokenRequestBuilder: client authentication")
+struct TokenClientAuthTests {
+    static func config(_ method: OAuth2ClientAuth, format: TokenRequestFormat = .form) -> OAuth2Config {
+        var config = OAuth2Config(
+            tokenURL: "https://idp.example.com/token", grant: .clientCredentials, requestFormat: format,
+            clientID: "my client:1", clientSecretEntry: "s", scope: "read", keychainPrefix: "p")
+        config.clientAuth = method
+        return config
+    }
+
+    @Test("client_secret_basic: id and secret form-urlencoded, joined, base64; neither in the body")
+    func basic() throws {
+        let request = try TokenRequestBuilder.build(
+            config: Self.config(.clientSecretBasic), refreshToken: nil, clientSecret: "p@ss w:rd+é")
+        #expect(String(decoding: request.body, as: UTF8.self) == "grant_type=client_credentials&scope=read")
+        // urlencode("my client:1") = my+client%3A1, urlencode("p@ss w:rd+é") = p%40ss+w%3Ard%2B%C3%A9
+        let expected = "Basic " + Base64.encode(Array("my+client%3A1:p%40ss+w%3Ard%2B%C3%A9".utf8))
+        #expect(request.headers.map(\.name) == ["Content-Type", "Accept", "Authorization"])
+        #expect(request.headers.last?.value == expected)
+        #expect(throws: TokenRequestError.missingClientSecret) {
+            try TokenRequestBuilder.build(config: Self.config(.clientSecretBasic), refreshToken: nil, clientSecret: nil)
+        }
+    }
+
+    @Test("private_key_jwt: client_id, assertion type and the assertion, in form and JSON")
+    func privateKeyJWT() throws {
+        let form = try TokenRequestBuilder.build(
+            config: Self.config(.privateKeyJWT), refreshToken: nil, clientSecret: "ignored", clientAssertion: "h.c.s")
+        #expect(String(decoding: form.body, as: UTF8.self) == "grant_type=client_credentials&scope=read"
+            + "&client_id=my+client%3A1&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type"
+            + "%3Ajwt-bearer&client_assertion=h.c.s")
+        #expect(form.headers.map(\.name) == ["Content-Type", "Accept"])
+        let json = try TokenRequestBuilder.build(
+            config: Self.config(.privateKeyJWT, format: .json), refreshToken: nil, clientSecret: nil,
+            clientAssertion: "h.c.s")
+        #expect(String(decoding: json.body, as: UTF8.self) == #"{"grant_type":"client_credentials","scope":"read","#
+            + #""client_id":"my client:1","client_assertion_type":"urn:ietf:params:oauth:client-assertion-type:jwt-bearer","#
+            + #""client_assertion":"h.c.s"}"#)
+        #expect(throws: TokenRequestError.missingClientAssertion) {
+            try TokenRequestBuilder.build(config: Self.config(.privateKeyJWT), refreshToken: nil, clientSecret: nil)
+        }
+    }
+
+    @Test("tls_client_auth: client_id only, never the secret")
+    func tlsClientAuth() throws {
+        let request = try TokenRequestBuilder.build(
+            config: Self.config(.tlsClientAuth), refreshToken: nil, clientSecret: "not-sent")
+        #expect(String(decoding: request.body, as: UTF8.self)
+            == "grant_type=client_credentials&scope=read&client_id=my+client%3A1")
+    }
+
+    @Test("JSON object writer: strings escaped, integers bare, order kept")
+    func jsonWriter() {
+        let bytes = JSONObjectWriter.object([("b", .string("q\"\n")), ("a", .integer(-5)), ("c", .integer(1_700_000_000))])
+        #expect(String(decoding: bytes, as: UTF8.self) == #"{"b":"q\"\n","a":-5,"c":1700000000}"#)
+    }
+}

@@ -1,0 +1,102 @@
+import BackstopIdentity
+import BackstopTestSupport
+import Foundation
+import Testing
+import X509
+
+/// Keychain entries holding a client certificate chain and key (docs/reference/config.md#client-certificates):
+/// what is accepted, what is refused and why, and what goes to curl.
+@Suite("Client certificate bundles")
+struct ClientCertificateBundleTests {
+    @Test("EC P-256, P-384 and RSA keys in PKCS#8 and traditional forms are accepted and matched to the leaf")
+    func accepted() throws {
+        let files = try IdentityTestFiles()
+        defer { files.remove() }
+        for (name, key, kind) in [("ec256", TestKeyType.p256, "EC P-256"), ("ec384", .p384, "EC P-384"),
+                                  ("rsa", .rsa(bits: 2048), "RSA 2048")] {
+            let identity = try files.certificate(name, key: key)
+            let bundle = try ClientCertificateBundle(pem: try identity.bundle())
+            #expect(bundle.privateKey.kind == kind)
+            #expect(bundle.chain.count == 1)
+            #expect(bundle.subject.contains("CN=\(name)"))
+            // What curl gets parses back to the same certificate and key.
+            let again = try ClientCertificateBundle(pem: bundle.certificateChainPEM + bundle.privateKeyPEM)
+            #expect(again.leaf == bundle.leaf)
+            #expect(again.privateKey.certificatePublicKey == bundle.privateKey.certificatePublicKey)
+            let traditional = files.directory + "/\(name)-traditional.key"
+            try TestCertificates.traditionalKey(identity.keyPath, ec: name.hasPrefix("ec"), to: traditional)
+            let text = String(decoding: try files.read(traditional), as: UTF8.self)
+            #expect(text.contains(name.hasPrefix("ec") ? "EC PRIVATE KEY" : "RSA PRIVATE KEY"))
+            let fromTraditional = try ClientCertificateBundle(pem: try files.read(identity.certificatePath) + files.read(traditional))
+            #expect(fromTraditional.privateKey.kind == kind)
+        }
+    }
+
+    @Test("a chain through an intermediate is kept leaf first; the wrong order is refused")
+    func chain() throws {
+        let files = try IdentityTestFiles()
+        defer { files.remove() }
+        let intermediate = try TestCertificates.makeCertificate(
+            in: files.directory, name: "intermediate", issuer: files.issuer, ca: true)
+        let leaf = try TestCertificates.makeCertificate(
+            in: files.directory, name: "leaf", issuer: (intermediate.certificatePath, intermediate.keyPath))
+        let bundle = try ClientCertificateBundle(pem: try leaf.bundle(extraCertificates: [intermediate.certificatePath]))
+        #expect(bundle.chain.count == 2)
+        #expect(String(decoding: bundle.certificateChainPEM, as: UTF8.self).components(separatedBy: "BEGIN CERTIFICATE").count == 3)
+        let reversed = try files.read(intermediate.certificatePath) + files.read(leaf.certificatePath) + leaf.keyPEM
+        #expect(throws: ClientIdentityError.keyMismatch) { try ClientCertificateBundle(pem: reversed) }
+        let wrongOrder = try files.read(leaf.certificatePath) + files.read(files.ca.caCertPath) + leaf.keyPEM
+        #expect(throws: ClientIdentityError.chainOrder(index: 0)) { try ClientCertificateBundle(pem: wrongOrder) }
+    }
+
+    @Test("refusals say what is wrong and never echo the entry")
+    func refused() throws {
+        let files = try IdentityTestFiles()
+        defer { files.remove() }
+        let good = try files.certificate("good")
+        let other = try files.certificate("other")
+        let cert = try files.read(good.certificatePath)
+        let key = good.keyPEM
+        try TestCertificates.makeKey(.ed25519, at: files.directory + "/ed.key")
+        try TestCertificates.makeKey(.rsa(bits: 1024), at: files.directory + "/small.key")
+        let encryptedPath = files.directory + "/encrypted.key"
+        _ = try TestProcess.runBlocking("/usr/bin/openssl", [
+            "pkcs8", "-topk8", "-in", good.keyPath, "-out", encryptedPath, "-v2", "aes-256-cbc", "-passout", "pass:x",
+        ])
+        let cases: [(String, [UInt8], ClientIdentityError)] = [
+            ("garbage", Array("not a pem".utf8), .notPEM),
+            ("not UTF-8", [0xFF, 0xFE, 0x00], .notPEM),
+            ("key only", key, .noCertificate),
+            ("certificate only", cert, .noKey),
+            ("two keys", cert + key + key, .moreThanOneKey),
+            ("another certificate's key", cert + other.keyPEM, .keyMismatch),
+            ("ed25519", cert + (try files.read(files.directory + "/ed.key")),
+             .unsupportedKey("not an EC (P-256, P-384, P-521) or RSA (2048 bits or more) private key")),
+            ("RSA 1024", cert + (try files.read(files.directory + "/small.key")),
+             .unsupportedKey("not an EC (P-256, P-384, P-521) or RSA (2048 bits or more) private key")),
+            ("encrypted", cert + (try files.read(encryptedPath)), .encryptedKey),
+            ("public key block", cert + Array("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n".utf8) + key,
+             .unexpectedBlock("PUBLIC KEY")),
+        ]
+        for (label, pem, expected) in cases {
+            #expect(throws: expected, "\(label)") { try ClientCertificateBundle(pem: pem) }
+            #expect(!expected.description.contains("BEGIN"), "\(label)")
+        }
+    }
+
+    @Test("expiry: a certificate within 14 days is flagged, and the seconds left are the metric's value")
+    func expiry() throws {
+        let files = try IdentityTestFiles()
+        defer { files.remove() }
+        let now = Date()
+        let soon = try ClientCertificateBundle(pem: try files.certificate("soon", days: 7).bundle())
+        let later = try ClientCertificateBundle(pem: try files.certificate("later", days: 30).bundle())
+        #expect(soon.expiresSoon(now: now))
+        #expect(!later.expiresSoon(now: now))
+        #expect(abs(soon.secondsUntilExpiry(now: now) - 7 * 86_400) < 120)
+        #expect(later.expiresSoon(now: now + 17 * 86_400))
+        #expect(later.secondsUntilExpiry(now: now + 31 * 86_400) < 0)
+        #expect("\(later)".contains("CN=later") && !"\(later)".contains("PRIVATE"))
+        #expect(!"\(later.privateKey)".contains("PRIVATE"))
+    }
+}

@@ -1,0 +1,95 @@
+import BackstopIdentity
+import BackstopTestSupport
+import BackstopTransport
+import Foundation
+import NIOCore
+import NIOPosix
+import Testing
+
+@testable import BackstopServer
+
+/// SigV4 signatures as they travel: signed by Backstop's signer, sent by the curl transport the daemon uses, and
+/// checked on arrival by an origin that recomputes them with botocore (scripts/sigv4/botocore-origin.py) from the
+/// request exactly as received (docs/reference/aws-sigv4.md).
+@Suite("SigV4 on the wire", .serialized)
+struct SigV4LiveTests {
+    static var scripts: String {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url.path + "/scripts/sigv4"
+    }
+
+    @Test("botocore accepts the signatures of requests with repeated and reserved query characters, spaces in the path, bodies and a session token")
+    func botocoreAcceptsWhatTravels() async throws {
+        let port = try FreePort.reserveClosedPort()
+        let credentials = SigV4Credentials(
+            accessKeyID: "AKIDLIVE", secretAccessKey: "live/secret+key=", sessionToken: "session//token+=")
+        let origin = try DaemonProcess.start(
+            binary: "/usr/bin/env",
+            arguments: ["python3", Self.scripts + "/botocore-origin.py", String(port), credentials.accessKeyID,
+                        credentials.secretAccessKey, credentials.sessionToken!])
+        defer { origin.send(signal: SIGKILL) }
+        try await origin.waitUntilListening(port: port)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let transport = CurlMultiTransport()
+        let fetcher = TransportFetcher(transport: transport, eventLoop: group.next())
+        let signer = SigV4Signer(region: "eu-west-1", service: "execute-api")
+        let host = "127.0.0.1:\(port)"
+        let cases: [(method: String, target: String, body: [UInt8], payload: SigV4Signer.Payload?)] = [
+            ("GET", "/prod/items", [], nil),
+            ("GET", "/prod/a%20b/c%20d", [], nil),
+            ("GET", "/p?b=2&a=1&a=0&x=%2F%3D%26&e=&sp=a%20b&plus=a+b&flag&%E2%98%83=snow", [], nil),
+            ("GET", "/p?q=a/b:c@d!$'()*,;&q=a", [], nil),
+            ("POST", "/prod/submit?Action=Send", Array("{\"hello\":\"world\"}".utf8), nil),
+            ("PUT", "/prod/upload%20file", Array(repeating: 0x61, count: 70_000), .unsigned),
+        ]
+        var statuses: [Int] = []
+        var reports: [String] = []
+        for c in cases {
+            let parts = c.target.split(separator: "?", maxSplits: 1)
+            let payload = c.payload ?? .signed(c.body)
+            let signature = signer.sign(
+                SigV4Signer.Request(method: c.method, path: String(parts[0]), query: parts.count > 1 ? String(parts[1]) : nil,
+                                    host: host),
+                payload: payload, credentials: credentials, date: Int64(Date().timeIntervalSince1970))
+            let request = TransportRequest(
+                url: "http://\(host)\(c.target)", method: c.method,
+                headers: [(name: "Host", value: host)] + signature.headers.map { (name: $0.name, value: $0.value) },
+                body: c.body.isEmpty ? .empty : .buffered(ByteBufferAllocator().buffer(bytes: c.body)))
+            switch await fetcher.fetch(request, timeout: .seconds(10)) {
+            case .success(let response):
+                statuses.append(response.head.status)
+                reports.append(String(decoding: response.body, as: UTF8.self))
+            case .failure(let failure):
+                statuses.append(0)
+                reports.append("\(failure)")
+            }
+        }
+        #expect(statuses == Array(repeating: 200, count: cases.count), "\(reports.joined(separator: "\n"))")
+        // The origin saw the path and query byte for byte as signed (curl sends them as is).
+        #expect(reports[1].contains(#""path": "/prod/a%20b/c%20d""#), "\(reports[1])")
+        #expect(reports[3].contains(#""query": "q=a/b:c@d!$'()*,;&q=a""#), "\(reports[3])")
+
+        // A signature from the wrong secret, and one whose body changed after signing, are refused.
+        let wrong = SigV4Credentials(accessKeyID: "AKIDLIVE", secretAccessKey: "other", sessionToken: "session//token+=")
+        let bad = signer.sign(SigV4Signer.Request(method: "GET", path: "/x", host: host), payload: .signed([]),
+                              credentials: wrong, date: Int64(Date().timeIntervalSince1970))
+        let tampered = signer.sign(SigV4Signer.Request(method: "POST", path: "/x", host: host),
+                                   payload: .signed(Array("a".utf8)), credentials: credentials,
+                                   date: Int64(Date().timeIntervalSince1970))
+        for (signature, body) in [(bad, ""), (tampered, "b")] {
+            let request = TransportRequest(
+                url: "http://\(host)/x", method: body.isEmpty ? "GET" : "POST",
+                headers: [(name: "Host", value: host)] + signature.headers.map { (name: $0.name, value: $0.value) },
+                body: body.isEmpty ? .empty : .buffered(ByteBufferAllocator().buffer(string: body)))
+            guard case .success(let response) = await fetcher.fetch(request, timeout: .seconds(10)) else {
+                Issue.record("no response")
+                continue
+            }
+            #expect(response.head.status == 403)
+        }
+        await transport.shutdown()
+        try await group.shutdownGracefully()
+        await origin.stop()
+    }
+}
