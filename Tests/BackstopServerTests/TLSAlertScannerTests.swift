@@ -27,7 +27,8 @@ struct TLSAlertScannerTests {
     @Test("an encrypted alert (longer than 2 bytes) is BoringSSL's to read; no alert, no confusion after it")
     func encrypted() {
         var scanner = TLSAlertScanner()
-        scanner.scan([22, 3, 1, 0, 1, 1] + [21, 3, 3, 0, 19] + Array(repeating: 0xAA, count: 19) + [23, 3, 3, 0, 1, 9])
+        let encryptedAlert: [UInt8] = [21, 3, 3, 0, 19] + [UInt8](repeating: 0xAA, count: 19)
+        scanner.scan([22, 3, 1, 0, 1, 1] + encryptedAlert + [23, 3, 3, 0, 1, 9])
         #expect(scanner.alert == nil)
     }
 

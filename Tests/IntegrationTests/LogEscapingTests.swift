@@ -86,7 +86,8 @@ struct LogEscapingTests {
                         value.append(c)
                         continue
                     }
-                    switch scalars.popFirst() {
+                    guard let escaped = scalars.popFirst() else { return nil }
+                    switch escaped {
                     case "\"": value.append("\"")
                     case "\\": value.append("\\")
                     case "n": value.append("\n")
