@@ -23,9 +23,15 @@ struct CoreDumpTests {
         // A non-dumpable process's /proc/PID files belong to root: observable only for a daemon that is not root.
         let nobody: UInt32 = 65534
         let runAs = getuid() == 0 ? ["/usr/bin/setpriv", "--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups"] : []
+        // A copy beside the config: the checkout (CI's clone) may sit in a directory that user cannot enter.
+        var binary = DaemonProcess.binaryPath()
+        if getuid() == 0 {
+            try FileManager.default.copyItem(atPath: binary, toPath: directory + "/backstop")
+            binary = directory + "/backstop"
+        }
         let daemon = try DaemonProcess.start(
             binary: "/usr/bin/prlimit",
-            arguments: ["--core=1048576:unlimited", "--"] + runAs + [DaemonProcess.binaryPath(), "run", "--config", path])
+            arguments: ["--core=1048576:unlimited", "--"] + runAs + [binary, "run", "--config", path])
         var failure: (any Error)?
         do {
             try await daemon.waitUntilListening(port: port)
