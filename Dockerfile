@@ -7,8 +7,9 @@
 # (docs/operations.md, "Docker and sidecars").
 
 FROM swift:6.3-bookworm AS build
+# binutils: `install -s` strips with its strip.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libcurl4-openssl-dev \
+    && apt-get install -y --no-install-recommends libcurl4-openssl-dev binutils \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Package.resolved pins dependency versions when present (it is git-ignored, so a clean clone has none: the
@@ -17,13 +18,17 @@ COPY Package.swift Package.resolve[d] ./
 COPY Sources ./Sources
 COPY Tests ./Tests
 COPY scripts/build-release.sh ./scripts/
+# The image gets a stripped binary (about half the size: no debug info or symbol table); build with
+# --build-arg KEEP_SYMBOLS=1 for one that keeps them, to read a backtrace (docs/operations.md, "Installing").
+ARG KEEP_SYMBOLS=0
 RUN bash scripts/build-release.sh --product backstop \
-    && install -D -m 0755 "$(bash scripts/build-release.sh --show-bin-path)/backstop" /out/backstop
+    && install -D -m 0755 $([ "$KEEP_SYMBOLS" = 1 ] || echo -s) "$(bash scripts/build-release.sh --show-bin-path)/backstop" /out/backstop
 
 FROM debian:bookworm-slim
-# Exactly what the binary links dynamically besides glibc (checked by scripts/check-runtime-deps.sh).
+# Exactly what the binary links dynamically besides glibc (checked by scripts/check-runtime-deps.sh), and two data
+# packages: the CA certificates, and the Public Suffix List that `check` reads when an upstream intercepts.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libcurl4 ca-certificates \
+    && apt-get install -y --no-install-recommends libcurl4 ca-certificates publicsuffix \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 backstop \
     && useradd --system --uid 10001 --gid backstop --home-dir /var/lib/backstop --shell /usr/sbin/nologin backstop \

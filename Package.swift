@@ -28,6 +28,8 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
+        // prctl(2) for `run` (Sources/backstop/CoreDumps.swift): a header only, from the C library.
+        .systemLibrary(name: "CProcessControl"),
         .target(
             name: "BackstopCore",
             dependencies: [.product(name: "Yams", package: "Yams")]
@@ -117,6 +119,7 @@ let package = Package(
                 "BackstopKeychain",
                 "BackstopIdentity",
                 "BackstopPeer",
+                "CProcessControl",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -34,9 +34,11 @@ for lib in $(readelf -d "$binary" | awk '/NEEDED/{gsub(/[\[\]]/,"",$5); print $5
         missing=1
     fi
 done
-# ca-certificates is data for TLS, not a library; every other installed package must be one found above.
+# ca-certificates (TLS) and publicsuffix (`check` of intercepting hosts) are data, not libraries; every other
+# installed package must be one found above.
 for pkg in $installed; do
     [ "$pkg" = ca-certificates ] && continue
+    [ "$pkg" = publicsuffix ] && continue
     if ! echo "$needed" | tr ' ' '\n' | grep -qx "$pkg"; then
         echo "installed but not needed: $pkg"
         missing=1

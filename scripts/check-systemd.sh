@@ -56,6 +56,7 @@ expected=(
     "SystemCallArchitectures=native"
     "CapabilityBoundingSet="
     "AmbientCapabilities="
+    "LimitCORE=0"
 )
 # Directives that may legitimately appear several times: the line must be there, wherever.
 listed=(

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Black-box replay, against any backstop binary, of the scenarios behind the security regression tests
 (Tests/IntegrationTests/UpstreamFramingTests.swift, SecurityReviewTests.swift, SecondReviewTests.swift,
-KeychainFaultTests.swift): response splitting by a lying origin, Via loops, passthrough to metadata addresses, dot
-segments, TRACE echoing the injected credential, a stalled response body, a passthrough loop, rekey with a failing
-directory fsync; and the second review's request-path findings (the unspecified address, tunnels to this host,
-trickled heads on the admin listener, traversal spellings, the kept-body budget, unsolicited 101s).
+KeychainFaultTests.swift, InterceptHandshakeLogTests.swift, OperatorMessagesTests.swift,
+PostgresTableNameTests.swift): response splitting by a lying origin, Via loops, passthrough to metadata addresses,
+dot segments, TRACE echoing the injected credential, a stalled response body, a passthrough loop, rekey with a
+failing directory fsync; the second review's request-path findings (the unspecified address, tunnels to this host,
+trickled heads on the admin listener, traversal spellings, the kept-body budget, unsolicited 101s); and its log and
+`check` findings (a TLS client whose SNI forges a log line, `check` of header values with CR/LF and of intercepting
+wildcards over public suffixes, a reserved-word token store table against a throwaway PostgreSQL cluster when
+Debian's server is installed).
 Prints one row per scenario with PASS/FAIL. Used to show that a binary from before the fixes fails them.
 
     python3 scripts/security-probes.py .build/release/backstop --new     # --new: the binary knows timeouts.idle
 
-Needs clang (the fault-injection shim). Everything runs on 127.0.0.1 (ports 19400-19402); every process started
+Needs clang (the fault-injection shim). Everything runs on 127.0.0.1 (ports 19400-19410); every process started
 here is killed and every wait is bounded. `--metadata` adds a probe that asks the binary to pass a request through
 to 169.254.169.254: a binary without the destination guard really connects there, so it is off by default."""
 import os, socket, subprocess, sys, tempfile, threading, time
@@ -223,6 +227,49 @@ def rekey_probe():
            len(opens) == 1)
 
 
+def log_forgery_probe():
+    """Finding 5 of the second review: a TLS client whose SNI holds CR LF must not add a line to the log."""
+    port = BASE + 7
+    d = os.path.join(WORK, "sni"); os.makedirs(d)
+    cfg = f"""version: 1
+listen: [127.0.0.1:{port}]
+keychain: {{path: {d}/kc.bkc, key_file: {d}/kc.key}}
+intercept: {{}}
+upstreams:
+  - {{name: api, match: {{hosts: [api.test]}}, url: "https://127.0.0.1:1", intercept: true}}
+"""
+    path = os.path.join(d, "c.yaml"); open(path, "w").write(cfg)
+    subprocess.run([BIN, "ca", "init", "--config", path], capture_output=True)
+    p = start(cfg, port)
+    if not p:
+        record("SNI with CR LF (log forging)", "one log line, CR LF escaped", "daemon did not start", False); return
+    forged = "x.test\r\ntime=2026-01-01T00:00:00.000Z level=error msg=forged-by-sni"
+    try:
+        import ssl
+        s = socket.create_connection(("127.0.0.1", port), 5)
+        s.sendall(b"CONNECT api.test:443 HTTP/1.1\r\nHost: api.test:443\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1)
+            if not chunk: break
+            head += chunk
+        try:
+            ssl.create_default_context().wrap_socket(s, server_hostname=forged)
+        except (ssl.SSLError, OSError, ValueError):
+            pass
+        log = os.path.join(WORK, f"c{port}.yaml.log")
+        deadline = time.time() + 5
+        text = ""
+        while time.time() < deadline and "intercepted connection refused" not in text:
+            time.sleep(0.1); text = open(log, errors="replace").read()
+        forged_line = any(line.startswith("time=2026-01-01") for line in text.split("\n"))
+        record("SNI with CR LF (log forging)", "one log line, CR LF escaped",
+               "forged line in the log" if forged_line else ("escaped" if "\\r\\n" in text else "no warning logged"),
+               not forged_line and "\\r\\n" in text)
+    finally:
+        p.terminate(); p.wait(10)
+
+
 def rss_kib(pid):
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"): return int(line.split()[1])
@@ -326,8 +373,72 @@ upstreams:
         p.terminate(); p.wait(10)
 
 
+def check_probes():
+    """Finding 11 of the second review: `check` must refuse what could not be sent or signed as written."""
+    d = os.path.join(WORK, "check"); os.makedirs(d)
+    head = f"version: 1\nlisten: [127.0.0.1:{BASE + 8}]\nkeychain: {{path: {d}/kc.bkc, key_file: {d}/kc.key}}\n"
+    cases = [
+        ("auth.scheme with CR LF", head + 'upstreams:\n  - {name: api, match: {hosts: [api.test]}, url: "http://127.0.0.1:1",'
+         ' auth: {type: static, entry: api/token, scheme: "Bearer\\r\\nX-Evil: 1"}}\n'),
+        ("auth.header with LF", head + 'upstreams:\n  - {name: api, match: {hosts: [api.test]}, url: "http://127.0.0.1:1",'
+         ' auth: {type: static, entry: api/token, header: "X-Key\\nX-Evil"}}\n'),
+        ("intercepting *.com", head + 'intercept: {}\nupstreams:\n  - {name: api, match: {hosts: ["*.com"]},'
+         ' url: "https://api.example.com", intercept: true}\n'),
+        ("intercepting *.github.io", head + 'intercept: {}\nupstreams:\n  - {name: api, match: {hosts: ["*.github.io"]},'
+         ' url: "https://api.example.com", intercept: true}\n'),
+    ]
+    for name, cfg in cases:
+        path = os.path.join(d, name.replace(" ", "_").replace("*", "star") + ".yaml"); open(path, "w").write(cfg)
+        r = subprocess.run([BIN, "check", "--config", path], capture_output=True, text=True)
+        first = (r.stdout.strip().split("\n") or [""])[0]
+        record(f"check: {name}", "exit 1, FILE:LINE:COLUMN", f"exit {r.returncode}: {first[len(d) + 1:][:90]}",
+               r.returncode == 1 and first.startswith(path + ":"))
+
+
+def reserved_table_probe():
+    """Finding 11: `token_store.table: select` passes check; it must then work (every statement quotes it)."""
+    bins = sorted(d for d in __import__("glob").glob("/usr/lib/postgresql/*/bin") if os.path.exists(d + "/initdb"))
+    if not bins:
+        record("token_store.table: select", "seed works", "SKIP: no PostgreSQL server installed", True); return
+    pg = tempfile.mkdtemp(prefix="probe-pg-"); pgport = BASE + 9   # outside WORK (0700): the postgres user must reach it
+    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_pg: subprocess.run(["chown", "postgres", pg])
+    subprocess.run(as_pg + [bins[-1] + "/initdb", "-D", pg + "/data", "-U", "postgres", "--auth=trust"], capture_output=True)
+    started = subprocess.run(as_pg + [bins[-1] + "/pg_ctl", "-D", pg + "/data", "-w", "-l", pg + "/log", "-o",
+                                      f"-c listen_addresses=127.0.0.1 -p {pgport} -c unix_socket_directories={pg}", "start"],
+                             capture_output=True)
+    if started.returncode != 0:
+        record("token_store.table: select", "seed works", "SKIP: the PostgreSQL cluster did not start", True)
+        subprocess.run(["rm", "-rf", pg]); return
+    try:
+        d = os.path.join(WORK, "table"); os.makedirs(d)
+        path = os.path.join(d, "c.yaml")
+        open(path, "w").write(f"""version: 1
+listen: [127.0.0.1:{BASE + 10}]
+keychain: {{path: {d}/kc.bkc, key_file: {d}/kc.key}}
+token_store: {{type: postgres, url: "postgres://postgres@127.0.0.1:{pgport}/postgres", tls: disable, table: select}}
+upstreams:
+  - {{name: api, match: {{hosts: [api.test]}}, url: "https://api.test", auth: {{type: oauth2, token_url: "https://auth.test/t", keychain_prefix: api}}}}
+""")
+        subprocess.run([BIN, "keychain", "init", "--config", path], capture_output=True)
+        check = subprocess.run([BIN, "check", "--config", path], capture_output=True, text=True)
+        seed = subprocess.run([BIN, "tokens", "seed", "api", "--config", path], input="refresh-probe", capture_output=True, text=True)
+        listed = subprocess.run([BIN, "tokens", "list", "--config", path], capture_output=True, text=True)
+        problem = (seed.stderr or listed.stderr).strip().split("\n")[-1][:90]
+        record("token_store.table: select", "check ok and seed/list work, or check refuses it",
+               f"check exit {check.returncode}; seed exit {seed.returncode}; list exit {listed.returncode}"
+               + (f": {problem}" if problem else ""),
+               check.returncode != 0 or (seed.returncode == 0 and listed.returncode == 0))
+    finally:
+        subprocess.run(as_pg + [bins[-1] + "/pg_ctl", "-D", pg + "/data", "-m", "fast", "-w", "stop"], capture_output=True)
+        subprocess.run(["rm", "-rf", pg])
+
+
 probes()
 second_review_probes()
 rekey_probe()
+log_forgery_probe()
+check_probes()
+reserved_table_probe()
 print(f"\n{BIN}\n| probe | correct behaviour | observed | |\n|---|---|---|---|")
 for row in results: print("| " + " | ".join(row) + " |")

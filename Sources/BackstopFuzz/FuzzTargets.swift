@@ -161,8 +161,11 @@ enum FuzzTarget: String, CaseIterable {
 
     static func config(_ bytes: [UInt8]) {
         _ = try? ConfigLoader.parse(yaml: String(decoding: bytes, as: UTF8.self), file: "fuzz.yaml",
-                                    baseDirectory: "/nonexistent-fuzz")
+                                    baseDirectory: "/nonexistent-fuzz", environment: fuzzEnvironment)
     }
+
+    /// Fixed, so a run does not depend on the fuzzing machine's environment: one variable for `${…}` references.
+    static let fuzzEnvironment = ConfigEnvironment(["BACKSTOP_FUZZ": "127.0.0.1:8080"])
 
     static func retryHint(_ bytes: [UInt8]) {
         let text = String(decoding: bytes, as: UTF8.self)

@@ -39,6 +39,10 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     private let tableReady = NIOLockedValueBox(false)
 
     var table: String { config.table }
+    /// The table as it is written in SQL: always quoted, so any name `check` accepts works, reserved words
+    /// (`select`, `user`) included (docs/reference/token-store.md). `check` allows only `[a-z_][a-z0-9_]*`, so the name
+    /// needs no escaping inside the quotes, and the quoted name is the same table as the plain one.
+    var sqlTable: String { "\"\(config.table)\"" }
     /// The notification channel: the table's name (a plain identifier, checked by the config loader).
     var channel: String { config.table }
 
@@ -122,13 +126,13 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         if tableReady.withLockedValue({ $0 }) { return }
         do {
             try await transaction { connection in
-                let found = try await connection.query("SELECT to_regclass(\(self.table)) IS NOT NULL", logger: self.quiet)
+                let found = try await connection.query("SELECT to_regclass(\(self.sqlTable)) IS NOT NULL", logger: self.quiet)
                 for try await exists in found.decode(Bool.self) where exists { return }
                 try await connection.query(
                     "SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:create:\(self.table)"), 0))",
                     logger: self.quiet)
                 try await connection.query(PostgresQuery(unsafeSQL: """
-                    CREATE TABLE IF NOT EXISTS \(self.table) (
+                    CREATE TABLE IF NOT EXISTS \(self.sqlTable) (
                         prefix text PRIMARY KEY,
                         sealed bytea NOT NULL,
                         version bigint NOT NULL DEFAULT 1,
@@ -151,7 +155,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
 
     /// The row's tokens and version (nil: no row). Throws `unreadable` for a record this key cannot open.
     func readRow(_ prefix: String, on connection: PostgresConnection? = nil) async throws -> (StoredTokens, Int64)? {
-        let query: PostgresQuery = "SELECT sealed, version FROM \(unescaped: table) WHERE prefix = \(prefix)"
+        let query: PostgresQuery = "SELECT sealed, version FROM \(unescaped: sqlTable) WHERE prefix = \(prefix)"
         let rows: PostgresRowSequence
         if let connection {
             rows = try await connection.query(query, logger: quiet)
@@ -194,9 +198,9 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     ) async throws {
         let sealed = seal(tokens, prefix: prefix)
         let rows = try await connection.query("""
-            INSERT INTO \(unescaped: table) (prefix, sealed, version, expires_at, updated_at, refreshed_by, last_outcome)
+            INSERT INTO \(unescaped: sqlTable) (prefix, sealed, version, expires_at, updated_at, refreshed_by, last_outcome)
             VALUES (\(prefix), \(sealed), 1, \(tokens.expiresAt), now(), \(instanceID), \(outcome))
-            ON CONFLICT (prefix) DO UPDATE SET sealed = EXCLUDED.sealed, version = \(unescaped: table).version + 1,
+            ON CONFLICT (prefix) DO UPDATE SET sealed = EXCLUDED.sealed, version = \(unescaped: sqlTable).version + 1,
                 expires_at = EXCLUDED.expires_at, updated_at = now(), refreshed_by = EXCLUDED.refreshed_by,
                 last_outcome = EXCLUDED.last_outcome
             RETURNING version
@@ -275,13 +279,13 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             return try await withConnectionWait { () async throws -> [String] in
                 var problems: [String] = []
                 let exists = try await self.client.query(
-                    "SELECT to_regclass(\(self.table)) IS NOT NULL", logger: self.quiet)
+                    "SELECT to_regclass(\(self.sqlTable)) IS NOT NULL", logger: self.quiet)
                 var present = false
                 for try await value in exists.decode(Bool.self) { present = value }
                 if present {
                     for privilege in ["SELECT", "INSERT", "UPDATE"] {
                         let rows = try await self.client.query(
-                            "SELECT has_table_privilege(\(self.table), \(privilege))", logger: self.quiet)
+                            "SELECT has_table_privilege(\(self.sqlTable), \(privilege))", logger: self.quiet)
                         for try await granted in rows.decode(Bool.self) where !granted {
                             problems.append("role \(self.config.user) lacks \(privilege) on table \(self.table)")
                         }

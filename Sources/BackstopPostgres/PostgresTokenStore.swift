@@ -114,7 +114,7 @@ final class PostgresTokenStore: TokenStore {
             return try await backend.withConnectionWait { () async throws -> TokenStoreStatus in
                 let rows = try await backend.client.query("""
                     SELECT sealed, extract(epoch from updated_at)::double precision, refreshed_by, last_outcome
-                    FROM \(unescaped: backend.table) WHERE prefix = \(prefix)
+                    FROM \(unescaped: backend.sqlTable) WHERE prefix = \(prefix)
                     """)
                 for try await (sealed, updated, by, outcome) in rows.decode((ByteBuffer, Double, String, String).self) {
                     let tokens = try backend.open(sealed, prefix: prefix)

@@ -20,6 +20,8 @@ struct RunCommand: AsyncParsableCommand {
     var drainTimeout: String = "30s"
 
     func run() async throws {
+        // Before anything secret is in memory (docs/reference/operations.md#core-files).
+        let coreDumpProblems = CoreDumps.disable()
         let configPath = options.path
         let config: Config
         do {
@@ -35,6 +37,11 @@ struct RunCommand: AsyncParsableCommand {
         let logSettings = LogSettings(level: config.log.level.loggerLevel, format: config.log.format)
         LoggingSystem.bootstrap { label in LineLogHandler(label: label, settings: logSettings) }
         let logger = Logger(label: "backstop")
+        for problem in coreDumpProblems {
+            logger.warning("core dumps may not be disabled: a crash could write secrets to a core file", metadata: [
+                "problem": .string(problem),
+            ])
+        }
 
         let problems = EnvironmentChecks.problems(in: config)
         for problem in problems { logger.error("config problem", metadata: ["detail": .string(problem.description)]) }

@@ -18,7 +18,7 @@ struct PackagingTests {
             "LoadCredential=keychain.key:/etc/backstop/keychain.key", "NoNewPrivileges=yes", "ProtectSystem=strict",
             "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes",
             "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "SystemCallFilter=@system-service",
-            "CapabilityBoundingSet=", "MemoryDenyWriteExecute=yes", "UMask=0077",
+            "CapabilityBoundingSet=", "MemoryDenyWriteExecute=yes", "UMask=0077", "LimitCORE=0",
         ] {
             #expect(lines.contains(directive), "missing: \(directive)")
         }
@@ -46,5 +46,27 @@ struct PackagingTests {
         let result = try await TestProcess.run("/bin/bash", [root + "/scripts/check-runtime-deps.sh", DaemonProcess.binaryPath()])
         #expect(result.status == 0, "\(result.standardOutput)\(result.standardError)")
         #expect(result.standardOutput.contains("libcurl4"))
+    }
+
+    @Test("what gets installed is stripped: the image (unless KEEP_SYMBOLS=1), the unit's and the guide's install lines; a stripped binary runs")
+    func strippedInstall() async throws {
+        let dockerfile = try String(contentsOfFile: root + "/Dockerfile", encoding: .utf8)
+        #expect(dockerfile.contains("install -D -m 0755 $([ \"$KEEP_SYMBOLS\" = 1 ] || echo -s) "), "\(dockerfile)")
+        #expect(dockerfile.contains("ARG KEEP_SYMBOLS=0"))
+        let unit = try String(contentsOfFile: root + "/systemd/backstop.service", encoding: .utf8)
+        #expect(unit.contains("install -s -m 0755 .build/release/backstop /usr/local/bin/backstop"))
+        let guide = try String(contentsOfFile: root + "/docs/operations.md", encoding: .utf8)
+        #expect(guide.contains("install -s -m 0755 .build/release/backstop /usr/local/bin/backstop"))
+        #expect(!guide.contains("install -m 0755 .build/release/backstop"))
+
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let installed = directory + "/backstop"
+        let install = try await TestProcess.run("/usr/bin/install", ["-s", "-m", "0755", DaemonProcess.binaryPath(), installed])
+        #expect(install.status == 0, "\(install.standardError)")
+        let sections = try await TestProcess.run("/usr/bin/readelf", ["-S", installed])
+        #expect(!sections.standardOutput.contains(".symtab") && !sections.standardOutput.contains(".debug_info"))
+        let version = try await TestProcess.run(installed, ["version"])
+        #expect(version.status == 0 && version.standardOutput.hasPrefix("backstop "))
     }
 }

@@ -46,7 +46,7 @@ extension ConfigBuilder {
         }
         var config = StaticAuthConfig(entry: entry ?? "")
         if let v = header(map, path) { config.header = v }
-        if let n = map["scheme"], let v = reader.string(n, "\(path).scheme", allowEmpty: true) { config.scheme = v }
+        if let v = scheme(map, path) { config.scheme = v }
         if let v = clientAuthHeader(map, path) { config.clientAuthHeader = v }
         return entry == nil ? nil : config
     }
@@ -83,13 +83,17 @@ extension ConfigBuilder {
             let v = reader.oneOf(n, "\(path).request_format", [TokenRequestFormat.form, .json]) {
             config.requestFormat = v
         }
-        if let n = map["client_id"], let v = reader.string(n, "\(path).client_id") { config.clientID = v }
+        if let n = map["client_id"], let v = reader.string(n, "\(path).client_id"), sendable(v, n, "\(path).client_id") {
+            config.clientID = v
+        }
         if let n = map["client_secret_entry"], let v = reader.string(n, "\(path).client_secret_entry") {
             config.clientSecretEntry = v
         }
-        if let n = map["scope"], let v = reader.string(n, "\(path).scope", allowEmpty: true) { config.scope = v }
+        if let n = map["scope"], let v = reader.string(n, "\(path).scope", allowEmpty: true), sendable(v, n, "\(path).scope") {
+            config.scope = v
+        }
         if let v = header(map, path) { config.header = v }
-        if let n = map["scheme"], let v = reader.string(n, "\(path).scheme", allowEmpty: true) { config.scheme = v }
+        if let v = scheme(map, path) { config.scheme = v }
         if let v = clientAuthHeader(map, path) { config.clientAuthHeader = v }
         if let n = map["refresh_ahead"], let v = reader.duration(n, "\(path).refresh_ahead") { config.refreshAhead = v }
         if let n = map["refresh_on"], let items = reader.sequence(n, "\(path).refresh_on") {
@@ -236,11 +240,52 @@ extension ConfigBuilder {
 
     private mutating func header(_ map: MappingView, _ path: String) -> String? {
         guard let n = map["header"], let v = reader.string(n, "\(path).header") else { return nil }
-        guard HTTPSyntax.isToken(v) else {
-            reader.fail(n, "\(path).header: '\(v)' is not a header name")
-            return nil
-        }
+        return headerName(v, n, "\(path).header") ? v : nil
+    }
+
+    /// `auth.scheme`: the value goes in front of the token in the header (`Bearer <token>`).
+    private mutating func scheme(_ map: MappingView, _ path: String) -> String? {
+        guard let n = map["scheme"], let v = reader.string(n, "\(path).scheme", allowEmpty: true),
+            sendable(v, n, "\(path).scheme")
+        else { return nil }
         return v
+    }
+
+    /// A header name the config sets (`auth.header`, `retry_non_idempotent_with_key`): an RFC 9110 token.
+    mutating func headerName(_ value: String, _ node: Node, _ path: String) -> Bool {
+        guard sendable(value, node, path) else { return false }
+        guard HTTPSyntax.isToken(value) else {
+            reader.fail(node, "\(path): '\(value)' is not a header name (letters, digits and !#$%&'*+-.^_`|~)")
+            return false
+        }
+        return true
+    }
+
+    /// A value that is sent as written, in a header or a token request: a control character (CR, LF, NUL, …)
+    /// would end the header line, or be dropped or encoded on the way, so the request would not say what the
+    /// config says (docs/reference/config.md#auth). The message names the character, never prints it.
+    mutating func sendable(_ value: String, _ node: Node, _ path: String) -> Bool {
+        guard let problem = Self.controlCharacter(in: value) else { return true }
+        reader.fail(node, "\(path) contains \(problem): it could not be sent as written")
+        return false
+    }
+
+    /// `CR (U+000D) at character 7` for the first C0 control or DEL in `text`; nil when there is none.
+    static func controlCharacter(in text: String) -> String? {
+        for (offset, scalar) in text.unicodeScalars.enumerated() where scalar.value < 0x20 || scalar.value == 0x7F {
+            let name = switch scalar.value {
+            case 0x00: "NUL "
+            case 0x09: "TAB "
+            case 0x0A: "LF "
+            case 0x0D: "CR "
+            case 0x7F: "DEL "
+            default: ""
+            }
+            let hex = String(scalar.value, radix: 16, uppercase: true)
+            return "a control character, \(name)(U+\(String(repeating: "0", count: 4 - hex.count) + hex)) at character "
+                + "\(offset + 1)"
+        }
+        return nil
     }
 
     private mutating func clientAuthHeader(_ map: MappingView, _ path: String) -> ClientAuthHeaderPolicy? {

@@ -34,11 +34,7 @@ extension ConfigBuilder {
             if NodeReader.isNull(n) || NodeReader.isEmptyString(n) {
                 config.retryNonIdempotentWithKey = nil
             } else if let v = reader.string(n, "\(path).retry_non_idempotent_with_key") {
-                if HTTPSyntax.isToken(v) {
-                    config.retryNonIdempotentWithKey = v
-                } else {
-                    reader.fail(n, "\(path).retry_non_idempotent_with_key: '\(v)' is not a header name")
-                }
+                if headerName(v, n, "\(path).retry_non_idempotent_with_key") { config.retryNonIdempotentWithKey = v }
             }
         }
         if let n = map["backoff"] { config.backoff = backoff(n, path) }

@@ -1,3 +1,4 @@
+import Synchronization
 import Yams
 
 #if canImport(Glibc)
@@ -11,8 +12,8 @@ import Darwin
 /// node for duplicates and overlaps. Errors come sorted by position.
 public enum ConfigLoader {
     /// Reads and parses `path`; relative paths inside resolve against the file's directory. `path` appears in error
-    /// messages as given.
-    public static func load(path: String) throws(ConfigErrors) -> Config {
+    /// messages as given. `environment` expands `${NAME}` in values and says where the Public Suffix List is.
+    public static func load(path: String, environment: ConfigEnvironment = .process) throws(ConfigErrors) -> Config {
         let text: String
         switch readFile(path) {
         case .success(let contents): text = contents
@@ -20,12 +21,14 @@ public enum ConfigLoader {
             throw ConfigErrors([ConfigError(location: SourceLocation(file: path, line: 1, column: 1),
                                             message: "cannot read config file: \(reason)")])
         }
-        return try parse(yaml: text, file: path, baseDirectory: directory(of: path))
+        return try parse(yaml: text, file: path, baseDirectory: directory(of: path), environment: environment)
     }
 
     /// Parses YAML text; `file` is used in error messages and as `Config.sourceFile`, `baseDirectory` (made absolute
     /// against the working directory if it is not) for relative paths.
-    public static func parse(yaml: String, file: String, baseDirectory: String) throws(ConfigErrors) -> Config {
+    public static func parse(
+        yaml: String, file: String, baseDirectory: String, environment: ConfigEnvironment = .process
+    ) throws(ConfigErrors) -> Config {
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
@@ -36,7 +39,7 @@ public enum ConfigLoader {
             throw ConfigErrors([ConfigError(location: SourceLocation(file: file, line: 1, column: 1),
                                             message: "config is empty (it needs at least 'version: 1' and 'listen')")])
         }
-        var builder = ConfigBuilder(reader: NodeReader(file: file), baseDirectory: absolute(baseDirectory))
+        var builder = ConfigBuilder(reader: NodeReader(file: file, environment: environment), baseDirectory: absolute(baseDirectory))
         let config = builder.build(root)
         var errors = builder.reader.errors
         if let config {
@@ -48,6 +51,9 @@ public enum ConfigLoader {
             errors += ConfigValidator.validateIdentity(
                 upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, config: config,
                 clientSites: builder.clientSites)
+            errors += ConfigValidator.validateInterceptedSuffixes(
+                upstreams: builder.checkedUpstreams, sites: builder.upstreamSites,
+                list: { publicSuffixList(at: environment.publicSuffixListPath) })
         }
         // Stable by position; errors at the same node keep the order they were found in.
         errors = errors.enumerated().sorted {
@@ -101,6 +107,40 @@ public enum ConfigLoader {
         if relative == "." || relative.isEmpty { return cwd }
         return (cwd == "/" ? "" : cwd) + "/" + relative
     }
+
+    /// The Public Suffix List at `path`, or why it cannot be used. Parsed again only when the file changed (a
+    /// reload after the package was updated reads the new list; one that did not change costs a `stat`).
+    static func publicSuffixList(at path: String) -> Result<PublicSuffixList, PublicSuffixListUnavailable> {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            return .failure(PublicSuffixListUnavailable(path: path, reason: ReadFailure(errno: errno).description))
+        }
+        #if canImport(Darwin)
+        let modified = info.st_mtimespec
+        #else
+        let modified = info.st_mtim
+        #endif
+        let version = FileVersion(
+            path: path, size: Int64(info.st_size), modified: Int64(modified.tv_sec) * 1_000_000_000 + Int64(modified.tv_nsec))
+        if let cached = parsedSuffixes.withLock({ $0 }), cached.version == version { return .success(cached.list) }
+        switch readFile(path) {
+        case .failure(let reason):
+            return .failure(PublicSuffixListUnavailable(path: path, reason: reason.description))
+        case .success(let text):
+            let list = PublicSuffixList(text: text)
+            guard list.count > 0 else { return .failure(PublicSuffixListUnavailable(path: path, reason: "it holds no rules")) }
+            parsedSuffixes.withLock { $0 = (version, list) }
+            return .success(list)
+        }
+    }
+
+    private struct FileVersion: Equatable {
+        var path: String
+        var size: Int64
+        var modified: Int64
+    }
+
+    private static let parsedSuffixes = Mutex<(version: FileVersion, list: PublicSuffixList)?>(nil)
 
     /// The file's text, or the reason it cannot be read (strerror, captured before anything can reset errno).
     private static func readFile(_ path: String) -> Result<String, ReadFailure> {

@@ -168,4 +168,47 @@ enum ConfigValidator {
         }
         return errors
     }
+
+    /// An intercepting host pattern must not cover a public suffix (docs/reference/https-clients.md#what-check-refuses):
+    /// the intermediate's name constraint for `*.github.io` or `amazonaws.com` permits every name below it, so a
+    /// leaked intermediate could sign for sites of every owner registered there. `list` is read only when an
+    /// upstream intercepts.
+    static func validateInterceptedSuffixes(
+        upstreams: [UpstreamConfig], sites: [UpstreamSite],
+        list: () -> Result<PublicSuffixList, PublicSuffixListUnavailable>
+    ) -> [ConfigError] {
+        let intercepting = upstreams.indices.filter { upstreams[$0].intercept && !upstreams[$0].match.hosts.isEmpty }
+        guard let first = intercepting.first else { return [] }
+        let suffixes: PublicSuffixList
+        switch list() {
+        case .success(let loaded): suffixes = loaded
+        case .failure(let unavailable):
+            return [ConfigError(location: sites[first].intercept ?? sites[first].name, message: unavailable.description)]
+        }
+        var errors: [ConfigError] = []
+        for i in intercepting {
+            let upstream = upstreams[i]
+            for (h, host) in upstream.match.hosts.enumerated() where IPAddressParser.parse(host) == nil {
+                let name = host.hasPrefix("*.") ? String(host.dropFirst(2)) : host
+                guard let suffix = suffixes.suffixCovered(by: name) else { continue }
+                let location = h < upstream.match.hostLocations.count ? upstream.match.hostLocations[h]
+                    : (sites[i].intercept ?? sites[i].name)
+                let what = suffix == name ? "'\(name)' is a public suffix" : "'\(name)' has the public suffix '\(suffix)' below it"
+                errors.append(ConfigError(location: location, message: "upstream '\(upstream.name)' intercepts "
+                    + "'\(host)', but \(what) (Public Suffix List): the interception CA would be allowed to sign for "
+                    + "sites of other owners registered there; list the hosts this upstream serves instead"))
+            }
+        }
+        return errors
+    }
+}
+
+/// The Public Suffix List could not be read; interception needs it for `check`.
+struct PublicSuffixListUnavailable: Error, CustomStringConvertible {
+    var path: String
+    var reason: String
+    var description: String {
+        "an upstream intercepts, and checking its hosts needs the Public Suffix List, but \(path) cannot be used "
+            + "(\(reason)): install Debian's publicsuffix package, or point BACKSTOP_PUBLIC_SUFFIX_LIST at a copy"
+    }
 }

@@ -4,9 +4,16 @@ import Yams
 /// stopping at the first.
 struct NodeReader {
     let file: String
+    /// Resolves `${NAME}` in values (docs/reference/config.md#environment-variables).
+    let environment: ConfigEnvironment
     private(set) var errors: [ConfigError] = []
+    /// Values whose `${…}` could not be expanded, reported once however often they are read.
+    private var unexpandable: Set<SourceLocation> = []
 
-    init(file: String) { self.file = file }
+    init(file: String, environment: ConfigEnvironment = ConfigEnvironment([:])) {
+        self.file = file
+        self.environment = environment
+    }
 
     func location(_ node: Node) -> SourceLocation {
         let mark = node.mark
@@ -50,10 +57,19 @@ struct NodeReader {
         return view
     }
 
+    /// A scalar's text with its `${NAME}` references expanded; every typed reader below goes through here.
     mutating func scalar(_ node: Node, _ path: String) -> String? {
-        if case .scalar(let scalar) = node { return scalar.string }
-        fail(node, "'\(path)' must be a single value, not \(Self.kind(node))")
-        return nil
+        guard case .scalar(let scalar) = node else {
+            fail(node, "'\(path)' must be a single value, not \(Self.kind(node))")
+            return nil
+        }
+        switch VariableExpansion.expand(scalar.string, environment.value) {
+        case .success(let text):
+            return text
+        case .failure(let problem):
+            if unexpandable.insert(location(node)).inserted { fail(node, "'\(path)': \(problem)") }
+            return nil
+        }
     }
 
     mutating func string(_ node: Node, _ path: String, allowEmpty: Bool = false) -> String? {

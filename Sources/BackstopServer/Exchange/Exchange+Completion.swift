@@ -18,6 +18,7 @@ extension Exchange {
         transferGeneration = 0
         releaseKeptBody()
         countBudgetExhaustion()
+        logNotRetried(note: note)
         if let failure = machine.lastFailure, note != nil, note != "client-closed" { logAttemptFailure(failure, final: true) }
         environment.requestFinished()
         let elapsed = now - machine.startedAt
@@ -30,6 +31,19 @@ extension Exchange {
             request: record, status: status, error: note, reason: note == nil ? nil : machine.lastFailure?.detail,
             upstream: destination.name, attempts: machine.attempts, retries: machine.retryReasons.map(\.description),
             elapsed: elapsed, bytes: relay?.bytes ?? 0))
+    }
+
+    /// Which rule stopped the retries of a failed attempt (docs/reference/behaviour.md#when-it-is-retried), at
+    /// `debug`: the attempt's outcome matched `retry.on` (or was a transport failure) and was not retried.
+    func logNotRetried(note: String?) {
+        guard environment.logger.logLevel <= .debug, note != "client-closed", let rule = machine.lastGiveUp,
+            let condition = machine.lastGiveUpCondition
+        else { return }
+        environment.logger.debug("not retried", metadata: [
+            "upstream": .string(destination.name), "attempt": .stringConvertible(machine.attempts),
+            "outcome": .string(condition.description), "rule": .string(rule.rawValue), "method": .string(record.method),
+            "host": .string(record.host),
+        ])
     }
 
     /// The cause of a failed attempt: `debug` when it is retried, `info` for the last one.

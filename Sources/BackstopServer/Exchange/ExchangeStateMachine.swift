@@ -153,6 +153,8 @@ struct ExchangeStateMachine {
     /// For the access line and logs.
     private(set) var retryReasons: [RetryCondition] = []
     private(set) var lastGiveUp: GiveUpReason?
+    /// The `retry.on` condition (`503`, `connect-failure`, …) whose retry `lastGiveUp` refused.
+    private(set) var lastGiveUpCondition: RetryCondition?
     private(set) var lastFailure: TransportFailure?
     /// The status the client got (set when the exchange ends).
     private(set) var finalStatus = 0
@@ -416,6 +418,7 @@ struct ExchangeStateMachine {
                                  random: inout some RandomNumberGenerator) -> RetryDecision {
         guard let policy = configuration.retry, let budget = configuration.budget else {
             lastGiveUp = .notRetryableCondition
+            lastGiveUpCondition = outcome.condition
             return .giveUp(.notRetryableCondition)
         }
         let (attempt, request, previous) = (attempts, retryRequest, previousDelay)
@@ -424,7 +427,10 @@ struct ExchangeStateMachine {
                 attempt: attempt, outcome: outcome, request: request, elapsed: now - startedAt, previousDelay: previous,
                 nowWall: wall, now: now, budget: &budget, random: &random)
         }
-        if case .giveUp(let reason) = decision { lastGiveUp = reason }
+        if case .giveUp(let reason) = decision {
+            lastGiveUp = reason
+            lastGiveUpCondition = outcome.condition
+        }
         return decision
     }
 

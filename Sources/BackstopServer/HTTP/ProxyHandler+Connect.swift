@@ -23,7 +23,8 @@ extension ProxyHandler {
             case .tunnelDenied: .denied
             default: nil
             }
-            refuseConnect(reason, host: ConnectTarget.parse(head.uri)?.host ?? "-", tunnelResult: result, detail: nil)
+            refuseConnect(reason, host: ConnectTarget.parse(head.uri)?.host ?? "-", tunnelResult: result, detail: nil,
+                          body: reason == .tunnelDenied ? Self.notAllowedBody : nil)
         case .tunnel(let target):
             openTunnel(to: target, snapshot: snapshot, context: context)
         case .intercept(let index, let target):
@@ -31,13 +32,19 @@ extension ProxyHandler {
         }
     }
 
+    /// The bodies of the two `tunnel-denied` refusals, which say which rule refused (docs/reference/errors.md).
+    static let notAllowedBody = "CONNECT to this host and port is not allowed: no tunnels.allow pattern matches it"
+    static let deniedAddressBody = "CONNECT to this host is not allowed: every address it resolves to is in "
+        + "tunnels.deny_addresses"
+
     private func refuseConnect(
-        _ reason: ProxyErrorReason, host: String, tunnelResult: TunnelMetrics.Result?, detail: String?
+        _ reason: ProxyErrorReason, host: String, tunnelResult: TunnelMetrics.Result?, detail: String?,
+        body: String? = nil
     ) {
         if let tunnelResult { runtime.tunnelMetrics.record(tunnelResult) }
         runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
         logLocalAnswer(reason, method: "CONNECT", host: host, path: "-", reason: detail)
-        sendLocalError(reason, close: true)
+        sendLocalError(reason, close: true, message: body)
     }
 
     // MARK: blind tunnels
@@ -64,7 +71,8 @@ extension ProxyHandler {
                 case .loop: .loopDetected
                 case .unreachable: .unreachable
                 }
-                handler.refuseConnect(failure.reason, host: target.host, tunnelResult: result, detail: failure.detail)
+                handler.refuseConnect(failure.reason, host: target.host, tunnelResult: result, detail: failure.detail,
+                                      body: failure.reason == .tunnelDenied ? Self.deniedAddressBody : nil)
             }
         }
     }

@@ -259,14 +259,15 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             elapsed: .zero, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
     }
 
-    func sendLocalError(_ reason: ProxyErrorReason, close: Bool, attempts: Int? = nil) {
+    /// `message` replaces the reason's usual one-line body.
+    func sendLocalError(_ reason: ProxyErrorReason, close: Bool, attempts: Int? = nil, message: String? = nil) {
         guard let context else { return }
         writeHeldResponse(context)
         var buffer = context.channel.allocator.buffer(capacity: 256)
         ResponseHeadWriter.localError(
             reason, into: &buffer, clientIsHTTP10: clientIsHTTP10,
             connection: close ? .close : (clientIsHTTP10 ? .keepAlive : .none), omitBody: requestIsHead,
-            attempts: attempts)
+            attempts: attempts, message: message)
         // The state changes before the write: a write that completes at once closes the channel at once, and
         // what the decoder reports then must find the connection closing.
         let now = self.now

@@ -101,9 +101,9 @@ enum ResponseHeadWriter {
     /// none was.
     static func localError(
         _ reason: ProxyErrorReason, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, connection: ConnectionField,
-        omitBody: Bool = false, attempts: Int? = nil
+        omitBody: Bool = false, attempts: Int? = nil, message: String? = nil
     ) {
-        let message = reason.message
+        let message = message ?? reason.message
         writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: reason.status)
         buffer.writeStaticString("Content-Type: text/plain; charset=utf-8\r\nContent-Length: ")
         writeDecimal(&buffer, message.utf8.count + 1)

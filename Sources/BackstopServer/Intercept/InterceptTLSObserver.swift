@@ -27,6 +27,8 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
     private let started: Duration
     private var outcome = Outcome.pending
     private var problem: String?
+    /// Sees the client's bytes before the TLS handler does, for an alert BoringSSL cannot read.
+    private let watcher = ClientRecordWatcher()
 
     init(intercepted: InterceptedConnection, authority: InterceptAuthority, runtime: ProxyRuntime, accessLog: Bool) {
         self.intercepted = intercepted
@@ -57,7 +59,9 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
         }
         do {
             let context = try authority.context(forHost: host)
-            try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context), position: .before(self))
+            let pipeline = channel.pipeline.syncOperations
+            try pipeline.addHandler(watcher, position: .before(self))
+            try pipeline.addHandler(NIOSSLServerHandler(context: context), position: .before(self))
             return channel.eventLoop.makeSucceededVoidFuture()
         } catch {
             refuse(.handshakeFailed, error, channel)
@@ -89,7 +93,10 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case TLSUserEvent.handshakeCompleted? = event as? TLSUserEvent { finish(.established, problem: nil) }
+        if case TLSUserEvent.handshakeCompleted? = event as? TLSUserEvent {
+            finish(.established, problem: nil)
+            context.pipeline.syncOperations.removeHandler(watcher, promise: nil)
+        }
         context.fireUserInboundEventTriggered(event)
     }
 
@@ -99,7 +106,7 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
             return
         }
         if outcome == .pending {
-            finish(.handshakeFailed, problem: Self.describe(error))
+            finish(.handshakeFailed, problem: clientAlert ?? Self.describe(error))
         }
         // After the handshake, TLS errors (a client that closes without close_notify) end the connection quietly.
         context.close(promise: nil)
@@ -107,8 +114,8 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
 
     func channelInactive(context: ChannelHandlerContext) {
         if outcome == .pending {
-            finish(.handshakeFailed, problem: "the connection closed before the TLS handshake ended (by the client, or "
-                + "after limits.client_idle_timeout)")
+            finish(.handshakeFailed, problem: clientAlert ?? "the connection closed before the TLS handshake ended (by "
+                + "the client, or after limits.client_idle_timeout)")
         }
         if accessLog {
             runtime.logger.info("tunnel", metadata: [
@@ -124,9 +131,29 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
         context.fireChannelInactive()
     }
 
-    /// BoringSSL's reason without the error stack's addresses: `WRONG_VERSION_NUMBER`, `HTTP_REQUEST`, ….
-    private static func describe(_ error: any Error) -> String {
+    /// The alert the client sent in plaintext, by BoringSSL's name for it (`TLSV1_ALERT_UNKNOWN_CA`).
+    private var clientAlert: String? { watcher.scanner.alert.map(TLSAlertScanner.name(ofAlert:)) }
+
+    /// BoringSSL's reason names, without its error codes and source paths: `TLSV1_ALERT_UNKNOWN_CA`,
+    /// `WRONG_VERSION_NUMBER`, `HTTP_REQUEST`; another error's own description.
+    static func describe(_ error: any Error) -> String {
         let text = "\(error)"
+        let reasons = TLSAlertScanner.reasonNames(in: text)
+        if !reasons.isEmpty { return reasons.joined(separator: ",") }
         return text.count > 300 ? String(text.prefix(300)) + "…" : text
+    }
+}
+
+/// Hands what the client sends to a `TLSAlertScanner`, in front of the TLS handler, until the handshake ends.
+/// Event-loop confined, like every handler.
+final class ClientRecordWatcher: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private(set) var scanner = TLSAlertScanner()
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        scanner.scan(unwrapInboundIn(data).readableBytesView)
+        context.fireChannelRead(data)
     }
 }

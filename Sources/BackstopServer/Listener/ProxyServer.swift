@@ -250,7 +250,7 @@ public final class ProxyServer: Sendable {
                 return channel
             }
         } catch {
-            throw ListenerError(address: listener.address, underlying: "\(error)")
+            throw ListenerError(address: listener.address, setting: "listen", error)
         }
     }
 
@@ -343,16 +343,31 @@ public final class ProxyServer: Sendable {
                 return channel
             }
         } catch {
-            throw ListenerError(address: address, underlying: "\(error)")
+            throw ListenerError(address: address, setting: "admin.listen", error)
         }
     }
 }
 
 /// A listener could not be bound.
+/// A listener that could not be bound: `cannot listen on 127.0.0.1:8080 (listen): Address already in use (errno 98)`.
 public struct ListenerError: Error, CustomStringConvertible {
     public var address: ListenAddress
+    /// The config key that names the address: `listen` or `admin.listen`.
+    public var setting: String
     public var underlying: String
-    public var description: String { "cannot listen on \(address): \(underlying)" }
+
+    init(address: ListenAddress, setting: String, _ error: any Error) {
+        self.address = address
+        self.setting = setting
+        // NIO's own text (`bind(descriptor:ptr:bytes:): Address already in use) (errno: 98)`) names its internals.
+        if let io = error as? IOError {
+            underlying = "\(String(cString: strerror(io.errnoCode))) (errno \(io.errnoCode))"
+        } else {
+            underlying = "\(error)"
+        }
+    }
+
+    public var description: String { "cannot listen on \(address) (\(setting)): \(underlying)" }
 }
 
 extension ProxyServer {

@@ -93,41 +93,63 @@ public struct LineLogHandler: LogHandler {
         return words.contains { $0 == "key" || $0 == "apikey" }
     }
 
+    /// A logfmt value: bare when it holds only visible characters other than `=` and `"`, else quoted with every
+    /// character of `mustEscape` escaped, so a client's SNI, path or header never starts a line of its own
+    /// (docs/reference/operations.md#logs).
     static func logfmtQuote(_ value: String) -> String {
-        let needsQuotes = value.isEmpty || value.contains { $0 == " " || $0 == "=" || $0 == "\"" || $0.isNewline }
+        var needsQuotes = value.isEmpty
+        var ascii = true
+        for byte in value.utf8 {
+            if byte <= 0x20 || byte == 0x7F || byte == UInt8(ascii: "=") || byte == UInt8(ascii: "\"") {
+                needsQuotes = true
+                break
+            }
+            if byte >= 0x80 { ascii = false }
+        }
+        if !needsQuotes && !ascii { needsQuotes = value.unicodeScalars.contains(where: mustEscape) }
         guard needsQuotes else { return value }
         var out = "\""
-        for ch in value {
-            switch ch {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            default: out.append(ch)
-            }
-        }
+        out.reserveCapacity(value.utf8.count + 2)
+        for scalar in value.unicodeScalars { appendEscaped(scalar, to: &out) }
         return out + "\""
     }
 
+    /// A JSON string with the same scalars escaped as in logfmt (JSON itself requires only C0, `"` and `\\`).
     static func jsonQuote(_ value: String) -> String {
         var out = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
+        out.reserveCapacity(value.utf8.count + 2)
+        for scalar in value.unicodeScalars { appendEscaped(scalar, to: &out) }
         return out + "\""
+    }
+
+    /// Whether a scalar is written as an escape rather than as itself, by Unicode scalar (never by `Character`:
+    /// `"\r\n"` is one `Character`): every C0 and C1 control and DEL (line breaks, NEL, escape sequences a terminal
+    /// would act on), the line and paragraph separators U+2028/U+2029, and the bidirectional formatting controls,
+    /// which make a terminal show a line in another order than it was written.
+    static func mustEscape(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029: true
+        case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
+    }
+
+    /// Appends `scalar`, escaped as logfmt and JSON both read it: `\"`, `\\`, `\n`, `\r`, `\t`, else `\uXXXX`.
+    private static func appendEscaped(_ scalar: Unicode.Scalar, to out: inout String) {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        default:
+            guard mustEscape(scalar) else {
+                out.unicodeScalars.append(scalar)
+                return
+            }
+            let hex = String(scalar.value, radix: 16)
+            out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+        }
     }
 
     static func timestamp() -> String {

@@ -1,0 +1,19 @@
+// prctl(2) is variadic, and Swift cannot call a variadic C function: fixed-arity wrappers, one per use.
+#ifndef BACKSTOP_PROCESS_CONTROL_H
+#define BACKSTOP_PROCESS_CONTROL_H
+
+#ifdef __linux__
+#include <sys/prctl.h>
+
+/// prctl(PR_SET_DUMPABLE, dumpable): 0 on success, -1 with errno set.
+static inline int backstop_set_dumpable(int dumpable) {
+    return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0UL, 0UL, 0UL);
+}
+
+/// prctl(PR_GET_DUMPABLE): 0 or 1 (2 under fs.suid_dumpable=2), or -1 with errno set.
+static inline int backstop_get_dumpable(void) {
+    return prctl(PR_GET_DUMPABLE, 0UL, 0UL, 0UL, 0UL);
+}
+#endif
+
+#endif
