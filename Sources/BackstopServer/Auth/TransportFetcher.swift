@@ -27,7 +27,7 @@ struct TransportFetcher: Sendable {
                 let transfer = transport.start(request, on: eventLoop) { events in bound.value.handle(events) }
                 collector.transfer = transfer
                 eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(timeout.nanosecondsClamped)) {
-                    collector.finish(.failure(.timeout(detail: "token endpoint timed out")))
+                    collector.finish(.failure(.timeout(detail: "no complete response within \(timeout)")))
                 }
             }
         }

@@ -23,7 +23,8 @@ extension Exchange {
         let status = machine.finalStatus
         metrics.recordRequest(status: status, seconds: elapsed.seconds)
         environment.logAccess(AccessRecord(
-            request: record, status: status, error: note, reason: note == nil ? nil : machine.lastFailure?.detail,
+            request: record, status: status, error: note ?? headError?.rawValue,
+            reason: note == nil ? nil : machine.lastFailure?.detail,
             upstream: destination.name, attempts: machine.attempts, retries: machine.retryReasons.map(\.description),
             elapsed: elapsed, bytes: relay?.bytes ?? 0))
     }

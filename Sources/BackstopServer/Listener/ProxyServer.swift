@@ -130,7 +130,7 @@ public final class ProxyServer: Sendable {
         }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
         for upstream in runtime.snapshot.upstreams {
-            if case .oauth2(let manager, _) = upstream.auth { await manager.stopWatchingStore() }
+            if case .oauth2(let manager, _) = upstream.auth { await manager.stop() }
         }
         await tokenStores?.shutdown()
         await curl.shutdown()
@@ -282,7 +282,7 @@ extension ProxyServer {
             guard case .oauth2(let manager, _) = old.auth,
                 !upstreams.contains(where: { if case .oauth2(let kept, _) = $0.auth { kept === manager } else { false } })
             else { continue }
-            Task { await manager.stopWatchingStore() }
+            Task { await manager.stop() }
         }
 
         let current = channels.withLockedValue { $0 }
@@ -327,7 +327,7 @@ extension ProxyServer {
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, store: stores.store(forPrefix: oauth.keychainPrefix),
                     secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters)
-                Task { await manager.startWatchingStore() }
+                Task { await manager.start() }
                 auth = .oauth2(manager, oauth)
             }
             return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget)
