@@ -2,18 +2,19 @@
 """Black-box replay, against any backstop binary, of the scenarios behind the security regression tests
 (Tests/IntegrationTests/UpstreamFramingTests.swift, SecurityReviewTests.swift, SecondReviewTests.swift,
 KeychainFaultTests.swift, InterceptHandshakeLogTests.swift, OperatorMessagesTests.swift,
-PostgresTableNameTests.swift): response splitting by a lying origin, Via loops, passthrough to metadata addresses,
+PostgresTableNameTests.swift, FleetStoreTrustTests.swift): response splitting by a lying origin, Via loops, passthrough to metadata addresses,
 dot segments, TRACE echoing the injected credential, a stalled response body, a passthrough loop, rekey with a
 failing directory fsync; the second review's request-path findings (the unspecified address, tunnels to this host,
 trickled heads on the admin listener, traversal spellings, the kept-body budget, unsolicited 101s); and its log and
 `check` findings (a TLS client whose SNI forges a log line, `check` of header values with CR/LF and of intercepting
 wildcards over public suffixes, a reserved-word token store table against a throwaway PostgreSQL cluster when
-Debian's server is installed).
+Debian's server is installed); and the PostgreSQL token store trusting a NOTIFY or a restored row (needs the
+PostgreSQL server binaries; skipped without them).
 Prints one row per scenario with PASS/FAIL. Used to show that a binary from before the fixes fails them.
 
     python3 scripts/security-probes.py .build/release/backstop --new     # --new: the binary knows timeouts.idle
 
-Needs clang (the fault-injection shim). Everything runs on 127.0.0.1 (ports 19400-19410); every process started
+Needs clang (the fault-injection shim). Everything runs on 127.0.0.1 (ports 19400-19414); every process started
 here is killed and every wait is bounded. `--metadata` adds a probe that asks the binary to pass a request through
 to 169.254.169.254: a binary without the destination guard really connects there, so it is off by default."""
 import os, socket, subprocess, sys, tempfile, threading, time
@@ -434,11 +435,134 @@ upstreams:
         subprocess.run(["rm", "-rf", pg])
 
 
+def token_store_probes():
+    """Issue 25 findings 6 and 7 against a throwaway PostgreSQL cluster (Debian's server binaries, as the tests use):
+    a role with no table rights sending NOTIFY during a refresh hold-down, and an older sealed row put back with
+    UPDATE. Skipped (one SKIP row each) when no server binaries are installed."""
+    import glob, http.server, json, re, shutil, urllib.parse
+    names = ["NOTIFY from a role without table rights during a hold-down", "older sealed row restored with UPDATE"]
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[-3]))
+    root = os.getuid() == 0
+    if not bins or (root and not shutil.which("runuser")):
+        for name in names: results.append((name, "-", "no PostgreSQL server binaries (apt-get install postgresql)", "SKIP"))
+        return
+    bindir = os.path.dirname(bins[-1])
+    pg_port, auth_port, origin_port, proxy = BASE + 11, BASE + 12, BASE + 13, BASE + 14
+    d = os.path.join(WORK, "pg"); os.makedirs(d); os.chmod(d, 0o700)
+    def as_server(args, **kw):
+        return subprocess.run((["runuser", "-u", "postgres", "--"] if root else []) + args, capture_output=True, **kw)
+    if root: subprocess.run(["chown", "-R", "postgres:postgres", d])
+    open(d + "/pw", "w").write("superpw\n")
+    if root: subprocess.run(["chown", "postgres:postgres", d + "/pw"])
+    as_server([bindir + "/initdb", "-D", d + "/data", "-U", "postgres", "--pwfile=" + d + "/pw", "--auth-local=trust",
+               "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8"])
+    opts = f"-c listen_addresses=127.0.0.1 -p {pg_port} -c unix_socket_directories={d} -c fsync=off"
+    as_server(["sh", "-c", f"'{bindir}/pg_ctl' -D '{d}/data' -w -t 30 -l '{d}/log' -o '{opts}' start >/dev/null 2>&1 </dev/null"])
+    def sql(statement, db="backstop"):
+        r = as_server([bindir + "/psql", "-h", d, "-p", str(pg_port), "-U", "postgres", "-d", db, "-v", "ON_ERROR_STOP=1",
+                       "-Atq", "-c", statement])
+        return r.stdout.decode().strip()
+    sql("CREATE ROLE backstop LOGIN PASSWORD 'dbpw'", "postgres"); sql("CREATE DATABASE backstop OWNER backstop", "postgres")
+    sql("CREATE ROLE intruder LOGIN PASSWORD 'x'", "postgres")
+
+    # The token endpoint: rotates refresh tokens, counts calls and reuses; the origin accepts the tokens it issued.
+    st = {"invalid": False, "calls": 0, "refresh": "r0", "rejected": 0, "issued": 0, "valid": set()}
+    lock = threading.Lock()
+    class Token(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_POST(self):
+            form = urllib.parse.parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
+            with lock:
+                st["calls"] += 1
+                given = form.get("refresh_token", [""])[0]
+                if st["invalid"] or given != st["refresh"]:
+                    if given != st["refresh"]: st["rejected"] += 1
+                    code, body = 400, {"error": "invalid_grant"}
+                else:
+                    st["issued"] += 1; n = st["issued"]
+                    st["refresh"] = f"r{n}"; st["valid"].add(f"a{n}")
+                    code, body = 200, {"access_token": f"a{n}", "refresh_token": f"r{n}", "expires_in": 600}
+            data = json.dumps(body).encode()
+            self.send_response(code); self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+    class Origin(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_GET(self):
+            ok = self.headers.get("Authorization", "")[7:] in st["valid"]
+            self.send_response(200 if ok else 401); self.send_header("Content-Length", "0"); self.end_headers()
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", port), h) for port, h in [(auth_port, Token), (origin_port, Origin)]]
+    for srv in servers: threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+    cfg = f"""version: 1
+listen: [127.0.0.1:{proxy}]
+keychain: {{path: {d}/kc.bkc, key_file: {d}/kc.key}}
+token_store: {{type: postgres, url: "postgres://backstop@127.0.0.1:{pg_port}/backstop", password_entry: postgres/password, tls: disable}}
+upstreams:
+  - {{name: api, match: {{hosts: [api.test]}}, url: "http://127.0.0.1:{origin_port}", retry: {{attempts: 1}},
+     auth: {{type: oauth2, token_url: "http://127.0.0.1:{auth_port}/token", keychain_prefix: api}}}}
+"""
+    cfgpath = os.path.join(d, "tokens.yaml"); open(cfgpath, "w").write(cfg)
+    subprocess.run([BIN, "keychain", "init", "--config", cfgpath], capture_output=True)
+    subprocess.run([BIN, "keychain", "set", "postgres/password", "--config", cfgpath], input=b"dbpw", capture_output=True)
+    def seed(token):
+        with lock: st["refresh"] = token
+        return subprocess.run([BIN, "tokens", "seed", "api", "--config", cfgpath], input=token.encode(), capture_output=True)
+    seed("r0")
+    p = start(cfg, proxy)
+    def get(path):
+        s = socket.create_connection(("127.0.0.1", proxy))
+        r = exchange(s, f"GET http://api.test{path} HTTP/1.1\r\nHost: api.test\r\n\r\n".encode(), 20); s.close()
+        return r[0]
+    def requests_for(seconds):
+        t0 = time.time(); seen = []
+        while time.time() - t0 < seconds: seen.append(get("/x")); time.sleep(0.05)
+        return seen
+    try:
+        if not p:
+            for name in names: results.append((name, "-", "the daemon did not start", "FAIL"))
+            return
+        # 6: the grant is dead (400). 2 s of requests cost one token call; the same 2 s (starting with the call
+        # that starts the next hold-down) while the intruder notifies must cost no more.
+        with lock: st["invalid"] = True; st["calls"] = 0
+        requests_for(2); baseline = st["calls"]
+        t0 = time.time()
+        while st["calls"] == baseline and time.time() - t0 < 15: get("/wait"); time.sleep(0.02)
+        before = st["calls"]; stop = time.time() + 2; sent = [0]
+        def spam():
+            while time.time() < stop:
+                sql(f"SET ROLE intruder; NOTIFY backstop_tokens, 'api|{sent[0]}|attacker'"); sent[0] += 1
+        spammer = threading.Thread(target=spam); spammer.start(); requests_for(2); spammer.join()
+        with_notify = 1 + st["calls"] - before
+        record(names[0], f"token calls in 2 s as without ({baseline})",
+               f"{with_notify} calls in 2 s with {sent[0]} notifications, {baseline} without", with_notify == baseline)
+        # 7: a fresh grant; the first request spends it; the seeded row (holding it) is put back; a 401 follows.
+        with lock: st["invalid"] = False
+        seed("s1")  # also ends the hold-down of probe 6 (a new row)
+        backup = sql("SELECT encode(sealed, 'hex') || '|' || version FROM backstop_tokens WHERE prefix = 'api'").split("|")
+        t0 = time.time(); first = get("/warm")
+        while " 200 " not in first and time.time() - t0 < 10: time.sleep(0.2); first = get("/warm")
+        with lock: calls = st["calls"]; rejected = st["rejected"]
+        sql(f"UPDATE backstop_tokens SET sealed = decode('{backup[0]}', 'hex'), version = {backup[1]} WHERE prefix = 'api'")
+        with lock: st["valid"].clear()
+        after = get("/after")
+        spent = st["rejected"] - rejected; extra = st["calls"] - calls
+        log = open(os.path.join(WORK, f"c{proxy}.yaml.log")).read()
+        warned = bool(re.search(r"older than one already seen.*stored_version=" + backup[1], log))
+        record(names[1], "no token call with the spent refresh token; a warning naming both versions",
+               f"warm: {first}; after restore: {after}; token calls {extra}, spent tokens presented {spent}; "
+               f"warning: {'yes' if warned else 'no'}", extra == 0 and spent == 0 and warned)
+    finally:
+        if p: p.terminate(); p.wait(10)
+        for srv in servers: srv.shutdown()
+        as_server(["sh", "-c", f"'{bindir}/pg_ctl' -D '{d}/data' -m fast -w stop >/dev/null 2>&1 </dev/null"])
+
+
 probes()
 second_review_probes()
 rekey_probe()
 log_forgery_probe()
 check_probes()
 reserved_table_probe()
+token_store_probes()
 print(f"\n{BIN}\n| probe | correct behaviour | observed | |\n|---|---|---|---|")
 for row in results: print("| " + " | ".join(row) + " |")

@@ -7,8 +7,13 @@ import NIOSSL
 import PostgresNIO
 
 /// The fleet token store on PostgreSQL (docs/reference/token-store.md): one row per upstream `keychain_prefix` in one
-/// table, the tokens sealed under the keychain key (`RecordSealer`), refreshes serialized fleet-wide by a
-/// transaction-scoped advisory lock, and `LISTEN`/`NOTIFY` so every instance adopts a new token at once.
+/// table, the tokens sealed under the keychain key (`RecordSealer`) together with the row's version, refreshes
+/// serialized fleet-wide by a transaction-scoped advisory lock, and `LISTEN`/`NOTIFY` so every instance adopts a new
+/// token at once.
+///
+/// Nothing a role without the keychain key can do is trusted: a notification only makes the instance re-read the row,
+/// and only a row with a newer sealed version counts as a change; a row older than one the instance has seen (its
+/// high-water mark, `RowVersionMarks`) is never used (`RowVersions`, docs/reference/token-store.md#row-versions).
 ///
 /// One pool (`PostgresClient`, at most `maxConnections`) serves every upstream; one of its connections listens. The
 /// pool reconnects by itself when the database comes back; the listener re-listens and re-reads every row it
@@ -31,11 +36,20 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     let instanceID: String
     let logger: Logger
     let metrics: TokenStoreMetrics
+    /// The newest sealed version of each row this instance has seen, kept in its keychain.
+    let marks: RowVersionMarks
+    /// Wall-clock readings for the version a seed writes.
+    let clock: any BackstopClock
+    /// One direct connection, made only to say why the pool has none (`unreachableReason`).
+    private let probeConfiguration: PostgresConnection.Configuration
     private let quiet = Logger(label: "backstop.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
     private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
     private let subscribers = NIOLockedValueBox<[String: [AsyncStream<StoredTokens>.Continuation]]>([:])
-    /// Per prefix: notifications seen from other instances (the store's revision).
-    private let seen = NIOLockedValueBox<[String: Int64]>([:])
+    /// Per prefix: the newest row version this process has read or written (the store's revision). Only a row
+    /// newer than this is a change worth telling the token manager about.
+    private let latest = NIOLockedValueBox<[String: Int64]>([:])
+    /// Per prefix: the rolled-back version last warned about from a notification, so a flood of them logs once.
+    private let warnedRollback = NIOLockedValueBox<[String: Int64]>([:])
     private let tableReady = NIOLockedValueBox(false)
 
     var table: String { config.table }
@@ -48,21 +62,37 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
 
     /// Starts the pool and the listener. Never fails for an unreachable database: the store then answers
     /// `unavailable` until it is back (requests keep using tokens they hold); the first problem is logged.
+    /// `versions` is the keychain that keeps this instance's high-water marks (nil: in memory only, for tests).
     public init(
         config: PostgresStoreConfig, password: String?, sealer: RecordSealer, logger: Logger,
-        metrics: TokenStoreMetrics, instanceID: String = PostgresTokenBackend.defaultInstanceID()
+        metrics: TokenStoreMetrics, versions: FileKeychain? = nil, clock: any BackstopClock = SystemClock(),
+        instanceID: String = PostgresTokenBackend.defaultInstanceID()
     ) throws(TokenStoreError) {
         self.config = config
         self.sealer = sealer
         self.logger = logger
         self.metrics = metrics
+        self.clock = clock
         self.instanceID = instanceID
+        self.marks = RowVersionMarks(keychain: versions, logger: logger)
+        let tls = try Self.tlsConfiguration(config)
         var configuration = PostgresClient.Configuration(
             host: config.host, port: config.port, username: config.user, password: password, database: config.database,
-            tls: try Self.tls(config))
+            tls: tls.map { .require($0) } ?? .disable)
         configuration.options.maximumConnections = Self.maxConnections
         configuration.options.connectTimeout = .seconds(5)
         self.client = PostgresClient(configuration: configuration)
+        let probeTLS: PostgresConnection.Configuration.TLS
+        do {
+            probeTLS = try tls.map { .require(try NIOSSLContext(configuration: $0)) } ?? .disable
+        } catch {
+            throw .unavailable("token_store TLS cannot be set up: \(error)")
+        }
+        var probe = PostgresConnection.Configuration(
+            host: config.host, port: config.port, username: config.user, password: password, database: config.database,
+            tls: probeTLS)
+        probe.options.connectTimeout = .seconds(2)
+        self.probeConfiguration = probe
     }
 
     /// `hostname:pid`.
@@ -72,14 +102,15 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         return "\(String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)):\(getpid())"
     }
 
-    static func tls(_ config: PostgresStoreConfig) throws(TokenStoreError) -> PostgresClient.Configuration.TLS {
+    /// The TLS settings of `token_store.tls`; nil: no TLS.
+    static func tlsConfiguration(_ config: PostgresStoreConfig) throws(TokenStoreError) -> TLSConfiguration? {
         switch config.tls {
         case .disable:
-            return .disable
+            return nil
         case .require:
             var tls = TLSConfiguration.makeClientConfiguration()
             tls.certificateVerification = .none
-            return .require(tls)
+            return tls
         case .verifyFull:
             var tls = TLSConfiguration.makeClientConfiguration()
             if let caFile = config.caFile {
@@ -88,7 +119,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 }
                 tls.trustRoots = .file(caFile)
             }
-            return .require(tls)
+            return tls
         }
     }
 
@@ -145,69 +176,120 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             }
             tableReady.withLockedValue { $0 = true }
         } catch {
-            let problem = Self.describe(error)
+            let failure = Self.storeError(error)
             logger.error("token store: cannot create or check the table", metadata: [
-                "store": .string(location), "problem": .string(problem),
+                "store": .string(location), "problem": .string(failure.description),
             ])
-            throw .unavailable(problem)
+            throw failure
         }
     }
 
-    /// The row's tokens and version (nil: no row). Throws `unreadable` for a record this key cannot open.
-    func readRow(_ prefix: String, on connection: PostgresConnection? = nil) async throws -> (StoredTokens, Int64)? {
-        let query: PostgresQuery = "SELECT sealed, version FROM \(unescaped: sqlTable) WHERE prefix = \(prefix)"
+    /// A row as this instance reads it: the tokens and the version sealed with them.
+    struct Row: Sendable {
+        var tokens: StoredTokens
+        /// 0 for a row sealed before versions were (it is older than any row written since).
+        var version: Int64
+    }
+
+    /// The row (nil: no row). Throws `unreadable` for a record this key cannot open. Says nothing about whether the
+    /// row may be used: that is `accept`'s.
+    func readRow(_ prefix: String, on connection: PostgresConnection? = nil) async throws -> Row? {
+        let query: PostgresQuery = "SELECT sealed FROM \(unescaped: sqlTable) WHERE prefix = \(prefix)"
         let rows: PostgresRowSequence
         if let connection {
             rows = try await connection.query(query, logger: quiet)
         } else {
             rows = try await client.query(query, logger: quiet)
         }
-        for try await (sealed, version) in rows.decode((ByteBuffer, Int64).self) {
-            return (try open(sealed, prefix: prefix), version)
+        for try await sealed in rows.decode(ByteBuffer.self) {
+            return try open(sealed, prefix: prefix)
         }
         return nil
     }
 
-    /// Tokens as sealed bytes: a small JSON object, sealed with the table and prefix as context.
-    func seal(_ tokens: StoredTokens, prefix: String) -> ByteBuffer {
-        let record = SealedRecord(access: tokens.accessToken, refresh: tokens.refreshToken, expires: tokens.expiresAt)
-        // Encoding three optional scalars cannot fail.
+    /// Tokens and their version as sealed bytes: a small JSON object, sealed with the table and prefix as context. The
+    /// version is inside the seal: the `version` column is a copy for people, which any writer could change.
+    func seal(_ tokens: StoredTokens, version: Int64, prefix: String) -> ByteBuffer {
+        let record = SealedRecord(
+            access: tokens.accessToken, refresh: tokens.refreshToken, expires: tokens.expiresAt, version: version)
+        // Encoding four optional scalars cannot fail.
         let json = (try? JSONEncoder().encode(record)) ?? Data()
         return ByteBuffer(bytes: sealer.seal(Array(json), context: "\(table)/\(prefix)"))
     }
 
-    func open(_ sealed: ByteBuffer, prefix: String) throws(TokenStoreError) -> StoredTokens {
+    func open(_ sealed: ByteBuffer, prefix: String) throws(TokenStoreError) -> Row {
         guard let plain = sealer.open(Array(sealed.readableBytesView), context: "\(table)/\(prefix)"),
             let record = try? JSONDecoder().decode(SealedRecord.self, from: Data(plain))
         else {
             throw .unreadable("the row for \(prefix) in \(table) cannot be opened with this keychain key (another key "
                 + "file, or the row was altered); fix: share the fleet's key file, or re-seed with 'backstop tokens seed'")
         }
-        return StoredTokens(accessToken: record.access, refreshToken: record.refresh, expiresAt: record.expires)
+        return Row(
+            tokens: StoredTokens(accessToken: record.access, refreshToken: record.refresh, expiresAt: record.expires),
+            version: max(record.version ?? 0, 0))
     }
 
     struct SealedRecord: Codable {
         var access: String?
         var refresh: String?
         var expires: Double?
+        /// Absent in rows sealed before versions were.
+        var version: Int64?
     }
 
-    /// Upserts the row (version + 1) and notifies the fleet, inside the caller's transaction.
+    /// The tokens of `row` if this instance may use them: a row older than the newest one it has seen is refused
+    /// (`rolledBack`); a newer one raises the high-water mark first (written to the keychain). A notification's
+    /// refusal is logged here, once per version; a refresh's by the token manager, which names the upstream.
+    func accept(_ row: Row, prefix: String, fromNotification: Bool = false) async throws(TokenStoreError) -> StoredTokens {
+        switch RowVersions.judge(stored: row.version, highWater: marks.mark(prefix)) {
+        case .current:
+            break
+        case .newer:
+            await marks.raise(prefix, to: row.version)
+        case .rolledBack(let seen):
+            if fromNotification, warnedRollback.withLockedValue({ $0.updateValue(row.version, forKey: prefix) }) != row.version {
+                logger.warning("token store row is older than one already seen; not used", metadata: [
+                    "store": .string(location), "prefix": .string(prefix),
+                    "stored_version": .stringConvertible(row.version), "seen_version": .stringConvertible(seen),
+                    "fix": .string("store a new refresh token: backstop tokens seed UPSTREAM"),
+                ])
+            }
+            throw .rolledBack(stored: row.version, seen: seen)
+        }
+        return row.tokens
+    }
+
+    /// Notes that this process read or wrote version `version` of the row; returns whether it is newer than any it
+    /// had (a change to report).
+    @discardableResult
+    func observe(_ prefix: String, version: Int64) -> Bool {
+        latest.withLockedValue { latest in
+            if let known = latest[prefix], known >= version { return false }
+            latest[prefix] = version
+            return true
+        }
+    }
+
+    /// Version `version` of the row was committed by this process: it is both seen and the newest.
+    func wrote(_ prefix: String, version: Int64) async {
+        observe(prefix, version: version)
+        await marks.raise(prefix, to: version)
+    }
+
+    /// Upserts the row as version `version` and notifies the fleet, inside the caller's transaction (which holds the
+    /// upstream's lock: the caller chose `version` from the row it read under it).
     func write(
-        _ tokens: StoredTokens, prefix: String, outcome: String, on connection: PostgresConnection
+        _ tokens: StoredTokens, version: Int64, prefix: String, outcome: String, on connection: PostgresConnection
     ) async throws {
-        let sealed = seal(tokens, prefix: prefix)
-        let rows = try await connection.query("""
+        let sealed = seal(tokens, version: version, prefix: prefix)
+        try await connection.query("""
             INSERT INTO \(unescaped: sqlTable) (prefix, sealed, version, expires_at, updated_at, refreshed_by, last_outcome)
-            VALUES (\(prefix), \(sealed), 1, \(tokens.expiresAt), now(), \(instanceID), \(outcome))
-            ON CONFLICT (prefix) DO UPDATE SET sealed = EXCLUDED.sealed, version = \(unescaped: sqlTable).version + 1,
+            VALUES (\(prefix), \(sealed), \(version), \(tokens.expiresAt), now(), \(instanceID), \(outcome))
+            ON CONFLICT (prefix) DO UPDATE SET sealed = EXCLUDED.sealed, version = EXCLUDED.version,
                 expires_at = EXCLUDED.expires_at, updated_at = now(), refreshed_by = EXCLUDED.refreshed_by,
                 last_outcome = EXCLUDED.last_outcome
-            RETURNING version
             """, logger: quiet)
-        var version: Int64 = 0
-        for try await value in rows.decode(Int64.self) { version = value }
-        // Delivered at commit, to every instance listening (this one skips its own).
+        // Delivered at commit, to every instance listening (this one skips its own). A hint only: receivers re-read.
         try await connection.query(
             "SELECT pg_notify(\(channel), \("\(prefix)|\(version)|\(instanceID)"))", logger: quiet)
     }
@@ -236,7 +318,15 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// `connectionWait`, cancels it and throws `unavailable`. Waiting for a lock does not count.
     func withConnectionWait<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
         try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await body() }
+            group.addTask {
+                do {
+                    return try await body()
+                } catch where Self.isUnexplained(error) {
+                    // The pool gave up connecting (its circuit breaker opens after a minute of failures) and says
+                    // nothing more: ask the server.
+                    throw TokenStoreError.unavailable(await self.unreachableReason(after: "no connection"))
+                }
+            }
             group.addTask {
                 try await Task.sleep(for: Self.connectionWait)
                 return nil
@@ -249,11 +339,16 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 // The wait elapsed: fine if the pool has a connection working for us, else the database is down.
                 if !(await hasOpenConnection()) {
                     group.cancelAll()
-                    throw TokenStoreError.unavailable("no connection to \(config.displayURL) within \(Self.connectionWait)")
+                    throw TokenStoreError.unavailable(await unreachableReason(after: "no connection within \(Self.connectionWait)"))
                 }
             }
             throw TokenStoreError.unavailable("cancelled")
         }
+    }
+
+    /// An error of the pool's own that names no cause (the types the store explains are PostgreSQL's and its own).
+    static func isUnexplained(_ error: any Error) -> Bool {
+        !(error is PSQLError || error is PostgresTransactionError || error is TokenStoreError || error is CancellationError)
     }
 
     /// Whether the database answers now (a trivial query with a short deadline).
@@ -270,6 +365,34 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             group.cancelAll()
             return first
         }
+    }
+
+    /// Why the pool has no connection, for the error: the pool retries failed connections by itself and keeps their
+    /// errors, so one direct attempt (2 s) tells a server that answered with an error (a wrong password is `28P01`,
+    /// an unknown database `3D000`) from one that did not answer at all.
+    private func unreachableReason(after waited: String) async -> String {
+        let configuration = probeConfiguration
+        let quiet = self.quiet
+        let probe: String? = await withTaskGroup(of: String??.self) { group in
+            group.addTask {
+                do {
+                    let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: quiet)
+                    try? await connection.close()
+                    return .some(nil)
+                } catch {
+                    return .some(Self.describe(error))
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(3))
+                return .none
+            }
+            let first = await group.next() ?? .none
+            group.cancelAll()
+            return first ?? "no answer to a new connection either"
+        }
+        guard let probe else { return "\(waited) (the server accepts new connections: every pooled one is busy)" }
+        return "\(waited): \(probe)"
     }
 
     /// `backstop check --online`: problems found connecting to the database and with the table (missing rights),
@@ -301,7 +424,11 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 return problems
             }
         } catch {
-            return ["cannot use \(config.displayURL): \(Self.describe(error))"]
+            let reason: String = switch Self.storeError(error) {
+            case .unavailable(let why): why
+            case let other: other.description
+            }
+            return ["cannot use \(config.displayURL): \(reason)"]
         }
     }
 
@@ -313,8 +440,10 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         return stream
     }
 
+    /// The newest row version this process has seen: it changes only when a newer sealed row is read or written,
+    /// never because of a notification alone (any role may send one).
     func revision(_ prefix: String) -> TokenStoreRevision {
-        TokenStoreRevision([seen.withLockedValue { $0[prefix] ?? 0 }])
+        TokenStoreRevision([latest.withLockedValue { $0[prefix] ?? -1 }])
     }
 
     /// Listens on the table's channel for as long as the store runs, re-listening after a lost connection with
@@ -347,7 +476,9 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         }
     }
 
-    /// `prefix|version|instance`: another instance stored tokens for `prefix`.
+    /// `prefix|version|instance`: another instance says it stored tokens for `prefix`. Any role may send that, so
+    /// it is only a hint to re-read the row; the version and instance in it are never believed (the instance only
+    /// skips this process's own writes, which it knows already).
     private func notified(_ payload: String) async {
         metrics.record(store: "postgres", operation: "notify", ok: true, seconds: .zero)
         // Split from the right: the version and the instance id never hold a `|`, a keychain prefix may.
@@ -355,7 +486,6 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         guard parts.count >= 3, let instance = parts.popLast(), instance != instanceID, parts.popLast() != nil else { return }
         let prefix = parts.joined(separator: "|")
         guard subscribers.withLockedValue({ $0[prefix] != nil }) else { return }
-        seen.withLockedValue { $0[prefix, default: 0] += 1 }
         await publish(prefix)
     }
 
@@ -364,9 +494,18 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         for prefix in prefixes { await publish(prefix) }
     }
 
+    /// Re-reads the row and tells the subscribers when it is newer than any this process has seen (and not older
+    /// than its high-water mark); anything else is no change.
     private func publish(_ prefix: String) async {
         do {
-            guard let (tokens, _) = try await readRow(prefix) else { return }
+            guard let row = try await readRow(prefix) else { return }
+            let tokens: StoredTokens
+            do throws(TokenStoreError) {
+                tokens = try await accept(row, prefix: prefix, fromNotification: true)
+            } catch {
+                return
+            }
+            guard observe(prefix, version: row.version) else { return }
             let continuations = subscribers.withLockedValue { $0[prefix] ?? [] }
             for continuation in continuations { continuation.yield(tokens) }
         } catch {
@@ -374,6 +513,25 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 "store": .string(location), "prefix": .string(prefix), "problem": .string(Self.describe(error)),
             ])
         }
+    }
+
+    /// `error` as a store error: one the store raised as it is (wrapping it in another would print both prefixes:
+    /// `token store unavailable: token store unavailable: …`), anything else as `unavailable`.
+    static func storeError(_ error: any Error) -> TokenStoreError {
+        raisedByStore(error) ?? .unavailable(describe(error))
+    }
+
+    /// `error` as a failed write: one the store raised as it is (the database was unavailable, the row unreadable),
+    /// anything else as `writeFailed`.
+    static func writeError(_ error: any Error) -> TokenStoreError {
+        raisedByStore(error) ?? .writeFailed(describe(error))
+    }
+
+    /// The store's own error, also when a transaction carries it out of its closure.
+    private static func raisedByStore(_ error: any Error) -> TokenStoreError? {
+        if let store = error as? TokenStoreError { return store }
+        guard let transaction = error as? PostgresTransactionError else { return nil }
+        return (transaction.closureError ?? transaction.beginError) as? TokenStoreError
     }
 
     /// An error as an operator can act on it: the SQL state and message, the connection problem, or the store's own

@@ -31,7 +31,7 @@ enum TokenStoreStartup {
             do throws(TokenStoreError) {
                 let backend = try PostgresTokenBackend(
                     config: store, password: password, sealer: RecordSealer(keychain: keychain), logger: logger,
-                    metrics: metrics)
+                    metrics: metrics, versions: keychain)
                 backend.start()
                 return backend
             } catch {

@@ -10,7 +10,7 @@ import Testing
 /// store prevents.
 @Suite("Fleet token store", .serialized, .enabled(if: TestPostgres.isAvailable, "\(TestPostgres.unavailableReason ?? "")"))
 struct FleetTests {
-    private let binary = DaemonProcess.binaryPath()
+    let binary = DaemonProcess.binaryPath()
 
     /// A fleet's shared parts: the cluster, the endpoint, the origin, the key file and a keychain per daemon.
     struct Fleet {
@@ -23,7 +23,7 @@ struct FleetTests {
     }
 
     /// Writes `count` configs and keychains (one key file) and starts a daemon on each.
-    private func startFleet(
+    func startFleet(
         count: Int, postgres: Bool, lifetime: Int, refreshAhead: String, seedEach: Bool = false
     ) async throws -> Fleet {
         let pg = postgres ? try await TestPostgres.start() : nil
@@ -81,7 +81,7 @@ struct FleetTests {
         return fleet
     }
 
-    private func stop(_ fleet: Fleet) async {
+    func stop(_ fleet: Fleet) async {
         for daemon in fleet.daemons { await daemon.stop() }
         try? await fleet.origin.shutdown()
         try? await fleet.auth.origin.shutdown()
@@ -91,7 +91,7 @@ struct FleetTests {
 
     /// Statuses of requests sent by `clients` concurrent clients, round robin over the daemons, until `duration`
     /// passed; the endpoint revokes every access token every `revokeEvery`.
-    private func load(
+    func load(
         _ fleet: Fleet, clients: Int, duration: Duration, revokeEvery: Duration?
     ) async throws -> [Int: Int] {
         let deadline = ContinuousClock.now + duration
@@ -132,7 +132,7 @@ struct FleetTests {
     }
 
     /// `backstop_token_refreshes_total{upstream="api",result=…}` of one daemon.
-    private func refreshes(_ adminPort: Int) async throws -> [String: Int] {
+    func refreshes(_ adminPort: Int) async throws -> [String: Int] {
         let text = try await RawHTTP.exchange(
             port: adminPort, request: RawHTTP.request("GET", "/metrics", host: "a"), timeout: .seconds(5)).bodyString
         var out: [String: Int] = [:]

@@ -52,16 +52,33 @@
 /// per token, uniformly from [0, min(refreshAhead / 5, 30 s)], so a fleet does not refresh in lockstep. The point
 /// is never earlier than halfway through the token's remaining lifetime when it was obtained: otherwise a token
 /// that lives shorter than `refreshAhead` would be refreshed again immediately, forever.
+///
+/// The owner runs a timer for it (`proactiveTimer(now:lastUsed:)`), so the first request after the point does not
+/// pay for the refresh; but only while the upstream is in use: once it has not been used for `idleAfter`
+/// (10 minutes), the timer stops, and the next request starts it again (docs/reference/behaviour.md#oauth2).
+///
+///     proactiveTimer(now, lastUsed)                              answer
+///     no proactive point (no token, no expiry, refreshing,       stop
+///       after a final failure)
+///     never used, or lastUsed ≤ now − idleAfter                  idle
+///     now < point                                                wake(at: point)
+///     now ≥ point                                                refreshNow
 public struct TokenState: Sendable {
     /// Tunables.
     public struct Configuration: Sendable, Equatable {
         public var refreshAhead: Duration
         /// Minimum time between a failed refresh and the next one.
         public var failureCooldown: Duration
+        /// How long after its last use an upstream still gets timer-driven proactive refreshes.
+        public var idleAfter: Duration
 
-        public init(refreshAhead: Duration = .seconds(60), failureCooldown: Duration = .seconds(5)) {
+        public init(
+            refreshAhead: Duration = .seconds(60), failureCooldown: Duration = .seconds(5),
+            idleAfter: Duration = .seconds(600)
+        ) {
             self.refreshAhead = refreshAhead
             self.failureCooldown = failureCooldown
+            self.idleAfter = idleAfter
         }
 
         public init(_ config: OAuth2Config, failureCooldown: Duration = .seconds(5)) {
@@ -235,6 +252,14 @@ public struct TokenState: Sendable {
         return max(at, lastFailure.at + configuration.failureCooldown.seconds)
     }
 
+    /// What the owner's proactive-refresh timer does next; see the type's documentation. `lastUsed` is when a
+    /// request last took the token (wall-clock seconds; nil: never).
+    public func proactiveTimer(now: Double, lastUsed: Double?) -> ProactiveTimer {
+        guard let at = nextProactiveRefreshTime else { return .stop }
+        guard let lastUsed, now - lastUsed < configuration.idleAfter.seconds else { return .idle }
+        return now >= at ? .refreshNow : .wake(at: at)
+    }
+
     /// Starts a proactive refresh if one is due: the state becomes `refreshing(t, stale: false)` and the owner
     /// must run the refresh. Returns false (and changes nothing) otherwise.
     public mutating func startProactiveRefresh(now: Double) -> Bool {
@@ -275,4 +300,16 @@ public struct TokenState: Sendable {
         }
         return token
     }
+}
+
+/// What a token owner's proactive-refresh timer does next (`TokenState.proactiveTimer(now:lastUsed:)`).
+public enum ProactiveTimer: Sendable, Equatable {
+    /// The token is due: start the refresh now (`startProactiveRefresh(now:)`).
+    case refreshNow
+    /// Ask again at this instant (wall-clock seconds since the epoch).
+    case wake(at: Double)
+    /// The upstream has not been used for `idleAfter`: no timer; ask again when a request comes.
+    case idle
+    /// Nothing to schedule until the state changes (a new token, a refresh ending, a failure).
+    case stop
 }

@@ -44,12 +44,19 @@ public enum TokenStoreError: Error, Sendable, Equatable, CustomStringConvertible
     case unreadable(String)
     /// The tokens could not be written.
     case writeFailed(String)
+    /// The stored record is older than one this instance has already seen (a restored backup, a rolled-back row):
+    /// its refresh token may have been spent, so it is not used (docs/reference/token-store.md#row-versions).
+    case rolledBack(stored: Int64, seen: Int64)
 
     public var description: String {
         switch self {
         case .unavailable(let why): "token store unavailable: \(why)"
         case .unreadable(let why): "token store record unreadable: \(why)"
         case .writeFailed(let why): "token store write failed: \(why)"
+        case .rolledBack(let stored, let seen):
+            "token store record rolled back: version \(stored) is older than version \(seen) seen before (a restored "
+                + "or altered row would replay a spent refresh token); it is not used: store a new refresh token with "
+                + "'backstop tokens seed'"
         }
     }
 }

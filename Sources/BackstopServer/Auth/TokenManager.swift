@@ -14,6 +14,11 @@ import NIOConcurrencyHelpers
 /// task owned by the manager, so a waiting request that is cancelled never cancels it. The refresh holds the store's
 /// lock, re-reads the store first, and adopts a token another process already stored instead of calling the
 /// endpoint (`TokenRefreshStep`). Tokens another instance stores are also adopted as soon as the store reports them.
+///
+/// Proactive refreshes run on a timer while the upstream is in use (`TokenState.proactiveTimer`): the manager asks
+/// the state after every change, sleeps until the instant it names, and asks again. When the upstream has been idle
+/// for 10 minutes the timer stops and the fast path is closed, so the next request comes to the actor and restarts
+/// it (docs/reference/behaviour.md#oauth2).
 public actor TokenManager {
     /// Outcomes counted for `backstop_token_refreshes_total{result}`.
     public enum RefreshResult: String, Sendable, CaseIterable {
@@ -31,10 +36,23 @@ public actor TokenManager {
     }
     private var refresh: Task<Void, Never>?
     private var watcher: Task<Void, Never>?
-    /// The current token and until when it may be used without asking the actor (its proactive refresh point or
-    /// expiry): the per-request fast path, so a valid token costs a lock, not an actor hop (and never the store).
-    private let fastPath = NIOLockedValueBox<(token: ManagedToken, until: Double)?>(nil)
+    /// The per-request fast path, so a valid token costs a lock, not an actor hop (and never the store).
+    private let fastPath = NIOLockedValueBox(FastPath())
     private var random = SystemRandomNumberGenerator()
+    /// The proactive-refresh timer and the instant it wakes at (nil: none armed).
+    private var timer: Task<Void, Never>?
+    private var timerDue: Double?
+    /// The timer stopped because the upstream was idle: the fast path stays closed until a request comes.
+    private var idle = false
+    private var stopped = false
+
+    /// What requests read without the actor: the current token and until when it may be used that way (its
+    /// proactive refresh point or expiry; nil token: ask the actor), and when a request last asked.
+    struct FastPath {
+        var token: ManagedToken?
+        var until: Double = -.infinity
+        var lastUsed: Double?
+    }
 
     init(
         upstreamName: String, config: OAuth2Config, store: any TokenStore, secrets: FileKeychain?,
@@ -52,9 +70,9 @@ public actor TokenManager {
         self.state = TokenState(configuration: TokenState.Configuration(config))
     }
 
-    /// Adopts tokens other instances store, for as long as the manager is in use (stores that can tell only).
-    func startWatchingStore() {
-        guard watcher == nil, let changes = store.changes() else { return }
+    /// Adopts tokens other instances store (stores that can tell only), for as long as the manager is in use.
+    func start() {
+        guard !stopped, watcher == nil, let changes = store.changes() else { return }
         watcher = Task { [weak self] in
             for await tokens in changes {
                 guard let self else { return }
@@ -63,10 +81,14 @@ public actor TokenManager {
         }
     }
 
-    /// Stops adopting (the manager is being replaced or the server stops).
-    func stopWatchingStore() {
+    /// Stops adopting and the proactive-refresh timer (the manager is being replaced or the server stops).
+    func stop() {
+        stopped = true
         watcher?.cancel()
         watcher = nil
+        timer?.cancel()
+        timer = nil
+        timerDue = nil
     }
 
     private func storeChanged(_ tokens: StoredTokens) {
@@ -74,6 +96,7 @@ public actor TokenManager {
             // A new grant (`backstop tokens seed` on any instance) ends a failure hold-down, as a keychain change does.
             state.failureHoldDownLifted()
         }
+        defer { scheduleProactiveRefresh() }
         guard let access = tokens.accessToken, access != state.currentToken?.value else { return }
         if state.loaded(token: access, expiry: tokens.expiresAt, now: clock.wall(), using: &random) != nil {
             counters.record(upstream: upstreamName, result: .adopted)
@@ -87,7 +110,8 @@ public actor TokenManager {
     public nonisolated func cachedToken() -> ManagedToken? {
         let now = clock.wall()
         return fastPath.withLockedValue { entry in
-            guard let entry, now < entry.until else { return nil }
+            entry.lastUsed = now
+            guard now < entry.until else { return nil }
             return entry.token
         }
     }
@@ -109,18 +133,79 @@ public actor TokenManager {
     private func publishFastPath() {
         published.withLockedValue { $0 = state.currentToken?.expiry }
         holding.withLockedValue { $0 = state.currentToken != nil }
-        var entry: (token: ManagedToken, until: Double)?
-        if case .valid(let token) = state.phase {
-            let until = state.nextProactiveRefreshTime ?? token.expiry ?? .infinity
-            entry = (token, until)
+        var token: ManagedToken?
+        var until = -Double.infinity
+        if case .valid(let valid) = state.phase, !idle {
+            token = valid
+            until = state.nextProactiveRefreshTime ?? valid.expiry ?? .infinity
         }
-        fastPath.withLockedValue { $0 = entry }
+        fastPath.withLockedValue {
+            $0.token = token
+            $0.until = until
+        }
     }
 
     /// The token for a request about to be sent; nil when none can be had (→ 502 `token-unavailable`).
     public func tokenForRequest() async -> ManagedToken? {
+        noteUse()
         liftHoldDownIfStoreChanged()
-        return await resolve(state.tokenForRequest(now: clock.wall()))
+        let action = state.tokenForRequest(now: clock.wall())
+        scheduleProactiveRefresh()
+        return await resolve(action)
+    }
+
+    /// A request asked for the token (the fast path records its own): after an idle spell, the timer starts again.
+    private func noteUse() {
+        let now = clock.wall()
+        fastPath.withLockedValue { $0.lastUsed = max($0.lastUsed ?? now, now) }
+        if idle {
+            idle = false
+            publishFastPath()
+        }
+    }
+
+    // MARK: Proactive refresh on a timer
+
+    /// Asks the state what the timer does next and does it: start the refresh, (re)arm the timer, or let it go.
+    private func scheduleProactiveRefresh() {
+        guard !stopped else { return }
+        let now = clock.wall()
+        let lastUsed = fastPath.withLockedValue { $0.lastUsed }
+        var wake: Double?
+        switch state.proactiveTimer(now: now, lastUsed: lastUsed) {
+        case .refreshNow:
+            if state.startProactiveRefresh(now: now) { startRefresh() }
+        case .wake(let at):
+            wake = at
+        case .idle:
+            if !idle {
+                idle = true
+                publishFastPath()
+                logger.debug("upstream idle; proactive refreshes paused until its next request", metadata: [
+                    "upstream": .string(upstreamName),
+                ])
+            }
+        case .stop:
+            break
+        }
+        guard wake != timerDue else { return }
+        timer?.cancel()
+        timerDue = wake
+        guard let wake else {
+            timer = nil
+            return
+        }
+        timer = Task { [weak self] in
+            try? await Task.sleep(for: .seconds(max(0, wake - now)))
+            guard !Task.isCancelled else { return }
+            await self?.timerFired()
+        }
+    }
+
+    private func timerFired() {
+        timer = nil
+        timerDue = nil
+        scheduleProactiveRefresh()
     }
 
     /// The store's revision when the last refresh failed.
@@ -149,8 +234,11 @@ public actor TokenManager {
     /// The upstream rejected `token` (a `refresh_on` status): returns the token to replay with, or nil when the
     /// refresh failed (→ the original response with `token-refresh-failed`).
     public func tokenRejected(_ token: ManagedToken) async -> ManagedToken? {
+        noteUse()
         liftHoldDownIfStoreChanged()
-        let replacement = await resolve(state.markStale(token: token, now: clock.wall()))
+        let action = state.markStale(token: token, now: clock.wall())
+        scheduleProactiveRefresh()
+        let replacement = await resolve(action)
         guard let replacement, replacement.generation != token.generation else { return nil }
         return replacement
     }
@@ -186,7 +274,10 @@ public actor TokenManager {
     }
 
     private func performRefresh(replacing staleValue: String?) async {
-        defer { refresh = nil }
+        defer {
+            refresh = nil
+            scheduleProactiveRefresh()
+        }
         let step = self.step
         let outcome: TokenRefreshStep.Outcome
         let writeFailure: TokenStoreError?
@@ -194,6 +285,15 @@ public actor TokenManager {
             (outcome, writeFailure) = try await store.withRefreshLock { stored in
                 await step.decide(stored: stored, replacing: staleValue)
             }
+        } catch .rolledBack(let stored, let seen) {
+            // Only a human can tell which tokens are current: like a refused grant, no proactive retries.
+            logger.warning("token store row is older than one already seen; not used", metadata: [
+                "upstream": .string(upstreamName), "store": .string(store.location),
+                "stored_version": .stringConvertible(stored), "seen_version": .stringConvertible(seen),
+                "fix": .string("store a new refresh token: backstop tokens seed \(upstreamName)"),
+            ])
+            noteRefreshFailure(final: true)
+            return
         } catch {
             logger.error("token refresh failed", metadata: [
                 "upstream": .string(upstreamName), "store": .string(store.location), "error": .string(error.description),
@@ -359,17 +459,15 @@ struct TokenRefreshStep: Sendable {
                 guard case .success(let response) = result else { return LockedDecision(result: .failed(final: false)) }
                 return accept(response.body, stored: stored)
             case .retry(let delay):
-                logger.warning("token endpoint failed; retrying", metadata: [
-                    "upstream": .string(upstreamName), "attempt": .stringConvertible(attempt),
-                    "outcome": .string(Self.describe(outcome)),
-                ])
+                var metadata = failureMetadata(result, url: endpointRequest.url)
+                metadata["attempt"] = .stringConvertible(attempt)
+                logger.warning("token endpoint failed; retrying", metadata: metadata)
                 attempt += 1
                 try? await Task.sleep(for: delay)
             case .giveUp(let final):
-                var metadata: Logger.Metadata = [
-                    "upstream": .string(upstreamName), "outcome": .string(Self.describe(outcome)),
-                    "needs_new_grant": .stringConvertible(final),
-                ]
+                var metadata = failureMetadata(result, url: endpointRequest.url)
+                metadata["attempt"] = .stringConvertible(attempt)
+                metadata["needs_new_grant"] = .stringConvertible(final)
                 if case .success(let response) = result, let code = TokenResponseParser.oauthErrorCode(response.body) {
                     metadata["oauth_error"] = .string(code)
                 }
@@ -404,11 +502,22 @@ struct TokenRefreshStep: Sendable {
         return LockedDecision(result: .refreshed(tokens, previousRefreshToken: stored.refreshToken), store: tokens)
     }
 
-    private static func describe(_ outcome: TokenEndpointOutcome) -> String {
-        switch outcome {
-        case .transportFailure: "transport-failure"
-        case .status(let code): "status-\(code)"
+    /// What a failed token endpoint call logs, as a failed upstream attempt does (docs/reference/operations.md#logs):
+    /// the outcome (`status-400`, or the transport's `connect-failure`, `reset`, `timeout`), for a transport failure
+    /// curl's error, the errno and the address tried, and the endpoint's URL without its query (which could carry a
+    /// key). Never the request body: it holds the refresh token and the client secret.
+    private func failureMetadata(_ result: Result<FetchedResponse, TransportFailure>, url: String) -> Logger.Metadata {
+        var metadata: Logger.Metadata = [
+            "upstream": .string(upstreamName), "url": .string(String(url.prefix { $0 != "?" })),
+        ]
+        switch result {
+        case .success(let response):
+            metadata["outcome"] = .string("status-\(response.head.status)")
+        case .failure(let failure):
+            metadata["outcome"] = .string(failure.label)
+            metadata["reason"] = .string(failure.detail)
         }
+        return metadata
     }
 }
 

@@ -28,7 +28,8 @@ extension Exchange {
             metrics, upstream: destination.name, endpoint: destination.endpoint, status: status,
             attempts: machine.attempts, reason: note, detail: machine.lastFailure?.detail, at: now)
         environment.logAccess(AccessRecord(
-            request: record, status: status, error: note, reason: note == nil ? nil : machine.lastFailure?.detail,
+            request: record, status: status, error: note ?? headError?.rawValue,
+            reason: note == nil ? nil : machine.lastFailure?.detail,
             upstream: destination.name, attempts: machine.attempts, retries: machine.retryReasons.map(\.description),
             elapsed: elapsed, bytes: relay?.bytes ?? 0))
     }

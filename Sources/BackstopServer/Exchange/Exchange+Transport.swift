@@ -100,6 +100,7 @@ extension Exchange {
     }
 
     func deliverHead(_ received: UpstreamResponseHead, error: ProxyErrorReason?) {
+        headError = error
         // The head is copied only when a redirect is rewritten (a copy retains every field).
         if !received.redirectValueRanges.isEmpty, let upstream = destination.upstream {
             var rewritten = received

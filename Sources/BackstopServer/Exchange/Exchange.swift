@@ -28,6 +28,8 @@ final class Exchange {
     /// The generation of `transfer`: events of any other attempt are ignored.
     var transferGeneration = 0
     var relay: ResponseRelay?
+    /// The `X-Backstop-Error` written on an upstream's response head (`token-refresh-failed`), for the access line.
+    var headError: ProxyErrorReason?
     /// Body bytes written to the client but not yet reported to the transport (the client socket was full).
     var unreportedBytes = 0
     var budgetExhaustionCounted = false

@@ -191,7 +191,7 @@ public final class ProxyServer: Sendable {
             exportTask.withLockedValue { $0?.cancel() }
         }
         for upstream in runtime.snapshot.upstreams {
-            if case .oauth2(let manager, _) = upstream.auth { await manager.stopWatchingStore() }
+            if case .oauth2(let manager, _) = upstream.auth { await manager.stop() }
         }
         await tokenStores?.shutdown()
         await curl.shutdown()
@@ -388,7 +388,7 @@ extension ProxyServer {
             guard case .oauth2(let manager, _) = old.auth,
                 !upstreams.contains(where: { if case .oauth2(let kept, _) = $0.auth { kept === manager } else { false } })
             else { continue }
-            Task { await manager.stopWatchingStore() }
+            Task { await manager.stop() }
         }
 
         let current = channels.withLockedValue { $0 }
@@ -437,7 +437,7 @@ extension ProxyServer {
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, store: stores.store(forPrefix: oauth.keychainPrefix),
                     secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters)
-                Task { await manager.startWatchingStore() }
+                Task { await manager.start() }
                 auth = .oauth2(manager, oauth)
             }
             return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget)
