@@ -156,8 +156,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 socketAction(bs_socket_timeout(), 0)
             }
             readCompletions()
-            let (expired, nextAbandonDeadline) = table.expire(now: bs_monotonic_ms())
-            for action in expired { perform(action) }
+            var nextAbandonDeadline: Int64?
+            if table.hasDeadlines {
+                let (expired, next) = table.expire(now: bs_monotonic_ms())
+                for action in expired { perform(action) }
+                nextAbandonDeadline = next
+            }
             flushDirty()
             logSocketFailures()
 

@@ -79,6 +79,7 @@ final class SocketWatch {
 
     /// Takes the unexpected `epoll_ctl` failures noted since the last call.
     func takeFailures() -> [(fd: Int32, errno: Int32)] {
+        guard !unexpectedFailures.isEmpty else { return [] }
         defer { unexpectedFailures.removeAll() }
         return unexpectedFailures
     }

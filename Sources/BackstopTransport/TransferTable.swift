@@ -57,21 +57,28 @@ struct TransferTable<ID: Hashable> {
     /// The phase of `id`, nil when it is finished (or never started).
     func phase(of id: ID) -> Phase? { phases[id] }
 
+    /// Whether an abandoned transfer may be waiting for its deadline (`expire` has something to look at).
+    var hasDeadlines: Bool { !deadlines.isEmpty }
+
     /// How many transfers are queued, active or abandoned.
     var count: Int { phases.count }
 
     /// The start command of `id` was taken from the queue; `cancelRequested` when its requester cancelled since.
     mutating func start(_ id: ID, cancelRequested: Bool) -> Action {
-        precondition(phases[id] == nil, "a transfer starts once")
-        if stopping || cancelRequested { return .finish(id, .failure(.cancelled)) }
-        phases[id] = .queued
+        if stopping || cancelRequested {
+            precondition(phases[id] == nil, "a transfer starts once")
+            return .finish(id, .failure(.cancelled))
+        }
+        // One hash per event on the common path: `updateValue` and `removeValue` return what was there.
+        let previous = phases.updateValue(.queued, forKey: id)
+        precondition(previous == nil, "a transfer starts once")
         return .begin(id)
     }
 
     /// curl took the queued transfer.
     mutating func began(_ id: ID) {
-        guard phases[id] == .queued else { preconditionFailure("began(\(id)) while \(String(describing: phases[id]))") }
-        phases[id] = .active(resent: false)
+        let previous = phases.updateValue(.active(resent: false), forKey: id)
+        precondition(previous == .queued, "began while \(String(describing: previous))")
     }
 
     /// The queued transfer could not be handed to curl (no handle, an option refused, the multi handle refused it).
@@ -84,8 +91,8 @@ struct TransferTable<ID: Hashable> {
 
     /// The requester cancelled: a transfer still held ends as cancelled; a finished one has sent its last event.
     mutating func cancel(_ id: ID) -> Action? {
-        guard phases[id] != nil else { return nil }
-        return finished(id, .failure(.cancelled))
+        guard phases.removeValue(forKey: id) != nil else { return nil }
+        return .finish(id, .failure(.cancelled))
     }
 
     /// The requester's side has room again (body consumed, or more request body): unpause a running transfer.
@@ -106,33 +113,40 @@ struct TransferTable<ID: Hashable> {
 
     /// curl reported the transfer done.
     mutating func completed(_ id: ID, _ completion: Completion) -> Action? {
+        // Taken out first (one hash for the common case, a finish); put back only for a resend.
+        let phase = phases.removeValue(forKey: id)
         let resent: Bool
-        switch phases[id] {
+        switch phase {
         case .active(let r)?, .abandoned(_, let r)?: resent = r
-        case .queued?, nil: return nil  // curl knows only added transfers; nothing to finish twice
+        case .queued?:
+            // curl knows only added transfers: a queued one cannot complete.
+            preconditionFailure("completed while queued")
+        case nil:
+            return nil  // finished already: nothing to finish twice
         }
         switch completion {
         case .refused(let why):
-            return finished(id, .failure(why))
+            return .finish(id, .failure(why))
         case .succeeded(headDelivered: true):
-            return finished(id, .end)
+            return .finish(id, .end)
         case .succeeded(headDelivered: false):
-            return finished(id, .failure(.reset(detail: "upstream closed without a response")))
+            return .finish(id, .failure(.reset(detail: "upstream closed without a response")))
         case .failed(let failure, resendable: true) where !resent:
-            switch phases[id] {
-            case .abandoned(let deadline, _)?: phases[id] = .abandoned(deadline: deadline, resent: true)
-            default: phases[id] = .active(resent: true)
+            if case .abandoned(let deadline, _)? = phase {
+                phases[id] = .abandoned(deadline: deadline, resent: true)
+            } else {
+                phases[id] = .active(resent: true)
             }
             return .resend(id, failure)
         case .failed(let failure, _):
-            return finished(id, .failure(failure))
+            return .finish(id, .failure(failure))
         }
     }
 
     /// curl refused the resend (`curl_multi_add_handle` failed): the transfer ends with the failure it had.
     mutating func resendFailed(_ id: ID, _ failure: TransportFailure) -> Action? {
-        guard phases[id] != nil else { return nil }
-        return finished(id, .failure(failure))
+        guard phases.removeValue(forKey: id) != nil else { return nil }
+        return .finish(id, .failure(failure))
     }
 
     /// Abandoned transfers past their deadline at `now` are cancelled as timed out. Returns them and the next
