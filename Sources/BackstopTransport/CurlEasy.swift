@@ -36,6 +36,8 @@ final class CurlEasy {
     let raw: UnsafeMutableRawPointer
     /// The list `CURLOPT_HTTPHEADER` points to: it must live as long as the option is set.
     private var headerList: CurlHeaderList?
+    /// The URL handle `CURLOPT_CURLU` points to, and the endpoint it holds (parsed once per handle and endpoint).
+    private var url: (handle: CurlURL, endpoint: String)?
 
     private init(_ raw: UnsafeMutableRawPointer) { self.raw = raw }
 
@@ -92,10 +94,41 @@ final class CurlEasy {
         if bs_easy_setopt_slist(raw, CURLOPT_HTTPHEADER, nil) == CURLE_OK { headerList = nil }
     }
 
+    /// Sets where the request goes: through the handle's own URL handle when `target` allows (only the path and
+    /// query change between requests to the same endpoint; curl 7.88 parses and prints the whole URL back per
+    /// transfer otherwise), else the whole `url` through `CURLOPT_URL`.
+    func setURL(_ url: String, target: RequestTarget?) throws(CurlSetupError) {
+        guard let target else {
+            // CURLOPT_CURLU takes precedence over CURLOPT_URL: unset it first.
+            try set(CURLOPT_CURLU, pointer: nil)
+            try set(CURLOPT_URL, url)
+            return
+        }
+        let handle: CurlURL
+        if let current = self.url, current.endpoint.utf8.elementsEqual(target.endpoint.utf8) {
+            handle = current.handle
+        } else {
+            guard let fresh = CurlURL(endpoint: target.endpoint) else {
+                try set(CURLOPT_CURLU, pointer: nil)
+                try set(CURLOPT_URL, url)
+                return
+            }
+            handle = fresh
+            self.url = (fresh, String(target.endpoint))
+        }
+        guard handle.set(path: target.path, query: target.query) else {
+            try set(CURLOPT_CURLU, pointer: nil)
+            try set(CURLOPT_URL, url)
+            return
+        }
+        try set(CURLOPT_CURLU, pointer: UnsafeMutableRawPointer(handle.raw))
+    }
+
     /// Back to curl's defaults (`curl_easy_reset`): the caller sets the fixed options again.
     func reset() {
         curl_easy_reset(raw)
         headerList = nil
+        url = nil
     }
 
     // Transfer facts for failure causes and the stale-connection rule. `curl_easy_getinfo` fails only for an
@@ -116,6 +149,48 @@ final class CurlEasy {
         var value: UnsafePointer<CChar>?
         guard bs_easy_getinfo_string(raw, item, &value) == CURLE_OK, let value, value.pointee != 0 else { return nil }
         return String(cString: value)
+    }
+}
+
+/// A libcurl URL handle (`CURLU`), owned: `curl_url_cleanup` when the value goes. The easy handle that points at
+/// it (`CURLOPT_CURLU`) owns it, so it outlives every transfer that reads it.
+final class CurlURL {
+    let raw: OpaquePointer
+
+    /// A URL handle holding `endpoint` (`scheme://authority`); nil when curl refuses it (it is then sent through
+    /// `CURLOPT_URL`, where curl reports the problem as the transfer's error).
+    init?(endpoint: Substring) {
+        guard let raw = curl_url() else { return nil }
+        self.raw = raw
+        let code = String(endpoint).withCString {
+            curl_url_set(raw, CURLUPART_URL, $0, UInt32(CURLU_PATH_AS_IS))
+        }
+        guard code == CURLUE_OK else { return nil }
+    }
+
+    deinit { curl_url_cleanup(raw) }
+
+    /// Sets the path and the query (nil: none); false when curl refuses either (never for the targets
+    /// `RequestTarget` lets through: printable ASCII, so nothing to decode or reject).
+    func set(path: Substring, query: Substring?) -> Bool {
+        guard Self.withCString(path, { curl_url_set(raw, CURLUPART_PATH, $0, 0) }) == CURLUE_OK else { return false }
+        guard let query else { return curl_url_set(raw, CURLUPART_QUERY, nil, 0) == CURLUE_OK }
+        return Self.withCString(query, { curl_url_set(raw, CURLUPART_QUERY, $0, 0) }) == CURLUE_OK
+    }
+
+    /// `text` NUL-terminated on the stack (no `String` and no heap allocation per transfer).
+    private static func withCString<R>(_ text: Substring, _ body: (UnsafePointer<CChar>) -> R) -> R {
+        var text = text
+        return text.withUTF8 { bytes in
+            withUnsafeTemporaryAllocation(of: CChar.self, capacity: bytes.count + 1) { buffer in
+                let base = buffer.baseAddress!
+                if let source = bytes.baseAddress {
+                    UnsafeMutableRawPointer(base).copyMemory(from: source, byteCount: bytes.count)
+                }
+                base[bytes.count] = 0
+                return body(base)
+            }
+        }
     }
 }
 
