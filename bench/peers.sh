@@ -86,7 +86,7 @@ if [ "$REALISTIC" = 1 ]; then
   export WRK_REALISTIC=1
   NGINX_AUTHZ="proxy_set_header Authorization \"Bearer $TOKEN\";"
   HAPROXY_AUTHZ="http-request set-header Authorization \"Bearer $TOKEN\""
-  ENVOY_AUTHZ=", request_headers_to_add: [{header: {key: authorization, value: \"Bearer $TOKEN\"}, append_action: OVERWRITE_IF_EXISTS_OR_ADD}]"
+  ENVOY_AUTHZ="request_headers_to_add: [{header: {key: authorization, value: \"Bearer $TOKEN\"}, append_action: OVERWRITE_IF_EXISTS_OR_ADD}]"
   BACKSTOP_AUTH=", auth: {type: static, entry: bench/token}"
   BACKSTOP_KEYCHAIN="keychain: {path: $WORK/backstop/keychain.bkc, key_file: $WORK/backstop/keychain.key}"
 fi
@@ -186,9 +186,10 @@ static_resources:
             virtual_hosts:
             - name: all
               domains: ["*"]
+              $ENVOY_AUTHZ
               routes:
               - match: { prefix: "/" }
-                route: { cluster: origin, retry_policy: { retry_on: "5xx,connect-failure", num_retries: 3 } }$ENVOY_AUTHZ
+                route: { cluster: origin, retry_policy: { retry_on: "5xx,connect-failure", num_retries: 3 } }
           http_filters:
           - name: envoy.filters.http.router
             typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
