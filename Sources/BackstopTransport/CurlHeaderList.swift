@@ -5,10 +5,11 @@ import CCurl
 ///
 /// curl only reads the list, so the transport may build it itself: the nodes first, then the NUL-terminated lines
 /// they point to. `curl_slist_append` costs two allocations per line (node and copy), which made header lists 15 %
-/// of the transport thread's allocations. Freed with `deallocate()` once the transfer has left the multi handle.
-struct CurlHeaderList {
-    /// Where the list starts (nodes, then lines); nil for an empty list.
-    private(set) var first: UnsafeMutablePointer<curl_slist>?
+/// of the transport thread's allocations. Owned: freed when the value goes, which `CurlEasy` arranges only once
+/// `CURLOPT_HTTPHEADER` no longer points at it (`~Copyable`, so no copy can outlive or double-free the block).
+struct CurlHeaderList: ~Copyable {
+    /// Where the list starts (nodes, then lines). Never nil: curl's own `Expect:` is always suppressed.
+    let first: UnsafeMutablePointer<curl_slist>
 
     /// Lines for `headers` as "Name: value" ("Name;" for an empty value, curl's way of sending one: "Name:" would
     /// delete it), then "Expect:" and, unless the request has its own, "Accept:", which suppress the headers curl
@@ -97,10 +98,5 @@ struct CurlHeaderList {
         }
     }
 
-    /// Frees the nodes and lines; the list must no longer be set on an easy handle in a transfer.
-    mutating func deallocate() {
-        guard let first else { return }
-        UnsafeMutableRawPointer(first).deallocate()
-        self.first = nil
-    }
+    deinit { UnsafeMutableRawPointer(first).deallocate() }
 }

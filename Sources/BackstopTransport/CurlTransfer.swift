@@ -7,7 +7,7 @@ import Synchronization
 /// cancel it or report consumed body bytes (backpressure).
 ///
 /// `@unchecked Sendable` because of the `var`s below: every one of them is read and written only on the
-/// transport thread (curl callbacks run there, and so do `start`/`finish`, called from the transport loop).
+/// transport thread (curl's callbacks run there, and so does the transport when it begins and finishes a transfer).
 /// What other threads may call — `cancel()` and `consumed(_:)` — touches only the atomics and the transport's
 /// locked command queue.
 public final class CurlTransfer: TransferHandle, @unchecked Sendable {
@@ -28,26 +28,19 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         assert(transport.isTransportThread, "\(what) must run on the transport thread")
     }
 
-    // Transport-thread state, `@exclusivity(unchecked)`: the run-time exclusivity check costs ~60 instructions per
-    // access, and these are touched on every header line and body chunk. A conflict needs two overlapping accesses:
-    // all of these happen on the transport thread only (see above), and none spans a call that could reach the same
-    // property again (the mutations are assignments, appends and the head parser's `consume`, a value type's method
-    // that knows nothing of the transfer). The attribute turns the check off in debug builds too, so this holds by
-    // review: keep the list short and the accesses simple.
-    @exclusivity(unchecked) var easy: UnsafeMutableRawPointer?
-    @exclusivity(unchecked) var headerList: CurlHeaderList?
-    @exclusivity(unchecked) var bufferedBody: ByteBuffer?
-    @exclusivity(unchecked) var pending: [TransportEvent] = []
-    @exclusivity(unchecked) var isDirty = false
-    @exclusivity(unchecked) var headParser = UpstreamHeadParser()
+    // Transport-thread state. Where the transfer stands (queued, active, abandoned, finished) is not here: the
+    // transport's `TransferTable` holds that, and only the transport changes it.
+    /// The handle curl runs the transfer on, from `begin` until it finishes (then recycled).
+    var easy: CurlEasy?
+    var bufferedBody: ByteBuffer?
+    /// Events not yet handed to the requester; non-empty exactly while the transfer is on the transport's list of
+    /// transfers to flush at the end of the loop turn.
+    var pending: [TransportEvent] = []
+    var headParser = UpstreamHeadParser()
     var headDelivered: Bool { headParser.finished }
-    @exclusivity(unchecked) var finished = false
-    var cancelledByUser = false
     /// Why the transfer was stopped from one of its own callbacks (a refused head or destination), reported in
     /// place of the error curl returns for the abort.
-    @exclusivity(unchecked) var refusal: TransportFailure?
-    /// Sent once more on a new connection after its reused one turned out closed (`StaleConnection`).
-    var resent = false
+    var refusal: TransportFailure?
     /// The address of the last connection curl opened for this transfer (for failure causes).
     var lastAddress: String?
 
@@ -96,20 +89,18 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
             last.writeBuffer(&incoming)
             pending.append(.body(last))
         } else {
-            // A batch is usually head, body and end: room for them at once rather than growing 1 → 2 → 4.
-            if pending.isEmpty { pending.reserveCapacity(4) }
+            if pending.isEmpty {
+                // A batch is usually head, body and end: room for them at once rather than growing 1 → 2 → 4.
+                pending.reserveCapacity(4)
+                transport.markDirty(self)
+            }
             pending.append(event)
-        }
-        if !isDirty {
-            isDirty = true
-            transport.markDirty(self)
         }
     }
 
+    /// Hands the pending events to the requester's event loop in one hop.
     func flush() {
         assertOnTransportThread()
-        isDirty = false
-        guard !pending.isEmpty else { return }
         let events = pending
         pending = []
         let sink = self.sink
@@ -129,7 +120,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         return true
     }
 
-    /// Write callback: returns the number of bytes taken, or `nil` to pause.
+    /// Write callback: false to pause (the requester has `highWater` bytes it has not written yet).
     func onBody(_ data: UnsafeRawBufferPointer) -> Bool {
         assertOnTransportThread()
         if unconsumedBytes.load(ordering: .acquiring) >= Self.highWater {
@@ -170,17 +161,33 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         }
     }
 
+    /// Whether `rewindBody` would succeed: the request may reach the upstream twice and its body is not a stream.
+    var mayRewindBody: Bool {
+        guard request.mayResend else { return false }
+        if case .streaming = request.body { return false }
+        return true
+    }
+
     /// Rewinds a buffered body (curl asks when it must resend on a fresh connection). Refused for a request that
     /// may not reach the upstream twice: curl then fails the transfer, and the retry policy decides.
     func rewindBody() -> Bool {
         assertOnTransportThread()
-        guard request.mayResend else { return false }
-        switch request.body {
-        case .empty: return true
-        case .buffered(let original):
-            bufferedBody = original
-            return true
-        case .streaming: return false
-        }
+        guard mayRewindBody else { return false }
+        if case .buffered(let original) = request.body { bufferedBody = original }
+        return true
     }
+}
+
+/// A transfer as the transport's `TransferTable` knows it: by identity. Holds the transfer, so an entry never
+/// outlives the object it names.
+struct TransferKey: Hashable {
+    let transfer: CurlTransfer
+
+    init(_ transfer: CurlTransfer) { self.transfer = transfer }
+
+    static func == (a: TransferKey, b: TransferKey) -> Bool { a.transfer === b.transfer }
+    func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(transfer)) }
+    /// ObjectIdentifier's own one-shot hash: without it, `Dictionary` hashes through a full `Hasher` and its
+    /// finalisation, ~500 instructions more per request (callgrind).
+    func _rawHashValue(seed: Int) -> Int { ObjectIdentifier(transfer)._rawHashValue(seed: seed) }
 }

@@ -5,6 +5,10 @@ import NIOCore
 public enum TransportFailure: Error, Sendable, Equatable {
     /// Nothing reached the upstream (refused, unresolvable, connect timeout, TLS handshake failure).
     case connectFailure(detail: String)
+    /// The upstream's certificate did not verify (unknown issuer, expired, wrong name, pinned key mismatch).
+    /// Nothing reached the upstream, and a retry would fail the same way: not a `retry.on` condition
+    /// (docs/reference/behaviour.md#when-an-attempt-fails).
+    case tlsVerificationFailed(detail: String)
     /// The connection broke after the request may have been sent.
     case reset(detail: String)
     /// The transport's own timeout fired (not used for `per_try`, which the exchange enforces).
@@ -21,10 +25,11 @@ public enum TransportFailure: Error, Sendable, Equatable {
     /// A passthrough connection to a link-local or metadata address was refused (403 `destination-denied`).
     case destinationDenied(detail: String)
 
-    /// What went wrong, for logs: curl's error, errno and the address tried where known.
+    /// What went wrong, for logs: curl's error, the certificate's verification result or the errno, and the
+    /// address tried, where known.
     public var detail: String {
         switch self {
-        case .connectFailure(let d), .reset(let d), .timeout(let d), .badResponse(let d), .loopDetected(let d),
+        case .connectFailure(let d), .tlsVerificationFailed(let d), .reset(let d), .timeout(let d), .badResponse(let d), .loopDetected(let d),
             .destinationDenied(let d):
             d
         case .cancelled: "cancelled"
@@ -36,6 +41,7 @@ public enum TransportFailure: Error, Sendable, Equatable {
     public var label: String {
         switch self {
         case .connectFailure: "connect-failure"
+        case .tlsVerificationFailed: "tls-verification-failed"
         case .reset: "reset"
         case .timeout: "timeout"
         case .cancelled: "cancelled"

@@ -2,6 +2,7 @@
 #define BACKSTOP_CCURL_SHIM_H
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -154,11 +155,34 @@ static inline curl_socket_t bs_open_socket(const struct curl_sockaddr *a) {
 static inline curl_socket_t bs_socket_bad(void) { return CURL_SOCKET_BAD; }
 
 static inline int bs_wake_fd_create(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
-static inline void bs_wake_fd_signal(int fd) { uint64_t one = 1; ssize_t r = write(fd, &one, sizeof one); (void)r; }
-static inline void bs_wake_fd_drain(int fd) { uint64_t v; ssize_t r = read(fd, &v, sizeof v); (void)r; }
+/* Adds one to the eventfd: 0, or the errno. EAGAIN (the counter at its maximum) still leaves it readable, so the
+ * sleeper wakes anyway; the caller treats it as success. */
+static inline int bs_wake_fd_signal(int fd) {
+    uint64_t one = 1;
+    return write(fd, &one, sizeof one) == (ssize_t)sizeof one ? 0 : errno;
+}
+/* Resets the eventfd's counter: 0, or the errno (EAGAIN: it was already 0, another wake drained it). */
+static inline int bs_wake_fd_drain(int fd) {
+    uint64_t v;
+    return read(fd, &v, sizeof v) == (ssize_t)sizeof v ? 0 : errno;
+}
 
-/* Names the calling thread for the kernel (top -H, perf, core dumps); at most 15 bytes are kept. */
-static inline void bs_set_thread_name(const char *name) { (void)prctl(PR_SET_NAME, name, 0, 0, 0); }
+/* Names the calling thread for the kernel (top -H, perf, core dumps); at most 15 bytes are kept. 0 or the errno. */
+static inline int bs_set_thread_name(const char *name) { return prctl(PR_SET_NAME, name, 0, 0, 0) == 0 ? 0 : errno; }
+
+/* OpenSSL's text for an X509 verification result (CURLINFO_SSL_VERIFYRESULT), e.g. "unable to get local issuer
+ * certificate"; NULL when libcrypto is not in the process. Looked up at run time: libcurl brings libcrypto in, and
+ * linking it directly would need libssl-dev's unversioned library at build time. */
+static inline const char *bs_x509_verify_text(long result) {
+    typedef const char *(*verify_text_fn)(long);
+    static verify_text_fn fn = NULL;
+    static int looked = 0;
+    if (!looked) {
+        fn = (verify_text_fn)dlsym(RTLD_DEFAULT, "X509_verify_cert_error_string");
+        looked = 1;
+    }
+    return fn ? fn(result) : NULL;
+}
 
 /* CLOCK_MONOTONIC in milliseconds. */
 static inline int64_t bs_monotonic_ms(void) {

@@ -162,6 +162,7 @@ struct ExchangeStateMachineTests {
             (.badResponse(detail: "x"), .badUpstreamResponse), (.loopDetected(detail: "x"), .loopDetected),
             (.destinationDenied(detail: "x"), .destinationDenied), (.requestBodyFailed, .badRequest),
             (.timeout(detail: "x"), .upstreamTimeout), (.connectFailure(detail: "x"), .upstreamUnreachable),
+            (.tlsVerificationFailed(detail: "x"), .upstreamUnreachable),
         ]
         for (failure, reason) in cases {
             var m = Machine(configuration: Self.configuration(attempts: 1), now: Self.t0)

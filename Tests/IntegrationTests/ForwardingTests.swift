@@ -37,6 +37,32 @@ struct ForwardingTests {
         }
     }
 
+    /// Every path and query form reaches the upstream byte for byte, whichever way the transport hands the URL to
+    /// curl (a per-handle URL handle for plain targets, the whole URL for percent-encoded ones: curl's URL API
+    /// would lower-case `%2F`). Several rounds, so that handles are reused between the two ways.
+    @Test("paths and queries are forwarded byte for byte: encoded slashes, reserved and repeated characters")
+    func targetsByteForByte() async throws {
+        let targets = [
+            "/a%2Fb/c", "/a%2fb", "/%E2%82%AC/x", "/p?x=%2F&y=%2f&z=%E2%82%AC", "/p?a=1&a=1&a=", "/p?==&&", "/p?",
+            "/p/?", "/:@!$&'()*+,;=", "/~user/x-y_z.json", "//double//slash", "/v1/users/42/orders?page=2&sort=-created_at&filter[status]=open",
+            "/p;x?y;z", "/a..b/c.d", "/p?q=a+b&r=%20&s=%25", "/", "/p?q=%7E", "/.well-known/x", "/p?a=%41%3d",
+            "/plain/again", "/a%2Fb/again",
+        ]
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "ok") },
+            config: { singleUpstreamConfig($0, basePath: "/v2") }
+        ) { origin, proxy in
+            for _ in 0..<2 {
+                for target in targets {
+                    let response = try await proxy.send(RawHTTP.request("GET", "http://app.test" + target, host: "app.test"))
+                    #expect(response.status == 200, "\(target)")
+                }
+            }
+            let seen = origin.requests.map(\.uri)
+            #expect(seen == (targets + targets).map { "/v2" + $0 })
+        }
+    }
+
     @Test("origin-form request is routed by path prefix, stripped, joined with the base path")
     func originFormPrefix() async throws {
         try await withOriginAndProxy(

@@ -47,6 +47,38 @@ struct TLSUpstreamTests {
         try await origin.shutdown()
     }
 
+    @Test("a certificate that does not verify is not retried, and the log says why without a stale errno")
+    func unverifiedCertificateIsNotRetried() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let certificates = try TestCertificates.generate(in: directory)
+        let origin = try await TestOrigin.start(tls: certificates.serverIdentity) { _ in .text(200, "secure") }
+        let capture = LogCapture()
+        // Where `localhost` resolves to ::1 too and nothing listens there, curl's errno from that refused attempt
+        // is still on the handle when the IPv4 connection's certificate fails: it must not reach the log.
+        let proxy = try await ProxyHarness.start("""
+            log: {level: debug}
+            upstreams:
+              - name: untrusted
+                match: {hosts: [untrusted.test]}
+                url: https://localhost:\(origin.port)
+                retry: {attempts: 5, backoff: {base: 1ms, max: 2ms}}
+            """, capture: capture)
+        let response = try await proxy.get("http://untrusted.test/", host: "untrusted.test")
+        #expect(response.status == 502)
+        #expect(response.header("X-Backstop-Error") == "upstream-unreachable")
+        #expect(response.header("X-Backstop-Attempts") == "1")
+        let failed = try await capture.waitFor("attempt failed", count: 1)
+        #expect(failed.count == 1)
+        #expect(failed.first?.contains("outcome=tls-verification-failed") == true)
+        #expect(failed.first?.contains("verify=") == true)
+        #expect(failed.first?.contains("local issuer") == true)
+        #expect(failed.first?.contains("errno=") == false)
+        #expect(capture.messages("attempt failed; retrying").isEmpty)
+        await proxy.stop()
+        try await origin.shutdown()
+    }
+
     @Test("tls.http2: false offers HTTP/1.1 only; by default h2 is offered and taken when the upstream accepts it")
     func http2Offer() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()

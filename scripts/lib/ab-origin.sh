@@ -5,9 +5,11 @@
 #   for the run, offering h2 and HTTP/1.1 by ALPN, or HTTP/1.1 only with H1=1) and writes WORK/proxy.yaml: Backstop
 #   on PROXY_PORT forwarding to it, retrying as the benchmarks do. Sets ORIGIN_PID. Returns 1 when openssl fails.
 #   ORIGIN_KEEPALIVE_TIMEOUT: how long the origin keeps an idle connection (nginx's default, 75s, unless set).
+#   REALISTIC=1: the upstream injects a 1 KiB bearer token (`auth: static` from a keychain in WORK/keychain; seed it
+#   with `seed_realistic_keychain BIN WORK/proxy.yaml` from scripts/lib/realistic.sh before starting a binary).
 start_ab_origin() {
   local work=$1 origin=$2 proxy=$3 tls=$4 h1=$5
-  local scheme=http listen_flags="" tls_directives="" upstream_tls=""
+  local scheme=http listen_flags="" tls_directives="" upstream_tls="" auth="" keychain=""
   mkdir -p "$work/origin"
   if [ "$tls" = 1 ]; then
     source "$(dirname "${BASH_SOURCE[0]}")/origin-cert.sh"
@@ -17,6 +19,11 @@ start_ab_origin() {
     [ "$h1" = 1 ] && listen_flags="ssl"
     tls_directives="ssl_certificate $work/origin.pem; ssl_certificate_key $work/origin.key; ssl_session_cache shared:SSL:10m;"
     upstream_tls=", tls: {ca_file: \"$work/ca.pem\"}"
+  fi
+  if [ "${REALISTIC:-0}" = 1 ]; then
+    mkdir -p "$work/keychain"
+    keychain="keychain: {path: $work/keychain/keychain.bkc, key_file: $work/keychain/keychain.key}"
+    auth=", auth: {type: static, entry: bench/token}"
   fi
   cat > "$work/origin/nginx.conf" <<CONF
 worker_processes 1; daemon off; pid $work/origin/nginx.pid; error_log $work/origin/error.log warn;
@@ -32,7 +39,8 @@ CONF
 version: 1
 listen: [127.0.0.1:$proxy]
 log: {level: warning, access_log: false}
-upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$scheme://127.0.0.1:$origin", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$upstream_tls}]
+$keychain
+upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$scheme://127.0.0.1:$origin", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$upstream_tls$auth}]
 CONF
 }
 

@@ -399,7 +399,7 @@ struct ExchangeStateMachine {
         case .connectFailure: outcome = .connectFailure
         case .reset, .badResponse: outcome = .reset
         case .timeout: outcome = .timeout
-        case .cancelled, .requestBodyFailed, .loopDetected, .destinationDenied: outcome = nil
+        case .cancelled, .requestBodyFailed, .loopDetected, .destinationDenied, .tlsVerificationFailed: outcome = nil
         }
         if let outcome, case .retry(let delay, let reason) = decide(outcome, now: now, wall: wall, random: &random) {
             return scheduleRetry(after: delay, reason: reason, disposal: disposal, now: now)
@@ -407,7 +407,7 @@ struct ExchangeStateMachine {
         switch failure {
         case .timeout: return failLocally(.upstreamTimeout)
         case .requestBodyFailed: return failLocally(.badRequest)
-        case .connectFailure, .reset, .cancelled: return failLocally(.upstreamUnreachable)
+        case .connectFailure, .tlsVerificationFailed, .reset, .cancelled: return failLocally(.upstreamUnreachable)
         case .badResponse: return failLocally(.badUpstreamResponse)
         case .loopDetected: return failLocally(.loopDetected)
         case .destinationDenied: return failLocally(.destinationDenied)

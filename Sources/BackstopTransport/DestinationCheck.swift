@@ -1,0 +1,44 @@
+import BackstopCore
+import CCurl
+import NIOConcurrencyHelpers
+
+/// Where new upstream connections may go, judged in curl's open-socket callback on the resolved address curl is
+/// about to connect to, so no second lookup can differ (docs/reference/behaviour.md#loops-and-forbidden-destinations).
+/// The rules are replaced by the server once it is bound (its own listeners) from any thread; they are read on the
+/// transport thread.
+struct DestinationCheck: Sendable {
+    /// What the open-socket callback does.
+    struct Verdict: Equatable {
+        /// `1.2.3.4:80` or `[::1]:443`; nil for an address family other than IPv4 and IPv6 (not checked).
+        var address: String?
+        /// Why the connection is refused; nil to open it.
+        var refusal: TransportFailure?
+    }
+
+    private let rules = NIOLockedValueBox(DestinationGuard())
+
+    func replace(_ rules: DestinationGuard) {
+        self.rules.withLockedValue { $0 = rules }
+    }
+
+    func check(_ address: UnsafeMutablePointer<curl_sockaddr>, passthrough: Bool) -> Verdict {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        var port: Int32 = 0
+        let count = Int(bs_sockaddr_bytes(address, &bytes, &port))
+        guard count > 0 else { return Verdict(address: nil, refusal: nil) }
+        return check(ip: Array(bytes[0..<count]), port: Int(port), passthrough: passthrough)
+    }
+
+    func check(ip: [UInt8], port: Int, passthrough: Bool) -> Verdict {
+        let described = FailureClassification.describe(address: ip, port: port)
+        switch rules.withLockedValue({ $0.check(address: ip, port: port, passthrough: passthrough) }) {
+        case .allow:
+            return Verdict(address: described, refusal: nil)
+        case .loop:
+            return Verdict(address: described, refusal: .loopDetected(detail: "\(described) is one of Backstop's own listeners"))
+        case .denied:
+            return Verdict(
+                address: described, refusal: .destinationDenied(detail: "\(described) is a link-local or metadata address"))
+        }
+    }
+}
