@@ -18,6 +18,10 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
     case destinationDenied = "destination-denied"
     case tunnelDenied = "tunnel-denied"
     case tunnelUnreachable = "tunnel-unreachable"
+    /// Every endpoint of the upstream is ejected; sent with `Retry-After` (`EndpointVerdict.circuitOpen`).
+    case circuitOpen = "circuit-open"
+    /// `circuit.max_inflight` requests to the upstream are already in progress.
+    case upstreamOverloaded = "upstream-overloaded"
 
     /// The HTTP status that goes with the reason.
     public var status: Int {
@@ -29,7 +33,7 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .bodyTooLarge: 413
         case .headersTooLarge: 431
         case .upstreamUnreachable, .tokenUnavailable, .badUpstreamResponse, .tunnelUnreachable: 502
-        case .shuttingDown: 503
+        case .shuttingDown, .circuitOpen, .upstreamOverloaded: 503
         case .upstreamTimeout: 504
         case .loopDetected: 508
         case .tokenRefreshFailed: 401
@@ -56,6 +60,8 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .destinationDenied: "passthrough to this destination is not allowed"
         case .tunnelDenied: "CONNECT to this destination is not allowed"
         case .tunnelUnreachable: "the CONNECT destination cannot be reached"
+        case .circuitOpen: "every endpoint of the upstream is failing; not tried until its next probe"
+        case .upstreamOverloaded: "too many requests in progress to the upstream (circuit.max_inflight)"
         }
     }
 }
