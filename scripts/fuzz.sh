@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libFuzzer runs of the parsers that face hostile input (Sources/BackstopFuzz): config, retry-hint, token,
-# keychain, request, response-head, connect, ca-bundle. Builds backstop-fuzz with -sanitize=fuzzer,address in its own scratch path (.build-fuzz),
+# keychain, request, response-head, connect, ca-bundle, netlink. Builds backstop-fuzz with -sanitize=fuzzer,address in its own scratch path (.build-fuzz),
 # then runs each target for a bounded time, starting from the seeds in fuzz/corpus/<target> (the grown corpus
 # stays in .build-fuzz/corpus, out of git). A crash is saved to fuzz/crashes/<target>-*, the run stops, and the
 # script exits 1: turn the input into a unit test, fix, re-run.
@@ -20,12 +20,12 @@ while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift ;;
     --replay) replay=1 ;;
-    config|retry-hint|token|keychain|request|response-head|connect|ca-bundle) targets+=("$1") ;;
-    *) echo "usage: $0 [--seconds N] [--replay] [config|retry-hint|token|keychain|request|response-head|connect|ca-bundle ...]" >&2; exit 2 ;;
+    config|retry-hint|token|keychain|request|response-head|connect|ca-bundle|netlink) targets+=("$1") ;;
+    *) echo "usage: $0 [--seconds N] [--replay] [config|retry-hint|token|keychain|request|response-head|connect|ca-bundle|netlink ...]" >&2; exit 2 ;;
   esac
   shift
 done
-[ ${#targets[@]} -gt 0 ] || targets=(config retry-hint token keychain request response-head connect ca-bundle)
+[ ${#targets[@]} -gt 0 ] || targets=(config retry-hint token keychain request response-head connect ca-bundle netlink)
 
 if [ "$replay" = 1 ]; then
   swift build --product backstop-fuzz >&2

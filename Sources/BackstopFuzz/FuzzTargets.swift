@@ -23,11 +23,15 @@ import CFuzzing
 ///   with tunnels and an intercepting upstream; a parsed target must be a lowercase name or an IP literal with a
 ///   port from 1 to 65535.
 /// - `ca-bundle`: a keychain entry's bytes → `CAIdentity(pemBundle:)` (PEM, DER certificates, PKCS#8/SEC1 keys).
+/// - `netlink`: rtnetlink datagrams → `NetlinkChangeDecoder` (the first byte says where to split the rest into two
+///   datagrams, decoded in turn by one decoder, then once more whole): every change must carry an IPv4 or IPv6
+///   address with a prefix length that fits it.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
     case config, retryHint = "retry-hint", token, keychain, request, responseHead = "response-head", connect
     case caBundle = "ca-bundle"
+    case netlink
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -49,7 +53,30 @@ enum FuzzTarget: String, CaseIterable {
         case .responseHead: Self.responseHead(bytes)
         case .connect: Self.connect(bytes)
         case .caBundle: _ = try? CAIdentity(pemBundle: String(decoding: bytes, as: UTF8.self))
+        case .netlink: Self.netlink(bytes)
         }
+    }
+
+    static func netlink(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let rest = Array(bytes.dropFirst())
+        let split = rest.isEmpty ? 0 : Int(first) % (rest.count + 1)
+        var decoder = NetlinkChangeDecoder()
+        for datagram in [Array(rest[..<split]), Array(rest[split...]), rest] {
+            for change in decoder.decode(datagram).changes {
+                switch change {
+                case .addressAdded(let cidr, _), .routeAdded(let cidr, _):
+                    precondition(cidr.address.count == 4 || cidr.address.count == 16, "address of \(cidr.address.count) bytes")
+                    precondition((0...cidr.address.count * 8).contains(cidr.prefixLength), "prefix \(cidr.prefixLength)")
+                    _ = change.description
+                case .linkUp(_, let name):
+                    precondition(name.utf8.count <= 16 * 3, "name too long")
+                case .eventsLost:
+                    break
+                }
+            }
+        }
+        precondition(decoder.usableLinks <= NetlinkChangeDecoder.maxLinks, "links unbounded")
     }
 
     /// Tunnels for `*.test:443` and a literal address, and an intercepting upstream for `api.test`.
