@@ -20,6 +20,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
     ],
     targets: [
         .systemLibrary(
@@ -64,9 +65,23 @@ let package = Package(
             ]
         ),
         .target(
+            name: "BackstopTracing",
+            dependencies: [
+                "BackstopCore",
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "BackstopStatus",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .target(
             name: "BackstopServer",
             dependencies: [
                 "BackstopCore",
+                "BackstopTracing",
+                "BackstopStatus",
                 "BackstopTransport",
                 "BackstopKeychain",
                 "BackstopCA",
@@ -125,7 +140,8 @@ let package = Package(
         ),
         .target(name: "CFuzzing"),
         .executableTarget(
-            name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "BackstopCA", "CFuzzing"]),
+            name: "BackstopFuzz",
+            dependencies: ["BackstopCore", "BackstopKeychain", "BackstopCA", "BackstopTracing", "CFuzzing"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore"]),
         .testTarget(
@@ -138,6 +154,17 @@ let package = Package(
             ]
         ),
         .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
+        .testTarget(
+            name: "BackstopTracingTests",
+            dependencies: [
+                "BackstopTracing",
+                "BackstopCore",
+                "BackstopTestSupport",
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(name: "BackstopStatusTests", dependencies: ["BackstopStatus"]),
         .testTarget(
             name: "BackstopServerTests",
             dependencies: [
@@ -163,6 +190,8 @@ let package = Package(
                 "BackstopSoak",
                 "BackstopCA",
                 "BackstopPostgres",
+                "BackstopTracing",
+                "BackstopStatus",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

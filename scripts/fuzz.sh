@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libFuzzer runs of the parsers that face hostile input (Sources/BackstopFuzz): config, retry-hint, token,
-# keychain, request, response-head, connect, ca-bundle, netlink. Builds backstop-fuzz with -sanitize=fuzzer,address in its own scratch path (.build-fuzz),
+# keychain, request, response-head, connect, ca-bundle, path, ... (every folder of fuzz/corpus is a target). Builds backstop-fuzz with -sanitize=fuzzer,address in its own scratch path (.build-fuzz),
 # then runs each target for a bounded time, starting from the seeds in fuzz/corpus/<target> (the grown corpus
 # stays in .build-fuzz/corpus, out of git). A crash is saved to fuzz/crashes/<target>-*, the run stops, and the
 # script exits 1: turn the input into a unit test, fix, re-run.
@@ -20,12 +20,14 @@ while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift ;;
     --replay) replay=1 ;;
-    config|retry-hint|token|keychain|request|response-head|connect|ca-bundle|netlink) targets+=("$1") ;;
-    *) echo "usage: $0 [--seconds N] [--replay] [config|retry-hint|token|keychain|request|response-head|connect|ca-bundle|netlink ...]" >&2; exit 2 ;;
+    -*) echo "usage: $0 [--seconds N] [--replay] [TARGET ...]   (targets: $(ls fuzz/corpus | tr '\n' ' '))" >&2; exit 2 ;;
+    *) [ -d "fuzz/corpus/$1" ] || { echo "$0: no target '$1' (targets: $(ls fuzz/corpus | tr '\n' ' '))" >&2; exit 2; }
+       targets+=("$1") ;;
   esac
   shift
 done
-[ ${#targets[@]} -gt 0 ] || targets=(config retry-hint token keychain request response-head connect ca-bundle netlink)
+# Every target has a seed folder; a target without one would never run.
+[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls fuzz/corpus)
 
 if [ "$replay" = 1 ]; then
   swift build --product backstop-fuzz >&2

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Black-box replay, against any backstop binary, of the scenarios behind the security regression tests
-(Tests/IntegrationTests/UpstreamFramingTests.swift, SecurityReviewTests.swift, KeychainFaultTests.swift):
-response splitting by a lying origin, Via loops, passthrough to metadata addresses, dot segments, TRACE echoing
-the injected credential, a stalled response body, a passthrough loop, and rekey with a failing directory fsync.
+(Tests/IntegrationTests/UpstreamFramingTests.swift, SecurityReviewTests.swift, SecondReviewTests.swift,
+KeychainFaultTests.swift): response splitting by a lying origin, Via loops, passthrough to metadata addresses, dot
+segments, TRACE echoing the injected credential, a stalled response body, a passthrough loop, rekey with a failing
+directory fsync; and the second review's request-path findings (the unspecified address, tunnels to this host,
+trickled heads on the admin listener, traversal spellings, the kept-body budget, unsolicited 101s).
 Prints one row per scenario with PASS/FAIL. Used to show that a binary from before the fixes fails them.
 
     python3 scripts/security-probes.py .build/release/backstop --new     # --new: the binary knows timeouts.idle
@@ -221,7 +223,111 @@ def rekey_probe():
            len(opens) == 1)
 
 
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"): return int(line.split()[1])
+    return 0
+
+
+def second_review_probes():
+    """The second review's request-path findings, on their own daemon (ports BASE+3..BASE+6)."""
+    origin, proxy, admin = BASE + 3, BASE + 4, BASE + 5
+    def origin_handler(c):
+        head = read_head(c)
+        if b"/switch" in head:
+            c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05hello")
+            time.sleep(1); c.close(); return
+        recorded.append(head.split(b"\r\n")[0].decode())
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nreached"); c.close()
+    serve(origin, origin_handler)
+    # A binary from before the fixes refuses the new limits: it runs with its defaults, and the probes show what
+    # they let through.
+    limits = ", header_timeout: 2s, buffer_memory: 4MiB"
+    trial = os.path.join(WORK, "limits.yaml")
+    open(trial, "w").write(f"version: 1\nlisten: [127.0.0.1:{proxy}]\nlimits: {{max_connections: 64{limits}}}\n")
+    if subprocess.run([BIN, "check", "--config", trial], capture_output=True).returncode != 0: limits = ""
+    cfg = f"""version: 1
+listen: [127.0.0.1:{proxy}]
+admin: {{listen: 127.0.0.1:{admin}}}
+unmatched: passthrough
+limits: {{max_connections: 64{limits}}}
+tunnels: {{allow: ["0.0.0.0:{admin}", "[::]:{admin}"], deny_addresses: [10.0.0.0/8]}}
+upstreams:
+  - {{name: api, match: {{hosts: [api.test], path_prefix: /api}}, url: "http://127.0.0.1:{origin}/v2", retry: {{attempts: 1}}}}
+"""
+    p = start(cfg, proxy)
+    if not p:
+        print(open(os.path.join(WORK, f"c{proxy}.yaml.log")).read()); return
+    try:
+        for host in [f"0.0.0.0:{admin}", f"0:{admin}"]:
+            s = socket.create_connection(("127.0.0.1", proxy))
+            r = exchange(s, f"GET http://{host}/metrics HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            leaked = b"backstop_" in r[2]
+            record(f"passthrough to {host} (admin port)", "508, no metrics", f"{r[0]}{'; metrics page leaked!' if leaked else ''}",
+                   " 508 " in r[0] and not leaked)
+            s.close()
+        s = socket.create_connection(("127.0.0.1", proxy)); t0 = time.time()
+        r = exchange(s, f"GET http://0.0.0.0:{proxy}/x HTTP/1.1\r\nHost: 0.0.0.0:{proxy}\r\n\r\n".encode(), 10)
+        record("passthrough to 0.0.0.0 on its own port", "508 on the first hop", f"{r[0]} after {time.time() - t0:.1f}s",
+               " 508 " in r[0] and time.time() - t0 < 1)
+        s.close()
+        for target in [f"0.0.0.0:{admin}", f"[::]:{admin}"]:
+            s = socket.create_connection(("127.0.0.1", proxy))
+            r = exchange(s, f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+            record(f"tunnel to {target}, deny list without 0.0.0.0/8", "508", r[0], " 508 " in r[0])
+            s.close()
+        # 64 admin slots: 64 heads trickled a byte at a time; a health probe must still get in.
+        trickle = [socket.create_connection(("127.0.0.1", admin)) for _ in range(64)]
+        probe = socket.create_connection(("127.0.0.1", admin)); probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+        probe.settimeout(0.2); t0 = time.time(); answer = b""
+        while time.time() - t0 < 8 and b"\r\n\r\n" not in answer:
+            for c in trickle:
+                try: c.send(b"G")
+                except OSError: pass
+            try: answer += probe.recv(4096)
+            except socket.timeout: pass
+            except OSError: break
+        ok = answer.startswith(b"HTTP/1.1 200")
+        status = answer.split(b"\r\n")[0].decode() or "no answer"
+        record("trickled heads hold every admin slot", "/healthz answered within header_timeout",
+               f"{status} after {time.time() - t0:.1f}s", ok)
+        for c in trickle + [probe]: c.close()
+        for target in ["/api/..;/admin", "/api/%2e%2e;x=1/admin", "/api/..%2fadmin", "/api/%2e%2e%2fadmin", "/api/..%5cadmin",
+                       "/api/..\\admin", "/api/%252e%252e/admin", "/api/%c0%ae%c0%ae/admin", "http://api.test/..;/admin"]:
+            before = len(recorded)
+            s = socket.create_connection(("127.0.0.1", proxy))
+            r = exchange(s, f"GET {target} HTTP/1.1\r\nHost: api.test\r\n\r\n".encode())
+            reached = recorded[before:]
+            record(f"traversal {target}", "400, origin sees nothing", f"{r[0]}; origin saw {reached}",
+                   " 400 " in r[0] and not reached)
+            s.close()
+        s = socket.create_connection(("127.0.0.1", proxy))
+        r = exchange(s, b"GET http://api.test/api/switch HTTP/1.1\r\nHost: api.test\r\n\r\n")
+        record("101 to a request without Upgrade", "502 bad-upstream-response", r[0], "(bad-upstream-response)" in r[0])
+        s.close()
+        # 60 bodies of 1 MB trickling: the kept bytes stay within buffer_memory (4 MiB here).
+        base = rss_kib(p.pid); held = []
+        for _ in range(60):
+            c = socket.create_connection(("127.0.0.1", proxy))
+            c.sendall(b"PUT http://api.test/api/b HTTP/1.1\r\nHost: api.test\r\nContent-Length: 1000000\r\n\r\n" + b"a" * 900000)
+            held.append(c)
+        time.sleep(1)
+        grown = (rss_kib(p.pid) - base) // 1024
+        record("60 kept bodies of 1 MB trickling", "RSS grows by little more than buffer_memory (4 MiB)",
+               f"RSS +{grown} MiB", grown < 24)
+        for c in held: c.close()
+        if "--metadata" in sys.argv:
+            s = socket.create_connection(("127.0.0.1", proxy)); t0 = time.time()
+            r = exchange(s, b"GET http://168.63.129.16/machine HTTP/1.1\r\nHost: 168.63.129.16\r\n\r\n", 15)
+            record("passthrough to Azure WireServer", "403 destination-denied, no connect",
+                   f"{r[0]} after {time.time() - t0:.1f}s", "(destination-denied)" in r[0])
+            s.close()
+    finally:
+        p.terminate(); p.wait(10)
+
+
 probes()
+second_review_probes()
 rekey_probe()
 print(f"\n{BIN}\n| probe | correct behaviour | observed | |\n|---|---|---|---|")
 for row in results: print("| " + " | ".join(row) + " |")

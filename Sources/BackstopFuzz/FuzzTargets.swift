@@ -1,6 +1,7 @@
 import BackstopCA
 import BackstopCore
 import BackstopKeychain
+import BackstopTracing
 import Foundation
 #if BACKSTOP_FUZZER
 import CFuzzing
@@ -23,6 +24,10 @@ import CFuzzing
 ///   with tunnels and an intercepting upstream; a parsed target must be a lowercase name or an IP literal with a
 ///   port from 1 to 65535.
 /// - `ca-bundle`: a keychain entry's bytes → `CAIdentity(pemBundle:)` (PEM, DER certificates, PKCS#8/SEC1 keys).
+/// - `path`: a request path → `DotSegments.isSuspect`; a path it lets through must hold no dot segment after any
+///   number of decoding rounds, with either separator and without its `;` tails.
+/// - `traceparent`: a client's `traceparent` and `tracestate` (the input split at its first newline) →
+///   `IncomingTraceContext.parse`; a parsed context must have non-zero ids and survive re-serialization.
 /// - `netlink`: rtnetlink datagrams → `NetlinkChangeDecoder` (the first byte says where to split the rest into two
 ///   datagrams, decoded in turn by one decoder, then once more whole): every change must carry an IPv4 or IPv6
 ///   address with a prefix length that fits it.
@@ -31,6 +36,8 @@ import CFuzzing
 enum FuzzTarget: String, CaseIterable {
     case config, retryHint = "retry-hint", token, keychain, request, responseHead = "response-head", connect
     case caBundle = "ca-bundle"
+    case path
+    case traceparent
     case netlink
 
     static let current: FuzzTarget = {
@@ -53,6 +60,8 @@ enum FuzzTarget: String, CaseIterable {
         case .responseHead: Self.responseHead(bytes)
         case .connect: Self.connect(bytes)
         case .caBundle: _ = try? CAIdentity(pemBundle: String(decoding: bytes, as: UTF8.self))
+        case .path: Self.path(bytes)
+        case .traceparent: Self.traceparent(bytes)
         case .netlink: Self.netlink(bytes)
         }
     }
@@ -103,6 +112,19 @@ enum FuzzTarget: String, CaseIterable {
         case .refuse:
             break
         }
+    }
+
+    static func traceparent(_ bytes: [UInt8]) {
+        let text = String(decoding: bytes, as: UTF8.self)
+        let parts = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        guard let context = IncomingTraceContext.parse(
+            traceparent: parts.first, tracestate: parts.count > 1 ? parts[1] : nil)
+        else { return }
+        precondition(context.traceID != .null && context.parentSpanID != .null, "zero id accepted")
+        let flags = context.sampled ? "01" : "00"
+        let again = IncomingTraceContext.parse(
+            traceparent: "00-\(context.traceID)-\(context.parentSpanID)-\(flags)", tracestate: context.traceState)
+        precondition(again == context, "traceparent round trip changed the context")
     }
 
     static func config(_ bytes: [UInt8]) {
@@ -179,6 +201,18 @@ enum FuzzTarget: String, CaseIterable {
 }
 
 extension FuzzTarget {
+    static func path(_ bytes: [UInt8]) {
+        guard !DotSegments.isSuspect(bytes) else { return }
+        // Passed: no decoding depth may reveal a dot segment, and what passed is valid UTF-8 at every depth.
+        var current = bytes
+        while let decoded = DotSegments.decodeOnce(current) {
+            precondition(!DotSegments.hasDotSegment(decoded), "a dot segment passed after decoding")
+            current = decoded
+        }
+        precondition(!DotSegments.hasDotSegment(current), "a dot segment passed")
+        precondition(String(validating: current, as: UTF8.self) != nil, "invalid UTF-8 passed")
+    }
+
     static func responseHead(_ bytes: [UInt8]) {
         var parser = UpstreamHeadParser()
         var start = 0

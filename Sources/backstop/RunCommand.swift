@@ -170,6 +170,9 @@ enum Reloader {
         if config.admin != current.admin {
             logger.warning("admin listener changes take effect on restart")
         }
+        if config.tracing != server.tracingConfig {
+            logger.warning("tracing changes take effect on restart")
+        }
         let intercept: InterceptAuthority?
         do {
             intercept = try InterceptAuthority.load(config: config, keychain: server.keychain)

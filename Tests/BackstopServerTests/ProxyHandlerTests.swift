@@ -61,9 +61,11 @@ struct ProxyHandlerTests {
                 snapshot: ConfigSnapshot(config: config, upstreams: upstreams), transport: transport,
                 logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }, clock: clock)
             channel = EmbeddedChannel()
+            let headTimer = HeadTimeoutHandler(timeout: config.limits.headerTimeout, now: clock.monotonic)
+            try channel.pipeline.syncOperations.addHandler(headTimer)
             try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(HTTPRequestDecoder()))
             try channel.pipeline.syncOperations.addHandler(
-                ProxyHandler(runtime: runtime, idleTimeout: config.limits.clientIdleTimeout))
+                ProxyHandler(runtime: runtime, idleTimeout: config.limits.clientIdleTimeout, headTimer: headTimer))
             // Connecting makes the channel active, as an accepted one is.
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40000)).wait()
         }
@@ -171,6 +173,48 @@ struct ProxyHandlerTests {
         #expect(h.channel.isActive)
         h.advance(by: .seconds(1))
         #expect(!h.channel.isActive)
+    }
+
+    @Test func aHeadTrickledPastHeaderTimeoutGets408_eachRequestGetsItsOwnClock() throws {
+        let h = try Harness(Self.upstream.replacing("30s}", with: "30s, header_timeout: 5s}"))
+        // A complete request resets the clock: the next head's first byte starts a new one.
+        h.advance(by: .seconds(4))
+        try h.send("GET http://app.test/1 HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        h.answer(0, body: "ok")
+        _ = try h.output()
+        h.advance(by: .seconds(4))
+        // One byte every second never stalls the connection (client_idle_timeout is 30 s) but the head never ends.
+        for byte in "GET http://app.test/2 HT" {
+            try h.send(String(byte))
+            h.advance(by: .milliseconds(200))
+        }
+        #expect(try h.output().isEmpty)
+        #expect(h.channel.isActive)
+        h.advance(by: .milliseconds(200))
+        let out = try h.output()
+        #expect(out.hasPrefix("HTTP/1.1 408 Request Timeout\r\n"))
+        #expect(out.contains("X-Backstop-Error: request-timeout\r\n"))
+        #expect(!h.channel.isActive)
+        #expect(h.transport.transfers.count == 1)
+    }
+
+    @Test func headDeadlineTransitions() {
+        var d = HeadDeadline(timeout: .seconds(10))
+        #expect(d.timerFired(now: .seconds(100)) == .wait(next: nil))
+        #expect(d.bytesArrived(now: .seconds(1)) == .seconds(11))
+        #expect(d.bytesArrived(now: .seconds(2)) == nil, "later bytes of the same head do not move the deadline")
+        #expect(d.timerFired(now: .seconds(10)) == .wait(next: .seconds(11)))
+        d.headReceived()
+        #expect(d.state == .between)
+        #expect(d.bytesArrived(now: .seconds(12)) == nil, "body bytes start no clock")
+        #expect(d.timerFired(now: .seconds(30)) == .wait(next: nil))
+        d.awaitNextHead()
+        #expect(d.bytesArrived(now: .seconds(40)) == .seconds(50))
+        #expect(d.timerFired(now: .seconds(50)) == .expired)
+        #expect(d.state == .expired)
+        d.awaitNextHead()
+        d.headReceived()
+        #expect(d.state == .expired, "expired is terminal")
     }
 
     @Test func aStalledBodyGets408AndTheTransferIsNeverStarted() throws {

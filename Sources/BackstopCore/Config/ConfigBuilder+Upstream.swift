@@ -148,8 +148,9 @@ extension ConfigBuilder {
                     continue
                 }
                 if let first = found.first(where: { Self.sameEndpoint($0.url, url) }) {
-                    reader.fail(item, "\(label): endpoints lists \(url.endpointKey) twice (first at line "
-                        + "\(reader.location(first.node).line); endpoints are told apart by scheme, host and port)")
+                    let at = reader.location(first.node)
+                    reader.fail(item, "\(label): endpoints lists \(url.endpointKey) twice (first at line \(at.line), "
+                        + "column \(at.column); endpoints are told apart by scheme, host and port)")
                     usable = false
                     continue
                 }

@@ -14,7 +14,7 @@ struct ConfigBuilder {
 
     static let topKeys = [
         "version", "listen", "admin", "log", "keychain", "limits", "unmatched", "upstreams", "tunnels", "intercept",
-        "token_store",
+        "token_store", "tracing",
     ]
 
     /// `path` made absolute against the config's directory.
@@ -64,6 +64,7 @@ struct ConfigBuilder {
                     + "keychain key, and the password entry lives there")
             }
         }
+        if let node = top["tracing"], !NodeReader.isNull(node) { config.tracing = tracing(node) }
         if let node = top["intercept"], !NodeReader.isNull(node) {
             config.intercept = intercept(node)
             interceptLocation = reader.location(node)
@@ -235,6 +236,7 @@ struct ConfigBuilder {
         var limits = Limits()
         guard let map = reader.mapping(node, "limits", allowed: [
             "max_request_body", "retry_buffer", "max_header_bytes", "client_idle_timeout", "max_connections",
+            "header_timeout", "buffer_memory",
         ]) else { return limits }
         if let n = map["max_request_body"], let v = reader.size(n, "limits.max_request_body") { limits.maxRequestBody = v }
         if let n = map["retry_buffer"], let v = reader.size(n, "limits.retry_buffer") { limits.retryBuffer = v }
@@ -255,6 +257,14 @@ struct ConfigBuilder {
         if let n = map["max_connections"], let v = reader.int(n, "limits.max_connections", range: 1...1_000_000) {
             limits.maxConnections = v
         }
+        if let n = map["header_timeout"], let v = reader.duration(n, "limits.header_timeout") {
+            if v <= .zero {
+                reader.fail(n, "'limits.header_timeout' must be above 0")
+            } else {
+                limits.headerTimeout = v
+            }
+        }
+        if let n = map["buffer_memory"], let v = reader.size(n, "limits.buffer_memory") { limits.bufferMemory = v }
         return limits
     }
 }

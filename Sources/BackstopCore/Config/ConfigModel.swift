@@ -50,6 +50,8 @@ public struct Config: Sendable, Equatable {
     public var intercept: InterceptConfig?
     /// Where oauth2 tokens live: the keychain (default) or a store shared by a fleet.
     public var tokenStore: TokenStoreConfig = .keychain
+    /// OpenTelemetry spans exported over OTLP/HTTP; nil: no tracing (a client's `traceparent` passes through).
+    public var tracing: TracingConfig?
 
     public init(
         version: Int = 1, sourceFile: String = "<memory>", listeners: [ListenerConfig] = [], admin: AdminConfig? = nil,
@@ -192,15 +194,22 @@ public struct Limits: Sendable, Equatable {
     public var maxHeaderBytes: Int
     public var clientIdleTimeout: Duration
     public var maxConnections: Int
+    /// A request head must be complete this long after its first byte (408), on every listener.
+    public var headerTimeout: Duration
+    /// All request bodies kept for retries together; a body that does not fit streams without being kept.
+    public var bufferMemory: Int
     public init(
         maxRequestBody: Int = 8 << 20, retryBuffer: Int = 1 << 20, maxHeaderBytes: Int = 64 << 10,
-        clientIdleTimeout: Duration = .seconds(60), maxConnections: Int = 4096
+        clientIdleTimeout: Duration = .seconds(60), maxConnections: Int = 4096, headerTimeout: Duration = .seconds(10),
+        bufferMemory: Int = 256 << 20
     ) {
         self.maxRequestBody = maxRequestBody
         self.retryBuffer = retryBuffer
         self.maxHeaderBytes = maxHeaderBytes
         self.clientIdleTimeout = clientIdleTimeout
         self.maxConnections = maxConnections
+        self.headerTimeout = headerTimeout
+        self.bufferMemory = bufferMemory
     }
 }
 
@@ -637,10 +646,12 @@ public struct TunnelsConfig: Sendable, Equatable {
     /// A tunnel with no byte in either direction for this long is closed.
     public var idleTimeout: Duration
 
-    /// Loopback, RFC 1918, link-local, ULA, CGNAT and `0.0.0.0/8`.
+    /// Loopback, RFC 1918, link-local, ULA, CGNAT and the unspecified addresses (`0.0.0.0/8`, `::/128`). Whatever
+    /// the list says, Backstop's own listeners and the unspecified addresses are refused as loops
+    /// (`DestinationGuard`).
     public static let defaultDenyAddresses: [CIDR] = [
         "127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "fe80::/10",
-        "fc00::/7", "100.64.0.0/10", "0.0.0.0/8",
+        "fc00::/7", "100.64.0.0/10", "0.0.0.0/8", "::/128",
     ].map { CIDRParser.parse($0)! }
 
     public init(
@@ -713,5 +724,36 @@ public struct PostgresStoreConfig: Sendable, Equatable {
     /// `postgres://user@host:port/database`, for logs and `tokens list` (never a password: the URL has none).
     public var displayURL: String {
         "postgres://\(user)@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database)"
+    }
+}
+
+/// The `tracing` section: where spans go and which requests are sampled (docs/reference/config.md#tracing).
+public struct TracingConfig: Sendable, Equatable {
+    /// The collector's OTLP/HTTP endpoint as written (`http://127.0.0.1:4318`).
+    public var otlpEndpoint: String
+    /// Where span batches are POSTed: the endpoint with `/v1/traces` appended unless its path already ends so.
+    public var exportURL: String
+    /// `service.name` of every span's resource.
+    public var serviceName: String
+    /// The share of requests without a `traceparent` that are sampled, 0...1.
+    public var sampleRatio: Double
+
+    public init(
+        otlpEndpoint: String, exportURL: String? = nil, serviceName: String = "backstop", sampleRatio: Double = 1
+    ) {
+        self.otlpEndpoint = otlpEndpoint
+        self.exportURL = exportURL ?? TracingConfig.exportURL(for: otlpEndpoint)
+        self.serviceName = serviceName
+        self.sampleRatio = sampleRatio
+    }
+
+    /// OTLP/HTTP's rule for a base endpoint: the traces path is appended (`http://c:4318` →
+    /// `http://c:4318/v1/traces`); an endpoint already naming `/v1/traces` is used as written.
+    public static func exportURL(for endpoint: String) -> String {
+        var base = endpoint
+        if let query = base.firstIndex(of: "?") { base = String(base[..<query]) }
+        if base.hasSuffix("/v1/traces") { return endpoint }
+        while base.hasSuffix("/") { base.removeLast() }
+        return base + "/v1/traces"
     }
 }

@@ -4,9 +4,13 @@
 ///
 /// - A connection to one of Backstop's own listeners or its admin listener is a loop (`508 loop-detected`): a
 ///   listener bound to `0.0.0.0`/`::` is reached through any loopback or local interface address on its port.
+/// - An unspecified address (`0.0.0.0/8`, `::`) means this host to the kernel, whatever port follows: it counts as
+///   one of Backstop's own listeners (a loop), since a connection there reaches whatever listens on this host, the
+///   admin listener included.
 /// - Passthrough (`unmatched: passthrough`) never connects to link-local networks (`169.254.0.0/16`,
-///   `fe80::/10`) or the cloud metadata addresses outside them (`fd00:ec2::254`, `100.100.100.200`):
-///   `403 destination-denied`. Configured upstreams are the operator's choice and are not restricted.
+///   `fe80::/10`) or the cloud metadata addresses outside them (`fd00:ec2::254`, `100.100.100.200`, Azure's
+///   WireServer `168.63.129.16`): `403 destination-denied`. Configured upstreams are the operator's choice and are
+///   not restricted.
 ///
 /// See docs/reference/behaviour.md, "Loops and forbidden destinations".
 public struct DestinationGuard: Sendable, Equatable {
@@ -29,7 +33,7 @@ public struct DestinationGuard: Sendable, Equatable {
 
     /// Networks passthrough never reaches.
     public static let passthroughDenied: [CIDR] = [
-        "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32",
+        "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32", "168.63.129.16/32",
     ].map { CIDRParser.parse($0)! }
 
     public var ownEndpoints: [Endpoint]
@@ -43,6 +47,7 @@ public struct DestinationGuard: Sendable, Equatable {
 
     public func check(address raw: [UInt8], port: Int, passthrough: Bool) -> Verdict {
         let address = IPAddressBytes.unmapped(raw)
+        if Self.meansThisHost(address) { return .loop }
         for endpoint in ownEndpoints where endpoint.port == port {
             if endpoint.address == address { return .loop }
             if IPAddressBytes.isUnspecified(endpoint.address)
@@ -53,5 +58,12 @@ public struct DestinationGuard: Sendable, Equatable {
         }
         if passthrough && Self.passthroughDenied.contains(where: { $0.contains(address) }) { return .denied }
         return .allow
+    }
+
+    /// `0.0.0.0/8` ("this network", RFC 1122 §3.2.1.3) and `::`: the kernel connects such a destination to this host.
+    public static func meansThisHost(_ address: [UInt8]) -> Bool {
+        let address = IPAddressBytes.unmapped(address)
+        if address.count == 4 { return address[0] == 0 }
+        return IPAddressBytes.isUnspecified(address)
     }
 }

@@ -69,6 +69,15 @@ public struct RetryBudget: Sendable, Equatable {
         return t.ratioRetries + t.reserveRetries
     }
 
+    /// How many retries `tryAcquireRetry` would grant one after another at `now`, counted up to `cap` (the status
+    /// page's "retry budget left"; an unlimited ratio shows as `cap`).
+    public func retriesLeft(now: Duration, cap: Int = 1000) -> Int {
+        var trial = self
+        var granted = 0
+        while granted < cap, trial.tryAcquireRetry(now: now) { granted += 1 }
+        return granted
+    }
+
     /// First attempts recorded in the window ending at `now`.
     public func requestsInWindow(now: Duration) -> Int { totals(now: now).requests }
 

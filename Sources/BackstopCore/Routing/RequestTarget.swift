@@ -154,38 +154,10 @@ public struct RequestTarget: Sendable, Equatable {
 }
 
 extension RequestTarget {
-    /// Whether the path has a `.` or `..` segment, also percent-encoded (`%2e`, `%2E`, `.%2e`, …). Such a path is
-    /// refused before routing: joined to an upstream's base path it could climb out of it with the injected
-    /// token attached (docs/reference/behaviour.md, "Routing").
-    public var hasDotSegment: Bool {
-        var bytes = path.utf8[...]
-        while !bytes.isEmpty {
-            let segmentEnd = bytes.firstIndex(of: UInt8(ascii: "/")) ?? bytes.endIndex
-            if Self.isDotSegment(bytes[bytes.startIndex..<segmentEnd]) { return true }
-            bytes = segmentEnd == bytes.endIndex ? bytes[bytes.endIndex...] : bytes[bytes.index(after: segmentEnd)...]
-        }
-        return false
-    }
-
-    private static func isDotSegment(_ segment: Substring.UTF8View.SubSequence) -> Bool {
-        var dots = 0
-        var i = segment.startIndex
-        while i < segment.endIndex {
-            if segment[i] == UInt8(ascii: ".") {
-                i = segment.index(after: i)
-            } else if segment[i] == UInt8(ascii: "%"), segment.distance(from: i, to: segment.endIndex) >= 3,
-                segment[segment.index(i, offsetBy: 1)] == UInt8(ascii: "2"),
-                segment[segment.index(i, offsetBy: 2)] | 0x20 == UInt8(ascii: "e")
-            {
-                i = segment.index(i, offsetBy: 3)
-            } else {
-                return false
-            }
-            dots += 1
-            if dots > 2 { return false }
-        }
-        return dots == 1 || dots == 2
-    }
+    /// Whether the path has a `.` or `..` segment in any spelling a server behind Backstop might decode
+    /// (`DotSegments`). Such a path is refused before routing: joined to an upstream's base path it could climb out
+    /// of it with the injected token attached (docs/reference/behaviour.md#dot-segments).
+    public var hasDotSegment: Bool { DotSegments.isSuspect(path.utf8) }
 }
 
 extension Character {

@@ -97,11 +97,18 @@ public actor TokenManager {
         published.withLockedValue { $0 }
     }
 
+    /// Whether a token is held now (valid, stale or being refreshed), for the status page.
+    public nonisolated var holdsToken: Bool {
+        holding.withLockedValue { $0 }
+    }
+
     /// What `currentExpiry` reads: the state's token expiry, copied out of the actor whenever the state changes.
     private let published = NIOLockedValueBox<Double?>(nil)
+    private let holding = NIOLockedValueBox(false)
 
     private func publishFastPath() {
         published.withLockedValue { $0 = state.currentToken?.expiry }
+        holding.withLockedValue { $0 = state.currentToken != nil }
         var entry: (token: ManagedToken, until: Double)?
         if case .valid(let token) = state.phase {
             let until = state.nextProactiveRefreshTime ?? token.expiry ?? .infinity
@@ -386,13 +393,23 @@ struct TokenRefreshStep: Sendable {
 /// Token refresh outcomes per upstream, read by the metrics endpoint.
 public final class TokenRefreshCounters: Sendable {
     private let counts = NIOLockedValueBox<[String: [TokenManager.RefreshResult: Int]]>([:])
+    /// The last refresh per upstream (wall-clock seconds and result), for the status page.
+    private let last = NIOLockedValueBox<[String: (at: Double, result: TokenManager.RefreshResult)]>([:])
+    private let clock: any BackstopClock
 
-    public init() {}
+    public init(clock: any BackstopClock = SystemClock()) { self.clock = clock }
 
     private let keychainWriteErrors = NIOLockedValueBox(0)
 
     func record(upstream: String, result: TokenManager.RefreshResult) {
         counts.withLockedValue { $0[upstream, default: [:]][result, default: 0] += 1 }
+        let now = clock.wall()
+        last.withLockedValue { $0[upstream] = (now, result) }
+    }
+
+    /// When `upstream`'s token was last refreshed (or adopted), and how that ended.
+    public func lastRefresh(upstream: String) -> (at: Double, result: TokenManager.RefreshResult)? {
+        last.withLockedValue { $0[upstream] }
     }
 
     /// A keychain write of refreshed tokens failed (`backstop_keychain_write_errors_total`).

@@ -9,7 +9,7 @@ struct FetchedResponse: Sendable {
 }
 
 /// Performs one request through the shared curl transport and collects the whole response, for Backstop's own
-/// calls (token endpoints). Bodies above `maxBody` fail the call rather than grow memory.
+/// calls (token endpoints, span exports). Bodies above `maxBody` fail the call rather than grow memory.
 struct TransportFetcher: Sendable {
     let transport: any TransferStarting
     let eventLoop: EventLoop
@@ -17,8 +17,10 @@ struct TransportFetcher: Sendable {
     /// Token responses are small; anything larger than this is refused rather than buffered.
     static let maxBody = 1 << 20
 
-    func fetch(_ request: TransportRequest, timeout: Duration, maxBody: Int = TransportFetcher.maxBody) async
-        -> Result<FetchedResponse, TransportFailure>
+    func fetch(
+        _ request: TransportRequest, timeout: Duration, maxBody: Int = TransportFetcher.maxBody,
+        timeoutDetail: String = "token endpoint timed out"
+    ) async -> Result<FetchedResponse, TransportFailure>
     {
         await withCheckedContinuation { continuation in
             eventLoop.execute {
@@ -27,7 +29,7 @@ struct TransportFetcher: Sendable {
                 let transfer = transport.start(request, on: eventLoop) { events in bound.value.handle(events) }
                 collector.transfer = transfer
                 eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(timeout.nanosecondsClamped)) {
-                    collector.finish(.failure(.timeout(detail: "token endpoint timed out")))
+                    collector.finish(.failure(.timeout(detail: timeoutDetail)))
                 }
             }
         }

@@ -16,12 +16,16 @@ extension Exchange {
     func finish(note: String?) {
         transfer = nil
         transferGeneration = 0
+        releaseKeptBody()
         countBudgetExhaustion()
         if let failure = machine.lastFailure, note != nil, note != "client-closed" { logAttemptFailure(failure, final: true) }
         environment.requestFinished()
         let elapsed = now - machine.startedAt
         let status = machine.finalStatus
         metrics.recordRequest(status: status, seconds: elapsed.seconds)
+        environment.recordStatus(
+            metrics, upstream: destination.name, endpoint: destination.endpoint, status: status,
+            attempts: machine.attempts, reason: note, detail: machine.lastFailure?.detail, at: now)
         environment.logAccess(AccessRecord(
             request: record, status: status, error: note, reason: note == nil ? nil : machine.lastFailure?.detail,
             upstream: destination.name, attempts: machine.attempts, retries: machine.retryReasons.map(\.description),

@@ -31,6 +31,8 @@ final class Exchange {
     /// Body bytes written to the client but not yet reported to the transport (the client socket was full).
     var unreportedBytes = 0
     var budgetExhaustionCounted = false
+    /// The share of `limits.buffer_memory` this exchange's kept body holds (given back once it is no longer kept).
+    var keptBodyBytes = 0
     var random = SystemRandomNumberGenerator()
 
     init(
@@ -62,6 +64,14 @@ final class Exchange {
         let action = machine.bodyReceived(count: chunk.readableBytes, now: now)
         switch action {
         case .storeBody:
+            // A part kept for replay takes its share of `limits.buffer_memory`; one that does not fit turns the
+            // body into a stream (sent once, not retryable) instead of growing memory past the budget.
+            if case .stream = body {
+            } else if environment.runtime.reserveBodyMemory(chunk.readableBytes, limit: environment.bufferMemory) {
+                keptBodyBytes += chunk.readableBytes
+            } else {
+                perform(machine.bufferDenied(now: now))
+            }
             store(chunk)
         case .storeBodyAndBeginStreaming:
             store(chunk)
@@ -120,6 +130,7 @@ final class Exchange {
         }
         if case .buffer(let buffered) = body, !stream.append(buffered) { client.holdReads() }
         body = .stream(stream)
+        releaseKeptBody()
         perform(machine.streamingBegan(now: now))
     }
 
@@ -184,6 +195,14 @@ final class Exchange {
             finish(note: "client-closed")
         }
         if let deadline = machine.nextDeadline { client.wakeUp(at: deadline) }
+    }
+}
+
+extension Exchange {
+    /// The body is no longer kept for replay (it became a stream, or the exchange ended).
+    func releaseKeptBody() {
+        environment.runtime.releaseBodyMemory(keptBodyBytes)
+        keptBodyBytes = 0
     }
 }
 

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopStatus
 import BackstopTransport
 import Logging
 
@@ -6,6 +7,8 @@ import Logging
 struct ExchangeEnvironment {
     let runtime: ProxyRuntime
     let accessLog: Bool
+    /// `limits.buffer_memory` of the snapshot the exchange started with.
+    var bufferMemory = Limits().bufferMemory
 
     var transport: any TransferStarting { runtime.transport }
     var clock: any BackstopClock { runtime.clock }
@@ -14,4 +17,25 @@ struct ExchangeEnvironment {
     func requestStarted() { runtime.requestStarted() }
     func requestFinished() { runtime.requestFinished() }
     func logAccess(_ record: AccessRecord) { runtime.logAccess(record, enabled: accessLog) }
+
+    /// The status page's record of an exchange's end (docs/reference/operations.md#status-page): the upstream's
+    /// activity window, and the failure log when Backstop answered with an error (`reason`, other than the
+    /// client going away) or relayed an upstream 5xx.
+    func recordStatus(
+        _ metrics: ProxyMetrics.Upstream, upstream: String, endpoint: String, status: Int, attempts: Int,
+        reason: String?, detail: String?, at now: Duration
+    ) {
+        metrics.recordActivity(status: status, attempts: attempts, second: now.components.seconds)
+        let cause: String
+        if let reason {
+            guard reason != "client-closed" else { return }
+            cause = detail.map { "\(reason): \($0)" } ?? reason
+        } else if status >= 500 {
+            cause = "upstream answered \(status)"
+        } else {
+            return
+        }
+        runtime.failures.record(FailureRecord(
+            at: clock.wall(), upstream: upstream, endpoint: endpoint, status: status, cause: cause))
+    }
 }

@@ -12,6 +12,7 @@ import NIOCore
 ///
 ///     waitingForBody       bodyReceived (buffer full) → beginStreaming, then streamingBegan → acquiring/attempting
 ///                          bodyEnded → acquiringCredential | attempting;  too large, stalled → done
+///                          bufferDenied (over `limits.buffer_memory`) → beginStreaming;  total deadline → done (408)
 ///     acquiringCredential  credentialAcquired(token) → attempting; (nil) → done (token-unavailable)
 ///                          total deadline → done (token-unavailable)
 ///     attempting           head → relaying | backingOff | awaitingRefresh;  failure → backingOff | done
@@ -174,8 +175,9 @@ struct ExchangeStateMachine {
     /// When `timerFired` must be called next, or nil when no deadline is pending.
     var nextDeadline: Duration? {
         switch state {
-        case .waitingForBody, .done: nil
-        case .acquiringCredential, .awaitingRefresh: totalDeadline
+        case .done: nil
+        // `timeouts.total` runs from the head: a body trickled in slower than that is answered 408.
+        case .waitingForBody, .acquiringCredential, .awaitingRefresh: totalDeadline
         case .attempting(let attempt): attempt.deadline
         case .backingOff(let until): until
         case .relaying(_, let lastProgress): lastProgress + configuration.timeouts.idle
@@ -220,6 +222,14 @@ struct ExchangeStateMachine {
         case .streaming:
             return .storeBody
         }
+    }
+
+    /// The body part just reported does not fit `limits.buffer_memory`: the body is sent as it arrives instead of
+    /// being kept (not retryable), as a body above `retry_buffer` is.
+    mutating func bufferDenied(now: Duration) -> Action {
+        guard case .buffering = body else { return .none }
+        body = .streaming(complete: false)
+        return .beginStreaming
     }
 
     /// The owner turned the body into a stream: the attempt starts now, while the body keeps arriving.
@@ -296,6 +306,13 @@ struct ExchangeStateMachine {
     mutating func responseHead(_ head: UpstreamResponseHead, generation: Int, now: Duration, wall: Double,
                                random: inout some RandomNumberGenerator) -> Action {
         guard case .attempting(let attempt) = state, attempt.generation == generation else { return .none }
+        // Backstop forwards no `Upgrade` (a hop-by-hop field), so a 101 answers a question nobody asked: what
+        // follows it is not HTTP, and relaying it would hand the client a foreign protocol.
+        if head.status == 101 {
+            return attemptFailed(
+                .badResponse(detail: "101 Switching Protocols to a request that asked for no upgrade"),
+                disposal: .cancel, now: now, wall: wall, random: &random)
+        }
         if case .oauth2(let refreshOn) = configuration.credential, refreshOn.contains(head.status),
             !replayedAfterRefresh, bodyReplayable, let rejected = token
         {
@@ -436,8 +453,10 @@ struct ExchangeStateMachine {
     mutating func timerFired(now: Duration, wall: Double, random: inout some RandomNumberGenerator) -> Action {
         guard let deadline = nextDeadline, now >= deadline else { return .none }
         switch state {
-        case .waitingForBody, .done:
+        case .done:
             return .none
+        case .waitingForBody:
+            return failLocally(.requestTimeout)
         case .acquiringCredential:
             return failLocally(.tokenUnavailable)
         case .attempting(let attempt):

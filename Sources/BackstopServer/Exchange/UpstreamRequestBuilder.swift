@@ -16,6 +16,22 @@ enum ExchangeDestination {
 
     /// The upstream's name for logs and metrics; `-` for passthrough.
     var name: String { upstream?.config.name ?? "-" }
+
+    /// Where attempts go, `scheme://host[:port]` (the request's own URL for passthrough), for the status page.
+    var endpoint: String {
+        switch self {
+        case .upstream(let upstream, _): upstream.origin
+        case .passthrough(let url): Self.origin(of: url)
+        }
+    }
+
+    /// `scheme://authority` of an absolute URL: no path or query (they may carry what is not ours to show).
+    static func origin(of url: String) -> String {
+        guard let schemeEnd = url.range(of: "://") else { return url }
+        let rest = url[schemeEnd.upperBound...]
+        let end = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+        return String(url[..<end])
+    }
 }
 
 /// Builds the transport request of one attempt from the client's head (docs/reference/behaviour.md#forwarding):

@@ -113,6 +113,7 @@ extension ProxyHandler {
         try pipeline.addHandlers(handlers, position: .after(decoder))
         let decoderRemoved = context.eventLoop.makePromise(of: Void.self)
         pipeline.removeHandler(context: context, promise: nil)
+        if let headTimer { pipeline.removeHandler(headTimer, promise: nil) }
         pipeline.removeHandler(decoder, promise: decoderRemoved)
         return decoderRemoved.futureResult
     }
@@ -149,12 +150,14 @@ extension ProxyHandler {
         snapshot: ConfigSnapshot
     ) {
         let channel = context.channel
+        let headTimer = HeadTimeoutHandler(timeout: snapshot.config.limits.headerTimeout, now: runtime.clock.monotonic)
         do {
             try handOver(context, to: [
-                observer.makeSNIHandler(channel: channel), observer,
+                observer.makeSNIHandler(channel: channel), observer, headTimer,
                 ByteToMessageHandler(HTTPRequestDecoder(
                     leftOverBytesStrategy: .dropBytes, limitConfiguration: ProxyServer.decoderLimits(snapshot.config.limits))),
-                ProxyHandler(runtime: runtime, idleTimeout: connection.idleTimeout, intercepted: intercepted),
+                ProxyHandler(
+                    runtime: runtime, idleTimeout: connection.idleTimeout, headTimer: headTimer, intercepted: intercepted),
             ])
             channel.read()
         } catch {

@@ -36,10 +36,16 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
 
     /// Set on the handler of an intercepted connection: every request inside is for this host.
     let intercepted: InterceptedConnection?
+    /// The head deadline in front of the decoder (`limits.header_timeout`), told when heads start and end.
+    let headTimer: HeadTimeoutHandler?
 
-    init(runtime: ProxyRuntime, idleTimeout: Duration, intercepted: InterceptedConnection? = nil) {
+    init(
+        runtime: ProxyRuntime, idleTimeout: Duration, headTimer: HeadTimeoutHandler?,
+        intercepted: InterceptedConnection? = nil
+    ) {
         self.runtime = runtime
         self.intercepted = intercepted
+        self.headTimer = headTimer
         self.connection = ConnectionStateMachine(idleTimeout: idleTimeout, now: runtime.clock.monotonic())
     }
 
@@ -90,6 +96,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         let now = self.now
         switch part {
         case .head(let head):
+            headTimer?.headReceived()
             connection.headArrived(now: now)
             armTimer()
             handleHead(head, context: context, now: now)
@@ -105,9 +112,23 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     /// caller's reading (one clock read per event, not one per step).
     func requestMayBeDone(now: Duration) {
         if connection.requestMayBeDone(now: now) { context?.read() }
+        if case .idle = connection.state { headTimer?.awaitNextHead() }
         guard let context, context.channel.isActive else { return }
         while let part = connection.nextQueuedPart() { process(part, context: context) }
         armTimer()
+    }
+
+    /// A request head that did not complete within `limits.header_timeout` (`HeadTimeoutHandler`): 408, closed.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard event is HeadTimeoutHandler.Expired else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        guard connection.state != .closing, !connection.responseInProgress else { return }
+        clientIsHTTP10 = false
+        requestIsHead = false
+        logLocalAnswer(.requestTimeout, method: "-", host: "-", path: "-", reason: "request head not complete within limits.header_timeout")
+        sendLocalError(.requestTimeout, close: true)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
@@ -196,7 +217,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             let exchange = Exchange(
                 configuration: configuration, head: head,
                 target: accepted.target, destination: accepted.destination, client: self,
-                environment: ExchangeEnvironment(runtime: runtime, accessLog: snapshot.config.log.accessLog),
+                environment: ExchangeEnvironment(
+                    runtime: runtime, accessLog: snapshot.config.log.accessLog,
+                    bufferMemory: snapshot.config.limits.bufferMemory),
                 eventLoop: context.eventLoop,
                 record: AccessRecord.Request(
                     client: clientAddress, method: configuration.method, host: accepted.clientHost,

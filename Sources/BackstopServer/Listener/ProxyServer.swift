@@ -1,5 +1,7 @@
 import BackstopCore
 import BackstopKeychain
+import BackstopStatus
+import BackstopTracing
 import BackstopTransport
 import Logging
 import NIOCore
@@ -20,6 +22,10 @@ public final class ProxyServer: Sendable {
     private let channels: NIOLockedValueBox<[(ListenerConfig, Channel)]>
     private let adminChannel: NIOLockedValueBox<Channel?>
     private let ready = NIOLockedValueBox(false)
+    /// The `tracing` section read at start (a reload does not change it).
+    public let tracingConfig: TracingConfig?
+    /// The span exporter's loop, while `tracing` is on.
+    private let exportTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     /// The keychain opened at start (reloads keep it).
     public let keychain: FileKeychain?
@@ -52,9 +58,15 @@ public final class ProxyServer: Sendable {
             config, previous: [], keychain: keychain, stores: stores,
             fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
             counters: tokenRefreshes)
+        self.tracingConfig = config.tracing
+        var tracer: Tracer?
+        if let tracing = config.tracing {
+            tracer = Self.makeTracer(
+                tracing, fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger)
+        }
         self.runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept), transport: transport,
-            logger: logger)
+            logger: logger, tracer: tracer)
         self.channels = NIOLockedValueBox([])
         self.adminChannel = NIOLockedValueBox(nil)
     }
@@ -85,7 +97,20 @@ public final class ProxyServer: Sendable {
             adminChannel.withLockedValue { $0 = channel }
         }
         updateDestinationGuard()
+        if let queue = runtime.tracer?.queue {
+            exportTask.withLockedValue { $0 = Task { await queue.run() } }
+        }
         ready.withLockedValue { $0 = true }
+    }
+
+    /// The tracer of a `tracing` section: spans POSTed to its collector through the shared transport, ids seeded
+    /// from the system's random source (docs/reference/operations.md#tracing).
+    static func makeTracer(_ config: TracingConfig, fetcher: TransportFetcher, logger: Logger) -> Tracer {
+        let queue = SpanExportQueue(
+            encoder: OTLPEncoder(serviceName: config.serviceName, serviceVersion: BackstopVersion.current),
+            sender: OTLPHTTPSender(url: config.exportURL, fetcher: fetcher), logger: logger)
+        return Tracer(
+            sampleRatio: config.sampleRatio, queue: queue, clock: SystemClock(), seed: UInt64.random(in: .min ... .max))
     }
 
     /// Tells the transport which addresses are Backstop's own (a connection there is a loop), after every bind.
@@ -129,6 +154,15 @@ public final class ProxyServer: Sendable {
             try? await Task.sleep(for: .milliseconds(20))
         }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
+        if let queue = runtime.tracer?.queue {
+            // The last spans get one try, bounded: a collector that is down must not hold the drain.
+            queue.shutdown()
+            let exportDeadline = ContinuousClock.now + OTLPHTTPSender.callTimeout
+            while !queue.isFinished && ContinuousClock.now < exportDeadline {
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+            exportTask.withLockedValue { $0?.cancel() }
+        }
         for upstream in runtime.snapshot.upstreams {
             if case .oauth2(let manager, _) = upstream.auth { await manager.stopWatchingStore() }
         }
@@ -150,6 +184,7 @@ public final class ProxyServer: Sendable {
         let runtime = self.runtime
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
         let idle = limits.clientIdleTimeout
+        let headTimeout = limits.headerTimeout
         let maxConnections = limits.maxConnections
         let decoderLimits = Self.decoderLimits(limits)
         let bootstrap = ServerBootstrap(group: group)
@@ -171,9 +206,11 @@ public final class ProxyServer: Sendable {
                     // A request decoder and no response encoder: the proxy handler writes responses as bytes.
                     // What follows a CONNECT head (a TLS ClientHello sent without waiting for the 200) is handed on
                     // to the tunnel when the decoder leaves the pipeline.
+                    let headTimer = HeadTimeoutHandler(timeout: headTimeout, now: runtime.clock.monotonic)
+                    try sync.addHandler(headTimer)
                     try sync.addHandler(ByteToMessageHandler(
                         HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits)))
-                    try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle))
+                    try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle, headTimer: headTimer))
                 }
             }
         do {
@@ -200,6 +237,9 @@ public final class ProxyServer: Sendable {
         out += "backstop_build_info{version=\"\(ProxyMetrics.escape(BackstopVersion.current))\"} 1\n"
         family("backstop_client_connections", "gauge", "Client connections open now, over every proxy listener.")
         out += "backstop_client_connections \(runtime.openClientConnections)\n"
+        family("backstop_kept_body_bytes", "gauge",
+               "Bytes of request bodies kept in memory for retries now (bounded by limits.buffer_memory).")
+        out += "backstop_kept_body_bytes \(runtime.keptBodyMemory)\n"
         let reloads = runtime.reloadCounts
         family("backstop_config_reloads_total", "counter", "Config reloads (SIGHUP), by result.")
         out += "backstop_config_reloads_total{result=\"success\"} \(reloads.success)\n"
@@ -213,19 +253,29 @@ public final class ProxyServer: Sendable {
             guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
             out += "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
         }
+        let dropped = runtime.tracer?.queue.dropped ?? (queueFull: 0, exportFailed: 0)
+        family("backstop_spans_dropped_total", "counter",
+               "Trace spans dropped: the export queue was full, or the collector did not accept their batch.")
+        out += "backstop_spans_dropped_total{reason=\"queue-full\"} \(dropped.queueFull)\n"
+        out += "backstop_spans_dropped_total{reason=\"export-failed\"} \(dropped.exportFailed)\n"
+        family("backstop_spans_exported_total", "counter", "Trace spans the collector accepted.")
+        out += "backstop_spans_exported_total \(runtime.tracer?.queue.exported ?? 0)\n"
         return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
     }
 
-    /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap and the
-    /// idle timeout of `limits`.
+    /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap, the idle
+    /// timeout and the head timeout of `limits` (a trickled head must not keep health probes out).
     private func bindAdmin(_ admin: AdminConfig, limits: Limits) async throws -> Channel {
         let address = admin.address
         let filter = ClientAccessFilter(allowClients: admin.allowClients)
         let idle = TimeAmount.nanoseconds(limits.clientIdleTimeout.nanosecondsClamped)
+        let headTimeout = limits.headerTimeout
+        let clock = runtime.clock
         let maxConnections = limits.maxConnections
         let state = AdminState(
             isReady: { [weak self] in self?.isReady ?? false },
-            metricsText: { [weak self] in self?.metricsText() ?? "" })
+            metricsText: { [weak self] in self?.metricsText() ?? "" },
+            statusSnapshot: { [weak self] in self?.statusSnapshot() })
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { channel in
@@ -239,9 +289,14 @@ public final class ProxyServer: Sendable {
                 }
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    let headTimer = HeadTimeoutHandler(timeout: headTimeout, now: clock.monotonic)
                     try sync.addHandler(IdleStateHandler(readTimeout: idle))
-                    try sync.configureHTTPServerPipeline()
-                    try sync.addHandler(AdminHandler(state: state))
+                    try sync.addHandler(headTimer)
+                    // No pipelining assistance: its handler traps (debug) on a response written while no request is in
+                    // flight, which the 408 for a head that never completed is. The admin handler answers each request
+                    // as soon as it ends, so pipelined requests are answered in order without it.
+                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: false)
+                    try sync.addHandler(AdminHandler(state: state, headTimer: headTimer))
                 }
             }
         do {

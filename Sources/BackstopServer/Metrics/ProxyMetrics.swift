@@ -1,3 +1,4 @@
+import BackstopStatus
 import NIOConcurrencyHelpers
 
 /// The metrics docs/reference/operations.md#metrics names, kept in one lock-protected registry and rendered as Prometheus text.
@@ -26,6 +27,8 @@ public final class ProxyMetrics: Sendable {
         var budgetExhausted = 0
         var durations = Histogram()
         var hasDurations = false
+        /// The status page's last minute of requests, answers and attempts.
+        var activity = ActivityWindow()
 
         var attempts: [String: Int] {
             var all = otherAttempts
@@ -69,6 +72,11 @@ public final class ProxyMetrics: Sendable {
 
         func recordRetry(reason: String) {
             counters.withLockedValue { $0.retries[reason, default: 0] += 1 }
+        }
+
+        /// An answered request for the status page's window (`second`: the monotonic clock's whole seconds).
+        func recordActivity(status: Int, attempts: Int, second: Int64) {
+            counters.withLockedValue { $0.activity.record(second: second, success: status < 500, attempts: attempts) }
         }
 
         func recordBudgetExhausted() {

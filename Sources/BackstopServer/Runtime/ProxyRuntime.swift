@@ -1,4 +1,6 @@
 import BackstopCore
+import BackstopStatus
+import BackstopTracing
 import BackstopTransport
 import Logging
 import NIOCore
@@ -14,6 +16,10 @@ public final class ProxyRuntime: Sendable {
     public let clock: any BackstopClock
     public let metrics = ProxyMetrics()
     public let tunnelMetrics = TunnelMetrics()
+    /// The last failed requests, for the status page.
+    public let failures = FailureLog()
+    /// Starts request and refresh traces; nil without `tracing` (docs/reference/operations.md#tracing).
+    public let tracer: Tracer?
     /// Backstop's own listener addresses, which tunnels never connect to (the transport keeps its own copy).
     private let ownEndpoints = NIOLockedValueBox(DestinationGuard())
     private let current: NIOLockedValueBox<ConfigSnapshot>
@@ -22,8 +28,9 @@ public final class ProxyRuntime: Sendable {
 
     public init(
         snapshot: ConfigSnapshot, transport: any TransferStarting, logger: Logger,
-        clock: any BackstopClock = SystemClock()
+        clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil
     ) {
+        self.tracer = tracer
         self.current = NIOLockedValueBox(snapshot)
         self.transport = transport
         self.logger = logger
@@ -65,6 +72,26 @@ public final class ProxyRuntime: Sendable {
         }
     }
     public var reloadCounts: (success: Int, failure: Int, lastSuccess: Double) { reloads.withLockedValue { $0 } }
+
+    /// Bytes of request bodies kept for retries now, over every connection (`limits.buffer_memory`).
+    private let keptBodyBytes = Atomic<Int>(0)
+    public var keptBodyMemory: Int { keptBodyBytes.load(ordering: .relaxed) }
+
+    /// Takes `count` bytes of the kept-body budget if they fit under `limit`; false leaves the budget as it was.
+    func reserveBodyMemory(_ count: Int, limit: Int) -> Bool {
+        var current = keptBodyBytes.load(ordering: .relaxed)
+        while true {
+            guard current + count <= limit else { return false }
+            let (exchanged, original) = keptBodyBytes.compareExchange(
+                expected: current, desired: current + count, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+    }
+
+    func releaseBodyMemory(_ count: Int) {
+        if count > 0 { keptBodyBytes.subtract(count, ordering: .relaxed) }
+    }
 
     /// Requests currently being handled.
     public var inflightRequests: Int { inflight.load(ordering: .acquiring) }

@@ -71,10 +71,11 @@ enum TunnelConnector {
             var loop = false
             for address in addresses {
                 guard let bytes = ProxyServer.addressBytes(address) else { continue }
-                if !policy.allowsAddress(bytes) {
-                    denied.append(address.ipAddress ?? "?")
-                } else if destinationGuard.check(address: bytes, port: target.port, passthrough: false) == .loop {
+                // Backstop's own listeners and the unspecified addresses are loops whatever the deny list says.
+                if destinationGuard.check(address: bytes, port: target.port, passthrough: false) == .loop {
                     loop = true
+                } else if !policy.allowsAddress(bytes) {
+                    denied.append(address.ipAddress ?? "?")
                 } else {
                     allowed.append(address)
                 }

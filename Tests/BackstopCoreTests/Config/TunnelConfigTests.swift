@@ -20,7 +20,7 @@ struct TunnelConfigTests {
         #expect(tunnels.denyAddresses == TunnelsConfig.defaultDenyAddresses)
         #expect(tunnels.denyAddresses.map(\.description) == [
             "127.0.0.0/8", "0:0:0:0:0:0:0:1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
-            "fe80:0:0:0:0:0:0:0/10", "fc00:0:0:0:0:0:0:0/7", "100.64.0.0/10", "0.0.0.0/8",
+            "fe80:0:0:0:0:0:0:0/10", "fc00:0:0:0:0:0:0:0/7", "100.64.0.0/10", "0.0.0.0/8", "0:0:0:0:0:0:0:0/128",
         ])
         #expect(tunnels.idleTimeout == .seconds(300))
     }

@@ -54,6 +54,12 @@ struct RequestTargetTests {
     @Test("dot segments, also percent-encoded, are found wherever they are in the path", arguments: [
         "/api/../admin", "/api/./x", "/..", "/.", "/a/..", "/a/%2e%2e/b", "/a/%2E%2e/b", "/a/.%2e/b", "/a/%2e./b",
         "/a/%2E/b", "http://h.test/a/../b", "/a/..?q=1", "/a/../",
+        // What Tomcat/Jetty (`;` parameters), IIS (`\\`, `%u`), double-decoding and overlong-UTF-8 readers resolve.
+        "/api/..;/admin", "/api/%2e%2e;x=1/admin", "/api/..%2fadmin", "/api/%2e%2e%2fadmin", "/api/..%5cadmin",
+        "/api/..\\admin", "/api/%252e%252e/admin", "/api/%c0%ae%c0%ae/admin", "http://api.test/..;/admin",
+        "/api/%25252e%25252e/admin", "/api/.;/x", "/api/..%3bjsessionid=1/admin", "/api/%2E%2e%5Cadmin",
+        "/a/%u002e%u002e/b", "/a/%U002E/b", "/a/..%00/b", "/a/..%2500/b", "/a\\..", "/a%2f..", "/a/%e0%80%ae/b",
+        "/a/%ff", "/a/%252525252e%252525252e/b",
     ])
     func dotSegments(uri: String) throws {
         #expect(try #require(RequestTarget.parse(uri)).hasDotSegment)
@@ -62,6 +68,9 @@ struct RequestTargetTests {
     @Test("names that merely contain dots are fine", arguments: [
         "/", "/a.b", "/.well-known/x", "/a/...", "/a/..b", "/a/b..", "/a/%2e%2e%2e", "/a/%2f..x", "/a/%2", "/a/%2e1",
         "/x?q=/../", "/v1.2/x",
+        // An encoded slash that forms no dot segment is forwarded untouched (GitLab's `group%2Fproject`).
+        "/api/v4/projects/group%2Fproject", "/a/%2fb%5cc", "/a;..", "/a/..x;y", "/a/%25", "/100%25off",
+        "/caf%C3%A9", "/a/%u00e9", "/a/%uD800", "/a/%2e%2e%2e", "/a/x.%2e",
     ])
     func notDotSegments(uri: String) throws {
         #expect(try !#require(RequestTarget.parse(uri)).hasDotSegment)

@@ -1,0 +1,61 @@
+import BackstopCore
+import BackstopStatus
+
+extension ProxyServer {
+    /// The facts `/status` and `/status.json` show, read now from the runtime
+    /// (docs/reference/operations.md#status-page).
+    public func statusSnapshot() -> StatusSnapshot {
+        let clock = runtime.clock
+        let wall = clock.wall()
+        let monotonic = clock.monotonic()
+        let second = monotonic.components.seconds
+        let upstreams = runtime.snapshot.upstreams.map { upstream in
+            upstreamStatus(upstream, now: monotonic, second: second, wall: wall)
+        }
+        var tracing: TracingStatus?
+        if let tracer = runtime.tracer, let config = tracingConfig {
+            let dropped = tracer.queue.dropped
+            tracing = TracingStatus(
+                endpoint: config.otlpEndpoint, sampleRatio: tracer.sampler.ratio, exported: tracer.queue.exported,
+                dropped: dropped.queueFull + dropped.exportFailed, queued: tracer.queue.queued)
+        }
+        return StatusSnapshot(
+            generatedAt: wall, version: BackstopVersion.current, uptimeSeconds: max(0, wall - ProcessMetrics.startTime),
+            ready: isReady, draining: runtime.isDraining, inflightRequests: runtime.inflightRequests,
+            clientConnections: runtime.openClientConnections, tunnelsOpen: runtime.tunnelMetrics.openTunnels,
+            windowSeconds: ActivityWindow.defaultSeconds, upstreams: upstreams, tracing: tracing,
+            failures: runtime.failures.recent)
+    }
+
+    private func upstreamStatus(
+        _ upstream: UpstreamRuntime, now: Duration, second: Int64, wall: Double
+    ) -> UpstreamStatus {
+        let name = upstream.config.name
+        let counters = runtime.metrics.upstream(name).snapshot
+        let rates = counters.activity.rates(now: second)
+        let budget = RetryBudgetStatus(
+            retriesLeft: upstream.budget.withBudget { $0.retriesLeft(now: now) }, ratio: upstream.budget.config.ratio,
+            minPerSecond: upstream.budget.config.minPerSecond, exhaustedTotal: counters.budgetExhausted)
+        // One endpoint per upstream until several endpoints and circuits exist (docs/reference/behaviour.md): its
+        // `url`, taking requests.
+        let endpoints = [EndpointStatus(url: upstream.origin, state: .healthy)]
+        return UpstreamStatus(
+            name: name, requestsPerSecond: rates.perSecond, successRatio: rates.successRatio,
+            attemptsPerRequest: rates.attemptsPerRequest, retryBudget: budget, circuit: .closed, endpoints: endpoints,
+            token: tokenStatus(upstream, wall: wall))
+    }
+
+    private func tokenStatus(_ upstream: UpstreamRuntime, wall: Double) -> TokenStatus? {
+        switch upstream.auth {
+        case .none:
+            return nil
+        case .staticToken(let source, _):
+            return TokenStatus(kind: "static", present: source.value() != nil)
+        case .oauth2(let manager, _):
+            let last = tokenRefreshes.lastRefresh(upstream: upstream.config.name)
+            return TokenStatus(
+                kind: "oauth2", present: manager.holdsToken, expiresInSeconds: manager.currentExpiry.map { $0 - wall },
+                lastRefresh: last.map { RefreshStatus(at: $0.at, outcome: $0.result.rawValue) })
+        }
+    }
+}

@@ -1,0 +1,94 @@
+import W3CTraceContext
+
+/// The W3C trace context a client sent (`traceparent`, `tracestate`), parsed without trusting it: a request whose
+/// `traceparent` is missing, repeated or malformed starts a new trace (W3C Trace Context §4.3), and a malformed or
+/// oversized `tracestate` is dropped while its `traceparent` still counts.
+public struct IncomingTraceContext: Sendable, Equatable {
+    public var traceID: TraceID
+    /// The client's span: the parent of Backstop's server span.
+    public var parentSpanID: SpanID
+    /// The sampled flag decides whether this request is traced (parent-based sampling).
+    public var sampled: Bool
+    /// `tracestate` re-serialized (entries kept in order), nil when absent or dropped.
+    public var traceState: String?
+
+    public init(traceID: TraceID, parentSpanID: SpanID, sampled: Bool, traceState: String? = nil) {
+        self.traceID = traceID
+        self.parentSpanID = parentSpanID
+        self.sampled = sampled
+        self.traceState = traceState
+    }
+
+    /// Longest `tracestate` kept (W3C asks to propagate at least 512 characters; longer ones come from a client
+    /// that is not following the spec, and the value is copied into every span).
+    public static let maxTraceStateBytes = 512
+
+    /// Parses the two header values; nil when `traceparent` is absent or invalid.
+    public static func parse(traceparent: String?, tracestate: String?) -> IncomingTraceContext? {
+        guard let traceparent, let normalized = normalize(traceparent) else { return nil }
+        var state = tracestate
+        if let value = state, value.utf8.count > maxTraceStateBytes || value.isEmpty { state = nil }
+        let context: TraceContext
+        if let parsed = try? TraceContext(traceParentHeaderValue: normalized, traceStateHeaderValue: state) {
+            context = parsed
+        } else if state != nil, let parsed = try? TraceContext(traceParentHeaderValue: normalized) {
+            context = parsed  // a bad tracestate does not invalidate the traceparent (W3C Trace Context §3.3.1.1)
+        } else {
+            return nil
+        }
+        return IncomingTraceContext(
+            traceID: context.traceID, parentSpanID: context.spanID, sampled: context.flags.contains(.sampled),
+            traceState: context.state.allSatisfy(hasValidKey) ? context.traceStateHeaderValue : nil)
+    }
+
+    /// A list member's key starts with a lowercase letter or a digit (W3C Trace Context §3.3.1.3); the parser
+    /// lets an empty key through.
+    private static func hasValidKey(_ member: TraceState.Element) -> Bool {
+        guard let first = member.vendor.rawValue.utf8.first else { return false }
+        return (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
+    }
+
+    /// Finds the trace headers among a request's headers (names compared case-insensitively). Two `traceparent`
+    /// headers make the request's context invalid; several `tracestate` headers are one list joined by commas.
+    public static func parse<Headers: Sequence>(headers: Headers) -> IncomingTraceContext?
+    where Headers.Element == (name: String, value: String) {
+        var traceparent: String?
+        var parents = 0
+        var tracestate: String?
+        for (name, value) in headers {
+            guard name.utf8.count == 11 || name.utf8.count == 10 else { continue }
+            if asciiCaseInsensitiveEquals(name, "traceparent") {
+                parents += 1
+                traceparent = value
+            } else if asciiCaseInsensitiveEquals(name, "tracestate") {
+                tracestate = tracestate.map { "\($0),\(value)" } ?? value
+            }
+        }
+        guard parents == 1 else { return nil }
+        return parse(traceparent: traceparent, tracestate: tracestate)
+    }
+
+    /// Version `00` as is; a later version is read as `00` from its first 55 characters when what follows them
+    /// starts with `-` (W3C Trace Context §4.3, "versioning"); `ff` and anything else are invalid.
+    static func normalize(_ value: String) -> String? {
+        let bytes = Array(value.utf8)
+        guard bytes.count >= 55, isLowerHex(bytes[0]), isLowerHex(bytes[1]) else { return nil }
+        if bytes[0] == UInt8(ascii: "0") && bytes[1] == UInt8(ascii: "0") {
+            return bytes.count == 55 ? value : nil
+        }
+        if bytes[0] == UInt8(ascii: "f") && bytes[1] == UInt8(ascii: "f") { return nil }
+        guard bytes.count == 55 || bytes[55] == UInt8(ascii: "-") else { return nil }
+        return "00" + String(decoding: bytes[2..<55], as: UTF8.self)
+    }
+
+    private static func isLowerHex(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+    }
+
+    private static func asciiCaseInsensitiveEquals(_ name: String, _ lowercase: String) -> Bool {
+        guard name.utf8.count == lowercase.utf8.count else { return false }
+        for (a, b) in zip(name.utf8, lowercase.utf8) where a | 0x20 != b { return false }
+        return true
+    }
+}

@@ -1,0 +1,120 @@
+/// Turns the facts of a request, an attempt or a refresh into span names, attributes and status, after
+/// OpenTelemetry's HTTP semantic conventions (v1.26 stable names) plus the `backstop.*` attributes. Pure: the
+/// tests compare whole attribute lists.
+public enum SpanAttributes {
+    /// Methods the conventions name as they are; any other is recorded as `_OTHER` with its original spelling.
+    static let knownMethods: Set<String> = [
+        "CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE",
+    ]
+
+    /// `{method}` for a known method, `HTTP` otherwise (the conventions' span name without a route template).
+    public static func spanName(method: String) -> String {
+        knownMethods.contains(method) ? method : "HTTP"
+    }
+
+    static func method(_ method: String, into attributes: inout [SpanAttribute]) {
+        if knownMethods.contains(method) {
+            attributes.append(SpanAttribute("http.request.method", .string(method)))
+        } else {
+            attributes.append(SpanAttribute("http.request.method", .string("_OTHER")))
+            attributes.append(SpanAttribute("http.request.method_original", .string(method)))
+        }
+    }
+
+    /// The server span's attributes and status. 5xx is an error for a server span; 4xx is the client's.
+    public static func server(_ facts: RequestFacts) -> ([SpanAttribute], SpanStatus) {
+        var a: [SpanAttribute] = []
+        a.reserveCapacity(12)
+        method(facts.method, into: &a)
+        a.append(SpanAttribute("url.scheme", .string("http")))
+        a.append(SpanAttribute("url.path", .string(withoutQuery(facts.path))))
+        if let host = facts.serverAddress { a.append(SpanAttribute("server.address", .string(host))) }
+        if let port = facts.serverPort { a.append(SpanAttribute("server.port", .int(Int64(port)))) }
+        if let client = facts.clientAddress { a.append(SpanAttribute("client.address", .string(client))) }
+        if let agent = facts.userAgent { a.append(SpanAttribute("user_agent.original", .string(agent))) }
+        a.append(SpanAttribute("network.protocol.version", .string(facts.protocolVersion)))
+        a.append(SpanAttribute("http.response.status_code", .int(Int64(facts.status))))
+        if let upstream = facts.upstream { a.append(SpanAttribute("backstop.upstream", .string(upstream))) }
+        a.append(SpanAttribute("backstop.attempts", .int(Int64(facts.attempts))))
+        var status = SpanStatus.unset
+        if let reason = facts.errorReason {
+            a.append(SpanAttribute("error.type", .string(reason)))
+            if facts.status >= 500 { status = .error(reason) }
+        } else if facts.status >= 500 {
+            a.append(SpanAttribute("error.type", .string(String(facts.status))))
+            status = .error(String(facts.status))
+        }
+        return (a, status)
+    }
+
+    /// A client span's attributes and status: any 4xx/5xx or transport failure is an error of that attempt.
+    public static func client(_ facts: AttemptFacts) -> ([SpanAttribute], SpanStatus) {
+        var a: [SpanAttribute] = []
+        a.reserveCapacity(16)
+        method(facts.method, into: &a)
+        let url = withoutQuery(facts.url)
+        a.append(SpanAttribute("url.full", .string(url)))
+        if let (host, port) = hostAndPort(url) {
+            a.append(SpanAttribute("server.address", .string(host)))
+            a.append(SpanAttribute("server.port", .int(Int64(port))))
+        }
+        if facts.attempt > 1 { a.append(SpanAttribute("http.request.resend_count", .int(Int64(facts.attempt - 1)))) }
+        if let status = facts.status { a.append(SpanAttribute("http.response.status_code", .int(Int64(status)))) }
+        if let version = facts.protocolVersion { a.append(SpanAttribute("network.protocol.version", .string(version))) }
+        a.append(SpanAttribute("backstop.upstream", .string(facts.upstream)))
+        a.append(SpanAttribute("backstop.endpoint", .string(facts.endpoint)))
+        a.append(SpanAttribute("backstop.attempt", .int(Int64(facts.attempt))))
+        a.append(SpanAttribute("backstop.outcome", .string(facts.outcome)))
+        if let reason = facts.retryReason { a.append(SpanAttribute("backstop.retry_reason", .string(reason))) }
+        if let backoff = facts.backoffMilliseconds { a.append(SpanAttribute("backstop.backoff_ms", .int(backoff))) }
+        a.append(SpanAttribute("backstop.hedge", .bool(facts.hedge)))
+        var status = SpanStatus.unset
+        if let code = facts.status, code >= 400 {
+            a.append(SpanAttribute("error.type", .string(String(code))))
+            status = .error(String(code))
+        } else if facts.status == nil {
+            a.append(SpanAttribute("error.type", .string(facts.outcome)))
+            status = .error(facts.outcome)
+        }
+        return (a, status)
+    }
+
+    /// A token refresh span's attributes and status.
+    public static func refresh(_ facts: RefreshFacts) -> ([SpanAttribute], SpanStatus) {
+        var a = [
+            SpanAttribute("backstop.upstream", .string(facts.upstream)),
+            SpanAttribute("server.address", .string(facts.tokenEndpointHost)),
+            SpanAttribute("backstop.outcome", .string(facts.outcome)),
+        ]
+        guard let failure = facts.failure else { return (a, .unset) }
+        a.append(SpanAttribute("error.type", .string(failure)))
+        return (a, .error(failure))
+    }
+
+    /// `url` up to its `?`: a query may carry an API key or a signature, and no secret is ever an attribute.
+    static func withoutQuery(_ url: String) -> String {
+        guard let mark = url.firstIndex(of: "?") else { return url }
+        return String(url[..<mark])
+    }
+
+    /// Host and port of an absolute `http(s)://` URL (the scheme's port when none is written).
+    static func hostAndPort(_ url: String) -> (String, Int)? {
+        let https = url.hasPrefix("https://")
+        guard https || url.hasPrefix("http://") else { return nil }
+        let rest = url.dropFirst(https ? 8 : 7)
+        let authority = rest.prefix { $0 != "/" && $0 != "?" }
+        var host = Substring(authority)
+        var port = https ? 443 : 80
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if after.hasPrefix(":"), let p = Int(after.dropFirst()) { port = p }
+        } else if let colon = authority.lastIndex(of: ":") {
+            host = authority[..<colon]
+            guard let p = Int(authority[authority.index(after: colon)...]) else { return nil }
+            port = p
+        }
+        return (String(host), port)
+    }
+}
