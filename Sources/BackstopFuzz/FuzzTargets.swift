@@ -35,6 +35,9 @@ import CFuzzing
 ///   decoded credentials always hold a `:`, and only the exact credentials are allowed.
 /// - `sigv4`: a request line's path and query (the input split at its first `?`) → the SigV4 canonical URI and
 ///   query, which must be plain ASCII of the unreserved set, `%XX`, and the separators.
+/// - `netlink`: rtnetlink datagrams → `NetlinkChangeDecoder` (the first byte says where to split the rest into two
+///   datagrams, decoded in turn by one decoder, then once more whole): every change must carry an IPv4 or IPv6
+///   address with a prefix length that fits it.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
@@ -42,7 +45,10 @@ enum FuzzTarget: String, CaseIterable {
     case caBundle = "ca-bundle"
     case path
     case traceparent
-    case clientIdentity = "client-identity", proxyAuth = "proxy-auth", sigv4
+    case clientIdentity = "client-identity"
+    case proxyAuth = "proxy-auth"
+    case sigv4
+    case netlink
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -69,6 +75,7 @@ enum FuzzTarget: String, CaseIterable {
         case .clientIdentity: Self.clientIdentity(bytes)
         case .proxyAuth: Self.proxyAuth(bytes)
         case .sigv4: Self.sigv4(bytes)
+        case .netlink: Self.netlink(bytes)
         }
     }
 
@@ -118,6 +125,28 @@ enum FuzzTarget: String, CaseIterable {
                 }, "canonical path or query outside the encoded alphabet")
             }
         }
+    }
+
+    static func netlink(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let rest = Array(bytes.dropFirst())
+        let split = rest.isEmpty ? 0 : Int(first) % (rest.count + 1)
+        var decoder = NetlinkChangeDecoder()
+        for datagram in [Array(rest[..<split]), Array(rest[split...]), rest] {
+            for change in decoder.decode(datagram).changes {
+                switch change {
+                case .addressAdded(let cidr, _), .routeAdded(let cidr, _):
+                    precondition(cidr.address.count == 4 || cidr.address.count == 16, "address of \(cidr.address.count) bytes")
+                    precondition((0...cidr.address.count * 8).contains(cidr.prefixLength), "prefix \(cidr.prefixLength)")
+                    _ = change.description
+                case .linkUp(_, let name):
+                    precondition(name.utf8.count <= 16 * 3, "name too long")
+                case .eventsLost:
+                    break
+                }
+            }
+        }
+        precondition(decoder.usableLinks <= NetlinkChangeDecoder.maxLinks, "links unbounded")
     }
 
     /// Tunnels for `*.test:443` and a literal address, and an intercepting upstream for `api.test`.

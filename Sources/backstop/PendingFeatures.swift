@@ -1,7 +1,7 @@
 import BackstopCore
 
 /// Settings `check` accepts whose request-path half this build does not perform yet (client certificates to
-/// upstreams, SigV4, `clients`, `upgrades: false`). Serving such a config would quietly do less than it says (an
+/// upstreams, SigV4, `clients`, `upgrades: false`, several endpoints, hedging, a `circuit` section). Serving such a config would quietly do less than it says (an
 /// unsigned request, a client allowed that should be denied), so `run` refuses it and a reload keeps the old one.
 /// Each line goes when its feature is wired into the request path.
 enum PendingFeatures {
@@ -15,6 +15,13 @@ enum PendingFeatures {
             }
             if case .awsSigV4 = upstream.auth { problems.append("\(name): auth type aws_sigv4 is not signed by this build yet") }
             if !upstream.upgrades { problems.append("\(name): upgrades: false is not enforced by this build yet") }
+            if upstream.endpoints.count > 1 {
+                problems.append("\(name): several endpoints are not balanced by this build yet (only the first would be used)")
+            }
+            if upstream.hedge.max > 0 { problems.append("\(name): hedge is not performed by this build yet") }
+            if upstream.circuit != CircuitConfig() {
+                problems.append("\(name): circuit settings are not enforced by this build yet")
+            }
         }
         return problems
     }

@@ -1,4 +1,5 @@
-# Sourced by scripts/ab.sh, scripts/instructions.sh and scripts/stale-connections.sh: the one origin and proxy config they measure against.
+# Sourced by scripts/ab.sh, scripts/instructions.sh and scripts/stale-connections.sh: the one origin and proxy config they measure against
+# (bench/outage.sh uses its wait_port).
 #
 # start_ab_origin WORK ORIGIN_PORT PROXY_PORT TLS H1
 #   Starts a 1-worker nginx origin on 127.0.0.1:ORIGIN_PORT answering a 100-byte body (TLS=1: HTTPS with a CA made

@@ -3,6 +3,7 @@ import Yams
 extension ConfigBuilder {
     static let retryKeys = [
         "attempts", "on", "methods", "retry_non_idempotent_with_key", "backoff", "retry_after", "budget",
+        "on_network_change",
     ]
 
     mutating func retry(_ node: Node, _ label: String) -> RetryConfig {
@@ -47,6 +48,9 @@ extension ConfigBuilder {
             if let x = m["min_per_second"], let v = reader.double(x, "\(path).budget.min_per_second", minimum: 0) {
                 config.budget.minPerSecond = v
             }
+        }
+        if let n = map["on_network_change"], let v = reader.bool(n, "\(path).on_network_change") {
+            config.onNetworkChange = v
         }
         return config
     }

@@ -1,7 +1,10 @@
 import Yams
 
 extension ConfigBuilder {
-    static let upstreamKeys = ["name", "match", "url", "tls", "timeouts", "retry", "auth", "intercept", "upgrades"]
+    static let upstreamKeys = [
+        "name", "match", "url", "endpoints", "balance", "circuit", "hedge", "tls", "timeouts", "retry", "auth",
+        "intercept", "upgrades",
+    ]
 
     /// One `upstreams` entry, and whether it is usable; nil without a valid name. An entry with a bad match or url
     /// is still returned (not usable) so the cross-upstream checks see it too; every section is read so all its
@@ -26,18 +29,19 @@ extension ConfigBuilder {
         } else {
             reader.fail(node, "\(label) needs 'match' (hosts and/or path_prefix)")
         }
-        var url: UpstreamURL?
-        if let n = map["url"] {
-            url = upstreamURL(n, "\(label): url")
-        } else {
-            reader.fail(node, "\(label) needs 'url'")
-        }
+        let endpoints = self.endpoints(map, node: node, label: label)
         var upstream = UpstreamConfig(
-            name: name ?? "", match: match ?? MatchConfig(), url: url ?? UpstreamURL(scheme: "http", host: "invalid"),
-            location: reader.location(node))
+            name: name ?? "", match: match ?? MatchConfig(),
+            endpoints: endpoints ?? [UpstreamURL(scheme: "http", host: "invalid")], location: reader.location(node))
+        if let n = map["balance"], let v = reader.oneOf(n, "\(label): balance", BalanceMode.allCases) {
+            upstream.balance = v
+        }
+        if let n = map["circuit"] { upstream.circuit = circuit(n, label) }
         if let n = map["tls"] { upstream.tls = tls(n, label) }
         if let n = map["timeouts"] { upstream.timeouts = timeouts(n, label) }
         if let n = map["retry"] { upstream.retry = retry(n, label) }
+        // After retry and timeouts: hedged copies count against retry.attempts and must start before per_try ends.
+        if let n = map["hedge"] { upstream.hedge = hedge(n, label, retry: upstream.retry, timeouts: upstream.timeouts) }
         var authLocation: SourceLocation?
         if let n = map["auth"] {
             upstream.auth = auth(n, label)
@@ -58,7 +62,7 @@ extension ConfigBuilder {
         if case .mapping(let tlsMap)? = map["tls"], let certNode = tlsMap["client_cert_entry"] {
             site.clientCert = reader.location(certNode)
         }
-        return (upstream, site, match != nil && url != nil)
+        return (upstream, site, match != nil && endpoints != nil)
     }
 
     static func isUpstreamName(_ text: String) -> Bool {
@@ -118,6 +122,132 @@ extension ConfigBuilder {
             !label.isEmpty && label.utf8.allSatisfy { (48...57).contains($0) || (97...122).contains($0) || $0 == 45 || $0 == 95 }
         }
         return valid ? host : nil
+    }
+
+    /// `url` or `endpoints` (exactly one of them), checked as a set: no duplicates (same scheme, host and port), one
+    /// scheme and one base path for all (they share the upstream's `tls`, and a request's path must not depend on
+    /// the endpoint it lands on). nil when unusable; every problem is reported.
+    mutating func endpoints(_ map: MappingView, node: Node, label: String) -> [UpstreamURL]? {
+        switch (map["url"], map["endpoints"]) {
+        case (nil, nil):
+            reader.fail(node, "\(label) needs 'url' (or 'endpoints', a list of urls)")
+            return nil
+        case (.some, .some):
+            reader.fail(map.keyNode("endpoints")!, "\(label) has both 'url' and 'endpoints'; write one "
+                + "('url: X' is the same as 'endpoints: [X]')")
+            return nil
+        case (let n?, nil):
+            return upstreamURL(n, "\(label): url").map { [$0] }
+        case (nil, let n?):
+            guard let items = reader.sequence(n, "\(label): endpoints") else { return nil }
+            guard !items.isEmpty else {
+                reader.fail(n, "\(label): endpoints needs at least one url")
+                return nil
+            }
+            var found: [(url: UpstreamURL, node: Node)] = []
+            var usable = true
+            for item in items {
+                guard let url = upstreamURL(item, "\(label): endpoints[]") else {
+                    usable = false
+                    continue
+                }
+                if let first = found.first(where: { Self.sameEndpoint($0.url, url) }) {
+                    let at = reader.location(first.node)
+                    reader.fail(item, "\(label): endpoints lists \(url.endpointKey) twice (first at line \(at.line), "
+                        + "column \(at.column); endpoints are told apart by scheme, host and port)")
+                    usable = false
+                    continue
+                }
+                if let first = found.first {
+                    if url.scheme != first.url.scheme {
+                        reader.fail(item, "\(label): endpoints mix \(first.url.scheme) and \(url.scheme); all "
+                            + "endpoints of one upstream share its tls settings, so they must use one scheme "
+                            + "(make another upstream for the others)")
+                        usable = false
+                        continue
+                    }
+                    if url.basePath != first.url.basePath {
+                        let shown = { (p: String) in p.isEmpty ? "no base path" : "base path '\(p)'" }
+                        reader.fail(item, "\(label): this endpoint has \(shown(url.basePath)) but the first has "
+                            + "\(shown(first.url.basePath)); every endpoint of one upstream needs the same base path")
+                        usable = false
+                        continue
+                    }
+                }
+                found.append((url, item))
+            }
+            return usable ? found.map(\.url) : nil
+        }
+    }
+
+    /// Same scheme, host and port; IP literals compared as addresses (`[::1]` is `[0::1]`).
+    static func sameEndpoint(_ a: UpstreamURL, _ b: UpstreamURL) -> Bool {
+        guard a.scheme == b.scheme, a.effectivePort == b.effectivePort else { return false }
+        if let x = IPAddressParser.parse(a.host), let y = IPAddressParser.parse(b.host) { return x == y }
+        return a.host == b.host
+    }
+
+    mutating func circuit(_ node: Node, _ label: String) -> CircuitConfig {
+        var config = CircuitConfig()
+        let path = "\(label): circuit"
+        guard let map = reader.mapping(node, path, allowed: ["failures", "open_for", "max_inflight"]) else {
+            return config
+        }
+        if let n = map["failures"], let v = reader.int(n, "\(path).failures", range: 0...1000) { config.failures = v }
+        if let n = map["open_for"], let v = reader.duration(n, "\(path).open_for") {
+            if v <= .zero || v > CircuitConfig.maxOpenFor {
+                reader.fail(n, "\(path).open_for must be above 0 and at most 5m (ejections double up to 5m), not \(v)")
+            } else {
+                config.openFor = v
+            }
+        }
+        if let n = map["max_inflight"], let v = reader.int(n, "\(path).max_inflight", range: 1...1_000_000) {
+            config.maxInflight = v
+        }
+        return config
+    }
+
+    mutating func hedge(_ node: Node, _ label: String, retry: RetryConfig, timeouts: Timeouts) -> HedgeConfig {
+        var config = HedgeConfig()
+        let path = "\(label): hedge"
+        guard let map = reader.mapping(node, path, allowed: ["after", "max", "methods"]) else { return config }
+        if let n = map["after"] {
+            if case .scalar(let s) = n, s.string == "p95" {
+                config.after = .p95
+            } else if let v = reader.duration(n, "\(path).after") {
+                if v <= .zero {
+                    reader.fail(n, "\(path).after must be above 0 (or p95)")
+                } else if v >= timeouts.perTry {
+                    reader.fail(n, "\(path).after (\(v)) is not shorter than timeouts.per_try (\(timeouts.perTry)): the "
+                        + "attempt would time out before a copy is sent")
+                } else {
+                    config.after = .fixed(v)
+                }
+            }
+        }
+        if let n = map["max"], let v = reader.int(n, "\(path).max", range: 0...99) {
+            if v > retry.attempts - 1 {
+                reader.fail(n, "\(path).max (\(v)) is more than retry.attempts - 1 (\(retry.attempts - 1)): hedged "
+                    + "copies count as attempts; raise retry.attempts or lower hedge.max")
+            } else {
+                config.max = v
+            }
+        }
+        if let n = map["methods"], let list = reader.stringList(n, "\(path).methods") {
+            config.methods = []
+            for (text, itemNode) in list {
+                let method = text.asciiUppercased()
+                if !HTTPSyntax.isToken(text) {
+                    reader.fail(itemNode, "\(path).methods: '\(text)' is not an HTTP method")
+                } else if !RetryConfig.defaultMethods.contains(method) {
+                    reader.fail(itemNode, "\(path).methods: \(method) is not idempotent (RFC 9110: GET, HEAD, OPTIONS, "
+                        + "TRACE, PUT, DELETE); a hedged request reaches the upstream twice")
+                } else {
+                    config.methods.insert(method)
+                }
+            }
+        }
+        return config
     }
 
     mutating func upstreamURL(_ node: Node, _ path: String) -> UpstreamURL? {

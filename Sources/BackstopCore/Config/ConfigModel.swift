@@ -231,7 +231,15 @@ public enum UnmatchedPolicy: String, Sendable, Equatable {
 public struct UpstreamConfig: Sendable, Equatable {
     public var name: String
     public var match: MatchConfig
-    public var url: UpstreamURL
+    /// Where requests go, in `balance` order; never empty. Every endpoint has the same scheme and base path (the
+    /// loader checks it), so what is sent does not depend on which endpoint gets it (docs/reference/config.md#endpoints).
+    public var endpoints: [UpstreamURL]
+    /// How an attempt picks among `endpoints`.
+    public var balance: BalanceMode
+    /// Ejection of failing endpoints and the in-flight limit.
+    public var circuit: CircuitConfig
+    /// Extra copies of slow idempotent requests.
+    public var hedge: HedgeConfig
     public var tls: TLSConfig
     public var timeouts: Timeouts
     public var retry: RetryConfig
@@ -244,20 +252,97 @@ public struct UpstreamConfig: Sendable, Equatable {
     public var upgrades: Bool = true
     /// Where this upstream's entry starts in the file.
     public var location: SourceLocation?
+
+    /// The first endpoint: all of them for an upstream written with `url`. Everything that does not choose an
+    /// endpoint per attempt (routing, redirect rewriting, the base path, the scheme) may read it, since every
+    /// endpoint shares its scheme and base path. Setting it replaces every endpoint (`url: X` means `endpoints: [X]`).
+    public var url: UpstreamURL {
+        get { endpoints[0] }
+        set { endpoints = [newValue] }
+    }
+
     public init(
         name: String, match: MatchConfig, url: UpstreamURL, tls: TLSConfig = TLSConfig(),
         timeouts: Timeouts = Timeouts(), retry: RetryConfig = RetryConfig(), auth: AuthConfig = .none,
         intercept: Bool = false, location: SourceLocation? = nil
     ) {
+        self.init(
+            name: name, match: match, endpoints: [url], tls: tls, timeouts: timeouts, retry: retry, auth: auth,
+            intercept: intercept, location: location)
+    }
+
+    /// `endpoints` must not be empty.
+    public init(
+        name: String, match: MatchConfig, endpoints: [UpstreamURL], balance: BalanceMode = .failover,
+        circuit: CircuitConfig = CircuitConfig(), hedge: HedgeConfig = HedgeConfig(), tls: TLSConfig = TLSConfig(),
+        timeouts: Timeouts = Timeouts(), retry: RetryConfig = RetryConfig(), auth: AuthConfig = .none,
+        intercept: Bool = false, location: SourceLocation? = nil
+    ) {
+        precondition(!endpoints.isEmpty, "an upstream has at least one endpoint")
         self.name = name
         self.match = match
-        self.url = url
+        self.endpoints = endpoints
+        self.balance = balance
+        self.circuit = circuit
+        self.hedge = hedge
         self.tls = tls
         self.timeouts = timeouts
         self.retry = retry
         self.auth = auth
         self.intercept = intercept
         self.location = location
+    }
+}
+
+/// `balance`: which endpoint an attempt goes to.
+public enum BalanceMode: String, Sendable, Equatable, CaseIterable {
+    /// The first healthy endpoint in the order written: the others are standbys.
+    case failover
+    /// Each healthy endpoint in turn.
+    case roundRobin = "round_robin"
+}
+
+/// `circuit`: when an endpoint stops getting requests, and how many requests one upstream may have in progress.
+public struct CircuitConfig: Sendable, Equatable {
+    /// Consecutive failed attempts (a `retry.on` condition) that eject an endpoint; 0 never ejects.
+    public var failures: Int
+    /// The first ejection's length; each consecutive ejection doubles it, up to `maxOpenFor`.
+    public var openFor: Duration
+    /// Requests in progress to the upstream; one more is answered 503 `upstream-overloaded` at once.
+    public var maxInflight: Int
+
+    /// The longest an ejection lasts, however often it doubled.
+    public static let maxOpenFor: Duration = .seconds(300)
+
+    public init(failures: Int = 5, openFor: Duration = .seconds(30), maxInflight: Int = 1024) {
+        self.failures = failures
+        self.openFor = openFor
+        self.maxInflight = maxInflight
+    }
+}
+
+/// `hedge.after`: how long an attempt may go without a response head before a copy is sent.
+public enum HedgeAfter: Sendable, Equatable {
+    case fixed(Duration)
+    /// The upstream's observed 95th-percentile time to response head over the last minute (`HeadLatencyWindow`).
+    case p95
+}
+
+/// `hedge`: extra copies of a slow idempotent request.
+public struct HedgeConfig: Sendable, Equatable {
+    public var after: HedgeAfter
+    /// Copies in flight at once beyond the first attempt; 0 turns hedging off.
+    public var max: Int
+    /// Uppercased method names; only idempotent ones (the loader checks it).
+    public var methods: Set<String>
+
+    public static let defaultMethods: Set<String> = ["GET", "HEAD", "OPTIONS"]
+
+    public init(after: HedgeAfter = .fixed(.milliseconds(250)), max: Int = 0,
+                methods: Set<String> = HedgeConfig.defaultMethods) {
+        self.after = after
+        self.max = max
+        self.methods = methods
     }
 }
 
@@ -305,6 +390,11 @@ public struct UpstreamURL: Sendable, Equatable {
     }
     /// `scheme://host[:port]` with no path.
     public var origin: String { "\(scheme)://\(hostHeader)" }
+    /// `scheme://host:port` with the port always written: what makes two endpoints the same (the base path does
+    /// not), and the `endpoint` label of metrics and access lines.
+    public var endpointKey: String {
+        "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(effectivePort)"
+    }
 }
 
 /// The `tls` section of an upstream.
@@ -422,6 +512,9 @@ public struct RetryConfig: Sendable, Equatable {
     public var backoff: BackoffConfig
     public var retryAfter: RetryAfterConfig
     public var budget: BudgetConfig
+    /// An attempt that failed for want of a usable network also ends its backoff when the host's network changes
+    /// (a link up, an address or route added): `retry.on_network_change`.
+    public var onNetworkChange: Bool
 
     public static let defaultOn: Set<RetryCondition> = [
         .connectFailure, .reset, .timeout, .status(429), .status(502), .status(503), .status(504),
@@ -433,9 +526,10 @@ public struct RetryConfig: Sendable, Equatable {
         attempts: Int = 3, on: Set<RetryCondition> = RetryConfig.defaultOn,
         methods: Set<String> = RetryConfig.defaultMethods, retryNonIdempotentWithKey: String? = "Idempotency-Key",
         backoff: BackoffConfig = BackoffConfig(), retryAfter: RetryAfterConfig = RetryAfterConfig(),
-        budget: BudgetConfig = BudgetConfig()
+        budget: BudgetConfig = BudgetConfig(), onNetworkChange: Bool = true
     ) {
         self.attempts = attempts
+        self.onNetworkChange = onNetworkChange
         self.on = on
         self.methods = methods
         self.retryNonIdempotentWithKey = retryNonIdempotentWithKey

@@ -98,9 +98,11 @@ enum ConfigValidator {
                 errors.append(ConfigError(location: at, message: "\(name) has intercept: true together with "
                     + "tls.insecure_skip_verify: the client trusts Backstop to verify the real upstream"))
             }
-            if upstream.url.scheme != "https" && !IPAddressParser.isLoopback(upstream.url.host) {
-                errors.append(ConfigError(location: at, message: "\(name) has intercept: true, so its url must be "
-                    + "https (the client believes it speaks TLS to \(upstream.url.host)); plain http only to loopback"))
+            // Every endpoint: a retry or a failover may land on any of them.
+            for endpoint in upstream.endpoints where endpoint.scheme != "https" && !IPAddressParser.isLoopback(endpoint.host) {
+                let what = upstream.endpoints.count == 1 ? "its url" : "its endpoint \(endpoint.endpointKey)"
+                errors.append(ConfigError(location: at, message: "\(name) has intercept: true, so \(what) must be "
+                    + "https (the client believes it speaks TLS to \(endpoint.host)); plain http only to loopback"))
             }
         }
         return errors

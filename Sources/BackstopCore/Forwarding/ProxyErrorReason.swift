@@ -21,6 +21,10 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
     case clientDenied = "client-denied"
     case proxyAuthRequired = "proxy-auth-required"
     case upgradeNotAllowed = "upgrade-not-allowed"
+    /// Every endpoint of the upstream is ejected; sent with `Retry-After` (`EndpointVerdict.circuitOpen`).
+    case circuitOpen = "circuit-open"
+    /// `circuit.max_inflight` requests to the upstream are already in progress.
+    case upstreamOverloaded = "upstream-overloaded"
 
     /// The HTTP status that goes with the reason.
     public var status: Int {
@@ -33,7 +37,7 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .bodyTooLarge: 413
         case .headersTooLarge: 431
         case .upstreamUnreachable, .tokenUnavailable, .badUpstreamResponse, .tunnelUnreachable: 502
-        case .shuttingDown: 503
+        case .shuttingDown, .circuitOpen, .upstreamOverloaded: 503
         case .upstreamTimeout: 504
         case .loopDetected: 508
         case .tokenRefreshFailed: 401
@@ -63,6 +67,8 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .clientDenied: "this client may not use this upstream (clients)"
         case .proxyAuthRequired: "proxy authentication required"
         case .upgradeNotAllowed: "protocol upgrades are not allowed for this upstream"
+        case .circuitOpen: "every endpoint of the upstream is failing; not tried until its next probe"
+        case .upstreamOverloaded: "too many requests in progress to the upstream (circuit.max_inflight)"
         }
     }
 }

@@ -3,12 +3,12 @@
 /// upstream redirect to `/v2/login` would send an app whose base URL is `http://127.0.0.1:8080/api` out of
 /// Backstop's routes. Pure; built per request, used only when a response carries such a field.
 ///
-/// The upstream URL `scheme://host[:port]` + base path maps to what the client sees: for an origin-form request
+/// An upstream URL (of any of its endpoints) `scheme://host[:port]` + base path maps to what the client sees: for an origin-form request
 /// matched by a stripped `path_prefix`, that prefix (a path on Backstop itself, so the value becomes relative); for
 /// another origin-form request, the path itself; for an absolute-form request, `http://` + the host it asked for.
 /// Values elsewhere (other hosts, other paths, relative references) are left as they are.
 public struct RedirectRewriter: Sendable, Equatable {
-    /// `scheme://host` and `scheme://host:port` spellings of the upstream origin, lowercased.
+    /// `scheme://host` and `scheme://host:port` spellings of each endpoint's origin, lowercased.
     let upstreamOrigins: [String]
     let basePath: String
     /// Prepended to what follows the base path: `""` (keep relative) or `http://host[:port]`.
@@ -17,10 +17,12 @@ public struct RedirectRewriter: Sendable, Equatable {
     let clientPrefix: String
 
     public init(upstream: UpstreamConfig, target: RequestTarget) {
-        let url = upstream.url
-        let host = url.host.contains(":") ? "[\(url.host)]" : url.host
-        upstreamOrigins = ["\(url.scheme)://\(host):\(url.effectivePort)", "\(url.scheme)://\(host)"]
-        basePath = url.basePath
+        // Any endpoint's origin: a redirect names the endpoint that answered (they share one base path).
+        upstreamOrigins = upstream.endpoints.flatMap { url in
+            let host = url.host.contains(":") ? "[\(url.host)]" : url.host
+            return ["\(url.scheme)://\(host):\(url.effectivePort)", "\(url.scheme)://\(host)"]
+        }
+        basePath = upstream.url.basePath
         switch target.form {
         case .absolute(let scheme, let requestHost, let port):
             let authority = (requestHost.contains(":") ? "[\(requestHost)]" : requestHost) + (port.map { ":\($0)" } ?? "")

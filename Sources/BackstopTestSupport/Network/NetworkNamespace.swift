@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 /// A network namespace the test creates for itself, joined to this host by a veth pair, so a client with a
 /// non-loopback address can be tested without sending anything off the machine. Needs `ip` (iproute2) and
@@ -9,6 +10,8 @@ public final class NetworkNamespace: Sendable {
     public let hostAddress: String
     /// The address the namespace's traffic comes from.
     public let clientAddress: String
+    /// The namespace's end of the veth pair.
+    public let interface: String
     private let hostInterface: String
 
     /// Whether namespaces can be created here (root with CAP_NET_ADMIN and iproute2).
@@ -27,6 +30,7 @@ public final class NetworkNamespace: Sendable {
         name = "bs\(id)"
         hostInterface = "bsh\(id)"
         let peer = "bsp\(id)"
+        interface = peer
         hostAddress = "\(network).\(index).1"
         clientAddress = "\(network).\(index).2"
         Self.removeStale(index: index)
@@ -66,6 +70,37 @@ public final class NetworkNamespace: Sendable {
     /// Runs a command inside the namespace.
     public func run(_ executable: String, _ arguments: [String]) async throws -> TestProcessResult {
         try await TestProcess.run("/usr/sbin/ip", ["netns", "exec", name, executable] + arguments)
+    }
+
+    /// Runs `body` on a thread of this process that has joined the namespace, and waits for it: a socket it opens
+    /// belongs to the namespace for good (a netlink socket sees the namespace's links, addresses and routes). The
+    /// thread ends with `body`, so no other thread ever runs in the namespace.
+    public func runInside<T: Sendable>(_ body: @escaping @Sendable () throws -> T) throws -> T {
+        let result = NIOLockedValueBox<Result<T, any Error>?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        let path = "/var/run/netns/\(name)"
+        let thread = Thread {
+            defer { finished.signal() }
+            let outcome = Result { try Self.enter(path: path); return try body() }
+            result.withLockedValue { $0 = outcome }
+        }
+        thread.start()
+        finished.wait()
+        return try result.withLockedValue { $0! }.get()
+    }
+
+    /// `setns(fd, CLONE_NEWNET)` for the calling thread. Glibc's `setns` is a GNU extension the Swift Glibc module
+    /// does not export, so it is looked up by name.
+    private static func enter(path: String) throws {
+        typealias SetNamespace = @convention(c) (CInt, CInt) -> CInt
+        let cloneNewNet: CInt = 0x4000_0000
+        guard let symbol = dlsym(nil, "setns") else { throw NetworkNamespaceError.setupFailed("setns not found") }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw NetworkNamespaceError.setupFailed("open \(path): errno \(errno)") }
+        defer { close(fd) }
+        guard unsafeBitCast(symbol, to: SetNamespace.self)(fd, cloneNewNet) == 0 else {
+            throw NetworkNamespaceError.setupFailed("setns \(path): errno \(errno)")
+        }
     }
 
     /// Deletes the namespace and the veth pair.

@@ -214,6 +214,7 @@ struct ConfigValuesTests {
         #expect(api.tls.insecureSkipVerify == false)
         #expect(api.timeouts == Timeouts())
         #expect(api.retry == RetryConfig())
+        #expect(api.balance == .failover && api.circuit == CircuitConfig() && api.hedge == HedgeConfig())
         guard case .oauth2(let oauth) = api.auth else {
             Issue.record("reference upstream should use oauth2")
             return
