@@ -9,6 +9,7 @@ let package = Package(
         .executable(name: "backstop-soak", targets: ["BackstopSoak"]),
         .executable(name: "backstop-fuzz", targets: ["BackstopFuzz"]),
         .executable(name: "backstop-load", targets: ["BackstopLoad"]),
+        .executable(name: "backstop-queue-probe", targets: ["BackstopQueueProbe"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -20,6 +21,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/vapor/sqlite-nio.git", from: "1.13.2"),
     ],
     targets: [
         .systemLibrary(
@@ -55,6 +57,17 @@ let package = Package(
             ]
         ),
         .target(
+            name: "BackstopQueue",
+            dependencies: [
+                "BackstopCore",
+                "BackstopKeychain",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .target(
             name: "BackstopTransport",
             dependencies: [
                 "CCurl",
@@ -70,6 +83,7 @@ let package = Package(
                 "BackstopTransport",
                 "BackstopKeychain",
                 "BackstopCA",
+                "BackstopQueue",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -85,6 +99,7 @@ let package = Package(
                 "BackstopServer",
                 "BackstopCA",
                 "BackstopPostgres",
+                "BackstopQueue",
                 "BackstopCore",
                 "BackstopKeychain",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -123,11 +138,21 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        .executableTarget(
+            name: "BackstopQueueProbe",
+            dependencies: [
+                "BackstopQueue",
+                "BackstopCore",
+                "BackstopKeychain",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .target(name: "CFuzzing"),
         .executableTarget(
             name: "BackstopFuzz", dependencies: ["BackstopCore", "BackstopKeychain", "BackstopCA", "CFuzzing"]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
-        .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore"]),
+        .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore", "BackstopTestSupport"]),
         .testTarget(
             name: "BackstopCATests",
             dependencies: [
@@ -139,9 +164,22 @@ let package = Package(
         ),
         .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
         .testTarget(
+            name: "BackstopQueueTests",
+            dependencies: [
+                "BackstopQueue",
+                "BackstopQueueProbe",
+                "BackstopCore",
+                "BackstopKeychain",
+                "BackstopTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+            ]
+        ),
+        .testTarget(
             name: "BackstopServerTests",
             dependencies: [
                 "BackstopServer",
+                "BackstopQueue",
                 "BackstopCA",
                 "BackstopCore",
                 "BackstopTransport",

@@ -1,7 +1,9 @@
 import Yams
 
 extension ConfigBuilder {
-    static let upstreamKeys = ["name", "match", "url", "tls", "timeouts", "retry", "auth", "intercept"]
+    static let upstreamKeys = [
+        "name", "match", "url", "tls", "timeouts", "retry", "auth", "intercept", "delivery", "queue",
+    ]
 
     /// One `upstreams` entry, and whether it is usable; nil without a valid name. An entry with a bad match or url
     /// is still returned (not usable) so the cross-upstream checks see it too; every section is read so all its
@@ -52,8 +54,10 @@ extension ConfigBuilder {
             upstream.intercept = v
             interceptLocation = reader.location(n)
         }
+        let deliveryLocation = delivery(map, label, into: &upstream)
         guard name != nil, let nameNode = map["name"] else { return nil }
-        let site = UpstreamSite(name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation)
+        let site = UpstreamSite(
+            name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation, delivery: deliveryLocation)
         return (upstream, site, match != nil && url != nil)
     }
 

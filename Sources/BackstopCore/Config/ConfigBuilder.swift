@@ -14,7 +14,7 @@ struct ConfigBuilder {
 
     static let topKeys = [
         "version", "listen", "admin", "log", "keychain", "limits", "unmatched", "upstreams", "tunnels", "intercept",
-        "token_store",
+        "token_store", "spool",
     ]
 
     /// `path` made absolute against the config's directory.
@@ -63,6 +63,9 @@ struct ConfigBuilder {
                 reader.fail(node, "token_store type postgres needs a 'keychain' section: tokens are encrypted under the "
                     + "keychain key, and the password entry lives there")
             }
+        }
+        if let node = top["spool"], !NodeReader.isNull(node) {
+            config.spool = spool(node, limits: config.limits)
         }
         if let node = top["intercept"], !NodeReader.isNull(node) {
             config.intercept = intercept(node)
@@ -266,4 +269,6 @@ struct UpstreamSite {
     var auth: SourceLocation?
     /// The `intercept` value, when written.
     var intercept: SourceLocation?
+    /// The `delivery` value, when written.
+    var delivery: SourceLocation? = nil
 }

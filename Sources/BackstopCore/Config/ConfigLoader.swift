@@ -45,6 +45,8 @@ public enum ConfigLoader {
             errors += ConfigValidator.validateInterception(
                 upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, config: config,
                 interceptSection: builder.interceptLocation)
+            errors += ConfigValidator.validateDelivery(
+                upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, config: config)
         }
         // Stable by position; errors at the same node keep the order they were found in.
         errors = errors.enumerated().sorted {

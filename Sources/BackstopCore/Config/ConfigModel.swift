@@ -50,6 +50,8 @@ public struct Config: Sendable, Equatable {
     public var intercept: InterceptConfig?
     /// Where oauth2 tokens live: the keychain (default) or a store shared by a fleet.
     public var tokenStore: TokenStoreConfig = .keychain
+    /// Where spooled bodies and queued deliveries are kept; nil: no spool.
+    public var spool: SpoolConfig?
 
     public init(
         version: Int = 1, sourceFile: String = "<memory>", listeners: [ListenerConfig] = [], admin: AdminConfig? = nil,
@@ -224,6 +226,10 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// `CONNECT` to one of `match.hosts` is answered by terminating the client's TLS with a leaf of the local CA
     /// and handling the requests inside as requests for this upstream (docs/reference/https-clients.md).
     public var intercept: Bool
+    /// `direct` (the client waits) or `queue` (stored, answered 202, delivered in the background).
+    public var delivery: DeliveryMode = .direct
+    /// How queued deliveries to this upstream are paced and when they give up (`delivery: queue` only).
+    public var queue = QueueConfig()
     /// Where this upstream's entry starts in the file.
     public var location: SourceLocation?
     public init(
