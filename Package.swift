@@ -9,6 +9,7 @@ let package = Package(
         .executable(name: "backstop-soak", targets: ["BackstopSoak"]),
         .executable(name: "backstop-fuzz", targets: ["BackstopFuzz"]),
         .executable(name: "backstop-load", targets: ["BackstopLoad"]),
+        .executable(name: "backstop-queue-probe", targets: ["BackstopQueueProbe"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -21,6 +22,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
+        .package(url: "https://github.com/vapor/sqlite-nio.git", from: "1.13.2"),
     ],
     targets: [
         .systemLibrary(
@@ -70,6 +72,17 @@ let package = Package(
             ]
         ),
         .target(
+            name: "BackstopQueue",
+            dependencies: [
+                "BackstopCore",
+                "BackstopKeychain",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .target(
             name: "BackstopTransport",
             dependencies: [
                 "CCurl",
@@ -101,6 +114,7 @@ let package = Package(
                 "BackstopKeychain",
                 "BackstopCA",
                 "BackstopIdentity",
+                "BackstopQueue",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -116,6 +130,7 @@ let package = Package(
                 "BackstopServer",
                 "BackstopCA",
                 "BackstopPostgres",
+                "BackstopQueue",
                 "BackstopCore",
                 "BackstopKeychain",
                 "BackstopIdentity",
@@ -159,6 +174,16 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        .executableTarget(
+            name: "BackstopQueueProbe",
+            dependencies: [
+                "BackstopQueue",
+                "BackstopCore",
+                "BackstopKeychain",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .target(name: "CFuzzing"),
         .executableTarget(
             name: "BackstopFuzz",
@@ -166,7 +191,7 @@ let package = Package(
                 "BackstopCore", "BackstopKeychain", "BackstopCA", "BackstopTracing", "BackstopIdentity", "CFuzzing",
             ]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
-        .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore"]),
+        .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore", "BackstopTestSupport"]),
         .testTarget(
             name: "BackstopCATests",
             dependencies: [
@@ -201,9 +226,22 @@ let package = Package(
         ),
         .testTarget(name: "BackstopPeerTests", dependencies: ["BackstopPeer", "BackstopTestSupport"]),
         .testTarget(
+            name: "BackstopQueueTests",
+            dependencies: [
+                "BackstopQueue",
+                "BackstopQueueProbe",
+                "BackstopCore",
+                "BackstopKeychain",
+                "BackstopTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+            ]
+        ),
+        .testTarget(
             name: "BackstopServerTests",
             dependencies: [
                 "BackstopServer",
+                "BackstopQueue",
                 "BackstopCA",
                 "BackstopCore",
                 "BackstopTransport",

@@ -17,7 +17,7 @@ struct BackstopCommand: AsyncParsableCommand {
         version: "backstop \(BackstopVersion.current)",
         subcommands: [
             RunCommand.self, CheckCommand.self, KeychainCommand.self, TokensCommand.self, CACommand.self,
-            VersionCommand.self,
+            DeliveriesCommand.self, VersionCommand.self,
         ]
     )
 }

@@ -48,6 +48,10 @@ enum EnvironmentChecks {
                         + "backstop would refuse to start"))
             }
         }
+        if let spool = config.spool, let problem = SpoolDirectoryCheck.problem(spool.directory) {
+            let location = spool.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
+            problems.append(ConfigError(location: location, message: "spool.dir \(spool.directory) \(problem)"))
+        }
         return problems
     }
 
@@ -63,5 +67,22 @@ enum KeyFileCheck {
         } catch {
             return error.description
         }
+    }
+}
+
+/// `spool.dir` for `check`: `run` creates it when missing (one level, mode 0700), so it must be a writable
+/// directory, or its parent must be one.
+enum SpoolDirectoryCheck {
+    static func problem(_ directory: String) -> String? {
+        var info = stat()
+        if stat(directory, &info) == 0 {
+            guard info.st_mode & S_IFMT == S_IFDIR else { return "is not a directory" }
+            return access(directory, W_OK | X_OK) == 0 ? nil : "is not writable: \(String(cString: strerror(errno)))"
+        }
+        let parent = directory.lastIndex(of: "/").map { $0 == directory.startIndex ? "/" : String(directory[..<$0]) } ?? "."
+        guard stat(parent, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, access(parent, W_OK | X_OK) == 0 else {
+            return "does not exist and cannot be created: \(parent) is not a writable directory"
+        }
+        return nil
     }
 }

@@ -1,3 +1,4 @@
+import BackstopTestSupport
 import Foundation
 import Testing
 @testable import BackstopKeychain

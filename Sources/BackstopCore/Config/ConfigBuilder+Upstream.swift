@@ -3,7 +3,7 @@ import Yams
 extension ConfigBuilder {
     static let upstreamKeys = [
         "name", "match", "url", "endpoints", "balance", "circuit", "hedge", "tls", "timeouts", "retry", "auth",
-        "intercept", "upgrades",
+        "intercept", "upgrades", "delivery", "queue",
     ]
 
     /// One `upstreams` entry, and whether it is usable; nil without a valid name. An entry with a bad match or url
@@ -57,8 +57,10 @@ extension ConfigBuilder {
             interceptLocation = reader.location(n)
         }
         if let n = map["upgrades"], let v = reader.bool(n, "\(label): upgrades") { upstream.upgrades = v }
+        let deliveryLocation = delivery(map, label, into: &upstream)
         guard name != nil, let nameNode = map["name"] else { return nil }
-        var site = UpstreamSite(name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation)
+        var site = UpstreamSite(
+            name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation, delivery: deliveryLocation)
         if case .mapping(let tlsMap)? = map["tls"], let certNode = tlsMap["client_cert_entry"] {
             site.clientCert = reader.location(certNode)
         }

@@ -18,7 +18,7 @@ struct ConfigBuilder {
 
     static let topKeys = [
         "version", "listen", "admin", "log", "keychain", "limits", "unmatched", "upstreams", "tunnels", "intercept",
-        "token_store", "tracing", "clients",
+        "token_store", "tracing", "clients", "spool",
     ]
 
     /// `path` made absolute against the config's directory.
@@ -69,6 +69,9 @@ struct ConfigBuilder {
             }
         }
         if let node = top["tracing"], !NodeReader.isNull(node) { config.tracing = tracing(node) }
+        if let node = top["spool"], !NodeReader.isNull(node) {
+            config.spool = spool(node, limits: config.limits)
+        }
         if let node = top["intercept"], !NodeReader.isNull(node) {
             config.intercept = intercept(node)
             interceptLocation = reader.location(node)
@@ -284,4 +287,6 @@ struct UpstreamSite {
     var intercept: SourceLocation?
     /// The `tls.client_cert_entry` value, when written.
     var clientCert: SourceLocation?
+    /// The `delivery` value, when written.
+    var delivery: SourceLocation? = nil
 }

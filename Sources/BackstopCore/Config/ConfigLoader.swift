@@ -54,6 +54,8 @@ public enum ConfigLoader {
             errors += ConfigValidator.validateInterceptedSuffixes(
                 upstreams: builder.checkedUpstreams, sites: builder.upstreamSites,
                 list: { publicSuffixList(at: environment.publicSuffixListPath) })
+            errors += ConfigValidator.validateDelivery(
+                upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, config: config)
         }
         // Stable by position; errors at the same node keep the order they were found in.
         errors = errors.enumerated().sorted {

@@ -58,6 +58,8 @@ public struct Config: Sendable, Equatable {
     /// Every keychain entry the identity settings name (client certificates, signing keys, secrets, AWS keys,
     /// proxy credentials), with what it must hold and where it was written: what `check --online` reads.
     public var keychainReferences: [KeychainReference] = []
+    /// Where spooled bodies and queued deliveries are kept; nil: no spool.
+    public var spool: SpoolConfig?
 
     public init(
         version: Int = 1, sourceFile: String = "<memory>", listeners: [ListenerConfig] = [], admin: AdminConfig? = nil,
@@ -250,6 +252,10 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// Whether requests with `Upgrade` (WebSocket) are forwarded (`upgrades`, default true); false answers them
     /// with 400 `upgrade-not-allowed`.
     public var upgrades: Bool = true
+    /// `direct` (the client waits) or `queue` (stored, answered 202, delivered in the background).
+    public var delivery: DeliveryMode = .direct
+    /// How queued deliveries to this upstream are paced and when they give up (`delivery: queue` only).
+    public var queue = QueueConfig()
     /// Where this upstream's entry starts in the file.
     public var location: SourceLocation?
 

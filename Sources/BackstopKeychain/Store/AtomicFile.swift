@@ -35,7 +35,7 @@ enum AtomicFile {
     /// a plaintext key nobody cleans up). Filesystems without `O_TMPFILE` get a named temporary instead.
     static func createExclusive(_ path: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
         let directory = Posix.directory(of: path)
-        let fd = open(directory, Self.oTmpFile | O_WRONLY | O_CLOEXEC, 0o600)
+        let fd = open(directory, Posix.oTmpFile | O_WRONLY | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return try createExclusiveNamed(path, with: bytes) }
         defer { close(fd) }
         guard fchmod(fd, 0o600) == 0 else { throw .io(operation: "chmod", path: path, errno: errno) }
@@ -50,9 +50,6 @@ enum AtomicFile {
         try Posix.fsyncDirectory(directory)
         return true
     }
-
-    /// Linux's `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`), which Glibc's module does not export to Swift.
-    static let oTmpFile: Int32 = 0o20_000_000 | O_DIRECTORY
 
     private static func createExclusiveNamed(_ path: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
         let temporary = try writeTemporary(for: path, bytes: bytes)

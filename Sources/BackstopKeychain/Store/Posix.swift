@@ -9,6 +9,10 @@ import Darwin
 /// Thin errno-checked wrappers over the few system calls the keychain needs. Every failure names the operation
 /// and the path, so the caller can report it as is.
 public enum Posix {
+    /// Linux's `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`), which Glibc's module does not export to Swift: a file
+    /// with no name in a directory, gone when its last descriptor closes.
+    public static let oTmpFile: Int32 = 0o20_000_000 | O_DIRECTORY
+
     static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0) throws(KeychainError) -> Int32 {
         while true {
             let fd = systemOpen(path, flags | O_CLOEXEC, mode)

@@ -1,16 +1,19 @@
 import Foundation
 
-/// An `LD_PRELOAD` library that makes real system calls of a child `backstop` process fail (or kill it) at one
-/// chosen step, so crash-safety is tested on the real binary and the real filesystem rather than on a fake.
+/// An `LD_PRELOAD` library that makes real system calls of a child process (`backstop`, `backstop-queue-probe`)
+/// fail (or kill it) at one chosen step, so crash-safety is tested on the real binary and the real filesystem
+/// rather than on a fake.
 ///
 /// `BACKSTOP_FAULT` selects the fault:
 /// - `write:SUBSTR` — `write(2)` to a file whose path contains SUBSTR fails with EIO;
 /// - `fsync:SUBSTR` — `fsync(2)` of a regular file whose path contains SUBSTR fails with EIO;
 /// - `kill-on-fsync:SUBSTR` — the process is killed (SIGKILL) inside that `fsync(2)`;
+/// - `kill-on-fsync-number:N:SUBSTR` — killed inside the N-th (1-based) `fsync(2)` or `fdatasync(2)` of files
+///   whose path contains SUBSTR, counted across threads (a commit's data written, not yet synced);
 /// - `kill-after-rename` — the process is killed right after the first successful `rename(2)`;
 /// - `fsync-dir-after-rename` — every `fsync(2)` of a directory after a successful `rename(2)` fails with EIO.
 /// Paths are read from `/proc/self/fd` (an unnamed `O_TMPFILE` file shows as `DIR/#N (deleted)`).
-enum FaultShim {
+public enum FaultShim {
     static let source = #"""
     #define _GNU_SOURCE
     #include <dlfcn.h>
@@ -53,12 +56,31 @@ enum FaultShim {
         return real(fd, buf, count);
     }
 
+    static int syncs = 0;
+
+    static void kill_on_numbered_sync(int fd) {
+        const char *arg = fault_arg("kill-on-fsync-number");
+        if (!arg) return;
+        char *rest;
+        long n = strtol(arg, &rest, 10);
+        if (*rest != ':' || !fd_path_contains(fd, rest + 1)) return;
+        if (__atomic_add_fetch(&syncs, 1, __ATOMIC_SEQ_CST) == n) kill(getpid(), SIGKILL);
+    }
+
+    int fdatasync(int fd) {
+        static int (*real)(int);
+        if (!real) real = dlsym(RTLD_NEXT, "fdatasync");
+        kill_on_numbered_sync(fd);
+        return real(fd);
+    }
+
     int fsync(int fd) {
         static int (*real)(int);
         if (!real) real = dlsym(RTLD_NEXT, "fsync");
         struct stat st;
         int is_dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
         const char *needle;
+        if (!is_dir) kill_on_numbered_sync(fd);
         if (!is_dir && (needle = fault_arg("fsync")) && fd_path_contains(fd, needle)) { errno = EIO; return -1; }
         if (!is_dir && (needle = fault_arg("kill-on-fsync")) && fd_path_contains(fd, needle)) kill(getpid(), SIGKILL);
         if (is_dir && renamed && fault_is("fsync-dir-after-rename")) { errno = EIO; return -1; }
@@ -78,7 +100,7 @@ enum FaultShim {
     """#
 
     /// Builds the library once per test process; nil (with the reason) when no C compiler is available.
-    static let library: Result<String, ShimUnavailable> = {
+    public static let library: Result<String, ShimUnavailable> = {
         let directory = NSTemporaryDirectory() + "backstop-fault-shim-\(getpid())"
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let sourcePath = directory + "/shim.c"
@@ -102,5 +124,5 @@ enum FaultShim {
         return .failure(ShimUnavailable(reason: "no C compiler could build the fault-injection library"))
     }()
 
-    struct ShimUnavailable: Error { var reason: String }
+    public struct ShimUnavailable: Error { public var reason: String }
 }

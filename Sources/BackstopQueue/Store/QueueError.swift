@@ -1,0 +1,23 @@
+/// Why the queue store could not do what was asked. Messages name the store's file, never a request's contents.
+public enum QueueError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// `spool.max_bytes` has no room for the request (507 `spool-full`).
+    case budgetExhausted
+    /// The filesystem is full (SQLite's `SQLITE_FULL`): nothing of the request was stored (507 `spool-full`).
+    case diskFull
+    /// The store could not be opened or used: `detail` says what SQLite or the system reported.
+    case storage(path: String, detail: String)
+    /// The store was closed.
+    case closed
+
+    /// Whether this is a lack of room (budget or disk), which a queued request answers with 507 `spool-full`.
+    public var isSpoolFull: Bool { self == .budgetExhausted || self == .diskFull }
+
+    public var description: String {
+        switch self {
+        case .budgetExhausted: "spool.max_bytes reached: the queue cannot take this request"
+        case .diskFull: "the spool's filesystem is full: the queue cannot take this request"
+        case .storage(let path, let detail): "queue store \(path): \(detail)"
+        case .closed: "the queue store is closed"
+        }
+    }
+}

@@ -1,0 +1,529 @@
+import BackstopCore
+import BackstopKeychain
+import NIOCore
+import NIOPosix
+import SQLiteNIO
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The durable queue of deliveries (docs/reference/behaviour.md#queued-delivery): SQLite in WAL mode with
+/// `synchronous=FULL` in `spool.dir`, one row per accepted request.
+///
+/// A row's method, target and headers (`head`) and its body are sealed separately under the keychain key
+/// (`RecordSealer`, AES-256-GCM), each bound to the row's id, upstream and acceptance time: a row edited, swapped
+/// with another or cut short does not open, and is set aside as a dead letter (`damaged`) instead of being sent.
+/// What stays readable is what `deliveries list` needs besides method and path: id, upstream, times, attempts,
+/// last outcome.
+///
+/// `enqueue` returns only once the row is committed (the WAL `fsync`ed); concurrent enqueues share commits
+/// (`GroupCommit`). Stored bytes are counted in the `SpoolBudget` shared with spooled bodies. Deliveries in flight
+/// are tracked in memory only: after a crash they are simply queued again (at least once).
+public final class QueueStore: Sendable {
+    /// The database file in `spool.dir`.
+    public static let fileName = "queue.db"
+    /// Held (`flock`) by the daemon that delivers from this spool, so two never deliver the same rows.
+    public static let lockFileName = "queue.lock"
+    /// Bytes a row costs in the budget besides its sealed parts (id, upstream, times, index entries).
+    static let rowOverhead = 128
+
+    public let path: String
+    private let database: GroupCommit
+    private let threadPool: NIOThreadPool
+    private let sealer: RecordSealer
+    private let budget: SpoolBudget
+    private let clock: any BackstopClock
+    private let newID: @Sendable () -> DeliveryID
+    private let ownerLock: OwnerLock?
+    /// Stored bytes currently reserved in `budget` for committed rows.
+    private let accounted = Mutex(0)
+    /// Rows claimed and not yet settled, by upstream.
+    private let inFlight = Mutex([String: Set<Int>]())
+
+    private init(
+        path: String, database: GroupCommit, threadPool: NIOThreadPool, sealer: RecordSealer, budget: SpoolBudget,
+        clock: any BackstopClock, newID: @escaping @Sendable () -> DeliveryID, ownerLock: OwnerLock?
+    ) {
+        self.path = path
+        self.database = database
+        self.threadPool = threadPool
+        self.sealer = sealer
+        self.budget = budget
+        self.clock = clock
+        self.newID = newID
+        self.ownerLock = ownerLock
+    }
+
+    /// Opens (creating when missing, with mode 0700 for the directory and 0600 for the files) the store in
+    /// `directory`. `owner`: this process delivers from it (the daemon); a second owner is refused while the first
+    /// runs. Commands that only list, retry or drop (`backstop deliveries`) open it without owning it.
+    public static func open(
+        directory: String, key: KeychainKey, budget: SpoolBudget, owner: Bool, clock: any BackstopClock = SystemClock(),
+        newID: (@Sendable () -> DeliveryID)? = nil
+    ) async throws(QueueError) -> QueueStore {
+        let path = directory + "/" + fileName
+        try makeDirectory(directory)
+        let ownerLock = owner ? try OwnerLock(path: directory + "/" + lockFileName) : nil
+        try createPrivately(path)
+        let threadPool = NIOThreadPool(numberOfThreads: 1)
+        threadPool.start()
+        let connection: SQLiteConnection
+        do {
+            connection = try await SQLiteConnection.open(
+                storage: .file(path: path), threadPool: threadPool, on: MultiThreadedEventLoopGroup.singleton.any())
+        } catch {
+            try? await threadPool.shutdownGracefully()
+            throw Self.map(error, path: path)
+        }
+        let store = QueueStore(
+            path: path, database: GroupCommit(connection: connection), threadPool: threadPool,
+            sealer: RecordSealer(keychainKey: key), budget: budget, clock: clock,
+            newID: newID ?? {
+                var random = SystemRandomNumberGenerator()
+                return DeliveryID(random: &random)
+            }, ownerLock: ownerLock)
+        do {
+            try await store.prepare(connection)
+        } catch {
+            await store.close()
+            throw Self.map(error, path: path)
+        }
+        return store
+    }
+
+    /// Waits for operations under way, then closes the database. Deliveries still claimed stay queued.
+    public func close() async {
+        await database.close()
+        try? await database.connection.close()
+        ownerLock?.release()
+        try? await threadPool.shutdownGracefully()
+        let held = accounted.withLock { value in
+            defer { value = 0 }
+            return value
+        }
+        if held > 0 { budget.release(held) }
+    }
+
+    private func prepare(_ connection: SQLiteConnection) async throws {
+        let mode = try await connection.query("PRAGMA journal_mode = WAL").first?.column("journal_mode")?.string
+        guard mode == "wal" else {
+            throw QueueError.storage(path: path, detail: "the filesystem does not support SQLite's WAL mode")
+        }
+        for statement in Schema.open { _ = try await connection.query(statement) }
+        try await reconcile(connection)
+    }
+
+    // MARK: accepting
+
+    /// Stores `request` for delivery to `upstream` and returns its id once the row is durable. Throws
+    /// `budgetExhausted` or `diskFull` (507 `spool-full`) when it cannot be stored; nothing is kept then.
+    public func enqueue(upstream: String, _ request: QueuedRequest) async throws(QueueError) -> DeliveryID {
+        let id = newID()
+        let acceptedAt = Self.micros(clock.wall())
+        let context = Context(id: id, upstream: upstream, acceptedAt: acceptedAt)
+        let head = sealer.seal(QueuedRequestCodec.encodeHead(request), context: context.head)
+        let body = sealer.seal(request.body, context: context.body)
+        let size = head.count + body.count + Self.rowOverhead
+        if !budget.reserve(size) {
+            // Rows an operator dropped from another process free their bytes only once this process looks again.
+            _ = try await run(writes: false) { try await self.reconcile($0) }
+            guard budget.reserve(size) else { throw QueueError.budgetExhausted }
+        }
+        do {
+            // Once committed, the reservation is the row's share of the budget (`accounted`) until it is deleted.
+            try await run(writes: true, { connection in
+                _ = try await connection.query(
+                    "INSERT INTO deliveries (id, upstream, accepted_at, clock_start, next_at, head, body, size) "
+                        + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [.text(id.text), .text(upstream), .integer(acceptedAt), .integer(acceptedAt), .integer(acceptedAt),
+                     .blob(ByteBuffer(bytes: head)), .blob(ByteBuffer(bytes: body)), .integer(size)])
+            }, then: { _ in self.accounted.withLock { $0 += size } })
+        } catch {
+            budget.release(size)
+            throw error
+        }
+        return id
+    }
+
+    // MARK: delivering
+
+    /// Takes up to `concurrency` minus those already in flight of `upstream`'s due deliveries, oldest first, and
+    /// turns into dead letters those whose `max_age` (from `policy`) ran out and those that do not open.
+    public func claim(upstream: String, concurrency: Int, policy: DeliveryPolicy) async throws(QueueError) -> ClaimBatch {
+        let now = Self.micros(clock.wall())
+        let expiredBefore = now - Self.micros(policy.maxAge.seconds)
+        let (rows, expired) = try await run(writes: true) { connection -> ([Row], [DeliveryID]) in
+            let busy = self.inFlight.withLock { Array($0[upstream, default: []]) }
+            let exclude = busy.isEmpty ? "" : " AND seq NOT IN (" + busy.map { _ in "?" }.joined(separator: ", ") + ")"
+            let busyBinds = busy.map { SQLiteData.integer($0) }
+            let expired = try await connection.query(
+                "UPDATE deliveries SET state = 1, last_outcome = CASE WHEN last_outcome IS NULL THEN 'expired' "
+                    + "ELSE 'expired (last: ' || last_outcome || ')' END "
+                    + "WHERE upstream = ? AND state = 0 AND clock_start <= ?\(exclude) RETURNING id",
+                [.text(upstream), .integer(expiredBefore)] + busyBinds
+            ).compactMap { $0.column("id")?.string.flatMap(DeliveryID.init) }
+            let available = concurrency - busy.count
+            guard available > 0 else { return ([], expired) }
+            let rows = try await connection.query(
+                "SELECT seq, id, accepted_at, clock_start, attempts, head, body FROM deliveries "
+                    + "WHERE upstream = ? AND state = 0 AND next_at <= ?\(exclude) ORDER BY seq LIMIT ?",
+                [.text(upstream), .integer(now)] + busyBinds + [.integer(available)]
+            ).compactMap(Row.init)
+            self.inFlight.withLock { table in
+                for row in rows { table[upstream, default: []].insert(row.seq) }
+            }
+            return (rows, expired)
+        }
+        var batch = ClaimBatch(expired: expired.sorted())
+        var damagedSeqs: [Int] = []
+        for row in rows {
+            let context = Context(id: row.id, upstream: upstream, acceptedAt: row.acceptedAt)
+            guard let headBytes = sealer.open(row.head, context: context.head),
+                let head = QueuedRequestCodec.decodeHead(headBytes),
+                let body = sealer.open(row.body, context: context.body)
+            else {
+                batch.damaged.append(row.id)
+                damagedSeqs.append(row.seq)
+                continue
+            }
+            batch.deliveries.append(ClaimedDelivery(
+                id: row.id, upstream: upstream,
+                request: QueuedRequest(method: head.method, target: head.target, headers: head.headers, body: body),
+                attempts: row.attempts, acceptedAt: Self.seconds(row.acceptedAt), clockStart: Self.seconds(row.clockStart),
+                seq: row.seq))
+        }
+        if !damagedSeqs.isEmpty {
+            let seqs = damagedSeqs
+            defer { release(upstream: upstream, seqs) }
+            try await run(writes: true) { connection in
+                for seq in seqs {
+                    _ = try await connection.query(
+                        "UPDATE deliveries SET state = 1, last_outcome = 'damaged' WHERE seq = ?", [.integer(seq)])
+                }
+            }
+        }
+        return batch
+    }
+
+    /// Records how a claimed delivery's try ended (`DeliveryPolicy.decide`) and ends its claim: delivered ones are
+    /// deleted, others rescheduled or made dead letters.
+    public func settle(_ delivery: ClaimedDelivery, _ decision: DeliveryDecision) async throws(QueueError) {
+        defer { release(upstream: delivery.upstream, [delivery.seq]) }
+        let seq = SQLiteData.integer(delivery.seq)
+        try await run(writes: true, { connection -> Int in
+            switch decision {
+            case .delivered:
+                return try await connection.query("DELETE FROM deliveries WHERE seq = ? RETURNING size", [seq])
+                    .compactMap { $0.column("size")?.integer }.reduce(0, +)
+            case .retry(let at, let outcome):
+                _ = try await connection.query(
+                    "UPDATE deliveries SET attempts = attempts + 1, next_at = ?, last_outcome = ? WHERE seq = ?",
+                    [.integer(Self.micros(at)), .text(outcome), seq])
+                return 0
+            case .dead(let outcome):
+                _ = try await connection.query(
+                    "UPDATE deliveries SET attempts = attempts + 1, state = 1, last_outcome = ? WHERE seq = ?",
+                    [.text(outcome), seq])
+                return 0
+            }
+        }, then: { self.freed($0) })
+    }
+
+    /// Gives back the budget of rows this process deleted (`then` of a delete: runs as it commits).
+    private func freed(_ bytes: Int) {
+        guard bytes > 0 else { return }
+        accounted.withLock { $0 -= bytes }
+        budget.release(bytes)
+    }
+
+    /// Gives a claimed delivery back untried (the deliverer is stopping): due again at once.
+    public func unclaim(_ delivery: ClaimedDelivery) {
+        release(upstream: delivery.upstream, [delivery.seq])
+    }
+
+    /// When `upstream`'s next queued delivery that is not in flight is due (wall-clock seconds), nil when none is.
+    public func nextDue(upstream: String) async throws(QueueError) -> Double? {
+        let busy = inFlight.withLock { Array($0[upstream, default: []]) }
+        let exclude = busy.isEmpty ? "" : " AND seq NOT IN (" + busy.map { _ in "?" }.joined(separator: ", ") + ")"
+        let next = try await run(writes: false) { connection in
+            try await connection.query(
+                "SELECT min(next_at) AS next FROM deliveries WHERE upstream = ? AND state = 0\(exclude)",
+                [.text(upstream)] + busy.map { .integer($0) }
+            ).first?.column("next")?.integer
+        }
+        return next.map { Self.seconds($0) }
+    }
+
+    private func release(upstream: String, _ seqs: [Int]) {
+        inFlight.withLock { table in
+            for seq in seqs { table[upstream]?.remove(seq) }
+            if table[upstream]?.isEmpty == true { table[upstream] = nil }
+        }
+    }
+
+    // MARK: operating
+
+    /// Queued or dead deliveries, oldest first: id, upstream, method and path (opened from the sealed head; no query,
+    /// no header value, no body), times, attempts and last outcome.
+    public func list(_ state: DeliveryState) async throws(QueueError) -> [DeliverySummary] {
+        let rows = try await run(writes: false) { connection in
+            try await connection.query(
+                "SELECT id, upstream, accepted_at, attempts, last_outcome, next_at, head FROM deliveries "
+                    + "WHERE state = ? ORDER BY seq", [.integer(state.rawValue)])
+        }
+        return rows.compactMap { row -> DeliverySummary? in
+            guard let id = row.column("id")?.string.flatMap(DeliveryID.init), let upstream = row.column("upstream")?.string,
+                let acceptedAt = row.column("accepted_at")?.integer, let attempts = row.column("attempts")?.integer,
+                let nextAt = row.column("next_at")?.integer
+            else { return nil }
+            let context = Context(id: id, upstream: upstream, acceptedAt: acceptedAt)
+            let head = row.column("head")?.blob.flatMap { sealer.open(Array($0.readableBytesView), context: context.head) }
+                .flatMap(QueuedRequestCodec.decodeHead)
+            return DeliverySummary(
+                id: id, upstream: upstream, method: head?.method,
+                path: head.map { QueuedRequest(method: $0.method, target: $0.target, headers: [], body: []).path },
+                acceptedAt: Self.seconds(acceptedAt), attempts: attempts,
+                lastOutcome: row.column("last_outcome")?.string, state: state, nextAttemptAt: Self.seconds(nextAt))
+        }
+    }
+
+    /// Puts dead letter `id` back in the queue, due at once, its `max_age` counted again from now. False when no
+    /// dead letter has that id.
+    public func retryDead(_ id: DeliveryID) async throws(QueueError) -> Bool {
+        try await revive(where: "id = ?", [.text(id.text)]) > 0
+    }
+
+    /// Puts every dead letter back in the queue; returns how many.
+    public func retryAllDead() async throws(QueueError) -> Int {
+        try await revive(where: "1", [])
+    }
+
+    private func revive(where condition: String, _ binds: [SQLiteData]) async throws(QueueError) -> Int {
+        let now = Self.micros(clock.wall())
+        return try await run(writes: true) { connection in
+            try await connection.query(
+                "UPDATE deliveries SET state = 0, next_at = ?, clock_start = ? WHERE state = 1 AND \(condition) "
+                    + "RETURNING seq", [.integer(now), .integer(now)] + binds
+            ).count
+        }
+    }
+
+    /// Deletes delivery `id`, queued or dead. False when there is none. A delivery in flight in the daemon may
+    /// still arrive once.
+    public func drop(_ id: DeliveryID) async throws(QueueError) -> Bool {
+        let sizes = try await run(writes: true, { connection in
+            try await connection.query("DELETE FROM deliveries WHERE id = ? RETURNING size", [.text(id.text)])
+                .compactMap { $0.column("size")?.integer }
+        }, then: { self.freed($0.reduce(0, +)) })
+        return !sizes.isEmpty
+    }
+
+    /// Depth, dead letters and oldest queued delivery per upstream, and the bytes stored (for the metrics).
+    public func snapshot() async throws(QueueError) -> QueueSnapshot {
+        try await run(writes: false) { connection in
+            let stored = try await self.reconcile(connection)
+            var snapshot = QueueSnapshot(storedBytes: stored)
+            for row in try await connection.query(
+                "SELECT upstream, state, count(*) AS n, min(accepted_at) AS oldest FROM deliveries GROUP BY upstream, state")
+            {
+                guard let upstream = row.column("upstream")?.string, let state = row.column("state")?.integer,
+                    let count = row.column("n")?.integer
+                else { continue }
+                if state == DeliveryState.queued.rawValue {
+                    snapshot.upstreams[upstream, default: .init()].queued = count
+                    snapshot.upstreams[upstream, default: .init()].oldestQueuedAt =
+                        row.column("oldest")?.integer.map { Self.seconds($0) }
+                } else {
+                    snapshot.upstreams[upstream, default: .init()].dead = count
+                }
+            }
+            return snapshot
+        }
+    }
+
+    // MARK: plumbing
+
+    /// Brings the budget's share for stored rows in line with the committed total (rows another process deleted or
+    /// added included); returns that total.
+    @discardableResult
+    private func reconcile(_ connection: SQLiteConnection) async throws -> Int {
+        let total = try await connection.query("SELECT bytes FROM totals WHERE id = 0").first?.column("bytes")?.integer ?? 0
+        let delta = accounted.withLock { held in
+            defer { held = total }
+            return total - held
+        }
+        if delta > 0 { budget.reserveUnconditionally(delta) } else if delta < 0 { budget.release(-delta) }
+        return total
+    }
+
+    private func run<T: Sendable>(
+        writes: Bool, _ work: @escaping @Sendable (SQLiteConnection) async throws -> T,
+        then: (@Sendable (T) -> Void)? = nil
+    ) async throws(QueueError) -> T {
+        do {
+            return try await database.perform(writes: writes, work, then: then)
+        } catch {
+            throw Self.map(error, path: path)
+        }
+    }
+
+    static func map(_ error: any Error, path: String) -> QueueError {
+        if let queueError = error as? QueueError { return queueError }
+        if let sqlite = error as? SQLiteError {
+            if case .full = sqlite.reason { return .diskFull }
+            return .storage(path: path, detail: sqlite.description)
+        }
+        return .storage(path: path, detail: "\(error)")
+    }
+
+    /// Wall-clock seconds as whole microseconds, the unit stored (exact in SQLite's integers).
+    static func micros(_ seconds: Double) -> Int {
+        let value = (seconds * 1e6).rounded()
+        return value >= 9.2e18 ? .max : value <= -9.2e18 ? .min : Int(value)
+    }
+
+    static func seconds(_ micros: Int) -> Double { Double(micros) / 1e6 }
+
+    /// What each sealed part of a row is bound to.
+    struct Context {
+        let id: DeliveryID
+        let upstream: String
+        let acceptedAt: Int
+        var head: String { "backstop queue v1 head \(id.text) \(acceptedAt) \(upstream)" }
+        var body: String { "backstop queue v1 body \(id.text) \(acceptedAt) \(upstream)" }
+    }
+
+    /// A due row as claimed, still sealed.
+    struct Row: Sendable {
+        let seq: Int
+        let id: DeliveryID
+        let acceptedAt: Int
+        let clockStart: Int
+        let attempts: Int
+        let head: [UInt8]
+        let body: [UInt8]
+
+        init?(_ row: SQLiteRow) {
+            guard let seq = row.column("seq")?.integer, let id = row.column("id")?.string.flatMap(DeliveryID.init),
+                let acceptedAt = row.column("accepted_at")?.integer, let clockStart = row.column("clock_start")?.integer,
+                let attempts = row.column("attempts")?.integer
+            else { return nil }
+            self.seq = seq
+            self.id = id
+            self.acceptedAt = acceptedAt
+            self.clockStart = clockStart
+            self.attempts = attempts
+            // A column that is not a blob (an edited row) opens as nothing and is reported damaged.
+            head = row.column("head")?.blob.map { Array($0.readableBytesView) } ?? []
+            body = row.column("body")?.blob.map { Array($0.readableBytesView) } ?? []
+        }
+    }
+
+    private static func makeDirectory(_ directory: String) throws(QueueError) {
+        var info = stat()
+        if stat(directory, &info) == 0 {
+            guard info.st_mode & S_IFMT == S_IFDIR else {
+                throw .storage(path: directory, detail: "spool.dir is not a directory")
+            }
+            return
+        }
+        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
+            throw .storage(path: directory, detail: "cannot create spool.dir: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// Creates the database file with mode 0600 before SQLite opens it (SQLite would use the umask, and gives its
+    /// `-wal` and `-shm` files the main file's mode).
+    private static func createPrivately(_ path: String) throws(QueueError) {
+        let fd = openPrivate(path)
+        guard fd >= 0 else {
+            throw .storage(path: path, detail: "cannot open: \(String(cString: strerror(errno)))")
+        }
+        closeDescriptor(fd)
+    }
+}
+
+/// The schema, created when missing. `seq` orders deliveries by acceptance and is never reused (AUTOINCREMENT);
+/// `totals` keeps the bytes stored up to date through triggers, so the budget is one read away.
+enum Schema {
+    static let open = [
+        "PRAGMA synchronous = FULL",
+        // A busy database (a `backstop deliveries` command writing) is waited for, not an error.
+        "PRAGMA busy_timeout = 10000",
+        // The WAL is reused after each checkpoint; beyond this size it is cut back.
+        "PRAGMA journal_size_limit = 16777216",
+        """
+        CREATE TABLE IF NOT EXISTS deliveries (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            upstream TEXT NOT NULL,
+            accepted_at INTEGER NOT NULL,
+            clock_start INTEGER NOT NULL,
+            state INTEGER NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_at INTEGER NOT NULL,
+            last_outcome TEXT,
+            head BLOB NOT NULL,
+            body BLOB NOT NULL,
+            size INTEGER NOT NULL
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS deliveries_order ON deliveries (upstream, state, seq)",
+        "CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), bytes INTEGER NOT NULL)",
+        "INSERT OR IGNORE INTO totals (id, bytes) VALUES (0, 0)",
+        """
+        CREATE TRIGGER IF NOT EXISTS deliveries_added AFTER INSERT ON deliveries
+        BEGIN UPDATE totals SET bytes = bytes + NEW.size WHERE id = 0; END
+        """,
+        """
+        CREATE TRIGGER IF NOT EXISTS deliveries_removed AFTER DELETE ON deliveries
+        BEGIN UPDATE totals SET bytes = bytes - OLD.size WHERE id = 0; END
+        """,
+        // Whatever happened before (a file from an older version, a hand edit), start from the real total.
+        "UPDATE totals SET bytes = (SELECT coalesce(sum(size), 0) FROM deliveries) WHERE id = 0",
+    ]
+}
+
+/// An exclusive `flock` on `queue.lock`, held while the owning store is open: a second daemon on the same spool is
+/// refused instead of delivering the same rows.
+final class OwnerLock: Sendable {
+    private let fd: Mutex<Int32>
+
+    init(path: String) throws(QueueError) {
+        let fd = openPrivate(path)
+        guard fd >= 0 else { throw .storage(path: path, detail: "cannot open: \(String(cString: strerror(errno)))") }
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            if code == EINTR { continue }
+            closeDescriptor(fd)
+            if code == EWOULDBLOCK {
+                throw .storage(path: path, detail: "another backstop process delivers from this spool.dir")
+            }
+            throw .storage(path: path, detail: "cannot lock: \(String(cString: strerror(code)))")
+        }
+        self.fd = Mutex(fd)
+    }
+
+    /// Closing the descriptor releases the lock.
+    func release() {
+        let held = fd.withLock { value in
+            defer { value = -1 }
+            return value
+        }
+        if held >= 0 { closeDescriptor(held) }
+    }
+
+    deinit { release() }
+}
+
+/// Opens or creates `path` for reading and writing, mode 0600, never through a symbolic link. (A free function:
+/// inside `QueueStore` the name `open` is the store's own.)
+private func openPrivate(_ path: String) -> Int32 {
+    open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+}
+
+private func closeDescriptor(_ fd: Int32) { close(fd) }

@@ -1,0 +1,134 @@
+import BackstopCore
+import BackstopKeychain
+import BackstopTestSupport
+import Foundation
+import Testing
+
+@testable import BackstopQueue
+
+/// The queue and the spool in separate processes (`backstop-queue-probe`): killed with SIGKILL at random points,
+/// filling a small tmpfs, and writing 8 MiB and 256 MiB bodies with their memory measured.
+@Suite("Queue and spool in a child process", .serialized)
+struct QueueProcessTests {
+    final class Directory: Sendable {
+        let path: String
+        init() throws { path = try TestFiles.makeTemporaryDirectory(prefix: "backstop-queue-proc") }
+        deinit { TestFiles.remove(path) }
+    }
+
+    /// Everything stored, queued and dead, as the daemon would find it after the crash.
+    static func stored(in directory: String, key: KeychainKey) async throws -> [DeliverySummary] {
+        let store = try await QueueStore.open(
+            directory: directory + "/spool", key: key, budget: SpoolBudget(limit: 1 << 40), owner: false)
+        do {
+            let all = try await store.list(.queued) + store.list(.dead)
+            await store.close()
+            return all
+        } catch {
+            await store.close()
+            throw error
+        }
+    }
+
+    @Test("kill -9 at random points of accepting, committing and delivering: every acknowledged enqueue is stored")
+    func killedAtRandomPoints() async throws {
+        try #require(QueueProbe.isBuilt, "build the probe first: swift build --build-tests")
+        let dir = try Directory()
+        let keyFile = dir.path + "/key"
+        var random = SplitMix64(seed: 0x5EED_0029)
+        var acknowledged = Set<String>()
+        var claimed = Set<String>()
+        var kills = 0
+        // Rounds 0-7: killed after a random number of acknowledgements, plus a random few milliseconds; odd rounds
+        // also deliver (claim and settle) while enqueueing. Rounds 8-11: killed inside a random fsync of the WAL,
+        // after the commit's frames were written and before they were synced.
+        for round in 0..<12 {
+            var arguments = [
+                "enqueue", "--dir", dir.path + "/spool", "--key-file", keyFile, "--producers", "8", "--seconds", "60",
+                "--body-bytes", "512", "--acks",
+            ]
+            if round % 2 == 1 { arguments.append("--deliver") }
+            var environment: [String: String] = [:]
+            if round >= 8 {
+                environment["LD_PRELOAD"] = try FaultShim.library.get()
+                environment["BACKSTOP_FAULT"] = "kill-on-fsync-number:\(2 + random.next() % 40):queue.db-wal"
+            }
+            let probe = try QueueProbe.Running(arguments, environment: environment)
+            let target = 1 + Int(random.next() % 300)
+            let reached = probe.read(until: .now + .seconds(60)) { $0.count >= target }
+            if round < 8 {
+                #expect(reached, "round \(round): \(probe.lines.count) lines before the deadline")
+                usleep(UInt32(random.next() % 20_000))
+                probe.kill()
+            } else {
+                probe.finish()
+            }
+            #expect(probe.killed, "round \(round) ended by SIGKILL: \(probe.standardError)")
+            if probe.killed { kills += 1 }
+            for line in probe.lines {
+                let parts = line.split(separator: " ")
+                guard parts.count == 2 else { continue }
+                if parts[0] == "ack" { acknowledged.insert(String(parts[1])) }
+                if parts[0] == "claim" { claimed.insert(String(parts[1])) }
+            }
+            let key = try KeychainKey.load(path: keyFile)
+            let stored = try await Self.stored(in: dir.path, key: key)
+            let storedIDs = Set(stored.map(\.id.text))
+            // Claimed deliveries may have been delivered (deleted); everything else acknowledged must be there.
+            let missing = acknowledged.subtracting(claimed).subtracting(storedIDs)
+            #expect(missing.isEmpty, "round \(round): \(missing.count) acknowledged enqueues lost")
+            #expect(stored.allSatisfy { $0.method == "POST" && $0.path == "/events" }, "every stored entry opens")
+            #expect(storedIDs.count == stored.count, "no entry stored twice")
+        }
+        #expect(kills == 12)
+        #expect(acknowledged.count > 500, "enough work was acknowledged to mean something: \(acknowledged.count)")
+    }
+
+    @Test("a full disk (a 4 MiB tmpfs in a mount namespace of the probe's own): spool-full, and the store still reads")
+    func diskFull() throws {
+        try #require(QueueProbe.isBuilt, "build the probe first: swift build --build-tests")
+        try #require(getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
+                     "needs root and unshare(1) to mount a tmpfs in a private mount namespace")
+        let dir = try Directory()
+        let mountPoint = dir.path + "/small"
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
+        // unshare(1) makes the new mount namespace private: the tmpfs is seen by the probe only and goes with it.
+        let script = "mount -t tmpfs -o size=4m backstop-test \"$0\" && exec \"$@\""
+        let inNamespace = ["-m", "/bin/sh", "-c", script, mountPoint, QueueProbe.executable]
+        let queue = try QueueProbe.run(inNamespace + [
+            "enqueue", "--dir", mountPoint + "/spool", "--key-file", dir.path + "/key", "--producers", "8",
+            "--seconds", "120", "--body-bytes", "4096", "--until-full",
+        ], executable: "/usr/bin/unshare")
+        let errors = queue.json["errors"] as? [String] ?? []
+        #expect(!errors.isEmpty && errors.allSatisfy { $0.hasPrefix("spool-full=") },
+                "only spool-full errors: \(queue.json) \(queue.stderr)")
+        let accepted = queue.json["accepted"] as? Int ?? 0
+        #expect(accepted > 100, "\(queue.json)")
+        #expect(queue.json["listed_after_full"] as? Int == accepted, "every accepted request is still listed")
+        #expect(queue.json["unreadable_after_full"] as? Int == 0)
+        #expect(queue.json["enqueued_after_drop"] as? Int == 1, "room freed by a drop is used again: \(queue.json)")
+
+        let spool = try QueueProbe.run(
+            inNamespace + ["spool", "--dir", mountPoint, "--bytes", "\(16 << 20)"], executable: "/usr/bin/unshare")
+        #expect(spool.json["spool_full"] as? Int == 1, "\(spool.json) \(spool.stderr)")
+        #expect(spool.json["error"] as? String == "the spool's filesystem is full")
+    }
+
+    @Test("8 MiB and 256 MiB bodies: read back twice with their SHA-256, no plaintext on disk, peak RSS bounded",
+          arguments: [8 << 20, 256 << 20])
+    func largeBodies(bytes: Int) throws {
+        try #require(QueueProbe.isBuilt, "build the probe first: swift build --build-tests")
+        let dir = try Directory()
+        let result = try QueueProbe.run(["spool", "--dir", dir.path, "--bytes", "\(bytes)", "--reads", "2"])
+        let json = result.json
+        #expect(json["bytes"] as? Int == bytes, "\(json) \(result.stderr)")
+        let written = json["written_sha256"] as? String
+        #expect(written?.count == 64)
+        #expect(json["read_sha256"] as? [String] == [written ?? "", written ?? ""])
+        #expect(json["plaintext_found"] as? Int == 0)
+        #expect((json["scans"] as? Int ?? 0) >= bytes / (16 << 20))
+        let peak = json["peak_rss_kib"] as? Int ?? .max
+        #expect(peak < 60 << 10, "peak RSS \(peak) KiB")
+        #expect(json["budget_used"] as? Int == bytes + (bytes / SpooledBody.defaultChunkSize + 1) * SpooledBody.tagSize)
+    }
+}
