@@ -158,15 +158,31 @@ struct EnqueueCommand: AsyncParsableCommand {
                 let queued = try await store.list(.queued)
                 fields.append(("listed_after_full", queued.count))
                 fields.append(("unreadable_after_full", queued.filter { $0.method == nil }.count))
-                // Room made by an operator's drop is usable again.
-                if queued.count >= 2 {
-                    _ = try await store.drop(queued[0].id)
-                    _ = try await store.drop(queued[1].id)
-                    let again = try await store.enqueue(upstream: "events", request)
-                    fields.append(("enqueued_after_drop", again.text.count == 36 ? 1 : 0))
-                }
             } catch {
                 fields.append(("error_after_full", "\(error)"))
+            }
+            // An operator's drop on a full disk: it works or says why, and the store stays consistent. Whether the
+            // freed rows make room for a new one depends on SQLite reusing pages before the WAL needs to grow, so
+            // the enqueue after it may be refused as spool-full; what it must not do is lose or tear a row.
+            var dropped = 0
+            for id in ((try? await store.list(.queued)) ?? []).prefix(2).map(\.id) {
+                do {
+                    _ = try await store.drop(id)
+                    dropped += 1
+                } catch {
+                    fields.append(("drop_error", "\(error)"))
+                }
+            }
+            fields.append(("dropped", dropped))
+            do {
+                _ = try await store.enqueue(upstream: "events", request)
+                fields.append(("after_drop", "accepted"))
+            } catch {
+                fields.append(("after_drop", "\(error)"))
+            }
+            if let queued = try? await store.list(.queued) {
+                fields.append(("listed_after_drop", queued.count))
+                fields.append(("unreadable_after_drop", queued.filter { $0.method == nil }.count))
             }
         }
         fields.append(("budget_used", budget.used))

@@ -48,6 +48,8 @@ struct OperatorMessagesTests {
             do {
                 try await daemon.waitUntilListening(port: port)
                 try await daemon.waitUntilListening(port: admin)
+                // The start line may reach the pipe after the sockets accept connections.
+                try? await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("listeners=127.0.0.1:\(port)") }
                 #expect(daemon.output.contains("listeners=127.0.0.1:\(port)"), "\(daemon.output)")
                 if sample.hasSuffix("tour.yaml") {
                     let response = try await RawHTTP.exchange(

@@ -89,7 +89,7 @@ extension TokenRefreshTests {
     func proactiveRefreshRunsOnATimer() async throws {
         // Tokens live 4 s and are refreshed 2 s ahead (or halfway, whichever is later): 2 s after each grant.
         try await Self.withCapturedProxy(extra: "refresh_ahead: 2s", prepare: { auth in auth.update { $0.expiresIn = 4 } }) {
-            auth, origin, proxy, _ in
+            auth, origin, proxy, capture in
             #expect(try await proxy.get("http://api.test/first", host: "api.test").status == 200)
             #expect(auth.tokenCalls == 1)
             // No request now: the timer alone must call the endpoint.
@@ -97,6 +97,8 @@ extension TokenRefreshTests {
             while auth.tokenCalls < 2 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
             #expect(auth.tokenCalls >= 2, "refreshed without a request")
             let calls = auth.tokenCalls
+            // The endpoint counts a call when it answers; the token is in use once the manager logged it.
+            _ = try await capture.waitFor("token refreshed", count: calls)
             let next = try await proxy.get("http://api.test/next", host: "api.test")
             #expect(next.status == 200)
             #expect(auth.tokenCalls == calls, "the request took the refreshed token; it paid for no refresh")

@@ -13,6 +13,11 @@ enum QueueProbe {
 
     static var isBuilt: Bool { FileManager.default.isExecutableFile(atPath: executable) }
 
+    /// Body sizes the large-body test spools: 8 and 32 MiB, and 256 MiB with `BACKSTOP_BIG_BODIES=1` (about four
+    /// minutes in a debug build, so not in every CI run; the memory bound it checks is the same at every size).
+    static let bigBodySizes: [Int] =
+        ProcessInfo.processInfo.environment["BACKSTOP_BIG_BODIES"] == "1" ? [8 << 20, 32 << 20, 256 << 20] : [8 << 20, 32 << 20]
+
     /// A running probe whose stdout is read line by line.
     final class Running {
         let process = Process()
