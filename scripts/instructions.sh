@@ -10,6 +10,8 @@
 #   IR_TLS=1 IR_H1=1 bash scripts/instructions.sh ...        # ... offering HTTP/1.1 only
 #   IR_REALISTIC=1 bash scripts/instructions.sh ...          # app-like request heads (12 headers, ~700 bytes) and a
 #                                                            # 1 KiB bearer token injected (auth: static)
+#   IR_TRACING=1 bash scripts/instructions.sh ...            # tracing on at sample_ratio 1, spans exported to
+#                                                            # scripts/otlp-receiver.py (needs opentelemetry-proto)
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,10p' "$0"; exit 2; }
 for tool in wrk nginx valgrind callgrind_control strip; do
@@ -19,7 +21,11 @@ CONNS=${CONNS:-8}; DUR=${DUR:-10s}; BASE=${IR_PORT_BASE:-18700}
 WORK=$(mktemp -d); PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-ORIGIN=$BASE PROXY=$((BASE + 1))
+ORIGIN=$BASE PROXY=$((BASE + 1)) COLLECTOR=$((BASE + 2))
+if [ "${IR_TRACING:-0}" = 1 ]; then
+  python3 "$(dirname "${BASH_SOURCE[0]}")/otlp-receiver.py" $COLLECTOR >/dev/null & PIDS+=("$!")
+  export TRACING_ENDPOINT=http://127.0.0.1:$COLLECTOR
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/lib/ab-origin.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/realistic.sh"
 REPORT=$(dirname "${BASH_SOURCE[0]}")/../bench/wrk_report.lua
@@ -28,6 +34,7 @@ start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${IR_TLS:-0}" "${IR_H1:-0}" \
   || { echo "instructions.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")
 wait_port $ORIGIN 60
+[ "${IR_TRACING:-0}" = 1 ] && { wait_port $COLLECTOR 30 || { echo "instructions.sh: the OTLP receiver did not start" >&2; exit 2; }; }
 echo "| binary | c | requests counted | instructions | instructions per request |"
 echo "|---|---:|---:|---:|---:|"
 n=0

@@ -8,7 +8,7 @@
 
 Each span line: {"resource": {...}, "scope": "...", "trace_id": hex, "span_id": hex, "parent_span_id": hex,
 "trace_state": "...", "name": "...", "kind": "SPAN_KIND_SERVER", "start": ns, "end": ns, "attributes": {...},
-"status": {"code": "...", "message": "..."}, "flags": int}.
+"status": {"code": "...", "message": "..."}, "flags": int, "links": [{"trace_id": hex, "span_id": hex}]}.
 """
 import http.server
 import json
@@ -45,6 +45,7 @@ def spans_of(body):
                     "status": {"code": trace_pb2.Status.StatusCode.Name(span.status.code),
                                "message": span.status.message},
                     "flags": span.flags,
+                    "links": [{"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex()} for link in span.links],
                 }
 
 

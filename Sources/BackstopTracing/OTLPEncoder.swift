@@ -52,6 +52,12 @@ public struct OTLPEncoder: Sendable {
         w.fixed64(7, span.startNanos)
         w.fixed64(8, span.endNanos)
         for attribute in span.attributes { w.message(9) { encode(attribute, into: &$0) } }
+        for link in span.links {
+            w.message(13) { l in
+                l.bytes(1, withUnsafeBytes(of: link.traceID.bytes) { Array($0) })
+                l.bytes(2, withUnsafeBytes(of: link.spanID.bytes) { Array($0) })
+            }
+        }
         if case .error(let message) = span.status {
             w.message(15) { status in
                 status.string(2, message)

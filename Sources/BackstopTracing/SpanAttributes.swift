@@ -69,7 +69,10 @@ public enum SpanAttributes {
         if let backoff = facts.backoffMilliseconds { a.append(SpanAttribute("backstop.backoff_ms", .int(backoff))) }
         a.append(SpanAttribute("backstop.hedge", .bool(facts.hedge)))
         var status = SpanStatus.unset
-        if let code = facts.status, code >= 400 {
+        if let failure = facts.failure {
+            a.append(SpanAttribute("error.type", .string(failure)))
+            status = .error(failure)
+        } else if let code = facts.status, code >= 400 {
             a.append(SpanAttribute("error.type", .string(String(code))))
             status = .error(String(code))
         } else if facts.status == nil {
@@ -98,18 +101,27 @@ public enum SpanAttributes {
     }
 
     /// Host and port of an absolute `http(s)://` URL (the scheme's port when none is written).
-    static func hostAndPort(_ url: String) -> (String, Int)? {
+    public static func hostAndPort(_ url: String) -> (String, Int)? {
         let https = url.hasPrefix("https://")
         guard https || url.hasPrefix("http://") else { return nil }
         let rest = url.dropFirst(https ? 8 : 7)
-        let authority = rest.prefix { $0 != "/" && $0 != "?" }
-        var host = Substring(authority)
-        var port = https ? 443 : 80
+        guard let (host, port) = split(authority: rest.prefix { $0 != "/" && $0 != "?" }) else { return nil }
+        return (host, port ?? (https ? 443 : 80))
+    }
+
+    /// `host[:port]` or `[v6][:port]` (a `Host` header, a socket address as NIO prints it) as host and port; nil
+    /// when a port is written but is not a number.
+    public static func split(authority: Substring) -> (String, Int?)? {
+        var host = authority
+        var port: Int?
         if authority.hasPrefix("[") {
             guard let close = authority.firstIndex(of: "]") else { return nil }
             host = authority[authority.index(after: authority.startIndex)..<close]
             let after = authority[authority.index(after: close)...]
-            if after.hasPrefix(":"), let p = Int(after.dropFirst()) { port = p }
+            if after.hasPrefix(":") {
+                guard let p = Int(after.dropFirst()) else { return nil }
+                port = p
+            }
         } else if let colon = authority.lastIndex(of: ":") {
             host = authority[..<colon]
             guard let p = Int(authority[authority.index(after: colon)...]) else { return nil }

@@ -63,11 +63,15 @@ public struct AttemptFacts: Sendable, Equatable {
     public var backoffMilliseconds: Int64?
     /// The HTTP version the upstream answered with (`1.1`, `2`), when known.
     public var protocolVersion: String?
+    /// Why the attempt failed whatever its status: a transport failure (`reset`, `bad-response`…), a response that
+    /// broke off after its head (`upstream-broke-mid-response`), or one the client did not wait for
+    /// (`client-closed`). nil for an attempt that ended as its status says.
+    public var failure: String?
 
     public init(
         method: String, url: String, upstream: String, endpoint: String, attempt: Int, hedge: Bool = false,
         status: Int? = nil, outcome: String, retryReason: String? = nil, backoffMilliseconds: Int64? = nil,
-        protocolVersion: String? = nil
+        protocolVersion: String? = nil, failure: String? = nil
     ) {
         self.method = method
         self.url = url
@@ -80,6 +84,7 @@ public struct AttemptFacts: Sendable, Equatable {
         self.retryReason = retryReason
         self.backoffMilliseconds = backoffMilliseconds
         self.protocolVersion = protocolVersion
+        self.failure = failure
     }
 }
 

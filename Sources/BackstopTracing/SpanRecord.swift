@@ -18,11 +18,13 @@ public struct SpanRecord: Sendable, Equatable {
     public var endNanos: UInt64
     public var attributes: [SpanAttribute]
     public var status: SpanStatus
+    /// Spans of other traces this one waited on (a token refresh another request started).
+    public var links: [SpanLink]
 
     public init(
         traceID: TraceID, spanID: SpanID, parentSpanID: SpanID?, parentIsRemote: Bool = false, traceState: String? = nil,
         name: String, kind: SpanKind, startNanos: UInt64, endNanos: UInt64, attributes: [SpanAttribute],
-        status: SpanStatus = .unset
+        status: SpanStatus = .unset, links: [SpanLink] = []
     ) {
         self.traceID = traceID
         self.spanID = spanID
@@ -35,11 +37,24 @@ public struct SpanRecord: Sendable, Equatable {
         self.endNanos = endNanos
         self.attributes = attributes
         self.status = status
+        self.links = links
     }
 
     /// The value of attribute `key`, if set.
     public subscript(attribute key: String) -> SpanAttribute.Value? {
         attributes.first { $0.key == key }?.value
+    }
+}
+
+/// A reference from one span to a span of another trace (OTLP `Span.Link`): the request that waited on a token
+/// refresh links to the refresh's span when that span lives in the trace of the request that started it.
+public struct SpanLink: Sendable, Equatable {
+    public var traceID: TraceID
+    public var spanID: SpanID
+
+    public init(traceID: TraceID, spanID: SpanID) {
+        self.traceID = traceID
+        self.spanID = spanID
     }
 }
 

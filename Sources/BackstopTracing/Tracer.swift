@@ -95,8 +95,17 @@ public struct RequestTrace: Sendable {
     var random: SplitMix64
     let epoch: TraceEpoch
     let start: Duration
+    /// Spans of other traces this request waited on (a token refresh another request started).
+    public private(set) var links: [SpanLink] = []
 
     var traceState: String? { parent?.traceState }
+
+    /// This request waited on `span` (a token refresh): its server span links to it, unless the span is already
+    /// in this trace (the refresh this request started is its child).
+    public mutating func waited(on span: SpanLink) {
+        guard sampled, span.traceID != traceID, !links.contains(span) else { return }
+        links.append(span)
+    }
 
     /// The span of an attempt about to be sent: its id names it in the `traceparent` the upstream receives.
     public mutating func startAttempt(at monotonic: Duration) -> AttemptSpan {
@@ -120,7 +129,8 @@ public struct RequestTrace: Sendable {
         tracer.queue.submit(SpanRecord(
             traceID: traceID, spanID: spanID, parentSpanID: parent?.parentSpanID, parentIsRemote: parent != nil,
             traceState: traceState, name: SpanAttributes.spanName(method: facts.method), kind: .server,
-            startNanos: epoch.nanos(start), endNanos: epoch.nanos(monotonic), attributes: attributes, status: status))
+            startNanos: epoch.nanos(start), endNanos: epoch.nanos(monotonic), attributes: attributes, status: status,
+            links: links))
     }
 }
 
@@ -150,6 +160,9 @@ public struct SpanTimer: Sendable {
 
     /// Whether `finish` records anything.
     public var sampled: Bool { tracer != nil }
+
+    /// How a request that waited on this refresh refers to it.
+    public var link: SpanLink { SpanLink(traceID: traceID, spanID: spanID) }
 
     /// Records the refresh span, ended at `monotonic`.
     public func finish(_ facts: RefreshFacts, at monotonic: Duration) {

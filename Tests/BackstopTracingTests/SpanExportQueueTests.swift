@@ -101,7 +101,7 @@ struct OTLPEncoderTests {
         }
     }
 
-    @Test("spans, attributes of every type, status, flags and resource decode as written")
+    @Test("spans, attributes of every type, status, flags, links and resource decode as written")
     func decodesWithReferenceClasses() async throws {
         var random = SplitMix64(seed: 11)
         let traceID = TraceID.random(using: &random)
@@ -114,6 +114,10 @@ struct OTLPEncoderTests {
                 SpanAttribute("b", .bool(true)), SpanAttribute("f", .bool(false)), SpanAttribute("d", .double(0.25)),
                 SpanAttribute("empty", .string("")), SpanAttribute("zero", .int(0)),
             ], status: .error("upstream-timeout"))
+        let linkedTrace = TraceID.random(using: &random)
+        let linkedSpan = SpanID.random(using: &random)
+        var server = server
+        server.links = [SpanLink(traceID: linkedTrace, spanID: linkedSpan)]
         let client = SpanRecord(
             traceID: traceID, spanID: SpanID.random(using: &random), parentSpanID: server.spanID, name: "POST",
             kind: .client, startNanos: 5, endNanos: 6, attributes: [])
@@ -145,7 +149,9 @@ struct OTLPEncoderTests {
             "service.name": "edge", "service.version": "1.2.3", "telemetry.sdk.name": "backstop",
             "telemetry.sdk.language": "swift",
         ])
+        #expect(first["links"] as? [[String: String]] == [["trace_id": "\(linkedTrace)", "span_id": "\(linkedSpan)"]])
         let second = spans[1]
+        #expect(second["links"] as? [[String: String]] == [])
         #expect(second["parent_span_id"] as? String == "\(server.spanID)")
         #expect(second["kind"] as? String == "SPAN_KIND_CLIENT")
         #expect(second["status"] as? [String: String] == ["code": "STATUS_CODE_UNSET", "message": ""])

@@ -188,6 +188,52 @@ struct TracerTests {
         #expect(spans.last?.parentSpanID == nil && spans.last?.traceID != request.traceID)
         #expect(spans.last?.status == .unset)
     }
+
+    @Test("a request that waited on another trace's refresh links to it once; its own refresh and unsampled ones are not linked")
+    func waitedOnRefresh() {
+        let clock = ManualClock()
+        let queue = makeQueue(TestSender(.accept))
+        let tracer = Tracer(sampleRatio: 1, queue: queue, clock: clock, seed: 9)
+        let starter = tracer.startRequest(parent: nil, at: clock.monotonic())
+        let refresh = tracer.startRefresh(parent: starter, at: clock.monotonic())
+        var waiter = tracer.startRequest(parent: nil, at: clock.monotonic())
+        waiter.waited(on: refresh.link)
+        waiter.waited(on: refresh.link)
+        var own = starter
+        own.waited(on: refresh.link)
+        var unsampled = tracer.startRequest(
+            headers: [(name: "traceparent", value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")],
+            at: clock.monotonic())
+        unsampled.waited(on: refresh.link)
+        #expect(waiter.links == [SpanLink(traceID: starter.traceID, spanID: refresh.spanID)])
+        #expect(own.links.isEmpty)
+        #expect(unsampled.links.isEmpty)
+        waiter.finish(RequestFacts(method: "GET", path: "/", status: 200), at: clock.monotonic())
+        #expect(queue.pendingSpans.map(\.links) == [[SpanLink(traceID: starter.traceID, spanID: refresh.spanID)]])
+    }
+
+    @Test("an attempt that failed whatever its status (a response broken off after its head) is an error of that failure")
+    func failureAfterHead() {
+        var facts = Self.facts(attempt: 1, status: 200, outcome: "2xx")
+        facts.failure = "upstream-broke-mid-response"
+        let (attributes, status) = SpanAttributes.client(facts)
+        #expect(status == .error("upstream-broke-mid-response"))
+        #expect(attributes.filter { $0.key == "error.type" } == [
+            SpanAttribute("error.type", .string("upstream-broke-mid-response")),
+        ])
+        #expect(attributes.contains(SpanAttribute("http.response.status_code", .int(200))))
+    }
+
+    @Test("authorities split into host and port: names, IPv4, bracketed IPv6, no port; a port that is not a number is nil")
+    func authorities() {
+        #expect(SpanAttributes.split(authority: "app.test:8080").map { "\($0.0) \($0.1 ?? -1)" } == "app.test 8080")
+        #expect(SpanAttributes.split(authority: "app.test").map { "\($0.0) \($0.1 ?? -1)" } == "app.test -1")
+        #expect(SpanAttributes.split(authority: "127.0.0.1:53210").map { "\($0.0) \($0.1 ?? -1)" } == "127.0.0.1 53210")
+        #expect(SpanAttributes.split(authority: "[::1]:53210").map { "\($0.0) \($0.1 ?? -1)" } == "::1 53210")
+        #expect(SpanAttributes.split(authority: "[::1]").map { "\($0.0) \($0.1 ?? -1)" } == "::1 -1")
+        #expect(SpanAttributes.split(authority: "app.test:x") == nil)
+        #expect(SpanAttributes.hostAndPort("https://auth.test/oauth/token").map { "\($0.0) \($0.1)" } == "auth.test 443")
+    }
 }
 
 @Suite("Attempt headers")

@@ -1,5 +1,6 @@
 import BackstopCore
 import BackstopKeychain
+import BackstopTracing
 import BackstopTransport
 import Foundation
 import Logging
@@ -31,6 +32,12 @@ public actor TokenManager {
     private let logger: Logger
     private let clock: any BackstopClock
     private let counters: TokenRefreshCounters
+    /// Records a span per refresh (docs/reference/operations.md#tracing); nil without `tracing`.
+    private let tracer: Tracer?
+    /// The token endpoint's host, the refresh span's `server.address`.
+    private let tokenEndpointHost: String
+    /// The span of the refresh in flight, which the requests waiting on it link to.
+    private var refreshSpan: SpanTimer?
     private var state: TokenState {
         didSet { publishFastPath() }
     }
@@ -57,9 +64,11 @@ public actor TokenManager {
     init(
         upstreamName: String, config: OAuth2Config, store: any TokenStore, secrets: FileKeychain?,
         fetcher: TransportFetcher, tls: TransportTLSOptions, logger: Logger, counters: TokenRefreshCounters,
-        clock: any BackstopClock = SystemClock()
+        tracer: Tracer? = nil, clock: any BackstopClock = SystemClock()
     ) {
         self.upstreamName = upstreamName
+        self.tracer = tracer
+        self.tokenEndpointHost = SpanAttributes.hostAndPort(config.tokenURL)?.0 ?? "-"
         self.store = store
         self.step = TokenRefreshStep(
             upstreamName: upstreamName, config: config, secrets: secrets, fetcher: fetcher, tls: tls, logger: logger,
@@ -145,13 +154,15 @@ public actor TokenManager {
         }
     }
 
-    /// The token for a request about to be sent; nil when none can be had (→ 502 `token-unavailable`).
-    public func tokenForRequest() async -> ManagedToken? {
+    /// The token for a request about to be sent; nil when none can be had (→ 502 `token-unavailable`). `trace` is
+    /// the request's: a refresh it starts is a span of its trace; `refresh` is the recorded span of the refresh it
+    /// waited on, for its server span to link to.
+    public func tokenForRequest(trace: RequestTrace? = nil) async -> (token: ManagedToken?, refresh: SpanLink?) {
         noteUse()
         liftHoldDownIfStoreChanged()
         let action = state.tokenForRequest(now: clock.wall())
         scheduleProactiveRefresh()
-        return await resolve(action)
+        return await resolve(action, trace: trace)
     }
 
     /// A request asked for the token (the fast path records its own): after an idle spell, the timer starts again.
@@ -174,7 +185,7 @@ public actor TokenManager {
         var wake: Double?
         switch state.proactiveTimer(now: now, lastUsed: lastUsed) {
         case .refreshNow:
-            if state.startProactiveRefresh(now: now) { startRefresh() }
+            if state.startProactiveRefresh(now: now) { startRefresh(parent: nil) }
         case .wake(let at):
             wake = at
         case .idle:
@@ -232,50 +243,63 @@ public actor TokenManager {
     }
 
     /// The upstream rejected `token` (a `refresh_on` status): returns the token to replay with, or nil when the
-    /// refresh failed (→ the original response with `token-refresh-failed`).
-    public func tokenRejected(_ token: ManagedToken) async -> ManagedToken? {
+    /// refresh failed (→ the original response with `token-refresh-failed`); `trace` and `refresh` as for
+    /// `tokenForRequest`.
+    public func tokenRejected(_ token: ManagedToken, trace: RequestTrace? = nil) async
+        -> (token: ManagedToken?, refresh: SpanLink?)
+    {
         noteUse()
         liftHoldDownIfStoreChanged()
         let action = state.markStale(token: token, now: clock.wall())
         scheduleProactiveRefresh()
-        let replacement = await resolve(action)
-        guard let replacement, replacement.generation != token.generation else { return nil }
-        return replacement
+        let (replacement, refresh) = await resolve(action, trace: trace)
+        guard let replacement, replacement.generation != token.generation else { return (nil, refresh) }
+        return (replacement, refresh)
     }
 
-    private func resolve(_ first: TokenAction) async -> ManagedToken? {
+    private func resolve(_ first: TokenAction, trace: RequestTrace?) async -> (ManagedToken?, SpanLink?) {
         var action = first
+        var waited: SpanLink?
         // Each wait ends with a finished refresh, so a handful of rounds always settles.
         for _ in 0..<4 {
             switch action {
             case .use(let token):
-                return token
+                return (token, waited)
             case .useAndStartRefresh(let token):
-                startRefresh()
-                return token
-            case .startRefresh:
-                startRefresh()
-                await refresh?.value
-            case .waitForRefresh:
-                if refresh == nil { startRefresh() }
+                startRefresh(parent: nil)  // ahead of expiry, nobody waits: a trace of its own
+                return (token, waited)
+            case .startRefresh, .waitForRefresh:
+                if refresh == nil { startRefresh(parent: trace) }
+                if waited == nil, let span = refreshSpan, span.sampled { waited = span.link }
                 await refresh?.value
             case .fail:
-                return nil
+                return (nil, waited)
             }
             action = state.tokenForRequest(now: clock.wall())
         }
-        return nil
+        return (nil, waited)
     }
 
-    private func startRefresh() {
+    /// Starts the refresh (single flight); `parent` is the request that waits for it, nil for one ahead of expiry.
+    private func startRefresh(parent: RequestTrace?) {
         guard refresh == nil else { return }
         let staleValue = state.currentToken?.value
-        refresh = Task { await self.performRefresh(replacing: staleValue) }
+        let span = tracer?.startRefresh(parent: parent, at: clock.monotonic())
+        refreshSpan = span
+        refresh = Task {
+            let (result, cause) = await self.performRefresh(replacing: staleValue)
+            guard let span else { return }
+            span.finish(RefreshFacts(
+                upstream: upstreamName, tokenEndpointHost: tokenEndpointHost, outcome: result.rawValue, failure: cause),
+                at: clock.monotonic())
+        }
     }
 
-    private func performRefresh(replacing staleValue: String?) async {
+    /// One refresh: what it came to, and why it failed (the refresh span's `error.type`).
+    private func performRefresh(replacing staleValue: String?) async -> (TokenManager.RefreshResult, String?) {
         defer {
             refresh = nil
+            refreshSpan = nil
             scheduleProactiveRefresh()
         }
         let step = self.step
@@ -293,13 +317,13 @@ public actor TokenManager {
                 "fix": .string("store a new refresh token: backstop tokens seed \(upstreamName)"),
             ])
             noteRefreshFailure(final: true)
-            return
+            return (.failure, "token-store-rolled-back")
         } catch {
             logger.error("token refresh failed", metadata: [
                 "upstream": .string(upstreamName), "store": .string(store.location), "error": .string(error.description),
             ])
             noteRefreshFailure(final: false)
-            return
+            return (.failure, "token-store-failed")
         }
         switch outcome {
         case .adopted(let tokens):
@@ -309,6 +333,7 @@ public actor TokenManager {
             logger.info("token loaded from the token store", metadata: [
                 "upstream": .string(upstreamName), "store": .string(store.location),
             ])
+            return (.adopted, nil)
         case .refreshed(let tokens, let previousRefreshToken):
             if let writeFailure {
                 // The endpoint may already have spent the old refresh token: use the new tokens anyway, and keep
@@ -327,8 +352,10 @@ public actor TokenManager {
                 "upstream": .string(upstreamName),
                 "rotated": .stringConvertible(tokens.refreshToken != previousRefreshToken),
             ])
-        case .failed(let final):
+            return (.success, nil)
+        case .failed(let final, let cause):
             noteRefreshFailure(final: final)
+            return (.failure, cause)
         }
     }
 
@@ -384,8 +411,9 @@ struct TokenRefreshStep: Sendable {
         case adopted(StoredTokens)
         /// Fresh tokens from the endpoint; `previousRefreshToken` is the one that was spent.
         case refreshed(StoredTokens, previousRefreshToken: String?)
-        /// Logged already; `final`: only a human can fix it (400/401 from the endpoint, no refresh token).
-        case failed(final: Bool)
+        /// Logged already; `final`: only a human can fix it (400/401 from the endpoint, no refresh token). `cause`
+        /// names it for the refresh span (docs/reference/operations.md#tracing).
+        case failed(final: Bool, cause: String)
     }
 
     let upstreamName: String
@@ -415,7 +443,7 @@ struct TokenRefreshStep: Sendable {
             logger.error("token endpoint client credentials unusable", metadata: [
                 "upstream": .string(upstreamName), "problem": .string(problem.description),
             ])
-            return LockedDecision(result: .failed(final: false))
+            return LockedDecision(result: .failed(final: false, cause: "client-credentials-unusable"))
         }
         var tls = self.tls
         tls.clientIdentity = credentials.tlsIdentity
@@ -436,12 +464,12 @@ struct TokenRefreshStep: Sendable {
                 logger.error("no refresh token in the token store", metadata: [
                     "upstream": .string(upstreamName), "entry": .string("\(config.keychainPrefix)/refresh_token"),
                 ])
-                return LockedDecision(result: .failed(final: true))
+                return LockedDecision(result: .failed(final: true, cause: "no-refresh-token"))
             } catch {
                 logger.error("token request cannot be made", metadata: [
                     "upstream": .string(upstreamName), "problem": .string("\(error)"),
                 ])
-                return LockedDecision(result: .failed(final: false))
+                return LockedDecision(result: .failed(final: false, cause: "token-request-unusable"))
             }
             let result = await fetcher.fetch(
                 TransportRequest(
@@ -456,7 +484,9 @@ struct TokenRefreshStep: Sendable {
             }
             switch endpointPolicy.decide(outcome, attempt: attempt, using: &random) {
             case .accept:
-                guard case .success(let response) = result else { return LockedDecision(result: .failed(final: false)) }
+                guard case .success(let response) = result else {
+                    return LockedDecision(result: .failed(final: false, cause: "token-endpoint-failed"))
+                }
                 return accept(response.body, stored: stored)
             case .retry(let delay):
                 var metadata = failureMetadata(result, url: endpointRequest.url)
@@ -468,8 +498,13 @@ struct TokenRefreshStep: Sendable {
                 var metadata = failureMetadata(result, url: endpointRequest.url)
                 metadata["attempt"] = .stringConvertible(attempt)
                 metadata["needs_new_grant"] = .stringConvertible(final)
+                // The span's cause: the OAuth error code when the endpoint gave one (`invalid_grant`), else the
+                // outcome (`status-503`, `connect-failure`).
+                var cause = "token-endpoint-failed"
+                if case .string(let outcome)? = metadata["outcome"] { cause = outcome }
                 if case .success(let response) = result, let code = TokenResponseParser.oauthErrorCode(response.body) {
                     metadata["oauth_error"] = .string(code)
+                    cause = code
                 }
                 if final {
                     // 400/401 from the token endpoint (invalid_grant, bad client credentials): retrying cannot help.
@@ -479,7 +514,7 @@ struct TokenRefreshStep: Sendable {
                     metadata["next_try"] = .string("on the next request after 5s")
                     logger.error("token refresh failed", metadata: metadata)
                 }
-                return LockedDecision(result: .failed(final: final))
+                return LockedDecision(result: .failed(final: final, cause: cause))
             }
         }
     }
@@ -492,7 +527,7 @@ struct TokenRefreshStep: Sendable {
             logger.error("token endpoint response unusable", metadata: [
                 "upstream": .string(upstreamName), "problem": .string("\(error)"),
             ])
-            return LockedDecision(result: .failed(final: false))
+            return LockedDecision(result: .failed(final: false, cause: "token-response-unusable"))
         }
         let tokens = StoredTokens(
             accessToken: parsed.accessToken, refreshToken: parsed.refreshToken ?? stored.refreshToken,

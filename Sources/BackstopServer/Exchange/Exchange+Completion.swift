@@ -23,6 +23,7 @@ extension Exchange {
         environment.requestFinished()
         let elapsed = now - machine.startedAt
         let status = machine.finalStatus
+        traceFinished(note: note, status: status)
         metrics.recordRequest(status: status, seconds: elapsed.seconds)
         environment.recordStatus(
             metrics, upstream: destination.name, endpoint: destination.endpoint, status: status,

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTracing
 import BackstopTransport
 import NIOCore
 
@@ -15,10 +16,12 @@ extension Exchange {
             } else {
                 let bound = NIOLoopBound(self, eventLoop: eventLoop)
                 let loop = eventLoop
+                let trace = self.trace
                 Task {
-                    let token = await manager.tokenForRequest()
+                    let (token, refresh) = await manager.tokenForRequest(trace: trace)
                     loop.execute {
                         let exchange = bound.value
+                        exchange.traceWaited(on: refresh)
                         exchange.perform(exchange.machine.credentialAcquired(token.map { .token($0) }, now: exchange.now))
                     }
                 }
@@ -38,9 +41,10 @@ extension Exchange {
         case .buffer(let buffer): transportBody = .buffered(buffer)
         case .stream(let stream): transportBody = .streaming(stream)
         }
-        let request = UpstreamRequestBuilder.request(
+        var request = UpstreamRequestBuilder.request(
             head: head, destination: destination, credential: credential, body: transportBody, mayResend: mayResend,
             connectTimeout: machine.configuration.timeouts.connect)
+        traceAttemptStarted(&request)
         let bound = NIOLoopBound(self, eventLoop: eventLoop)
         transferGeneration = generation
         transfer = environment.transport.start(request, on: eventLoop) { events in
@@ -56,6 +60,7 @@ extension Exchange {
         }
         transfer = nil
         transferGeneration = 0
+        traceRetry(after: delay, reason: reason)
         metrics.recordRetry(reason: reason.description)
         if let failure = machine.lastFailure, reason.isTransportCondition { logAttemptFailure(failure, final: false) }
     }
@@ -78,6 +83,7 @@ extension Exchange {
             switch events[index] {  // switched on in place: binding a loop copy would copy each event's payload
             case .head(let upstreamHead):
                 metrics.recordAttempt(status: upstreamHead.status)
+                traceAttemptHead(upstreamHead)
                 perform(machine.responseHead(upstreamHead, generation: generation, now: now,
                                              wall: environment.clock.wall(), random: &random),
                         reportedHead: upstreamHead)

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTracing
 import BackstopTransport
 import Logging
 import NIOCore
@@ -36,6 +37,9 @@ final class Exchange {
     /// The share of `limits.buffer_memory` this exchange's kept body holds (given back once it is no longer kept).
     var keptBodyBytes = 0
     var random = SystemRandomNumberGenerator()
+    /// The request's trace while `tracing` is on, and the span of the attempt in flight (`Exchange+Tracing`).
+    var trace: RequestTrace?
+    var attemptTrace: AttemptTrace?
 
     init(
         configuration: ExchangeStateMachine.Configuration, head: HTTPRequestHead, target: RequestTarget,
@@ -59,6 +63,7 @@ final class Exchange {
 
     func start(now: Duration) {
         environment.requestStarted()
+        traceRequestStarted(now: now)
         perform(machine.start(now: now))
     }
 
@@ -154,11 +159,17 @@ final class Exchange {
             startAttempt(generation: generation, credential: credential, mayResend: mayResend)
         case .refreshCredential(let rejected):
             guard case .oauth2(let manager, _)? = destination.upstream?.auth else { break }
+            traceAttemptEnded(failure: nil)
             let bound = NIOLoopBound(self, eventLoop: eventLoop)
             let loop = eventLoop
+            let trace = self.trace
             Task {
-                let replacement = await manager.tokenRejected(rejected)
-                loop.execute { bound.value.perform(bound.value.machine.refreshFinished(replacement, now: bound.value.now)) }
+                let (replacement, refresh) = await manager.tokenRejected(rejected, trace: trace)
+                loop.execute {
+                    let exchange = bound.value
+                    exchange.traceWaited(on: refresh)
+                    exchange.perform(exchange.machine.refreshFinished(replacement, now: exchange.now))
+                }
             }
         case .retry(let delay, let reason, let disposal):
             retry(after: delay, reason: reason, disposal: disposal)

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTracing
 import BackstopTransport
 import NIOCore
 import NIOHTTP1
@@ -240,13 +241,23 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     private func refuse(_ reason: ProxyErrorReason, head: HTTPRequestHead, close: Bool) {
         connection.discardRequest()
         runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
+        let target = RequestTarget.parse(head.uri)
         let host: String
-        if let target = RequestTarget.parse(head.uri), case .absolute(_, let urlHost, _) = target.form {
+        if let target, case .absolute(_, let urlHost, _) = target.form {
             host = urlHost
         } else {
             host = head.headers.first(name: "host") ?? "-"
         }
-        logLocalAnswer(reason, method: head.method.rawValue, host: host, path: AccessRecord.path(of: head.uri))
+        let request = AccessRecord.Request(
+            client: clientAddress, method: head.method.rawValue, host: host, path: AccessRecord.path(of: head.uri))
+        if let tracer = runtime.tracer {
+            // A refused request is a request too: its server span, with the reason (docs/reference/operations.md#tracing).
+            let now = self.now
+            tracer.startRequest(headers: head.headers, at: now).finish(RequestFacts(
+                head, request, target: target, status: reason.status, upstream: nil, errorReason: reason.rawValue,
+                attempts: 0), at: now)
+        }
+        logLocalAnswer(reason, method: request.method, host: request.host, path: request.path)
         sendLocalError(reason, close: close)
     }
 

@@ -58,16 +58,16 @@ public final class ProxyServer: Sendable {
         let stores = tokenStores
             ?? keychain.map { KeychainTokenStoreProvider(keychain: $0, logger: logger, metrics: tokenStoreMetrics) }
         self.tokenStores = stores
-        let upstreams = Self.makeUpstreams(
-            config, previous: [], keychain: keychain, stores: stores,
-            fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
-            counters: tokenRefreshes)
         self.tracingConfig = config.tracing
         var tracer: Tracer?
         if let tracing = config.tracing {
             tracer = Self.makeTracer(
                 tracing, fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger)
         }
+        let upstreams = Self.makeUpstreams(
+            config, previous: [], keychain: keychain, stores: stores,
+            fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
+            counters: tokenRefreshes, tracer: tracer)
         self.runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept), transport: transport,
             logger: logger, tracer: tracer)
@@ -380,7 +380,7 @@ extension ProxyServer {
         let upstreams = Self.makeUpstreams(
             config, previous: previous, keychain: keychain, stores: tokenStores,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
-            counters: tokenRefreshes)
+            counters: tokenRefreshes, tracer: runtime.tracer)
         runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept))
         readClientCertificates(config)
         // Managers that were replaced stop adopting tokens from the store.
@@ -412,7 +412,7 @@ extension ProxyServer {
 
     static func makeUpstreams(
         _ config: Config, previous: [UpstreamRuntime], keychain: FileKeychain?, stores: (any TokenStoreProvider)?,
-        fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters
+        fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters, tracer: Tracer?
     ) -> [UpstreamRuntime] {
         config.upstreams.map { upstream in
             let old = previous.first { $0.config.name == upstream.name }
@@ -436,7 +436,7 @@ extension ProxyServer {
                 let tls = TransportTLSOptions(oauth.tls)
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, store: stores.store(forPrefix: oauth.keychainPrefix),
-                    secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters)
+                    secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters, tracer: tracer)
                 Task { await manager.start() }
                 auth = .oauth2(manager, oauth)
             }

@@ -32,6 +32,8 @@ public final class TestAuthServer: Sendable {
         /// Token calls are held (never answered, nothing issued or rotated) while this is on: a refresher stuck
         /// inside its refresh, for crash tests.
         public var holdCalls = false
+        /// Token calls are answered this much later (a slow token endpoint: requests pile up behind one refresh).
+        public var answerDelay: Duration?
         /// How token calls must authenticate the client; nil: not checked.
         public var clientAuthentication: TestClientAuthentication?
         public init() {}
@@ -148,6 +150,12 @@ public final class TestAuthServer: Sendable {
     }
 
     private func answer(_ request: RecordedRequest) -> OriginAction {
+        let action = decide(request)
+        guard let delay = state.withLockedValue({ $0.behaviour.answerDelay }) else { return action }
+        return .delay(delay, then: action)
+    }
+
+    private func decide(_ request: RecordedRequest) -> OriginAction {
         let body = request.bodyString
         let parameters = Self.parameters(body, contentType: request.header("Content-Type") ?? "")
         let method = state.withLockedValue { $0.behaviour.clientAuthentication }

@@ -1,0 +1,123 @@
+import BackstopCore
+import BackstopTracing
+import BackstopTransport
+import NIOHTTP1
+
+/// The span of the attempt in flight, with what is known of it so far (`facts` only when the trace is recorded).
+struct AttemptTrace {
+    let span: AttemptSpan
+    var facts: AttemptFacts?
+}
+
+/// The exchange's spans (docs/reference/operations.md#tracing): the server span runs from `start` to `finish`; an
+/// attempt's client span from its `.startAttempt` to the action that ends it (`.retry`, `.refreshCredential`, or the
+/// end of the exchange). Each hook is a nil check without `tracing`.
+extension Exchange {
+    /// The request was routed: continue the client's trace, or start one.
+    func traceRequestStarted(now: Duration) {
+        guard let tracer = environment.runtime.tracer else { return }
+        trace = tracer.startRequest(headers: head.headers, at: now)
+    }
+
+    /// An attempt is about to be sent: its span, and the `traceparent` naming that span in `request` (in place of
+    /// the client's; `tracestate` goes as the client sent it).
+    func traceAttemptStarted(_ request: inout TransportRequest) {
+        guard trace != nil else { return }
+        traceAttemptEnded(failure: "cancelled")  // none is open: every attempt's end is traced before the next
+        let now = self.now
+        guard let span = trace?.startAttempt(at: now) else { return }
+        span.settingTraceparent(in: &request.headers)
+        var facts: AttemptFacts?
+        if trace?.sampled == true {
+            facts = AttemptFacts(
+                method: request.method, url: request.url, upstream: destination.name, endpoint: destination.endpoint,
+                attempt: machine.attempts, outcome: "")
+        }
+        attemptTrace = AttemptTrace(span: span, facts: facts)
+    }
+
+    /// The attempt's response head arrived.
+    func traceAttemptHead(_ upstreamHead: UpstreamResponseHead) {
+        guard attemptTrace?.facts != nil else { return }
+        attemptTrace?.facts?.status = upstreamHead.status
+        attemptTrace?.facts?.protocolVersion = upstreamHead.version
+    }
+
+    /// The attempt in flight ended. Its outcome is its status class when a head came, else `failure`; `retry` is
+    /// the `retry.on` condition it is retried for and the wait before the next attempt.
+    func traceAttemptEnded(failure: String?, retry: (reason: RetryCondition, after: Duration)? = nil) {
+        guard let attempt = attemptTrace else { return }
+        attemptTrace = nil
+        guard var facts = attempt.facts, let trace else { return }
+        facts.outcome = facts.status.map(ProxyMetrics.statusClassLabel) ?? failure ?? "cancelled"
+        facts.failure = failure
+        if let retry {
+            facts.retryReason = retry.reason.description
+            facts.backoffMilliseconds = retry.after.nanosecondsClamped / 1_000_000
+        }
+        trace.endAttempt(attempt.span, facts, at: now)
+    }
+
+    /// The machine retries the attempt in flight (`.retry`): a status in `retry.on`, or a failure below HTTP.
+    func traceRetry(after delay: Duration, reason: RetryCondition) {
+        guard attemptTrace != nil else { return }
+        let failure = reason.isTransportCondition ? machine.lastFailure?.label ?? reason.description : nil
+        traceAttemptEnded(failure: failure, retry: (reason, delay))
+    }
+
+    /// The request waited on a token refresh that another request started: its server span links to it.
+    func traceWaited(on refresh: SpanLink?) {
+        guard let refresh else { return }
+        trace?.waited(on: refresh)
+    }
+
+    /// The exchange ended (`note`: what `finish` logs, nil for a complete response): the open attempt's span, then
+    /// the server span.
+    func traceFinished(note: String?, status: Int) {
+        guard trace != nil else { return }
+        if attemptTrace != nil { traceAttemptEnded(failure: attemptFailure(note: note)) }
+        guard let trace, trace.sampled else { return }
+        trace.finish(RequestFacts(
+            head, record, target: target, status: status, upstream: destination.upstream == nil ? nil : destination.name,
+            errorReason: note ?? headError?.rawValue, attempts: machine.attempts), at: now)
+    }
+
+    /// Why the attempt open at the end failed, from the exchange's end: a failure below HTTP by its label, a
+    /// timeout as `timeout`, anything else (the response broke off, the client left or stalled) by `note`.
+    private func attemptFailure(note: String?) -> String? {
+        guard let note else { return nil }
+        switch ProxyErrorReason(rawValue: note) {
+        case .upstreamTimeout?: return "timeout"
+        case .upstreamUnreachable?, .badUpstreamResponse?, .badRequest?, .loopDetected?, .destinationDenied?:
+            return machine.lastFailure?.label ?? note
+        default: return note
+        }
+    }
+}
+
+extension RequestFacts {
+    /// A client request's facts for its server span, from its head and what its access line records.
+    init(
+        _ head: HTTPRequestHead, _ request: AccessRecord.Request, target: RequestTarget?, status: Int, upstream: String?,
+        errorReason: String?, attempts: Int
+    ) {
+        var serverAddress: String?
+        var serverPort: Int?
+        if case .absolute(let scheme, let host, let port)? = target?.form {
+            serverAddress = host
+            serverPort = port ?? (scheme == "https" ? 443 : 80)
+        } else if let authority = head.headers.first(name: "host"),
+            let (host, port) = SpanAttributes.split(authority: Substring(authority))
+        {
+            serverAddress = host
+            serverPort = port
+        }
+        // `127.0.0.1:53210`, `[::1]:53210`; a unix-socket client has no address.
+        let client = SpanAttributes.split(authority: Substring(request.client))?.0
+        self.init(
+            method: request.method, path: request.path, serverAddress: serverAddress, serverPort: serverPort,
+            clientAddress: client == "unix" || client == "-" ? nil : client,
+            userAgent: head.headers.first(name: "user-agent"), protocolVersion: head.version.minor == 0 ? "1.0" : "1.1",
+            status: status, upstream: upstream, errorReason: errorReason, attempts: attempts)
+    }
+}
