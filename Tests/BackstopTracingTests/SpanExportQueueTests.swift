@@ -106,7 +106,7 @@ struct OTLPEncoderTests {
         var random = SplitMix64(seed: 11)
         let traceID = TraceID.random(using: &random)
         let parent = SpanID.random(using: &random)
-        let server = SpanRecord(
+        var server = SpanRecord(
             traceID: traceID, spanID: SpanID.random(using: &random), parentSpanID: parent, parentIsRemote: true,
             traceState: "rojo=1", name: "GET", kind: .server, startNanos: 1_800_000_000_000_000_000,
             endNanos: 1_800_000_000_123_456_789, attributes: [
@@ -116,7 +116,6 @@ struct OTLPEncoderTests {
             ], status: .error("upstream-timeout"))
         let linkedTrace = TraceID.random(using: &random)
         let linkedSpan = SpanID.random(using: &random)
-        var server = server
         server.links = [SpanLink(traceID: linkedTrace, spanID: linkedSpan)]
         let client = SpanRecord(
             traceID: traceID, spanID: SpanID.random(using: &random), parentSpanID: server.spanID, name: "POST",

@@ -288,15 +288,21 @@ struct TracedRequestTests {
             ])
             #expect(response.status == 200)
             #expect(response.header("X-Backstop-Attempts") == "2")
-            let spans = try await receiver.waitForSpans(4)
-            try #require(spans.count == 4, "\(receiver.process.output)")
+            // The token in the store is loaded first (a refresh that adopts it), then refreshed after the 401.
+            let spans = try await receiver.waitForSpans(5)
+            try #require(spans.count == 5, "\(receiver.process.output)")
             #expect(spans.allSatisfy { $0["trace_id"] as? String == Self.clientTrace })
             let server = try #require(spans.first { $0["kind"] as? String == "SPAN_KIND_SERVER" })
-            let refresh = try #require(spans.first { $0["kind"] as? String == "SPAN_KIND_INTERNAL" })
+            let refreshes = spans.filter { $0["kind"] as? String == "SPAN_KIND_INTERNAL" }
+                .sorted { Self.time($0, "start") < Self.time($1, "start") }
+            try #require(refreshes.count == 2)
+            let (load, refresh) = (refreshes[0], refreshes[1])
             let clients = spans.filter { $0["kind"] as? String == "SPAN_KIND_CLIENT" }
                 .sorted { (Self.int($0, "backstop.attempt") ?? 0) < (Self.int($1, "backstop.attempt") ?? 0) }
             try #require(clients.count == 2)
-            #expect(([refresh] + clients).allSatisfy { $0["parent_span_id"] as? String == server["span_id"] as? String })
+            #expect((refreshes + clients).allSatisfy { $0["parent_span_id"] as? String == server["span_id"] as? String })
+            #expect(Self.string(load, "backstop.outcome") == "adopted")
+            #expect(Self.time(clients[0], "start") >= Self.time(load, "end"))
             #expect(Self.int(clients[0], "http.response.status_code") == 401)
             #expect(Self.string(clients[0], "backstop.outcome") == "4xx")
             #expect(Self.statusCode(clients[0]) == "STATUS_CODE_ERROR")
@@ -307,5 +313,44 @@ struct TracedRequestTests {
             #expect(Self.int(server, "http.response.status_code") == 200)
             #expect(Self.int(server, "backstop.attempts") == 2)
         }
+    }
+
+    @Test("a hung collector costs real requests nothing: 1,000 requests take no longer than with a live one; the spans it does not take are dropped and counted")
+    func hungCollector() async throws {
+        let receiver = try await Receiver.start()
+        defer { receiver.stop() }
+        let hung = try await TestOrigin.start { _ in .hang }  // accepts every export and never answers it
+        let origin = try await TestOrigin.start { _ in .text(200, "ok") }
+        func proxy(_ endpoint: String) async throws -> ProxyHarness {
+            try await ProxyHarness.start(
+                "tracing: {otlp_endpoint: \"\(endpoint)\", sample_ratio: 1}\n" + singleUpstreamConfig(origin))
+        }
+        let live = try await proxy("http://127.0.0.1:\(receiver.port)")
+        let stuck = try await proxy(hung.baseURL)
+        func time(_ proxy: ProxyHarness, _ count: Int) async throws -> Duration {
+            let started = ContinuousClock.now
+            for i in 0..<count {
+                let response = try await proxy.get("http://app.test/\(i)", host: "app.test")
+                #expect(response.status == 200)
+            }
+            return ContinuousClock.now - started
+        }
+        _ = try await time(live, 50)  // warm-up
+        _ = try await time(stuck, 50)
+        let liveTime = try await time(live, 1000)
+        let stuckTime = try await time(stuck, 1000)
+        #expect(stuckTime <= liveTime * 2 + .milliseconds(500), "hung collector \(stuckTime), live \(liveTime)")
+        // Every batch waits out the 5 s call timeout and is dropped.
+        let failed = "backstop_spans_dropped_total{reason=\"export-failed\"}"
+        let deadline = ContinuousClock.now + .seconds(20)
+        while (TracingExportTests.metric(stuck, failed) ?? 0) == 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect((TracingExportTests.metric(stuck, failed) ?? 0) > 0)
+        #expect(TracingExportTests.metric(stuck, "backstop_spans_exported_total") == 0)
+        await live.stop()
+        await stuck.stop()
+        try await origin.shutdown()
+        try await hung.shutdown()
     }
 }
