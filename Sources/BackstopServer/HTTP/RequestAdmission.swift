@@ -60,6 +60,9 @@ enum RequestAdmission {
             let upstream = snapshot.upstreams[index]
             // After a reload, the host may no longer belong to an intercepting upstream.
             if intercepted != nil, !upstream.config.intercept { return .reject(.noRoute, close: framing.hasBody) }
+            // Without the configured client certificate the request would go out as someone else, or be refused in
+            // the handshake after its retries: nothing is sent (docs/reference/config.md#client-certificates).
+            if upstream.clientCertificateUnusable { return .reject(.tokenUnavailable, close: framing.hasBody) }
             // TRACE echoes the request, injected credential included, back to the client.
             if head.method.isTRACE, upstream.config.auth != .none {
                 return .reject(.methodNotAllowed, close: framing.hasBody)

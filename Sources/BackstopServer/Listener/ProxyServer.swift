@@ -416,8 +416,11 @@ extension ProxyServer {
     ) -> [UpstreamRuntime] {
         config.upstreams.map { upstream in
             let old = previous.first { $0.config.name == upstream.name }
+            // Read at every start and reload, so a rotated entry is presented from the reload on; a problem is
+            // logged by `readClientCertificates`.
+            let identity = upstream.tls.clientCertEntry.map { TokenClientCredentials.clientIdentity($0, keychain) }
             if let old, old.config.auth == upstream.auth {
-                return UpstreamRuntime(config: upstream, auth: old.auth, budget: old.budget)
+                return UpstreamRuntime(config: upstream, auth: old.auth, budget: old.budget, clientIdentity: identity)
             }
             let auth: AuthRuntime
             switch upstream.auth {
@@ -440,7 +443,7 @@ extension ProxyServer {
                 Task { await manager.start() }
                 auth = .oauth2(manager, oauth)
             }
-            return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget)
+            return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget, clientIdentity: identity)
         }
     }
 }

@@ -25,7 +25,11 @@ public final class ConfigSnapshot: Sendable {
 /// Per-upstream live state that outlives single requests: TLS options, the token source, the retry budget.
 public final class UpstreamRuntime: Sendable {
     public let config: UpstreamConfig
+    /// The `tls` section, with the client certificate of `tls.client_cert_entry` as read at start or reload.
     public let tls: TransportTLSOptions
+    /// `tls.client_cert_entry` is set but could not be read or used: requests get 502 `token-unavailable` rather
+    /// than go out without the certificate (docs/reference/config.md#client-certificates).
+    let clientCertificateUnusable: Bool
     let auth: AuthRuntime
     let retryPolicy: RetryPolicy
     /// `scheme://host[:port]` and the `Host` value, computed once rather than per request.
@@ -34,9 +38,16 @@ public final class UpstreamRuntime: Sendable {
     /// Shared by every request to this upstream (and kept across reloads while the budget settings stay).
     let budget: SharedRetryBudget
 
-    init(config: UpstreamConfig, auth: AuthRuntime, budget: SharedRetryBudget? = nil) {
+    /// `clientIdentity`: what `tls.client_cert_entry` holds (nil when the upstream has none).
+    init(
+        config: UpstreamConfig, auth: AuthRuntime, budget: SharedRetryBudget? = nil,
+        clientIdentity: Result<TransportClientIdentity, TokenClientCredentials.CredentialProblem>? = nil
+    ) {
         self.config = config
-        self.tls = TransportTLSOptions(config.tls)
+        var tls = TransportTLSOptions(config.tls)
+        if case .success(let identity) = clientIdentity { tls.clientIdentity = identity }
+        self.tls = tls
+        self.clientCertificateUnusable = if case .failure = clientIdentity { true } else { false }
         self.auth = auth
         self.retryPolicy = RetryPolicy(config: config.retry, timeouts: config.timeouts)
         self.origin = config.url.origin
