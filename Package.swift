@@ -241,6 +241,7 @@ let package = Package(
             name: "BackstopServerTests",
             dependencies: [
                 "BackstopServer",
+                "BackstopIdentity",
                 "BackstopQueue",
                 "BackstopCA",
                 "BackstopCore",

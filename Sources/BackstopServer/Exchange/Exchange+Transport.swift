@@ -24,6 +24,8 @@ extension Exchange {
                 }
                 return
             }
+        case .awsSigV4(let source)?:
+            credential = source.credentials().map { .aws($0) }
         case .none?, nil:
             credential = ExchangeStateMachine.Credential.none
         }
@@ -40,7 +42,7 @@ extension Exchange {
         }
         let request = UpstreamRequestBuilder.request(
             head: head, destination: destination, credential: credential, body: transportBody, mayResend: mayResend,
-            connectTimeout: machine.configuration.timeouts.connect)
+            connectTimeout: machine.configuration.timeouts.connect, wall: environment.clock.wall())
         let bound = NIOLoopBound(self, eventLoop: eventLoop)
         transferGeneration = generation
         transfer = environment.transport.start(request, on: eventLoop) { events in

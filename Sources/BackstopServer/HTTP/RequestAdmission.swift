@@ -101,16 +101,17 @@ enum RequestAdmission {
         let upstream = accepted.destination.upstream
         let credential: ExchangeStateMachine.CredentialKind
         switch upstream?.auth {
-        case .staticToken?: credential = .staticValue
+        case .staticToken?, .awsSigV4?: credential = .staticValue
         case .oauth2(_, let config)?: credential = .oauth2(refreshOn: config.refreshOn)
         case .none?, nil: credential = .none
         }
         let keyHeader = upstream?.config.retry.retryNonIdempotentWithKey
+        let bodyMustBeKept: Bool = if case .awsSigV4(let source)? = upstream?.auth { source.payload == .signed } else { false }
         return ExchangeStateMachine.Configuration(
             method: head.method.rawValue, hasBody: accepted.framing.hasBody, declaredLength: accepted.framing.contentLength,
             retryBuffer: snapshot.config.limits.retryBuffer, maxRequestBody: snapshot.config.limits.maxRequestBody,
             timeouts: upstream?.config.timeouts ?? Timeouts(),
             hasIdempotencyKey: keyHeader.map { head.headers.contains(name: $0) } ?? false, credential: credential,
-            retry: upstream?.retryPolicy, budget: upstream?.budget)
+            retry: upstream?.retryPolicy, budget: upstream?.budget, bodyMustBeKept: bodyMustBeKept)
     }
 }

@@ -429,10 +429,10 @@ extension ProxyServer {
             case .staticToken(let staticConfig):
                 guard let keychain else { auth = .none; break }
                 auth = .staticToken(StaticTokenSource(keychain: keychain, entry: staticConfig.entry), staticConfig)
-            case .awsSigV4:
-                // Signing each attempt is wired with the request path; until then `run` refuses such a config
-                // (Sources/backstop/PendingFeatures.swift), so no request goes out unsigned.
-                auth = .none
+            case .awsSigV4(let aws):
+                // `check` requires a keychain for any auth; without one nothing could be signed.
+                guard let keychain else { auth = .none; break }
+                auth = .awsSigV4(SigV4Source(keychain: keychain, config: aws))
             case .oauth2(let oauth):
                 guard let stores else { auth = .none; break }
                 // The token endpoint's own TLS settings: verification on, the upstream's `tls` never applies.

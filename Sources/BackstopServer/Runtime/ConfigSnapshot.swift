@@ -78,11 +78,13 @@ enum AuthRuntime: Sendable {
     case none
     case staticToken(StaticTokenSource, StaticAuthConfig)
     case oauth2(TokenManager, OAuth2Config)
+    /// Each attempt signed (docs/reference/aws-sigv4.md); nothing is injected as a header value.
+    case awsSigV4(SigV4Source)
 
-    /// The header name, scheme and client-header policy, when auth is on.
+    /// The header name, scheme and client-header policy, when a credential is injected as a header value.
     var injection: (header: String, scheme: String, policy: ClientAuthHeaderPolicy)? {
         switch self {
-        case .none: return nil
+        case .none, .awsSigV4: return nil
         case .staticToken(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
         case .oauth2(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
         }
