@@ -11,9 +11,15 @@ public final class ConfigSnapshot: Sendable {
     public let upstreams: [UpstreamRuntime]
     /// The interception CA, when an upstream intercepts.
     public let intercept: InterceptAuthority?
+    /// Who may use which upstream (`clients`, resolved); nil: every client may use every upstream.
+    public let clients: ClientAccessPolicy?
 
-    public init(config: Config, upstreams: [UpstreamRuntime], intercept: InterceptAuthority? = nil) {
+    public init(
+        config: Config, upstreams: [UpstreamRuntime], intercept: InterceptAuthority? = nil,
+        clients: ClientAccessPolicy? = nil
+    ) {
         self.intercept = intercept
+        self.clients = clients
         self.config = config
         let router = Router(upstreams: config.upstreams, unmatched: config.unmatched)
         self.router = router
