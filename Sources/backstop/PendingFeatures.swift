@@ -1,6 +1,6 @@
 import BackstopCore
 
-/// Settings `check` accepts whose request-path half this build does not perform yet (`upgrades: false`, several endpoints, hedging, a `circuit` section, `spool`, `delivery: queue`). Serving such a config would quietly do less than it says (an
+/// Settings `check` accepts whose request-path half this build does not perform yet (several endpoints, hedging, a `circuit` section, `spool`, `delivery: queue`). Serving such a config would quietly do less than it says (an
 /// unsigned request, a client allowed that should be denied), so `run` refuses it and a reload keeps the old one.
 /// Each line goes when its feature is wired into the request path.
 enum PendingFeatures {
@@ -9,7 +9,6 @@ enum PendingFeatures {
         if config.spool != nil { problems.append("'spool' is not used by this build yet (large bodies are not spooled)") }
         for upstream in config.upstreams {
             let name = "upstream '\(upstream.name)'"
-            if !upstream.upgrades { problems.append("\(name): upgrades: false is not enforced by this build yet") }
             if upstream.endpoints.count > 1 {
                 problems.append("\(name): several endpoints are not balanced by this build yet (only the first would be used)")
             }

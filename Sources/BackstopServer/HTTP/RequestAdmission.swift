@@ -67,6 +67,9 @@ enum RequestAdmission {
             if head.method.isTRACE, upstream.config.auth != .none {
                 return .reject(.methodNotAllowed, close: framing.hasBody)
             }
+            if !upstream.config.upgrades, head.headers.contains(name: "upgrade") {
+                return .reject(.upgradeNotAllowed, close: framing.hasBody)
+            }
             destination = .upstream(upstream, path: path)
         case .passthrough(let url):
             destination = .passthrough(url: url)
