@@ -64,8 +64,9 @@ struct ExchangeStateMachine {
         case none
         case value(String)
         case token(ManagedToken)
-        /// The keys an `aws_sigv4` attempt is signed with (at its own time, when it starts).
-        case aws(SigV4Credentials)
+        /// The keys an `aws_sigv4` attempt is signed with (at its own time, when it starts). Boxed (`indirect`): three
+        /// strings would make every `Credential` and `Action` of the plain path larger to copy.
+        indirect case aws(SigV4Credentials)
     }
 
     /// Where the request body is, as far as decisions go (the bytes are the owner's).

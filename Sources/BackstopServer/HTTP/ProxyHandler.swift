@@ -216,9 +216,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         case .connect:
             handleConnect(head, snapshot: snapshot, context: context)
         case .accept(let accepted):
-            let target: ClientTarget = accepted.destination.upstream.map { .upstream($0.config.name) } ?? .unrouted
             let clientEntry: String?
-            switch clientDecision(head, target: target, snapshot: snapshot, context: context) {
+            switch clientDecision(head, destination: accepted.destination, snapshot: snapshot, context: context) {
             case .allow(let entry): clientEntry = entry
             case nil: clientEntry = nil
             case .deny:
@@ -254,6 +253,15 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     /// The `clients` decision for a request (or `CONNECT`) to `target` (docs/reference/config.md#clients); nil when
     /// no `clients` section is in force. Inside an intercepted connection the `CONNECT`'s `Proxy-Authorization`
     /// stands for requests that carry none.
+    func clientDecision(
+        _ head: HTTPRequestHead, destination: ExchangeDestination, snapshot: ConfigSnapshot,
+        context: ChannelHandlerContext
+    ) -> ClientDecision? {
+        guard snapshot.clients != nil else { return nil }
+        let target: ClientTarget = destination.upstream.map { .upstream($0.config.name) } ?? .unrouted
+        return clientDecision(head, target: target, snapshot: snapshot, context: context)
+    }
+
     func clientDecision(
         _ head: HTTPRequestHead, target: ClientTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext
     ) -> ClientDecision? {
