@@ -16,9 +16,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     typealias OutboundOut = ByteBuffer
 
     let runtime: ProxyRuntime
-    /// Unchecked exclusivity, as `Exchange.machine`: only the event loop touches it, and every decision returns
-    /// before the handler acts on it, so no two accesses overlap.
-    @exclusivity(unchecked) var connection: ConnectionStateMachine
+    /// Only the event loop touches it, and every decision returns before the handler acts on it.
+    var connection: ConnectionStateMachine
     var context: ChannelHandlerContext?
     var exchange: Exchange?
     /// Small response bytes written but held back until the next flush, so that what follows them is appended:
