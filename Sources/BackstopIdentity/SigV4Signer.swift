@@ -61,7 +61,7 @@ public struct SigV4Signer: Sendable, Equatable {
         case unsigned
 
         /// The hash of a whole body.
-        public static func signed(_ body: [UInt8]) -> Payload {
+        public static func signed<Body: DataProtocol>(_ body: Body) -> Payload {
             .hash(SigV4Signer.hex(SHA256.hash(data: body)))
         }
 

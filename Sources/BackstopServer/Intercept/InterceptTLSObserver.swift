@@ -117,7 +117,7 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
                 + "the client, or after limits.client_idle_timeout)")
         }
         if accessLog {
-            runtime.logger.info("tunnel", metadata: [
+            var metadata: Logger.Metadata = [
                 "mode": .string("intercept"),
                 "client": .string(intercepted.client),
                 "host": .string(intercepted.target.host),
@@ -125,7 +125,9 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
                 "upstream": .string(intercepted.upstreamName),
                 "result": .string(outcome.rawValue),
                 "ms": .stringConvertible(Milliseconds(runtime.clock.monotonic() - started)),
-            ])
+            ]
+            if let entry = intercepted.clientEntry { metadata["client_entry"] = .string(entry) }
+            runtime.logger.info("tunnel", metadata: metadata)
         }
         context.fireChannelInactive()
     }
