@@ -114,6 +114,7 @@ let package = Package(
                 "BackstopKeychain",
                 "BackstopCA",
                 "BackstopIdentity",
+                "BackstopPeer",
                 "BackstopQueue",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -241,6 +242,7 @@ let package = Package(
             name: "BackstopServerTests",
             dependencies: [
                 "BackstopServer",
+                "BackstopIdentity",
                 "BackstopQueue",
                 "BackstopCA",
                 "BackstopCore",

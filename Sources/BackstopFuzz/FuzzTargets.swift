@@ -38,6 +38,9 @@ import CFuzzing
 /// - `netlink`: rtnetlink datagrams → `NetlinkChangeDecoder` (the first byte says where to split the rest into two
 ///   datagrams, decoded in turn by one decoder, then once more whole): every change must carry an IPv4 or IPv6
 ///   address with a prefix length that fits it.
+/// - `tls-alert`: what an intercepted client sends before its handshake ends → `TLSAlertScanner` (the first byte
+///   says where to split the rest, fed in two reads), which must find the same alert as when fed at once; and
+///   `TLSAlertScanner.reasonNames` over the bytes as text, whose names hold only `A-Z 0-9 _`.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
@@ -49,6 +52,7 @@ enum FuzzTarget: String, CaseIterable {
     case proxyAuth = "proxy-auth"
     case sigv4
     case netlink
+    case tlsAlert = "tls-alert"
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -76,6 +80,24 @@ enum FuzzTarget: String, CaseIterable {
         case .proxyAuth: Self.proxyAuth(bytes)
         case .sigv4: Self.sigv4(bytes)
         case .netlink: Self.netlink(bytes)
+        case .tlsAlert: Self.tlsAlert(bytes)
+        }
+    }
+
+    static func tlsAlert(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let rest = bytes.dropFirst()
+        let split = rest.startIndex + Int(first) % (rest.count + 1)
+        var whole = TLSAlertScanner()
+        whole.scan(rest)
+        var pieces = TLSAlertScanner()
+        pieces.scan(rest[..<split])
+        pieces.scan(rest[split...])
+        precondition(pieces.alert == whole.alert, "the alert depends on how the bytes were split")
+        if let alert = whole.alert { precondition(!TLSAlertScanner.name(ofAlert: alert).isEmpty) }
+        for name in TLSAlertScanner.reasonNames(in: String(decoding: rest, as: UTF8.self)) {
+            precondition(!name.isEmpty && name.utf8.allSatisfy { (65...90).contains($0) || (48...57).contains($0) || $0 == 95 },
+                         "a reason name outside A-Z 0-9 _")
         }
     }
 

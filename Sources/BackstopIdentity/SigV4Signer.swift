@@ -61,7 +61,7 @@ public struct SigV4Signer: Sendable, Equatable {
         case unsigned
 
         /// The hash of a whole body.
-        public static func signed(_ body: [UInt8]) -> Payload {
+        public static func signed<Body: DataProtocol>(_ body: Body) -> Payload {
             .hash(SigV4Signer.hex(SHA256.hash(data: body)))
         }
 
@@ -179,50 +179,15 @@ public struct SigV4Signer: Sendable, Equatable {
 
     /// RFC 3986 unreserved bytes kept, every other byte `%XX` (uppercase), `/` kept only when asked.
     static func encode(_ bytes: [UInt8], keepSlash: Bool = false) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
-        for byte in bytes {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-                UInt8(ascii: "~"):
-                out.append(byte)
-            case UInt8(ascii: "/") where keepSlash:
-                out.append(byte)
-            default:
-                out += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
-            }
-        }
+        PercentEncoding.encode(bytes, into: &out, alsoKept: keepSlash ? UInt8(ascii: "/") : nil)
         return String(decoding: out, as: UTF8.self)
     }
 
     /// `%XX` decoded (a `%` not followed by two hex digits is kept as it is).
     static func percentDecode(_ text: Substring, plusIsSpace: Bool) -> [UInt8] {
-        let bytes = Array(text.utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count)
-        var i = 0
-        while i < bytes.count {
-            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let high = hexValue(bytes[i + 1]),
-                let low = hexValue(bytes[i + 2]) {
-                out.append(high << 4 | low)
-                i += 3
-                continue
-            }
-            out.append(plusIsSpace && bytes[i] == UInt8(ascii: "+") ? UInt8(ascii: " ") : bytes[i])
-            i += 1
-        }
-        return out
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-        default: nil
-        }
+        PercentEncoding.decode(text.utf8, plusIsSpace: plusIsSpace)
     }
 
     /// Leading and trailing whitespace removed, inner runs of whitespace (folded lines included) made one space
@@ -241,10 +206,5 @@ public struct SigV4Signer: Sendable, Equatable {
             + "\(two(parts.tm_hour))\(two(parts.tm_min))\(two(parts.tm_sec))Z"
     }
 
-    static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        for byte in bytes { out += [digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]] }
-        return String(decoding: out, as: UTF8.self)
-    }
+    static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String { Hex.lowercase(bytes) }
 }

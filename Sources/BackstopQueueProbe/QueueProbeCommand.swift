@@ -292,7 +292,7 @@ struct SpoolCommand: AsyncParsableCommand {
         emit(json(fields))
     }
 
-    static func hex(_ digest: SHA256.Digest) -> String { digest.map { String(format: "%02x", $0) }.joined() }
+    static func hex(_ digest: SHA256.Digest) -> String { Hex.lowercase(digest) }
 
     /// Files named in the spool directory plus spool files (open descriptors into it) holding the marker.
     static func scan(directory: String, marker: [UInt8]) -> Int {

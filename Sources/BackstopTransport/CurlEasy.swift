@@ -253,5 +253,9 @@ final class CurlShare {
 
     /// `curl_share_cleanup` refuses (CURLSHE_IN_USE) while an easy handle still uses the share; the transport
     /// drops this only after the idle pool and every transfer have let go of their handles, so it is not in use.
-    deinit { _ = curl_share_cleanup(raw) }
+    deinit {
+        let code = curl_share_cleanup(raw)
+        // CURLSHE_IN_USE would leak the share (and its sessions): a handle outlived it, against the order above.
+        assert(code == CURLSHE_OK, "curl_share_cleanup: \(code.rawValue)")
+    }
 }

@@ -116,9 +116,11 @@ struct HandleConfiguration {
 /// Transport thread only.
 struct EasyHandles {
     static let maxIdle = 256
-    let configuration: HandleConfiguration
-    /// Idle handles kept for reuse, with their fixed options, buffers and DNS/TLS caches.
+    /// Idle handles kept for reuse, with their fixed options, buffers and DNS/TLS caches. Declared before
+    /// `configuration`: stored properties go in declaration order, so the handles are freed before the share
+    /// handle they use (`CurlShare.deinit`).
     private var idle = IdleHandlePool<CurlEasy>(capacity: EasyHandles.maxIdle)
+    let configuration: HandleConfiguration
 
     init(configuration: HandleConfiguration) { self.configuration = configuration }
 

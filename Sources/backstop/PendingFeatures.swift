@@ -1,21 +1,14 @@
 import BackstopCore
 
-/// Settings `check` accepts whose request-path half this build does not perform yet (client certificates to
-/// upstreams, SigV4, `clients`, `upgrades: false`, several endpoints, hedging, a `circuit` section, `spool`, `delivery: queue`). Serving such a config would quietly do less than it says (an
+/// Settings `check` accepts whose request-path half this build does not perform yet (several endpoints, hedging, a `circuit` section, `spool`, `delivery: queue`). Serving such a config would quietly do less than it says (an
 /// unsigned request, a client allowed that should be denied), so `run` refuses it and a reload keeps the old one.
 /// Each line goes when its feature is wired into the request path.
 enum PendingFeatures {
     static func problems(in config: Config) -> [String] {
         var problems: [String] = []
-        if config.clients != nil { problems.append("'clients' is not enforced by this build yet") }
         if config.spool != nil { problems.append("'spool' is not used by this build yet (large bodies are not spooled)") }
         for upstream in config.upstreams {
             let name = "upstream '\(upstream.name)'"
-            if upstream.tls.clientCertEntry != nil {
-                problems.append("\(name): tls.client_cert_entry is not presented by this build yet")
-            }
-            if case .awsSigV4 = upstream.auth { problems.append("\(name): auth type aws_sigv4 is not signed by this build yet") }
-            if !upstream.upgrades { problems.append("\(name): upgrades: false is not enforced by this build yet") }
             if upstream.endpoints.count > 1 {
                 problems.append("\(name): several endpoints are not balanced by this build yet (only the first would be used)")
             }

@@ -51,6 +51,12 @@ struct RunCommand: AsyncParsableCommand {
         }
         if !pending.isEmpty { throw ExitCode(1) }
         let keychain = try KeychainStartup.prepare(config: config, logger: logger)
+        do throws(ClientPolicyError) {
+            _ = try ProxyServer.clientPolicy(for: config, keychain: keychain)
+        } catch {
+            logger.error("cannot put clients in force; refusing to start", metadata: ["error": .string(error.description)])
+            throw ExitCode(1)
+        }
 
         let intercept: InterceptAuthority?
         do {
@@ -196,6 +202,13 @@ enum Reloader {
         let intercept: InterceptAuthority?
         do {
             intercept = try InterceptAuthority.load(config: config, keychain: server.keychain)
+        } catch {
+            logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
+            server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
+            return nil
+        }
+        do throws(ClientPolicyError) {
+            _ = try ProxyServer.clientPolicy(for: config, keychain: server.keychain)
         } catch {
             logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
             server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)

@@ -18,7 +18,8 @@ struct ExchangeStateMachineTests {
         maxRequestBody: Int = 1 << 20, timeouts: Timeouts = Timeouts(connect: .seconds(1), perTry: .seconds(2),
                                                                       total: .seconds(10), idle: .seconds(5)),
         credential: Machine.CredentialKind = .none, attempts: Int = 3, retryable: Bool = true,
-        budget: BudgetConfig = BudgetConfig(ratio: 1, minPerSecond: 100), idempotencyKey: Bool = false
+        budget: BudgetConfig = BudgetConfig(ratio: 1, minPerSecond: 100), idempotencyKey: Bool = false,
+        bodyMustBeKept: Bool = false
     ) -> Machine.Configuration {
         let retry = RetryConfig(
             attempts: attempts, backoff: BackoffConfig(strategy: .constant, base: .milliseconds(100), max: .seconds(1),
@@ -27,7 +28,7 @@ struct ExchangeStateMachineTests {
             method: method, hasBody: hasBody, declaredLength: declaredLength, retryBuffer: retryBuffer,
             maxRequestBody: maxRequestBody, timeouts: timeouts, hasIdempotencyKey: idempotencyKey, credential: credential,
             retry: retryable ? RetryPolicy(config: retry, timeouts: timeouts) : nil,
-            budget: retryable ? SharedRetryBudget(budget) : nil)
+            budget: retryable ? SharedRetryBudget(budget) : nil, bodyMustBeKept: bodyMustBeKept)
     }
 
     static func head(_ status: Int, contentLength: Int? = 2, retryAfter: String? = nil) -> UpstreamResponseHead {
@@ -254,6 +255,40 @@ struct ExchangeStateMachineTests {
         guard case .failLocally(.bodyTooLarge, requestComplete: false) = m.bodyReceived(count: 101, now: Self.t0)
         else { Issue.record(); return }
         guard case .none = m.bodyReceived(count: 1, now: Self.t0) else { Issue.record(); return }
+    }
+
+    /// `aws_sigv4` with `payload: signed`: the body's hash is signed, so a body that cannot be kept whole is refused
+    /// with 413 before any attempt, whichever way it turns out too large.
+    @Test func aBodyThatMustBeKeptIsRefused413InsteadOfStreamed() {
+        func machine(declaredLength: Int?) -> Machine {
+            Machine(configuration: Self.configuration(
+                method: "PUT", hasBody: true, declaredLength: declaredLength, retryBuffer: 100,
+                credential: .staticValue, bodyMustBeKept: true), now: Self.t0)
+        }
+        var declared = machine(declaredLength: 101)
+        guard case .failLocally(.bodyTooLarge, requestComplete: false) = declared.start(now: Self.t0)
+        else { Issue.record(); return }
+        #expect(declared.attempts == 0)
+
+        var chunked = machine(declaredLength: nil)
+        guard case .none = chunked.start(now: Self.t0) else { Issue.record(); return }
+        guard case .storeBody = chunked.bodyReceived(count: 60, now: Self.t0) else { Issue.record(); return }
+        guard case .failLocally(.bodyTooLarge, requestComplete: false) = chunked.bodyReceived(count: 60, now: Self.t0)
+        else { Issue.record(); return }
+        #expect(chunked.attempts == 0)
+
+        var denied = machine(declaredLength: 50)
+        guard case .none = denied.start(now: Self.t0) else { Issue.record(); return }
+        guard case .storeBody = denied.bodyReceived(count: 50, now: Self.t0) else { Issue.record(); return }
+        guard case .failLocally(.bodyTooLarge, requestComplete: false) = denied.bufferDenied(now: Self.t0)
+        else { Issue.record(); return }
+
+        // Within the buffer: kept, then one attempt with the credential.
+        var kept = machine(declaredLength: 100)
+        guard case .none = kept.start(now: Self.t0) else { Issue.record(); return }
+        guard case .storeBody = kept.bodyReceived(count: 100, now: Self.t0) else { Issue.record(); return }
+        guard case .acquireCredential = kept.bodyEnded(now: Self.t0) else { Issue.record(); return }
+        #expect(kept.bodyReplayable)
     }
 
     // MARK: credentials and refresh

@@ -5,6 +5,10 @@ import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// TLS interception over real sockets (docs/reference/https-clients.md#interception): real clients (curl, Python
 /// requests, openssl) verify Backstop's leaf against the exported root, and every request inside gets routing,
 /// retries, token injection and refresh like any other.
@@ -36,7 +40,8 @@ struct InterceptionTests {
     }
 
     /// Origin paths: `/flaky…` answers 503, 503, then 200 (per path); everything needs a valid bearer token.
-    static func withSetup(_ body: (Setup) async throws -> Void) async throws {
+    /// `extra` is appended to the proxy's config (top-level sections).
+    static func withSetup(extra: String = "", _ body: (Setup) async throws -> Void) async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
         let originCertificates = try TestCertificates.generate(in: directory)
@@ -72,6 +77,7 @@ struct InterceptionTests {
                 intercept: true
                 retry: {attempts: 3, on: [503], backoff: {base: 10ms, max: 50ms}}
                 auth: {type: oauth2, token_url: \(auth.tokenURL), keychain_prefix: api}
+            \(extra)
             """, keychain: opened.keychain, capture: capture)
         let setup = Setup(
             auth: auth, origin: origin, proxy: proxy, capture: capture, directory: directory, rootPath: rootPath,
@@ -111,6 +117,24 @@ struct InterceptionTests {
             #expect(text.contains("backstop_retries_total{upstream=\"api\",reason=\"503\"} 2\n"), "\(text)")
             #expect(text.contains("backstop_intercepted_connections_total{result=\"established\"} 2\n"))
             #expect(text.contains("backstop_requests_total{upstream=\"api\",code=\"200\"} 3\n"))
+        }
+    }
+
+    @Test("clients: an intercepted CONNECT and the requests inside are decided for the intercepting upstream; a client whose entry does not list it gets 403 to its CONNECT")
+    func interceptionObeysClients() async throws {
+        try await Self.withSetup(extra: "clients:\n  - {name: me, match: {unix_user: \"\(getuid())\"}, upstreams: [api]}") { setup in
+            let allowed = try await setup.curl(["https://api.test/mine"])
+            #expect(allowed.standardOutput == "origin saw GET /mine with Bearer access-1", "\(allowed.standardError)")
+            let tunnels = try await setup.capture.waitFor("tunnel", count: 1)
+            #expect(tunnels.first?.contains("client_entry=me") == true, "\(tunnels)")
+            #expect(setup.capture.messages("request").contains { $0.contains("path=/mine") && $0.contains("client_entry=me") })
+        }
+        try await Self.withSetup(extra: "clients:\n  - {name: someone, match: {unix_user: \"65534\"}, upstreams: [api]}") { setup in
+            let refused = try await setup.curl(["-o", "/dev/null", "-w", "%{http_connect}", "https://api.test/not-mine"])
+            #expect(refused.standardOutput == "403", "\(refused.standardError)")
+            #expect(setup.origin.requestCount == 0)
+            let lines = try await setup.capture.waitFor("request", count: 1)
+            #expect(lines.first?.contains("method=CONNECT") == true && lines.first?.contains("error=client-denied") == true)
         }
     }
 

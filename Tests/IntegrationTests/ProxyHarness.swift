@@ -16,10 +16,7 @@ struct ProxyHarness {
         _ yaml: String, directory: String = NSTemporaryDirectory(), keychain: FileKeychain? = nil,
         capture: LogCapture? = nil
     ) async throws -> ProxyHarness {
-        var text = yaml
-        if !text.hasPrefix("listen:") && !text.contains("\nlisten:") { text = "listen: [\"127.0.0.1:0\"]\n" + text }
-        if !text.contains("version:") { text = "version: 1\n" + text }
-        let config = try ConfigLoader.parse(yaml: text, file: "test.yaml", baseDirectory: directory)
+        let config = try parse(yaml, directory: directory)
         // BACKSTOP_TEST_LOG=debug (or another level) shows the proxy's log lines on stderr while debugging a test.
         let level = ProcessInfo.processInfo.environment["BACKSTOP_TEST_LOG"].flatMap(LogLevel.init(rawValue:))
         let logger = Logger(label: "backstop-test") { label in
@@ -32,6 +29,20 @@ struct ProxyHarness {
         try await server.start()
         guard let port = server.boundAddresses.first?.port else { throw HarnessError.noPort }
         return ProxyHarness(server: server, port: port)
+    }
+
+    /// The config `start` would serve for `yaml` (the same listener added).
+    static func parse(_ yaml: String, directory: String = NSTemporaryDirectory()) throws -> Config {
+        var text = yaml
+        if !text.hasPrefix("listen:") && !text.contains("\nlisten:") { text = "listen: [\"127.0.0.1:0\"]\n" + text }
+        if !text.contains("version:") { text = "version: 1\n" + text }
+        return try ConfigLoader.parse(yaml: text, file: "test.yaml", baseDirectory: directory)
+    }
+
+    /// Reloads the proxy with `yaml`, as SIGHUP does once the new config is accepted (the listener stays bound).
+    func reload(_ yaml: String, keychain: FileKeychain? = nil) async throws {
+        let config = try Self.parse(yaml)
+        await server.reload(config: config, intercept: try InterceptAuthority.load(config: config, keychain: keychain))
     }
 
     func stop() async { await server.drainAndStop(timeout: .seconds(2)) }

@@ -1,3 +1,4 @@
+import BackstopCore
 import BackstopIdentity
 import BackstopTestSupport
 import BackstopTransport
@@ -10,7 +11,7 @@ import Testing
 
 /// SigV4 signatures as they travel: signed by Backstop's signer, sent by the curl transport the daemon uses, and
 /// checked on arrival by an origin that recomputes them with botocore (scripts/sigv4/botocore-origin.py) from the
-/// request exactly as received (docs/reference/aws-sigv4.md).
+/// request exactly as received (docs/reference/aws-sigv4.md); then the same through the proxy, keys in the keychain.
 @Suite("SigV4 on the wire", .serialized)
 struct SigV4LiveTests {
     static var scripts: String {
@@ -90,6 +91,64 @@ struct SigV4LiveTests {
         }
         await transport.shutdown()
         try await group.shutdownGracefully()
+        await origin.stop()
+    }
+
+    @Test("through the daemon: botocore accepts every request Backstop signs (path with spaces, repeated and reserved query characters, a signed body, an unsigned stream, a session token); the client's Authorization is replaced; a signed body past retry_buffer gets 413")
+    func botocoreAcceptsWhatTheDaemonSigns() async throws {
+        let port = try FreePort.reserveClosedPort()
+        let keys = (access: "AKIDLIVE", secret: "live/secret+key=", token: "session//token+=")
+        let origin = try DaemonProcess.start(
+            binary: "/usr/bin/env",
+            arguments: ["python3", Self.scripts + "/botocore-origin.py", String(port), keys.access, keys.secret, keys.token])
+        defer { origin.send(signal: SIGKILL) }
+        try await origin.waitUntilListening(port: port)
+        let (keychain, directory) = try TokenRefreshTests.makeKeychain(
+            ["aws/access": keys.access, "aws/secret": keys.secret, "aws/token": keys.token])
+        defer { TestFiles.remove(directory) }
+        let entries = "access_key_entry: aws/access, secret_key_entry: aws/secret, session_token_entry: aws/token"
+        let capture = LogCapture()
+        let proxy = try await ProxyHarness.start("""
+            \(keychainSection(directory: directory))
+            limits: {retry_buffer: 64KiB}
+            upstreams:
+              - name: api
+                match: {hosts: [api.test]}
+                url: http://127.0.0.1:\(port)/prod
+                auth: {type: aws_sigv4, region: eu-west-1, service: execute-api, \(entries)}
+              - name: bucket
+                match: {hosts: [bucket.test]}
+                url: http://127.0.0.1:\(port)
+                auth: {type: aws_sigv4, region: eu-west-1, service: s3, payload: unsigned, \(entries)}
+            """, keychain: keychain, capture: capture)
+        let large = [UInt8](repeating: 0x61, count: 70_000)
+        let cases: [(method: String, host: String, target: String, body: [UInt8]?)] = [
+            ("GET", "api.test", "/items", nil),
+            ("GET", "api.test", "/a%20b/c%20d", nil),
+            ("GET", "api.test", "/p?b=2&a=1&a=0&x=%2F%3D%26&e=&sp=a%20b&plus=a+b&flag&%E2%98%83=snow", nil),
+            ("GET", "api.test", "/p?q=a/b:c@d!$'()*,;&q=a", nil),
+            ("POST", "api.test", "/submit?Action=Send", Array("{\"hello\":\"world\"}".utf8)),
+            ("PUT", "bucket.test", "/upload%20file", large),
+        ]
+        var responses: [RawHTTPResponse] = []
+        for c in cases {
+            responses.append(try await proxy.send(RawHTTP.request(
+                c.method, "http://\(c.host)\(c.target)", host: c.host,
+                headers: [("Authorization", "Bearer the-clients-own"), ("X-Amz-Date", "20000101T000000Z")], body: c.body)))
+        }
+        #expect(responses.map(\.status) == Array(repeating: 200, count: cases.count),
+                "\(responses.map(\.bodyString).joined(separator: "\n"))")
+        #expect(responses[1].bodyString.contains(#""path": "/prod/a%20b/c%20d""#), "\(responses[1].bodyString)")
+        #expect(responses[3].bodyString.contains(#""query": "q=a/b:c@d!$'()*,;&q=a""#), "\(responses[3].bodyString)")
+        #expect(responses.allSatisfy { $0.bodyString.contains("x-amz-security-token") })
+
+        // A signed payload must be hashed whole: a body past retry_buffer is refused before anything is sent.
+        let tooLarge = try await proxy.send(RawHTTP.request("PUT", "http://api.test/big", host: "api.test", body: large))
+        #expect(tooLarge.status == 413)
+        #expect(tooLarge.header("X-Backstop-Error") == "body-too-large")
+        await proxy.stop()
+        let log = capture.all.joined(separator: "\n")
+        #expect(!log.contains(keys.secret) && !log.contains(keys.token))
         await origin.stop()
     }
 }

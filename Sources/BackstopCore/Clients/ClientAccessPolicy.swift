@@ -69,10 +69,13 @@ public struct ClientAccessPolicy: Sendable, Equatable {
     public let entries: [Entry]
     /// Whether any entry is `proxy_auth`: then a client that matches nothing is asked for credentials.
     public let challenges: Bool
+    /// Whether any entry is `unix_group`: only then are a client's groups looked up.
+    public let usesGroups: Bool
 
     public init(entries: [Entry]) {
         self.entries = entries
         challenges = entries.contains { if case .basic = $0.rule { true } else { false } }
+        usesGroups = entries.contains { if case .group = $0.rule { true } else { false } }
     }
 
     /// The first entry that matches the connection and the presented `Proxy-Authorization` decides: allowed when it

@@ -71,7 +71,7 @@ public enum DotSegments {
                 i += 1
                 continue
             }
-            if i + 2 < bytes.count, let high = hexValue(bytes[i + 1]), let low = hexValue(bytes[i + 2]) {
+            if i + 2 < bytes.count, let high = Hex.value(bytes[i + 1]), let low = Hex.value(bytes[i + 2]) {
                 out.append(high << 4 | low)
                 i += 3
                 changed = true
@@ -92,19 +92,10 @@ public enum DotSegments {
     private static func unicodeEscape(_ digits: ArraySlice<UInt8>) -> Unicode.Scalar? {
         var value: UInt32 = 0
         for digit in digits {
-            guard let nibble = hexValue(digit) else { return nil }
+            guard let nibble = Hex.value(digit) else { return nil }
             value = value << 4 | UInt32(nibble)
         }
         // A lone surrogate is no scalar: the escape stays as it was, and the path is judged without it.
         return Unicode.Scalar(value)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }

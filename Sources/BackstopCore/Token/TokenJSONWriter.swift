@@ -17,7 +17,7 @@ enum TokenJSONWriter {
     }
 
     static func appendString(_ text: String, to out: inout [UInt8]) {
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        let hex = Hex.lowercaseDigits
         out.append(UInt8(ascii: "\""))
         for byte in text.utf8 {
             // Bytes of multi-byte UTF-8 sequences are all >= 0x80, so byte-wise handling is exact.

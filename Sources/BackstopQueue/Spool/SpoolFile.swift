@@ -32,7 +32,14 @@ final class SpoolFile: Sendable {
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         guard fd >= 0 else { throw SpoolError.from(operation: "create a spool file in \(directory)", errno: errno) }
         // mkostemp (atomic O_CLOEXEC) is a GNU extension Swift does not import; set it at once instead.
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        guard fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 else {
+            let code = errno
+            let named = template.withUnsafeBufferPointer { unlink($0.baseAddress!) }
+            close(fd)
+            throw SpoolError.from(
+                operation: "mark a spool file close-on-exec in \(directory)" + (named == 0 ? "" : "; the file could not be removed either"),
+                errno: code)
+        }
         let unlinked = template.withUnsafeBufferPointer { unlink($0.baseAddress!) }
         guard unlinked == 0 else {
             let code = errno

@@ -15,16 +15,9 @@ struct TokenClientCredentials {
     static func load(config: OAuth2Config, keychain: FileKeychain?) -> Result<TokenClientCredentials, CredentialProblem> {
         var credentials = TokenClientCredentials()
         if let entry = config.tls.clientCertEntry {
-            switch read(entry, keychain) {
+            switch clientIdentity(entry, keychain) {
             case .failure(let problem): return .failure(problem)
-            case .success(let bytes):
-                do {
-                    let bundle = try ClientCertificateBundle(pem: bytes)
-                    credentials.tlsIdentity = TransportClientIdentity(
-                        certificateChainPEM: bundle.certificateChainPEM, privateKeyPEM: bundle.privateKeyPEM)
-                } catch {
-                    return .failure(.unusable(entry: entry, why: error.description))
-                }
+            case .success(let identity): credentials.tlsIdentity = identity
             }
         }
         if config.clientAuth == .privateKeyJWT, let entry = config.clientKeyEntry {
@@ -39,6 +32,24 @@ struct TokenClientCredentials {
             }
         }
         return .success(credentials)
+    }
+
+    /// The client certificate chain and key `entry` holds, checked (`ClientCertificateBundle`) and ready for curl:
+    /// for the token endpoint (`auth.tls.client_cert_entry`) and for the upstream itself (`tls.client_cert_entry`).
+    static func clientIdentity(_ entry: String, _ keychain: FileKeychain?)
+        -> Result<TransportClientIdentity, CredentialProblem>
+    {
+        switch read(entry, keychain) {
+        case .failure(let problem): return .failure(problem)
+        case .success(let bytes):
+            do {
+                let bundle = try ClientCertificateBundle(pem: bytes)
+                return .success(TransportClientIdentity(
+                    certificateChainPEM: bundle.certificateChainPEM, privateKeyPEM: bundle.privateKeyPEM))
+            } catch {
+                return .failure(.unusable(entry: entry, why: error.description))
+            }
+        }
     }
 
     private static func read(_ entry: String, _ keychain: FileKeychain?) -> Result<[UInt8], CredentialProblem> {

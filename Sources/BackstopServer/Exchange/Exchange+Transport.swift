@@ -27,6 +27,8 @@ extension Exchange {
                 }
                 return
             }
+        case .awsSigV4(let source)?:
+            credential = source.credentials().map { .aws($0) }
         case .none?, nil:
             credential = ExchangeStateMachine.Credential.none
         }
@@ -41,9 +43,11 @@ extension Exchange {
         case .buffer(let buffer): transportBody = .buffered(buffer)
         case .stream(let stream): transportBody = .streaming(stream)
         }
+        // Only a signed attempt needs the time of day (its `X-Amz-Date`).
+        let wall: Double = if case .aws = credential { environment.clock.wall() } else { 0 }
         var request = UpstreamRequestBuilder.request(
             head: head, destination: destination, credential: credential, body: transportBody, mayResend: mayResend,
-            connectTimeout: machine.configuration.timeouts.connect)
+            connectTimeout: machine.configuration.timeouts.connect, wall: wall)
         traceAttemptStarted(&request)
         let bound = NIOLoopBound(self, eventLoop: eventLoop)
         transferGeneration = generation

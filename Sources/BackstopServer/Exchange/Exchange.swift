@@ -10,10 +10,9 @@ import NIOHTTP1
 /// the actions it returns: it owns the request body, the transfer of the current attempt, and the relay of the
 /// response to the client. Confined to the connection's event loop.
 final class Exchange {
-    /// Unchecked exclusivity: every access is on the event loop (one thread), and no action is performed while a
-    /// `mutating` call on the machine is in progress (each call returns its action first), so two accesses never
-    /// overlap. The dynamic check this removes ran on every event of every request.
-    @exclusivity(unchecked) var machine: ExchangeStateMachine
+    /// Every access is on the event loop, and each `mutating` call returns its action before it is performed. The
+    /// debug build checks exclusivity; the release build does not (scripts/build-release.sh).
+    var machine: ExchangeStateMachine
     let client: ExchangeClient
     let environment: ExchangeEnvironment
     let eventLoop: EventLoop

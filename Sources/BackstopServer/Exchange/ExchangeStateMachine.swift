@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopIdentity
 import BackstopTransport
 import NIOCore
 
@@ -40,6 +41,9 @@ struct ExchangeStateMachine {
         /// nil for passthrough: one attempt, nothing retried.
         var retry: RetryPolicy?
         var budget: SharedRetryBudget?
+        /// The body must be complete before the first attempt (`aws_sigv4` with `payload: signed` hashes it): one
+        /// that would stream (above `retry_buffer`, or no room in `limits.buffer_memory`) gets 413 `body-too-large`.
+        var bodyMustBeKept = false
         /// Bodies up to this size of a response that will be retried are left to finish, so curl keeps the
         /// connection for the retry; larger or unframed ones are cut.
         static let smallResponseLimit = 64 << 10
@@ -48,7 +52,8 @@ struct ExchangeStateMachine {
     /// How the upstream is authenticated, as far as decisions go.
     enum CredentialKind: Equatable {
         case none
-        /// A keychain entry sent as is (`auth.type: static`).
+        /// Keychain entries read for each attempt, never refreshed: sent as is (`auth.type: static`), or the keys
+        /// that sign the attempt (`aws_sigv4`, where a 403 is an answer, not a reason to refresh).
         case staticValue
         /// An OAuth2 token; a response status in `refreshOn` triggers one refresh and one replay.
         case oauth2(refreshOn: Set<Int>)
@@ -59,6 +64,9 @@ struct ExchangeStateMachine {
         case none
         case value(String)
         case token(ManagedToken)
+        /// The keys an `aws_sigv4` attempt is signed with (at its own time, when it starts). Boxed (`indirect`): three
+        /// strings would make every `Credential` and `Action` of the plain path larger to copy.
+        indirect case aws(SigV4Credentials)
     }
 
     /// Where the request body is, as far as decisions go (the bytes are the owner's).
@@ -198,6 +206,7 @@ struct ExchangeStateMachine {
             return prepareAttempt(now: now)
         }
         if let length = configuration.declaredLength, length > configuration.retryBuffer {
+            if configuration.bodyMustBeKept { return failLocally(.bodyTooLarge) }
             body = .streaming(complete: false)
             return .beginStreaming
         }
@@ -219,6 +228,7 @@ struct ExchangeStateMachine {
                 body = .buffering(total)
                 return .storeBody
             }
+            if configuration.bodyMustBeKept { return failLocally(.bodyTooLarge) }
             body = .streaming(complete: false)
             return .storeBodyAndBeginStreaming
         case .streaming:
@@ -230,6 +240,7 @@ struct ExchangeStateMachine {
     /// being kept (not retryable), as a body above `retry_buffer` is.
     mutating func bufferDenied(now: Duration) -> Action {
         guard case .buffering = body else { return .none }
+        if configuration.bodyMustBeKept { return failLocally(.bodyTooLarge) }
         body = .streaming(complete: false)
         return .beginStreaming
     }

@@ -1,5 +1,7 @@
 import BackstopCore
+import BackstopIdentity
 import BackstopTransport
+import Foundation
 import NIOCore
 import NIOHTTP1
 
@@ -35,11 +37,12 @@ enum ExchangeDestination {
 }
 
 /// Builds the transport request of one attempt from the client's head (docs/reference/behaviour.md#forwarding):
-/// the upstream URL, the rewritten headers with the credential injected, TLS and connect timeout.
+/// the upstream URL, the rewritten headers with the credential injected (or the attempt signed), TLS and connect
+/// timeout. `wall` is the attempt's time (seconds since 1970): a SigV4 signature is dated with it.
 enum UpstreamRequestBuilder {
     static func request(
         head: HTTPRequestHead, destination: ExchangeDestination, credential: ExchangeStateMachine.Credential,
-        body: TransportRequestBody, mayResend: Bool, connectTimeout: Duration
+        body: TransportRequestBody, mayResend: Bool, connectTimeout: Duration, wall: Double
     ) -> TransportRequest {
         var pairs: [(name: String, value: String)] = []
         pairs.reserveCapacity(head.headers.count)
@@ -67,9 +70,43 @@ enum UpstreamRequestBuilder {
                 headers.append((name: injection.header, value: value))
             }
         }
+        if case .aws(let credentials) = credential, case .upstream(let upstream, let path) = destination,
+            case .awsSigV4(let source) = upstream.auth
+        {
+            sign(&headers, signer: source.signer, payload: source.payload, credentials: credentials,
+                 method: head.method.rawValue, path: path, host: hostHeader, body: body, wall: wall)
+        }
         return TransportRequest(
             url: url, method: head.method.rawValue, headers: headers, body: body, connectTimeout: connectTimeout,
             tls: tls, mayResend: mayResend, passthrough: passthrough)
+    }
+
+    /// Signs the attempt (docs/reference/aws-sigv4.md): the path and query as sent, the `Host` sent, the body's hash
+    /// (or `UNSIGNED-PAYLOAD`); the signature's headers replace any the client sent under those names
+    /// (`Authorization` included).
+    static func sign(
+        _ headers: inout [(name: String, value: String)], signer: SigV4Signer, payload signing: AWSPayloadSigning,
+        credentials: SigV4Credentials, method: String, path: String, host: String, body: TransportRequestBody,
+        wall: Double
+    ) {
+        let payload: SigV4Signer.Payload
+        switch (signing, body) {
+        case (.unsigned, _): payload = .unsigned
+        case (.signed, .empty): payload = .signed([UInt8]())
+        case (.signed, .buffered(let buffer)): payload = buffer.withUnsafeReadableBytes { SigV4Signer.Payload.signed($0) }
+        case (.signed, .streaming):
+            // Never: the exchange refuses a body it cannot keep (413) when the payload is signed. Were one to stream,
+            // the empty body's hash makes the upstream refuse it, rather than take an unsigned body.
+            payload = .signed([UInt8]())
+        }
+        let query = path.firstIndex(of: "?")
+        let signature = signer.sign(
+            SigV4Signer.Request(
+                method: method, path: query.map { String(path[..<$0]) } ?? path,
+                query: query.map { String(path[path.index(after: $0)...]) }, host: host),
+            payload: payload, credentials: credentials, date: Int64(wall.rounded(.down)))
+        headers.removeAll { header in signature.headers.contains { $0.name.caseInsensitiveEquals(header.name) } }
+        for header in signature.headers { headers.append((name: header.name, value: header.value)) }
     }
 
     /// `http://host:port/path` → `host:port`.
@@ -88,6 +125,7 @@ extension ExchangeStateMachine.Credential {
         case .none: nil
         case .value(let value): value
         case .token(let token): token.value
+        case .aws: nil
         }
     }
 }

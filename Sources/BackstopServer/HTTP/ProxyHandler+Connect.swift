@@ -16,7 +16,29 @@ extension ProxyHandler {
             refuseConnect(.badRequest, host: "-", tunnelResult: .badRequest, detail: "CONNECT inside an intercepted connection")
             return
         }
-        switch snapshot.connectPolicy.decide(authority: head.uri) {
+        let decision = snapshot.connectPolicy.decide(authority: head.uri)
+        var clientEntry: String?
+        switch decision {
+        case .refuse: break
+        case .tunnel(let target), .intercept(_, let target):
+            // Decided before anything is resolved or relayed (docs/reference/config.md#clients).
+            let wanted: ClientTarget = if case .intercept(let index, _) = decision {
+                .upstream(snapshot.upstreams[index].config.name)
+            } else {
+                .unrouted
+            }
+            switch clientDecision(head, target: wanted, snapshot: snapshot, context: context) {
+            case .allow(let entry): clientEntry = entry
+            case nil: break
+            case .deny:
+                refuseConnect(.clientDenied, host: target.host, tunnelResult: .denied, detail: nil)
+                return
+            case .challenge:
+                refuseConnect(.proxyAuthRequired, host: target.host, tunnelResult: .denied, detail: nil)
+                return
+            }
+        }
+        switch decision {
         case .refuse(let reason):
             let result: TunnelMetrics.Result? = switch reason {
             case .badRequest: .badRequest
@@ -26,9 +48,11 @@ extension ProxyHandler {
             refuseConnect(reason, host: ConnectTarget.parse(head.uri)?.host ?? "-", tunnelResult: result, detail: nil,
                           body: reason == .tunnelDenied ? Self.notAllowedBody : nil)
         case .tunnel(let target):
-            openTunnel(to: target, snapshot: snapshot, context: context)
+            openTunnel(to: target, snapshot: snapshot, context: context, clientEntry: clientEntry)
         case .intercept(let index, let target):
-            intercept(target, upstream: snapshot.upstreams[index], snapshot: snapshot, context: context)
+            intercept(
+                target, upstream: snapshot.upstreams[index], snapshot: snapshot, context: context,
+                clientEntry: clientEntry, proxyAuthorization: head.headers.first(name: "proxy-authorization"))
         }
     }
 
@@ -49,7 +73,9 @@ extension ProxyHandler {
 
     // MARK: blind tunnels
 
-    private func openTunnel(to target: ConnectTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext) {
+    private func openTunnel(
+        to target: ConnectTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext, clientEntry: String?
+    ) {
         connection.beginUpgrade()
         let policy = snapshot.connectPolicy
         let accessLog = snapshot.config.log.accessLog
@@ -62,7 +88,7 @@ extension ProxyHandler {
             case .success(let (upstream, address)):
                 handler.tunnelConnected(
                     upstream, address: address, target: target, idleTimeout: policy.tunnelIdleTimeout,
-                    accessLog: accessLog)
+                    accessLog: accessLog, clientEntry: clientEntry)
             case .failure(let error):
                 let failure = error as? TunnelConnector.Failure ?? .unreachable("\(error)")
                 guard handler.context?.channel.isActive == true else { return }
@@ -78,7 +104,8 @@ extension ProxyHandler {
     }
 
     private func tunnelConnected(
-        _ upstream: Channel, address: SocketAddress, target: ConnectTarget, idleTimeout: Duration, accessLog: Bool
+        _ upstream: Channel, address: SocketAddress, target: ConnectTarget, idleTimeout: Duration, accessLog: Bool,
+        clientEntry: String?
     ) {
         guard let context, context.channel.isActive else {
             upstream.close(promise: nil)
@@ -86,7 +113,8 @@ extension ProxyHandler {
         }
         let runtime = self.runtime
         let relay = TunnelRelay(
-            description: TunnelRelay.Description(client: clientAddress, target: target, address: address.displayString),
+            description: TunnelRelay.Description(
+                client: clientAddress, target: target, address: address.displayString, clientEntry: clientEntry),
             eventLoop: context.eventLoop, clock: runtime.clock, idleTimeout: idleTimeout, logger: runtime.logger,
             accessLog: accessLog, metrics: runtime.tunnelMetrics, onClose: { runtime.clientDisconnected() })
         do {
@@ -131,7 +159,8 @@ extension ProxyHandler {
     /// Interception: answer `200`, then terminate the client's TLS with a leaf for the `CONNECT` host and handle
     /// every request inside with a new handler of our own kind (docs/reference/https-clients.md#interception).
     func intercept(
-        _ target: ConnectTarget, upstream: UpstreamRuntime, snapshot: ConfigSnapshot, context: ChannelHandlerContext
+        _ target: ConnectTarget, upstream: UpstreamRuntime, snapshot: ConfigSnapshot, context: ChannelHandlerContext,
+        clientEntry: String? = nil, proxyAuthorization: String? = nil
     ) {
         guard let authority = snapshot.intercept else {
             // Cannot happen: a snapshot with an intercepting upstream always has its authority (start and reload
@@ -140,7 +169,9 @@ extension ProxyHandler {
             return
         }
         connection.beginUpgrade()
-        let intercepted = InterceptedConnection(target: target, upstreamName: upstream.config.name, client: clientAddress)
+        let intercepted = InterceptedConnection(
+            target: target, upstreamName: upstream.config.name, client: clientAddress, clientEntry: clientEntry,
+            proxyAuthorization: proxyAuthorization)
         let observer = InterceptTLSObserver(
             intercepted: intercepted, authority: authority, runtime: runtime, accessLog: snapshot.config.log.accessLog)
         let channel = context.channel

@@ -17,9 +17,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     typealias OutboundOut = ByteBuffer
 
     let runtime: ProxyRuntime
-    /// Unchecked exclusivity, as `Exchange.machine`: only the event loop touches it, and every decision returns
-    /// before the handler acts on it, so no two accesses overlap.
-    @exclusivity(unchecked) var connection: ConnectionStateMachine
+    /// Only the event loop touches it, and every decision returns before the handler acts on it.
+    var connection: ConnectionStateMachine
     var context: ChannelHandlerContext?
     var exchange: Exchange?
     /// Small response bytes written but held back until the next flush, so that what follows them is appended:
@@ -39,6 +38,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     let intercepted: InterceptedConnection?
     /// The head deadline in front of the decoder (`limits.header_timeout`), told when heads start and end.
     let headTimer: HeadTimeoutHandler?
+    /// Who the kernel says the client is, asked the first time a `clients` decision needs it (`groups`: with the
+    /// user's groups, which only `unix_group` entries need).
+    private var peer: (connection: ClientConnection, groups: Bool)?
 
     init(
         runtime: ProxyRuntime, idleTimeout: Duration, headTimer: HeadTimeoutHandler?,
@@ -214,6 +216,17 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         case .connect:
             handleConnect(head, snapshot: snapshot, context: context)
         case .accept(let accepted):
+            let clientEntry: String?
+            switch clientDecision(head, destination: accepted.destination, snapshot: snapshot, context: context) {
+            case .allow(let entry): clientEntry = entry
+            case nil: clientEntry = nil
+            case .deny:
+                refuse(.clientDenied, head: head, close: accepted.framing.hasBody || !head.isKeepAlive)
+                return
+            case .challenge:
+                refuse(.proxyAuthRequired, head: head, close: accepted.framing.hasBody || !head.isKeepAlive)
+                return
+            }
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
             let exchange = Exchange(
                 configuration: configuration, head: head,
@@ -224,7 +237,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
                 eventLoop: context.eventLoop,
                 record: AccessRecord.Request(
                     client: clientAddress, method: configuration.method, host: accepted.clientHost,
-                    path: accepted.target.path),
+                    path: accepted.target.path, clientEntry: clientEntry),
                 now: now)
             self.exchange = exchange
             if accepted.framing.hasBody, head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true {
@@ -235,6 +248,29 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
             }
             exchange.start(now: now)
         }
+    }
+
+    /// The `clients` decision for a request (or `CONNECT`) to `target` (docs/reference/config.md#clients); nil when
+    /// no `clients` section is in force. Inside an intercepted connection the `CONNECT`'s `Proxy-Authorization`
+    /// stands for requests that carry none.
+    func clientDecision(
+        _ head: HTTPRequestHead, destination: ExchangeDestination, snapshot: ConfigSnapshot,
+        context: ChannelHandlerContext
+    ) -> ClientDecision? {
+        guard snapshot.clients != nil else { return nil }
+        let target: ClientTarget = destination.upstream.map { .upstream($0.config.name) } ?? .unrouted
+        return clientDecision(head, target: target, snapshot: snapshot, context: context)
+    }
+
+    func clientDecision(
+        _ head: HTTPRequestHead, target: ClientTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext
+    ) -> ClientDecision? {
+        guard let policy = snapshot.clients else { return nil }
+        if peer == nil || (policy.usesGroups && peer?.groups == false) {
+            peer = (ClientIdentification.connection(of: context.channel, groups: policy.usesGroups), policy.usesGroups)
+        }
+        let authorization = head.headers.first(name: "proxy-authorization") ?? intercepted?.proxyAuthorization
+        return policy.decide(connection: peer!.connection, proxyAuthorization: authorization, target: target)
     }
 
     /// Answers a request with a Backstop error before any exchange, and ignores its body.

@@ -60,9 +60,15 @@ enum RequestAdmission {
             let upstream = snapshot.upstreams[index]
             // After a reload, the host may no longer belong to an intercepting upstream.
             if intercepted != nil, !upstream.config.intercept { return .reject(.noRoute, close: framing.hasBody) }
+            // Without the configured client certificate the request would go out as someone else, or be refused in
+            // the handshake after its retries: nothing is sent (docs/reference/config.md#client-certificates).
+            if upstream.clientCertificateUnusable { return .reject(.tokenUnavailable, close: framing.hasBody) }
             // TRACE echoes the request, injected credential included, back to the client.
             if head.method.isTRACE, upstream.config.auth != .none {
                 return .reject(.methodNotAllowed, close: framing.hasBody)
+            }
+            if !upstream.config.upgrades, head.headers.contains(name: "upgrade") {
+                return .reject(.upgradeNotAllowed, close: framing.hasBody)
             }
             destination = .upstream(upstream, path: path)
         case .passthrough(let url):
@@ -98,16 +104,17 @@ enum RequestAdmission {
         let upstream = accepted.destination.upstream
         let credential: ExchangeStateMachine.CredentialKind
         switch upstream?.auth {
-        case .staticToken?: credential = .staticValue
+        case .staticToken?, .awsSigV4?: credential = .staticValue
         case .oauth2(_, let config)?: credential = .oauth2(refreshOn: config.refreshOn)
         case .none?, nil: credential = .none
         }
         let keyHeader = upstream?.config.retry.retryNonIdempotentWithKey
+        let bodyMustBeKept: Bool = if case .awsSigV4(let source)? = upstream?.auth { source.payload == .signed } else { false }
         return ExchangeStateMachine.Configuration(
             method: head.method.rawValue, hasBody: accepted.framing.hasBody, declaredLength: accepted.framing.contentLength,
             retryBuffer: snapshot.config.limits.retryBuffer, maxRequestBody: snapshot.config.limits.maxRequestBody,
             timeouts: upstream?.config.timeouts ?? Timeouts(),
             hasIdempotencyKey: keyHeader.map { head.headers.contains(name: $0) } ?? false, credential: credential,
-            retry: upstream?.retryPolicy, budget: upstream?.budget)
+            retry: upstream?.retryPolicy, budget: upstream?.budget, bodyMustBeKept: bodyMustBeKept)
     }
 }

@@ -110,6 +110,13 @@ enum ResponseHeadWriter {
         buffer.writeStaticString("\r\nX-Backstop-Error: ")
         buffer.writeString(reason.rawValue)
         buffer.writeStaticString("\r\n")
+        if reason == .proxyAuthRequired {
+            // RFC 9110 §15.5.8: a 407 carries the challenge the client answers with `Proxy-Authorization`.
+            buffer.writeString(ClientAccessPolicy.challenge.name)
+            buffer.writeStaticString(": ")
+            buffer.writeString(ClientAccessPolicy.challenge.value)
+            buffer.writeStaticString("\r\n")
+        }
         if let attempts {
             buffer.writeStaticString("X-Backstop-Attempts: ")
             writeDecimal(&buffer, attempts)

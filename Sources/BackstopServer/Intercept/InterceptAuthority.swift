@@ -3,56 +3,69 @@ import BackstopCore
 import BackstopKeychain
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
 import NIOSSL
 
 /// The interception CA of one config snapshot (docs/reference/https-clients.md#the-local-ca): an intermediate minted
 /// in memory from the keychain's root, with name constraints permitting only the intercepting upstreams' names, and
 /// a bounded in-memory cache of TLS server contexts, one per host, each with a leaf minted on first use. Nothing of
 /// it is ever written to disk; a reload mints a new intermediate and starts an empty cache, and so does the first
-/// handshake within 30 days of the intermediate's end (reading the root from the keychain again).
+/// minting within 30 days of the intermediate's end (reading the root from the keychain again).
+///
+/// Minting (a P-256 key, a signature, a TLS context; the keychain read and decrypted when the intermediate is
+/// renewed) runs on NIO's thread pool, never on an event loop, and no lock is held meanwhile: the lock guards only
+/// the cache and the list of handshakes waiting for a name being minted (`LeafMinting`), so every handshake for
+/// that name waits on one minting.
 public final class InterceptAuthority: Sendable {
     /// Cached leaves at most; past it, the one closest to renewal is dropped.
     static let maxCachedLeaves = 1024
-    /// An intermediate this close to its end is replaced (with an empty leaf cache) at the next handshake, so a
+    /// An intermediate this close to its end is replaced (with an empty leaf cache) at the next minting, so a
     /// daemon that is never reloaded keeps serving valid chains.
     static let intermediateRenewal: TimeInterval = 30 * 86_400
 
-    private struct Leaf {
-        let context: NIOSSLContext
-        /// Re-minted after three quarters of its lifetime, so a client never gets a leaf about to expire.
-        let renewAfter: Date
-    }
-
-    /// The intermediate in use, its NIOSSL form, and the leaves it signed.
-    private struct Signer {
+    /// The intermediate in use and its NIOSSL form.
+    private struct Signer: Sendable {
         var intermediate: CAIdentity
         var certificate: NIOSSLCertificate
-        var leaves: [String: Leaf] = [:]
 
         init(root: CAIdentity, hostPatterns: [String], now: Date) throws {
             intermediate = try CertificateMinter.makeIntermediate(root: root, hostPatterns: hostPatterns, now: now)
             certificate = try NIOSSLCertificate(bytes: intermediate.certificateDER, format: .der)
         }
+
+        func nearsItsEnd(at now: Date) -> Bool {
+            intermediate.certificate.notValidAfter.timeIntervalSince(now) < InterceptAuthority.intermediateRenewal
+        }
+    }
+
+    private struct State: Sendable {
+        var signer: Signer
+        var leaves = LeafMinting<NIOSSLContext, EventLoopPromise<NIOSSLContext>>(capacity: maxCachedLeaves)
+        /// Leaves minted since start (diagnostics and tests).
+        var minted = 0
     }
 
     /// Reads the root from the keychain again: its key is held only while an intermediate is minted.
     private let loadRoot: @Sendable () throws -> CAIdentity
     private let hostPatterns: [String]
     private let leafLifetime: TimeInterval
-    private let signer: NIOLockedValueBox<Signer>
+    private let state: NIOLockedValueBox<State>
+    private let threadPool: NIOThreadPool
 
     init(
         root: CAIdentity, hostPatterns: [String], leafLifetime: Duration, now: Date,
-        loadRoot: @escaping @Sendable () throws -> CAIdentity
+        threadPool: NIOThreadPool = .singleton, loadRoot: @escaping @Sendable () throws -> CAIdentity
     ) throws {
         self.loadRoot = loadRoot
         self.hostPatterns = hostPatterns
         self.leafLifetime = TimeInterval(leafLifetime.components.seconds)
-        self.signer = NIOLockedValueBox(try Signer(root: root, hostPatterns: hostPatterns, now: now))
+        self.threadPool = threadPool
+        self.state = NIOLockedValueBox(State(signer: try Signer(root: root, hostPatterns: hostPatterns, now: now)))
     }
 
     /// The intermediate signing leaves now.
-    public var intermediate: CAIdentity { signer.withLockedValue { $0.intermediate } }
+    public var intermediate: CAIdentity { state.withLockedValue { $0.signer.intermediate } }
 
     /// The authority for `config`, or nil when no upstream intercepts. Fails with what to do when the root CA is
     /// missing, unreadable or expired.
@@ -95,38 +108,75 @@ public final class InterceptAuthority: Sendable {
     /// Whether a leaf may be minted for `host`: it matches one of the intercepting upstreams' host patterns.
     func permits(_ host: String) -> Bool { Router.hostRank(hostPatterns, host) != nil }
 
-    /// The server context for `host`, minting its leaf on first use (and a new intermediate when the current one
-    /// nears its end). Throws for a host no pattern permits.
-    func context(forHost host: String, now: Date = Date()) throws -> NIOSSLContext {
-        guard permits(host) else { throw InterceptRefusal.hostNotPermitted(host) }
-        return try signer.withLockedValue { signer in
-            if signer.intermediate.certificate.notValidAfter.timeIntervalSince(now) < Self.intermediateRenewal {
-                signer = try Signer(root: try loadRoot(), hostPatterns: hostPatterns, now: now)
+    /// The server context for `host`, on `eventLoop`: the cached one, or one minted on the thread pool (with a new
+    /// intermediate first when the current one nears its end); handshakes asking for a name being minted share that
+    /// minting. Fails at once for a host no pattern permits.
+    func context(forHost host: String, now: Date = Date(), on eventLoop: any EventLoop) -> EventLoopFuture<NIOSSLContext> {
+        guard permits(host) else { return eventLoop.makeFailedFuture(InterceptRefusal.hostNotPermitted(host)) }
+        let promise = eventLoop.makePromise(of: NIOSSLContext.self)
+        let (lookup, signer) = state.withLockedValue { state in
+            (state.leaves.lookup(host, now: now, waiter: promise), state.signer)
+        }
+        switch lookup {
+        case .cached(let context):
+            promise.succeed(context)
+        case .wait:
+            break
+        case .mint:
+            threadPool.runIfActive(eventLoop: eventLoop) { [self] in
+                try mint(host, signer: signer, now: now)
+            }.whenComplete { [self] result in
+                finish(host, result, now: now)
             }
-            if let cached = signer.leaves[host], cached.renewAfter > now { return cached.context }
-            let leaf = try CertificateMinter.makeLeaf(
-                host: host, issuer: signer.intermediate, lifetime: leafLifetime, now: now)
-            var tls = TLSConfiguration.makeServerConfiguration(
-                certificateChain: [
-                    .certificate(try NIOSSLCertificate(bytes: CAIdentity.der(leaf.certificate), format: .der)),
-                    .certificate(signer.certificate),
-                ],
-                privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(leaf.privateKey.derRepresentation), format: .der)))
-            tls.minimumTLSVersion = .tlsv12
-            tls.applicationProtocols = ["http/1.1"]
-            let context = try NIOSSLContext(configuration: tls)
-            if signer.leaves.count >= Self.maxCachedLeaves,
-                let soonest = signer.leaves.min(by: { $0.value.renewAfter < $1.value.renewAfter })
-            {
-                signer.leaves[soonest.key] = nil
+        }
+        return promise.futureResult
+    }
+
+    /// A leaf for `host` and its TLS context; a new intermediate too when `signer`'s nears its end. Thread pool.
+    private func mint(_ host: String, signer: Signer, now: Date) throws -> (NIOSSLContext, renewed: Signer?) {
+        var renewed: Signer?
+        if signer.nearsItsEnd(at: now) { renewed = try Signer(root: try loadRoot(), hostPatterns: hostPatterns, now: now) }
+        let issuer = renewed ?? signer
+        let leaf = try CertificateMinter.makeLeaf(host: host, issuer: issuer.intermediate, lifetime: leafLifetime, now: now)
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: [
+                .certificate(try NIOSSLCertificate(bytes: CAIdentity.der(leaf.certificate), format: .der)),
+                .certificate(issuer.certificate),
+            ],
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(leaf.privateKey.derRepresentation), format: .der)))
+        tls.minimumTLSVersion = .tlsv12
+        tls.applicationProtocols = ["http/1.1"]
+        return (try NIOSSLContext(configuration: tls), renewed)
+    }
+
+    /// Caches what was minted (installing a renewed intermediate unless a newer one already is) and answers every
+    /// handshake that waited for `host`.
+    private func finish(_ host: String, _ result: Result<(NIOSSLContext, renewed: Signer?), any Error>, now: Date) {
+        let context = try? result.get().0
+        let waiters = state.withLockedValue { state in
+            if case .success(let minted) = result {
+                state.minted += 1
+                if let renewed = minted.renewed,
+                    renewed.intermediate.certificate.notValidAfter > state.signer.intermediate.certificate.notValidAfter
+                {
+                    state.signer = renewed
+                    state.leaves.dropLeaves()
+                }
             }
-            signer.leaves[host] = Leaf(context: context, renewAfter: now + leafLifetime * 3 / 4)
-            return context
+            return state.leaves.minted(host, leaf: context, renewAfter: now + leafLifetime * 3 / 4)
+        }
+        for waiter in waiters {
+            switch result {
+            case .success(let minted): waiter.succeed(minted.0)
+            case .failure(let error): waiter.fail(error)
+            }
         }
     }
 
-    /// Leaves minted and cached now (for tests and diagnostics).
-    public var cachedLeafCount: Int { signer.withLockedValue { $0.leaves.count } }
+    /// Leaves cached now (for tests and diagnostics).
+    public var cachedLeafCount: Int { state.withLockedValue { $0.leaves.cachedCount } }
+    /// Leaves minted since start (for tests and diagnostics).
+    var mintedLeafCount: Int { state.withLockedValue { $0.minted } }
 }
 
 /// Why a TLS handshake inside an intercepted `CONNECT` was refused before any leaf was minted.

@@ -57,16 +57,15 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
             refuse(.sniMismatch, InterceptRefusal.sniMismatch(sni: String(name.prefix(255)), connect: host), channel)
             return channel.eventLoop.makeFailedFuture(InterceptRefusal.sniMismatch(sni: name, connect: host))
         }
-        do {
-            let context = try authority.context(forHost: host)
+        // Minting runs on the thread pool; the ClientHello's bytes wait in the SNI handler meanwhile.
+        return authority.context(forHost: host, on: channel.eventLoop).assumeIsolated().flatMapThrowing { context in
             let pipeline = channel.pipeline.syncOperations
-            try pipeline.addHandler(watcher, position: .before(self))
+            try pipeline.addHandler(self.watcher, position: .before(self))
             try pipeline.addHandler(NIOSSLServerHandler(context: context), position: .before(self))
-            return channel.eventLoop.makeSucceededVoidFuture()
-        } catch {
-            refuse(.handshakeFailed, error, channel)
-            return channel.eventLoop.makeFailedFuture(error)
-        }
+        }.flatMapErrorThrowing { error in
+            self.refuse(.handshakeFailed, error, channel)
+            throw error
+        }.nonisolated()
     }
 
     private func refuse(_ outcome: Outcome, _ error: any Error, _ channel: Channel) {
@@ -118,7 +117,7 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
                 + "the client, or after limits.client_idle_timeout)")
         }
         if accessLog {
-            runtime.logger.info("tunnel", metadata: [
+            var metadata: Logger.Metadata = [
                 "mode": .string("intercept"),
                 "client": .string(intercepted.client),
                 "host": .string(intercepted.target.host),
@@ -126,7 +125,9 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
                 "upstream": .string(intercepted.upstreamName),
                 "result": .string(outcome.rawValue),
                 "ms": .stringConvertible(Milliseconds(runtime.clock.monotonic() - started)),
-            ])
+            ]
+            if let entry = intercepted.clientEntry { metadata["client_entry"] = .string(entry) }
+            runtime.logger.info("tunnel", metadata: metadata)
         }
         context.fireChannelInactive()
     }

@@ -1,6 +1,7 @@
 import BackstopCore
 import BackstopIdentity
 import BackstopKeychain
+import BackstopPeer
 import BackstopStatus
 import BackstopTracing
 import BackstopTransport
@@ -69,8 +70,10 @@ public final class ProxyServer: Sendable {
             fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
             counters: tokenRefreshes, tracer: tracer)
         self.runtime = ProxyRuntime(
-            snapshot: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept), transport: transport,
-            logger: logger, tracer: tracer)
+            snapshot: ConfigSnapshot(
+                config: config, upstreams: upstreams, intercept: intercept,
+                clients: Self.clientsInForce(config, keychain: keychain, logger: logger)),
+            transport: transport, logger: logger, tracer: tracer)
         self.channels = NIOLockedValueBox([])
         self.adminChannel = NIOLockedValueBox(nil)
         readClientCertificates(config)
@@ -381,7 +384,9 @@ extension ProxyServer {
             config, previous: previous, keychain: keychain, stores: tokenStores,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
             counters: tokenRefreshes, tracer: runtime.tracer)
-        runtime.swap(to: ConfigSnapshot(config: config, upstreams: upstreams, intercept: intercept))
+        runtime.swap(to: ConfigSnapshot(
+            config: config, upstreams: upstreams, intercept: intercept,
+            clients: Self.clientsInForce(config, keychain: keychain, logger: runtime.logger)))
         readClientCertificates(config)
         // Managers that were replaced stop adopting tokens from the store.
         for old in previous {
@@ -410,14 +415,39 @@ extension ProxyServer {
         updateDestinationGuard()
     }
 
+    /// `clients` resolved with this host's users and groups and the keychain (docs/reference/config.md#clients);
+    /// nil without the section. `run` and every reload call it first and refuse a config it throws for.
+    public static func clientPolicy(for config: Config, keychain: FileKeychain?) throws(ClientPolicyError)
+        -> ClientAccessPolicy?
+    {
+        guard let clients = config.clients else { return nil }
+        return try ClientAccessPolicy.resolve(
+            clients, user: UnixAccounts.userID(named:), group: UnixAccounts.groupID(named:),
+            secret: { name in (try? keychain?.entry(name))?.value })
+    }
+
+    /// The policy a snapshot enforces. One that cannot be resolved (a user deleted since `run` checked it) refuses
+    /// every client rather than let them all through.
+    static func clientsInForce(_ config: Config, keychain: FileKeychain?, logger: Logger) -> ClientAccessPolicy? {
+        do throws(ClientPolicyError) {
+            return try clientPolicy(for: config, keychain: keychain)
+        } catch {
+            logger.error("clients cannot be resolved; every client is refused", metadata: ["error": .string(error.description)])
+            return ClientAccessPolicy(entries: [])
+        }
+    }
+
     static func makeUpstreams(
         _ config: Config, previous: [UpstreamRuntime], keychain: FileKeychain?, stores: (any TokenStoreProvider)?,
         fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters, tracer: Tracer?
     ) -> [UpstreamRuntime] {
         config.upstreams.map { upstream in
             let old = previous.first { $0.config.name == upstream.name }
+            // Read at every start and reload, so a rotated entry is presented from the reload on; a problem is
+            // logged by `readClientCertificates`.
+            let identity = upstream.tls.clientCertEntry.map { TokenClientCredentials.clientIdentity($0, keychain) }
             if let old, old.config.auth == upstream.auth {
-                return UpstreamRuntime(config: upstream, auth: old.auth, budget: old.budget)
+                return UpstreamRuntime(config: upstream, auth: old.auth, budget: old.budget, clientIdentity: identity)
             }
             let auth: AuthRuntime
             switch upstream.auth {
@@ -426,10 +456,10 @@ extension ProxyServer {
             case .staticToken(let staticConfig):
                 guard let keychain else { auth = .none; break }
                 auth = .staticToken(StaticTokenSource(keychain: keychain, entry: staticConfig.entry), staticConfig)
-            case .awsSigV4:
-                // Signing each attempt is wired with the request path; until then `run` refuses such a config
-                // (Sources/backstop/PendingFeatures.swift), so no request goes out unsigned.
-                auth = .none
+            case .awsSigV4(let aws):
+                // `check` requires a keychain for any auth; without one nothing could be signed.
+                guard let keychain else { auth = .none; break }
+                auth = .awsSigV4(SigV4Source(keychain: keychain, config: aws))
             case .oauth2(let oauth):
                 guard let stores else { auth = .none; break }
                 // The token endpoint's own TLS settings: verification on, the upstream's `tls` never applies.
@@ -440,7 +470,7 @@ extension ProxyServer {
                 Task { await manager.start() }
                 auth = .oauth2(manager, oauth)
             }
-            return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget)
+            return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget, clientIdentity: identity)
         }
     }
 }

@@ -14,6 +14,8 @@ struct AccessRecord {
         var host: String
         /// The path without its query (a query may carry secrets).
         var path: String
+        /// The `clients` entry that allowed the request (docs/reference/config.md#clients); nil without `clients`.
+        var clientEntry: String? = nil
     }
 
     var request: Request
@@ -43,6 +45,7 @@ struct AccessRecord {
             "ms": .stringConvertible(Milliseconds(elapsed)),
             "bytes": .stringConvertible(bytes),
         ]
+        if let entry = request.clientEntry { metadata["client_entry"] = .string(entry) }
         if let error { metadata["error"] = .string(error) }
         if let reason { metadata["reason"] = .string(reason) }
         if !retries.isEmpty { metadata["retries"] = .string(retries.joined(separator: ",")) }

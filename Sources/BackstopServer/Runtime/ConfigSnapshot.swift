@@ -11,9 +11,15 @@ public final class ConfigSnapshot: Sendable {
     public let upstreams: [UpstreamRuntime]
     /// The interception CA, when an upstream intercepts.
     public let intercept: InterceptAuthority?
+    /// Who may use which upstream (`clients`, resolved); nil: every client may use every upstream.
+    public let clients: ClientAccessPolicy?
 
-    public init(config: Config, upstreams: [UpstreamRuntime], intercept: InterceptAuthority? = nil) {
+    public init(
+        config: Config, upstreams: [UpstreamRuntime], intercept: InterceptAuthority? = nil,
+        clients: ClientAccessPolicy? = nil
+    ) {
         self.intercept = intercept
+        self.clients = clients
         self.config = config
         let router = Router(upstreams: config.upstreams, unmatched: config.unmatched)
         self.router = router
@@ -25,7 +31,11 @@ public final class ConfigSnapshot: Sendable {
 /// Per-upstream live state that outlives single requests: TLS options, the token source, the retry budget.
 public final class UpstreamRuntime: Sendable {
     public let config: UpstreamConfig
+    /// The `tls` section, with the client certificate of `tls.client_cert_entry` as read at start or reload.
     public let tls: TransportTLSOptions
+    /// `tls.client_cert_entry` is set but could not be read or used: requests get 502 `token-unavailable` rather
+    /// than go out without the certificate (docs/reference/config.md#client-certificates).
+    let clientCertificateUnusable: Bool
     let auth: AuthRuntime
     let retryPolicy: RetryPolicy
     /// `scheme://host[:port]` and the `Host` value, computed once rather than per request.
@@ -34,9 +44,16 @@ public final class UpstreamRuntime: Sendable {
     /// Shared by every request to this upstream (and kept across reloads while the budget settings stay).
     let budget: SharedRetryBudget
 
-    init(config: UpstreamConfig, auth: AuthRuntime, budget: SharedRetryBudget? = nil) {
+    /// `clientIdentity`: what `tls.client_cert_entry` holds (nil when the upstream has none).
+    init(
+        config: UpstreamConfig, auth: AuthRuntime, budget: SharedRetryBudget? = nil,
+        clientIdentity: Result<TransportClientIdentity, TokenClientCredentials.CredentialProblem>? = nil
+    ) {
         self.config = config
-        self.tls = TransportTLSOptions(config.tls)
+        var tls = TransportTLSOptions(config.tls)
+        if case .success(let identity) = clientIdentity { tls.clientIdentity = identity }
+        self.tls = tls
+        self.clientCertificateUnusable = if case .failure = clientIdentity { true } else { false }
         self.auth = auth
         self.retryPolicy = RetryPolicy(config: config.retry, timeouts: config.timeouts)
         self.origin = config.url.origin
@@ -67,11 +84,13 @@ enum AuthRuntime: Sendable {
     case none
     case staticToken(StaticTokenSource, StaticAuthConfig)
     case oauth2(TokenManager, OAuth2Config)
+    /// Each attempt signed (docs/reference/aws-sigv4.md); nothing is injected as a header value.
+    case awsSigV4(SigV4Source)
 
-    /// The header name, scheme and client-header policy, when auth is on.
+    /// The header name, scheme and client-header policy, when a credential is injected as a header value.
     var injection: (header: String, scheme: String, policy: ClientAuthHeaderPolicy)? {
         switch self {
-        case .none: return nil
+        case .none, .awsSigV4: return nil
         case .staticToken(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
         case .oauth2(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
         }

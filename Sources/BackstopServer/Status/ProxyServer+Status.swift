@@ -51,6 +51,8 @@ extension ProxyServer {
             return nil
         case .staticToken(let source, _):
             return TokenStatus(kind: "static", present: source.value() != nil)
+        case .awsSigV4(let source):
+            return TokenStatus(kind: "aws_sigv4", present: source.credentials() != nil)
         case .oauth2(let manager, _):
             let last = tokenRefreshes.lastRefresh(upstream: upstream.config.name)
             return TokenStatus(

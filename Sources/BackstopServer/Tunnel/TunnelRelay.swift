@@ -15,6 +15,8 @@ final class TunnelRelay {
         var target: ConnectTarget
         /// The resolved address connected to.
         var address: String
+        /// The `clients` entry that allowed the tunnel.
+        var clientEntry: String? = nil
     }
 
     private let description: Description
@@ -111,7 +113,7 @@ final class TunnelRelay {
         metrics.tunnelClosed()
         onClose()
         guard accessLog else { return }
-        logger.info("tunnel", metadata: [
+        var metadata: Logger.Metadata = [
             "mode": .string("blind"),
             "client": .string(description.client),
             "host": .string(description.target.host),
@@ -122,7 +124,9 @@ final class TunnelRelay {
             "bytes_up": .stringConvertible(bytesUp),
             "bytes_down": .stringConvertible(bytesDown),
             "ms": .stringConvertible(Milliseconds(clock.monotonic() - started)),
-        ])
+        ]
+        if let entry = description.clientEntry { metadata["client_entry"] = .string(entry) }
+        logger.info("tunnel", metadata: metadata)
     }
 }
 

@@ -5,7 +5,7 @@
 /// alert before it has switched to the handshake keys, as a plaintext record. The server is by then expecting
 /// encrypted records, so BoringSSL reports only that it could not decrypt one (`BAD_PACKET_LENGTH`), and the
 /// alert that says why the client gave up would be lost (docs/reference/https-clients.md#when-the-app-refuses-the-leaf).
-struct TLSAlertScanner: Equatable {
+public struct TLSAlertScanner: Equatable, Sendable {
     private enum State: Equatable {
         /// Collecting a record header (5 bytes: type, version, length).
         case header([UInt8])
@@ -19,10 +19,12 @@ struct TLSAlertScanner: Equatable {
 
     private var state = State.header([])
     /// The description code of the first plaintext alert (RFC 8446 §6), once one was seen.
-    private(set) var alert: UInt8?
+    public private(set) var alert: UInt8?
+
+    public init() {}
 
     /// Reads the next bytes the client sent.
-    mutating func scan(_ bytes: some Sequence<UInt8>) {
+    public mutating func scan(_ bytes: some Sequence<UInt8>) {
         for byte in bytes {
             switch state {
             case .done:
@@ -60,7 +62,7 @@ struct TLSAlertScanner: Equatable {
 
     /// An alert's name as BoringSSL's error reasons spell it (`TLSV1_ALERT_UNKNOWN_CA`), so a log line reads the same
     /// whether BoringSSL or this scanner saw the alert.
-    static func name(ofAlert code: UInt8) -> String {
+    public static func name(ofAlert code: UInt8) -> String {
         switch code {
         case 0: "SSLV3_ALERT_CLOSE_NOTIFY"
         case 10: "SSLV3_ALERT_UNEXPECTED_MESSAGE"
@@ -102,7 +104,7 @@ struct TLSAlertScanner: Equatable {
 
     /// BoringSSL's reason names in an error's text (`error:10000418:SSL routines:OPENSSL_internal:TLSV1_ALERT_UNKNOWN_CA
     /// at /…/tls_record.cc:592` → `TLSV1_ALERT_UNKNOWN_CA`), in order, without repeats; never the source paths.
-    static func reasonNames(in text: String) -> [String] {
+    public static func reasonNames(in text: String) -> [String] {
         var names: [String] = []
         var rest = Substring(text)
         while let marker = rest.range(of: ":OPENSSL_internal:") {

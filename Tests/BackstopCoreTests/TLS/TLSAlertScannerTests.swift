@@ -1,5 +1,5 @@
 import Testing
-@testable import BackstopServer
+@testable import BackstopCore
 
 /// `TLSAlertScanner`: the plaintext alert of a TLS 1.3 client that rejects the leaf, found in the client's record
 /// stream however it is split; anything else yields no alert.
@@ -57,12 +57,5 @@ struct TLSAlertScannerTests {
             + "DECRYPTION_FAILED_OR_BAD_RECORD_MAC at /work/main/.build/x.cc:1, Error: 1 error:1:SSL routines:"
             + "OPENSSL_internal:BAD_PACKET_LENGTH at /a.cc:2]))"
         #expect(TLSAlertScanner.reasonNames(in: text) == ["BAD_PACKET_LENGTH", "DECRYPTION_FAILED_OR_BAD_RECORD_MAC"])
-        #expect(InterceptTLSObserver.describe(EOFText(text: text)) == "BAD_PACKET_LENGTH,DECRYPTION_FAILED_OR_BAD_RECORD_MAC")
-        #expect(InterceptTLSObserver.describe(EOFText(text: "uncleanShutdown")) == "uncleanShutdown")
-    }
-
-    private struct EOFText: Error, CustomStringConvertible {
-        var text: String
-        var description: String { text }
     }
 }
