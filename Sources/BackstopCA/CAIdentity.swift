@@ -30,7 +30,9 @@ public struct CAIdentity: Sendable {
             switch document.discriminator {
             case "CERTIFICATE":
                 guard certificate == nil else { throw .malformed("more than one certificate") }
-                do { certificate = try Certificate(pemDocument: document) } catch { throw .malformed("unreadable certificate") }
+                do { certificate = try Certificate(pemDocument: document) } catch {
+                    throw .malformed("unreadable certificate")
+                }
             case "PRIVATE KEY", "EC PRIVATE KEY":
                 guard key == nil else { throw .malformed("more than one key") }
                 do {

@@ -42,7 +42,8 @@ public enum CertificateMinter {
         let permitted = permittedDNSNames(for: hostPatterns).map { GeneralName.dnsName($0) }
         let certificate = try Certificate(
             version: .v3, serialNumber: serialNumber(), publicKey: publicKey,
-            notValidBefore: now - backdate, notValidAfter: min(now + intermediateLifetime, root.certificate.notValidAfter),
+            notValidBefore: now - backdate,
+            notValidAfter: min(now + intermediateLifetime, root.certificate.notValidAfter),
             issuer: root.certificate.subject,
             subject: try DistinguishedName { CommonName("Backstop interception intermediate") },
             signatureAlgorithm: .ecdsaWithSHA256,
@@ -58,7 +59,9 @@ public enum CertificateMinter {
     }
 
     /// A server leaf for `host`: SAN dNSName `host`, serverAuth, valid `lifetime` (never past its issuer).
-    public static func makeLeaf(host: String, issuer: CAIdentity, lifetime: TimeInterval, now: Date) throws
+    public static func makeLeaf(
+        host: String, issuer: CAIdentity, lifetime: TimeInterval, now: Date
+    ) throws
         -> (certificate: Certificate, privateKey: P256.Signing.PrivateKey)
     {
         let key = P256.Signing.PrivateKey()

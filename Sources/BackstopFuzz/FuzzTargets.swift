@@ -4,6 +4,7 @@ import BackstopIdentity
 import BackstopKeychain
 import BackstopTracing
 import Foundation
+
 #if BACKSTOP_FUZZER
 import CFuzzing
 #endif
@@ -96,8 +97,9 @@ enum FuzzTarget: String, CaseIterable {
         precondition(pieces.alert == whole.alert, "the alert depends on how the bytes were split")
         if let alert = whole.alert { precondition(!TLSAlertScanner.name(ofAlert: alert).isEmpty) }
         for name in TLSAlertScanner.reasonNames(in: String(decoding: rest, as: UTF8.self)) {
-            precondition(!name.isEmpty && name.utf8.allSatisfy { (65...90).contains($0) || (48...57).contains($0) || $0 == 95 },
-                         "a reason name outside A-Z 0-9 _")
+            precondition(
+                !name.isEmpty && name.utf8.allSatisfy { (65...90).contains($0) || (48...57).contains($0) || $0 == 95 },
+                "a reason name outside A-Z 0-9 _")
         }
     }
 
@@ -128,7 +130,9 @@ enum FuzzTarget: String, CaseIterable {
         precondition(decision == expected, "wrong decision")
     }
 
-    static let sigv4Signers = [SigV4Signer(region: "r", service: "execute-api"), SigV4Signer(region: "r", service: "s3")]
+    static let sigv4Signers = [
+        SigV4Signer(region: "r", service: "execute-api"), SigV4Signer(region: "r", service: "s3"),
+    ]
 
     static func sigv4(_ bytes: [UInt8]) {
         let text = String(decoding: bytes, as: UTF8.self)
@@ -141,10 +145,11 @@ enum FuzzTarget: String, CaseIterable {
                 credentials: SigV4Credentials(accessKeyID: "a", secretAccessKey: "s"), date: 0)
             let lines = signature.canonicalRequest.split(separator: "\n", omittingEmptySubsequences: false)
             for line in lines.prefix(3).dropFirst() {
-                precondition(line.utf8.allSatisfy { byte in
-                    (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
-                        || Array("-._~%/=&".utf8).contains(byte)
-                }, "canonical path or query outside the encoded alphabet")
+                precondition(
+                    line.utf8.allSatisfy { byte in
+                        (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                            || Array("-._~%/=&".utf8).contains(byte)
+                    }, "canonical path or query outside the encoded alphabet")
             }
         }
     }
@@ -158,8 +163,10 @@ enum FuzzTarget: String, CaseIterable {
             for change in decoder.decode(datagram).changes {
                 switch change {
                 case .addressAdded(let cidr, _), .routeAdded(let cidr, _):
-                    precondition(cidr.address.count == 4 || cidr.address.count == 16, "address of \(cidr.address.count) bytes")
-                    precondition((0...cidr.address.count * 8).contains(cidr.prefixLength), "prefix \(cidr.prefixLength)")
+                    precondition(
+                        cidr.address.count == 4 || cidr.address.count == 16, "address of \(cidr.address.count) bytes")
+                    precondition(
+                        (0...cidr.address.count * 8).contains(cidr.prefixLength), "prefix \(cidr.prefixLength)")
                     _ = change.description
                 case .linkUp(_, let name):
                     precondition(name.utf8.count <= 16 * 3, "name too long")
@@ -173,12 +180,15 @@ enum FuzzTarget: String, CaseIterable {
 
     /// Tunnels for `*.test:443` and a literal address, and an intercepting upstream for `api.test`.
     static let connectPolicy: ConnectPolicy = {
-        var config = Config(tunnels: TunnelsConfig(allow: [
-            TunnelPattern(host: "*.test", port: 443), TunnelPattern(host: "10.1.2.3", port: 8443),
-        ]))
-        config.upstreams = [UpstreamConfig(
-            name: "api", match: MatchConfig(hosts: ["api.test", "*.wild.test"]),
-            url: UpstreamURL(scheme: "https", host: "api.test"), intercept: true)]
+        var config = Config(
+            tunnels: TunnelsConfig(allow: [
+                TunnelPattern(host: "*.test", port: 443), TunnelPattern(host: "10.1.2.3", port: 8443),
+            ]))
+        config.upstreams = [
+            UpstreamConfig(
+                name: "api", match: MatchConfig(hosts: ["api.test", "*.wild.test"]),
+                url: UpstreamURL(scheme: "https", host: "api.test"), intercept: true)
+        ]
         return ConnectPolicy(config: config, router: Router(upstreams: config.upstreams, unmatched: .reject))
     }()
 
@@ -200,8 +210,9 @@ enum FuzzTarget: String, CaseIterable {
     static func traceparent(_ bytes: [UInt8]) {
         let text = String(decoding: bytes, as: UTF8.self)
         let parts = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
-        guard let context = IncomingTraceContext.parse(
-            traceparent: parts.first, tracestate: parts.count > 1 ? parts[1] : nil)
+        guard
+            let context = IncomingTraceContext.parse(
+                traceparent: parts.first, tracestate: parts.count > 1 ? parts[1] : nil)
         else { return }
         precondition(context.traceID != .null && context.parentSpanID != .null, "zero id accepted")
         let flags = context.sampled ? "01" : "00"
@@ -211,8 +222,9 @@ enum FuzzTarget: String, CaseIterable {
     }
 
     static func config(_ bytes: [UInt8]) {
-        _ = try? ConfigLoader.parse(yaml: String(decoding: bytes, as: UTF8.self), file: "fuzz.yaml",
-                                    baseDirectory: "/nonexistent-fuzz", environment: fuzzEnvironment)
+        _ = try? ConfigLoader.parse(
+            yaml: String(decoding: bytes, as: UTF8.self), file: "fuzz.yaml",
+            baseDirectory: "/nonexistent-fuzz", environment: fuzzEnvironment)
     }
 
     /// Fixed, so a run does not depend on the fuzzing machine's environment: one variable for `${…}` references.
@@ -230,7 +242,8 @@ enum FuzzTarget: String, CaseIterable {
     static func token(_ bytes: [UInt8]) {
         _ = try? TokenResponseParser.parse(bytes)
         _ = try? TokenResponseParser.parse(
-            bytes, fields: TokenFields(accessToken: "accessToken", refreshToken: "refreshToken", expiresIn: "expiresIn"))
+            bytes, fields: TokenFields(accessToken: "accessToken", refreshToken: "refreshToken", expiresIn: "expiresIn")
+        )
         _ = TokenResponseParser.oauthErrorCode(bytes)
     }
 
@@ -315,8 +328,10 @@ extension FuzzTarget {
     /// What reaches the client's head: `Name: value\r\n` lines with a token name and no CR, LF or NUL inside,
     /// and none of the fields Backstop takes out.
     static func checkClientBound(_ head: UpstreamResponseHead) {
-        let forbidden = ["content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
-                         "upgrade", "proxy-connection", "x-backstop-error", "x-backstop-attempts", "via"]
+        let forbidden = [
+            "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
+            "upgrade", "proxy-connection", "x-backstop-error", "x-backstop-attempts", "via",
+        ]
         var line: [UInt8] = []
         var previous: UInt8 = 0
         for byte in head.fields {

@@ -37,23 +37,29 @@ public struct ClientAssertionSigner: Sendable {
     }
 
     /// A compact JWS `header.claims.signature`, for one token request only.
-    public func assertion(clientID: String, audience: String, now: Int64, jti: String) throws(ClientIdentityError)
+    public func assertion(
+        clientID: String, audience: String, now: Int64, jti: String
+    ) throws(ClientIdentityError)
         -> String
     {
-        var header: [(String, JSONObjectWriter.Value)] = [("alg", .string(algorithm.rawValue)), ("typ", .string("JWT"))]
+        var header: [(String, JSONObjectWriter.Value)] = [
+            ("alg", .string(algorithm.rawValue)), ("typ", .string("JWT")),
+        ]
         if let keyID { header.append(("kid", .string(keyID))) }
         let claims: [(String, JSONObjectWriter.Value)] = [
             ("iss", .string(clientID)), ("sub", .string(clientID)), ("aud", .string(audience)), ("jti", .string(jti)),
             ("iat", .integer(now)), ("exp", .integer(now + Self.lifetime)),
         ]
-        let signingInput = Base64.encodeURL(JSONObjectWriter.object(header)) + "."
+        let signingInput =
+            Base64.encodeURL(JSONObjectWriter.object(header)) + "."
             + Base64.encodeURL(JSONObjectWriter.object(claims))
         let data = Array(signingInput.utf8)
         let signature: [UInt8]
         do {
             switch key {
             case .p256(let p256): signature = Array(try p256.signature(for: data).rawRepresentation)
-            case .rsa(let rsa): signature = Array(try rsa.signature(for: data, padding: .insecurePKCS1v1_5).rawRepresentation)
+            case .rsa(let rsa):
+                signature = Array(try rsa.signature(for: data, padding: .insecurePKCS1v1_5).rawRepresentation)
             case .p384, .p521: throw ClientIdentityError.keyUnusableForAssertion(key.kind)
             }
         } catch {
@@ -63,7 +69,9 @@ public struct ClientAssertionSigner: Sendable {
     }
 
     /// As above with a `jti` of 16 random bytes (128 bits: unique without any record of the ones used).
-    public func assertion<R: RandomNumberGenerator>(clientID: String, audience: String, now: Int64, random: inout R)
+    public func assertion<R: RandomNumberGenerator>(
+        clientID: String, audience: String, now: Int64, random: inout R
+    )
         throws(ClientIdentityError) -> String
     {
         var bytes: [UInt8] = []

@@ -17,7 +17,9 @@ public enum ClientPrivateKey: Sendable {
         let der = document.derBytes
         switch document.discriminator {
         case "EC PRIVATE KEY":
-            guard let key = Self.ec(der) else { throw .unsupportedKey("an EC key on a curve other than P-256, P-384, P-521") }
+            guard let key = Self.ec(der) else {
+                throw .unsupportedKey("an EC key on a curve other than P-256, P-384, P-521")
+            }
             self = key
         case "RSA PRIVATE KEY":
             self = try Self.rsa(der)

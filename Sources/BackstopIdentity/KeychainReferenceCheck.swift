@@ -11,8 +11,10 @@ public enum KeychainReferenceCheck {
         var problems: [ConfigError] = []
         for reference in references {
             func fail(_ message: String) {
-                problems.append(ConfigError(
-                    location: reference.location, message: "\(reference.key): keychain entry '\(reference.entry)' \(message)"))
+                problems.append(
+                    ConfigError(
+                        location: reference.location,
+                        message: "\(reference.key): keychain entry '\(reference.entry)' \(message)"))
             }
             guard let value = entry(reference.entry) else {
                 fail("is missing; store it with: backstop keychain set \(reference.entry)")

@@ -99,12 +99,15 @@ public struct SigV4Signer: Sendable, Equatable {
         let parts = signature(
             method: request.method, path: request.path, query: request.query ?? "", headers: signed,
             payloadHash: payload.headerValue, credentials: credentials, amzDate: amzDate)
-        var headers = [Header(name: "X-Amz-Date", value: amzDate),
-                       Header(name: "X-Amz-Content-SHA256", value: payload.headerValue)]
+        var headers = [
+            Header(name: "X-Amz-Date", value: amzDate),
+            Header(name: "X-Amz-Content-SHA256", value: payload.headerValue),
+        ]
         if let token = credentials.sessionToken { headers.append(Header(name: "X-Amz-Security-Token", value: token)) }
         headers.append(Header(name: "Authorization", value: parts.authorization))
-        return Signature(headers: headers, canonicalRequest: parts.canonicalRequest, stringToSign: parts.stringToSign,
-                         signature: parts.signature)
+        return Signature(
+            headers: headers, canonicalRequest: parts.canonicalRequest, stringToSign: parts.stringToSign,
+            signature: parts.signature)
     }
 
     /// The signature over any set of headers (lowercase names; a name given twice has its values joined with `,`
@@ -131,7 +134,8 @@ public struct SigV4Signer: Sendable, Equatable {
             key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Array(part.utf8), using: key)))
         }
         let signature = Self.hex(HMAC<SHA256>.authenticationCode(for: Array(stringToSign.utf8), using: key))
-        let authorization = "AWS4-HMAC-SHA256 Credential=\(credentials.accessKeyID)/\(scope), "
+        let authorization =
+            "AWS4-HMAC-SHA256 Credential=\(credentials.accessKeyID)/\(scope), "
             + "SignedHeaders=\(signedHeaders), Signature=\(signature)"
         return (canonicalRequest, stringToSign, signature, authorization)
     }
@@ -170,7 +174,8 @@ public struct SigV4Signer: Sendable, Equatable {
                 name = item
                 value = ""
             }
-            pairs.append((encode(percentDecode(name, plusIsSpace: true)), encode(percentDecode(value, plusIsSpace: true))))
+            pairs.append(
+                (encode(percentDecode(name, plusIsSpace: true)), encode(percentDecode(value, plusIsSpace: true))))
         }
         // Byte order of the encoded forms, as AWS sorts them (String's < on ASCII is the same).
         pairs.sort { $0.0 != $1.0 ? $0.0 < $1.0 : $0.1 < $1.1 }

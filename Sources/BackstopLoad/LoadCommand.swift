@@ -60,7 +60,9 @@ struct LoadCommand: AsyncParsableCommand {
         }
         guard (1...100_000).contains(conns) else { throw ValidationError("--conns must be 1 to 100000") }
         guard (1...256).contains(threads) else { throw ValidationError("--threads must be 1 to 256") }
-        guard Self.parseDuration(duration) != nil else { throw ValidationError("--duration: not a duration: \(duration)") }
+        guard Self.parseDuration(duration) != nil else {
+            throw ValidationError("--duration: not a duration: \(duration)")
+        }
         guard Self.parseDuration(timeout) != nil else { throw ValidationError("--timeout: not a duration: \(timeout)") }
         guard path.hasPrefix("/") else { throw ValidationError("--path must start with /") }
     }
@@ -147,7 +149,9 @@ struct LoadCommand: AsyncParsableCommand {
     static func parseDuration(_ text: String) -> TimeAmount? {
         let units: [(String, Double)] = [("ms", 1e6), ("s", 1e9), ("m", 60e9)]
         for (suffix, scale) in units where text.hasSuffix(suffix) {
-            guard let value = Double(text.dropLast(suffix.count)), value > 0, value < 86_400e9 / scale else { return nil }
+            guard let value = Double(text.dropLast(suffix.count)), value > 0, value < 86_400e9 / scale else {
+                return nil
+            }
             return .nanoseconds(Int64(value * scale))
         }
         guard let value = Double(text), value > 0, value < 86_400 else { return nil }

@@ -157,29 +157,34 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         if tableReady.withLockedValue({ $0 }) { return }
         do {
             try await transaction { connection in
-                let found = try await connection.query("SELECT to_regclass(\(self.sqlTable)) IS NOT NULL", logger: self.quiet)
+                let found = try await connection.query(
+                    "SELECT to_regclass(\(self.sqlTable)) IS NOT NULL", logger: self.quiet)
                 for try await exists in found.decode(Bool.self) where exists { return }
                 try await connection.query(
                     "SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:create:\(self.table)"), 0))",
                     logger: self.quiet)
-                try await connection.query(PostgresQuery(unsafeSQL: """
-                    CREATE TABLE IF NOT EXISTS \(self.sqlTable) (
-                        prefix text PRIMARY KEY,
-                        sealed bytea NOT NULL,
-                        version bigint NOT NULL DEFAULT 1,
-                        expires_at double precision,
-                        updated_at timestamptz NOT NULL DEFAULT now(),
-                        refreshed_by text NOT NULL DEFAULT '',
-                        last_outcome text NOT NULL DEFAULT ''
-                    )
-                    """), logger: self.quiet)
+                try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            CREATE TABLE IF NOT EXISTS \(self.sqlTable) (
+                                prefix text PRIMARY KEY,
+                                sealed bytea NOT NULL,
+                                version bigint NOT NULL DEFAULT 1,
+                                expires_at double precision,
+                                updated_at timestamptz NOT NULL DEFAULT now(),
+                                refreshed_by text NOT NULL DEFAULT '',
+                                last_outcome text NOT NULL DEFAULT ''
+                            )
+                            """), logger: self.quiet)
             }
             tableReady.withLockedValue { $0 = true }
         } catch {
             let failure = Self.storeError(error)
-            logger.error("token store: cannot create or check the table", metadata: [
-                "store": .string(location), "problem": .string(failure.description),
-            ])
+            logger.error(
+                "token store: cannot create or check the table",
+                metadata: [
+                    "store": .string(location), "problem": .string(failure.description),
+                ])
             throw failure
         }
     }
@@ -221,8 +226,10 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         guard let plain = sealer.open(Array(sealed.readableBytesView), context: "\(table)/\(prefix)"),
             let record = try? JSONDecoder().decode(SealedRecord.self, from: Data(plain))
         else {
-            throw .unreadable("the row for \(prefix) in \(table) cannot be opened with this keychain key (another key "
-                + "file, or the row was altered); fix: share the fleet's key file, or re-seed with 'backstop tokens seed'")
+            throw .unreadable(
+                "the row for \(prefix) in \(table) cannot be opened with this keychain key (another key "
+                    + "file, or the row was altered); fix: share the fleet's key file, or re-seed with 'backstop tokens seed'"
+            )
         }
         return Row(
             tokens: StoredTokens(accessToken: record.access, refreshToken: record.refresh, expiresAt: record.expires),
@@ -240,19 +247,25 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// The tokens of `row` if this instance may use them: a row older than the newest one it has seen is refused
     /// (`rolledBack`); a newer one raises the high-water mark first (written to the keychain). A notification's
     /// refusal is logged here, once per version; a refresh's by the token manager, which names the upstream.
-    func accept(_ row: Row, prefix: String, fromNotification: Bool = false) async throws(TokenStoreError) -> StoredTokens {
+    func accept(
+        _ row: Row, prefix: String, fromNotification: Bool = false
+    ) async throws(TokenStoreError) -> StoredTokens {
         switch RowVersions.judge(stored: row.version, highWater: marks.mark(prefix)) {
         case .current:
             break
         case .newer:
             await marks.raise(prefix, to: row.version)
         case .rolledBack(let seen):
-            if fromNotification, warnedRollback.withLockedValue({ $0.updateValue(row.version, forKey: prefix) }) != row.version {
-                logger.warning("token store row is older than one already seen; not used", metadata: [
-                    "store": .string(location), "prefix": .string(prefix),
-                    "stored_version": .stringConvertible(row.version), "seen_version": .stringConvertible(seen),
-                    "fix": .string("store a new refresh token: backstop tokens seed UPSTREAM"),
-                ])
+            if fromNotification,
+                warnedRollback.withLockedValue({ $0.updateValue(row.version, forKey: prefix) }) != row.version
+            {
+                logger.warning(
+                    "token store row is older than one already seen; not used",
+                    metadata: [
+                        "store": .string(location), "prefix": .string(prefix),
+                        "stored_version": .stringConvertible(row.version), "seen_version": .stringConvertible(seen),
+                        "fix": .string("store a new refresh token: backstop tokens seed UPSTREAM"),
+                    ])
             }
             throw .rolledBack(stored: row.version, seen: seen)
         }
@@ -282,7 +295,8 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         _ tokens: StoredTokens, version: Int64, prefix: String, outcome: String, on connection: PostgresConnection
     ) async throws {
         let sealed = seal(tokens, version: version, prefix: prefix)
-        try await connection.query("""
+        try await connection.query(
+            """
             INSERT INTO \(unescaped: sqlTable) (prefix, sealed, version, expires_at, updated_at, refreshed_by, last_outcome)
             VALUES (\(prefix), \(sealed), \(version), \(tokens.expiresAt), now(), \(instanceID), \(outcome))
             ON CONFLICT (prefix) DO UPDATE SET sealed = EXCLUDED.sealed, version = EXCLUDED.version,
@@ -298,15 +312,18 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// its connection). Keyed by table and prefix, hashed to 64 bits by the server.
     func lock(_ prefix: String, on connection: PostgresConnection) async throws -> Duration {
         let started = ContinuousClock.now
-        try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(Self.lockWait.components.seconds)s'"),
-                                   logger: quiet)
-        try await connection.query("SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:\(table):\(prefix)"), 0))",
-                                   logger: quiet)
+        try await connection.query(
+            PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(Self.lockWait.components.seconds)s'"),
+            logger: quiet)
+        try await connection.query(
+            "SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:\(table):\(prefix)"), 0))",
+            logger: quiet)
         return ContinuousClock.now - started
     }
 
     /// Runs `body` in a transaction, failing fast (`unavailable`) when no connection is had within `connectionWait`.
-    func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T
+    {
         try await withConnectionWait {
             try await self.client.withTransaction(logger: self.quiet) { connection in
                 try await body(connection)
@@ -321,7 +338,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             group.addTask {
                 do {
                     return try await body()
-                } catch where Self.isUnexplained(error) {
+                } catch  where Self.isUnexplained(error) {
                     // The pool gave up connecting (its circuit breaker opens after a minute of failures) and says
                     // nothing more: ask the server.
                     throw TokenStoreError.unavailable(await self.unreachableReason(after: "no connection"))
@@ -339,7 +356,8 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 // The wait elapsed: fine if the pool has a connection working for us, else the database is down.
                 if !(await hasOpenConnection()) {
                     group.cancelAll()
-                    throw TokenStoreError.unavailable(await unreachableReason(after: "no connection within \(Self.connectionWait)"))
+                    throw TokenStoreError.unavailable(
+                        await unreachableReason(after: "no connection within \(Self.connectionWait)"))
                 }
             }
             throw TokenStoreError.unavailable("cancelled")
@@ -348,7 +366,8 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
 
     /// An error of the pool's own that names no cause (the types the store explains are PostgreSQL's and its own).
     static func isUnexplained(_ error: any Error) -> Bool {
-        !(error is PSQLError || error is PostgresTransactionError || error is TokenStoreError || error is CancellationError)
+        !(error is PSQLError || error is PostgresTransactionError || error is TokenStoreError
+            || error is CancellationError)
     }
 
     /// Whether the database answers now (a trivial query with a short deadline).
@@ -376,7 +395,8 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         let probe: String? = await withTaskGroup(of: String??.self) { group in
             group.addTask {
                 do {
-                    let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: quiet)
+                    let connection = try await PostgresConnection.connect(
+                        configuration: configuration, id: 0, logger: quiet)
                     try? await connection.close()
                     return .some(nil)
                 } catch {
@@ -417,17 +437,19 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                     let rows = try await self.client.query(
                         "SELECT has_schema_privilege(current_schema(), 'CREATE')", logger: self.quiet)
                     for try await granted in rows.decode(Bool.self) where !granted {
-                        problems.append("table \(self.table) does not exist and role \(self.config.user) may not create it "
-                            + "(create it as the schema owner, see docs/reference/token-store.md)")
+                        problems.append(
+                            "table \(self.table) does not exist and role \(self.config.user) may not create it "
+                                + "(create it as the schema owner, see docs/reference/token-store.md)")
                     }
                 }
                 return problems
             }
         } catch {
-            let reason: String = switch Self.storeError(error) {
-            case .unavailable(let why): why
-            case let other: other.description
-            }
+            let reason: String =
+                switch Self.storeError(error) {
+                case .unavailable(let why): why
+                case let other: other.description
+                }
             return ["cannot use \(config.displayURL): \(reason)"]
         }
     }
@@ -465,9 +487,11 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 if Task.isCancelled { return }
                 failures += 1
                 if failures == 1 {
-                    logger.warning("token store: listening for changes failed; retrying", metadata: [
-                        "store": .string(location), "problem": .string(Self.describe(error)),
-                    ])
+                    logger.warning(
+                        "token store: listening for changes failed; retrying",
+                        metadata: [
+                            "store": .string(location), "problem": .string(Self.describe(error)),
+                        ])
                 }
             }
             let factor: Int = 1 << min(failures, 5)
@@ -483,7 +507,9 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         metrics.record(store: "postgres", operation: "notify", ok: true, seconds: .zero)
         // Split from the right: the version and the instance id never hold a `|`, a keychain prefix may.
         var parts = payload.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
-        guard parts.count >= 3, let instance = parts.popLast(), instance != instanceID, parts.popLast() != nil else { return }
+        guard parts.count >= 3, let instance = parts.popLast(), instance != instanceID, parts.popLast() != nil else {
+            return
+        }
         let prefix = parts.joined(separator: "|")
         guard subscribers.withLockedValue({ $0[prefix] != nil }) else { return }
         await publish(prefix)
@@ -509,9 +535,11 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             let continuations = subscribers.withLockedValue { $0[prefix] ?? [] }
             for continuation in continuations { continuation.yield(tokens) }
         } catch {
-            logger.error("token store: cannot read a changed row", metadata: [
-                "store": .string(location), "prefix": .string(prefix), "problem": .string(Self.describe(error)),
-            ])
+            logger.error(
+                "token store: cannot read a changed row",
+                metadata: [
+                    "store": .string(location), "prefix": .string(prefix), "problem": .string(Self.describe(error)),
+                ])
         }
     }
 
@@ -549,7 +577,9 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             if let state = psql.serverInfo?[.sqlState] {
                 return "\(state): \(psql.serverInfo?[.message] ?? "server error")"
             }
-            if let underlying = psql.underlying { return "\(psql.code): \(String(describing: type(of: underlying))) \(underlying)" }
+            if let underlying = psql.underlying {
+                return "\(psql.code): \(String(describing: type(of: underlying))) \(underlying)"
+            }
             return "\(psql.code)"
         }
         return String(describing: type(of: error))

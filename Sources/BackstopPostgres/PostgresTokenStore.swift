@@ -68,7 +68,8 @@ final class PostgresTokenStore: TokenStore {
                     }
                     let version = RowVersions.next(after: row?.version, highWater: backend.marks.mark(prefix))
                     do {
-                        try await backend.write(new, version: version, prefix: prefix, outcome: "refreshed", on: connection)
+                        try await backend.write(
+                            new, version: version, prefix: prefix, outcome: "refreshed", on: connection)
                         decided.withLockedValue { $0 = (decision.result, nil) }
                         written.withLockedValue { $0 = version }
                     } catch {
@@ -81,7 +82,8 @@ final class PostgresTokenStore: TokenStore {
         } catch {
             if let (result, failure) = decided.withLockedValue({ $0 }) {
                 // Decided, then the write or the commit failed: the caller keeps the tokens and writes again.
-                backend.metrics.record(store: "postgres", operation: "refresh", ok: false, seconds: started.secondsSince)
+                backend.metrics.record(
+                    store: "postgres", operation: "refresh", ok: false, seconds: started.secondsSince)
                 return (result, failure ?? .writeFailed(PostgresTokenBackend.describe(error)))
             }
             backend.metrics.record(store: "postgres", operation: "refresh", ok: false, seconds: started.secondsSince)
@@ -131,7 +133,8 @@ final class PostgresTokenStore: TokenStore {
         do {
             try await backend.ensureTable()
             return try await backend.withConnectionWait { () async throws -> TokenStoreStatus in
-                let rows = try await backend.client.query("""
+                let rows = try await backend.client.query(
+                    """
                     SELECT sealed, extract(epoch from updated_at)::double precision, refreshed_by, last_outcome
                     FROM \(unescaped: backend.sqlTable) WHERE prefix = \(prefix)
                     """)
@@ -165,8 +168,9 @@ final class PostgresTokenStore: TokenStore {
                     stored = nil  // sealed under another key: replaced all the same
                 }
                 let version = RowVersions.seed(after: stored, highWater: backend.marks.mark(prefix), now: now)
-                try await backend.write(StoredTokens(refreshToken: refreshToken), version: version, prefix: prefix,
-                                        outcome: "seeded", on: connection)
+                try await backend.write(
+                    StoredTokens(refreshToken: refreshToken), version: version, prefix: prefix,
+                    outcome: "seeded", on: connection)
                 return version
             }
             await backend.wrote(prefix, version: version)

@@ -24,12 +24,16 @@ final class RowVersionMarks: Sendable {
         if let keychain {
             do throws(KeychainError) {
                 for (name, entry) in try keychain.load() where name.hasSuffix(Self.suffix) {
-                    if let value = entry.stringValue.flatMap({ Int64($0) }) { loaded[String(name.dropLast(Self.suffix.count))] = value }
+                    if let value = entry.stringValue.flatMap({ Int64($0) }) {
+                        loaded[String(name.dropLast(Self.suffix.count))] = value
+                    }
                 }
             } catch {
-                logger.warning("token store: cannot read the row versions seen before from the keychain", metadata: [
-                    "keychain": .string(keychain.path), "problem": .string(error.description),
-                ])
+                logger.warning(
+                    "token store: cannot read the row versions seen before from the keychain",
+                    metadata: [
+                        "keychain": .string(keychain.path), "problem": .string(error.description),
+                    ])
             }
         }
         marks = NIOLockedValueBox(loaded)
@@ -60,9 +64,11 @@ final class RowVersionMarks: Sendable {
                 }
             }
         } catch {
-            logger.warning("token store: cannot record the row version seen in the keychain", metadata: [
-                "keychain": .string(keychain.path), "entry": .string(name), "problem": .string("\(error)"),
-            ])
+            logger.warning(
+                "token store: cannot record the row version seen in the keychain",
+                metadata: [
+                    "keychain": .string(keychain.path), "entry": .string(name), "problem": .string("\(error)"),
+                ])
         }
     }
 }

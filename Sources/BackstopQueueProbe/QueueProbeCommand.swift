@@ -37,16 +37,17 @@ func emit(_ line: String) {
 }
 
 func json(_ fields: [(String, Any)]) -> String {
-    "{" + fields.map { key, value -> String in
-        let rendered: String
-        switch value {
-        case let text as String: rendered = "\"\(text)\""
-        case let number as Double: rendered = String(format: "%.3f", number)
-        case let list as [String]: rendered = "[" + list.map { "\"\($0)\"" }.joined(separator: ",") + "]"
-        default: rendered = "\(value)"
-        }
-        return "\"\(key)\":\(rendered)"
-    }.joined(separator: ",") + "}"
+    "{"
+        + fields.map { key, value -> String in
+            let rendered: String
+            switch value {
+            case let text as String: rendered = "\"\(text)\""
+            case let number as Double: rendered = String(format: "%.3f", number)
+            case let list as [String]: rendered = "[" + list.map { "\"\($0)\"" }.joined(separator: ",") + "]"
+            default: rendered = "\(value)"
+            }
+            return "\"\(key)\":\(rendered)"
+        }.joined(separator: ",") + "}"
 }
 
 /// Peak resident set size of this process in KiB (`VmHWM`).
@@ -101,8 +102,11 @@ struct EnqueueCommand: AsyncParsableCommand {
                             let id = try await store.enqueue(upstream: "events", request)
                             let elapsed = ContinuousClock.now - begin
                             if acks { emit("ack \(id)") }
-                            totals.withLock { $0.latencies.append(Double(elapsed.components.attoseconds) / 1e15
-                                + Double(elapsed.components.seconds) * 1000) }
+                            totals.withLock {
+                                $0.latencies.append(
+                                    Double(elapsed.components.attoseconds) / 1e15
+                                        + Double(elapsed.components.seconds) * 1000)
+                            }
                         } catch {
                             let full = (error as? QueueError)?.isSpoolFull ?? false
                             totals.withLock { t in
@@ -267,8 +271,11 @@ struct SpoolCommand: AsyncParsableCommand {
             }
             try body.finish()
         } catch {
-            emit(json([("error", "\(error)"), ("spool_full", error.isSpoolFull ? 1 : 0), ("budget_used", budget.used),
-                       ("peak_rss_kib", peakRSSKiB())]))
+            emit(
+                json([
+                    ("error", "\(error)"), ("spool_full", error.isSpoolFull ? 1 : 0), ("budget_used", budget.used),
+                    ("peak_rss_kib", peakRSSKiB()),
+                ]))
             return
         }
         plaintextFound += Self.scan(directory: dir, marker: marker)

@@ -68,7 +68,8 @@ final class ChaosOrigin: Sendable {
         let authorized = auth.isAuthorized(request)
         let fault = state.withLockedValue { s -> Fault in
             let id = request.header("X-Soak-Id") ?? "-"
-            let unkeyed = (request.method == "POST" || request.method == "PATCH") && request.header("Idempotency-Key") == nil
+            let unkeyed =
+                (request.method == "POST" || request.method == "PATCH") && request.header("Idempotency-Key") == nil
             if unkeyed { s.tally.unkeyed.insert(id) }
             var fault = Fault.unauthorized
             if authorized {
@@ -99,10 +100,12 @@ final class ChaosOrigin: Sendable {
         case .large:
             return .stream(status: 200, totalBytes: (1 + size % 4) << 19, chunked: size % 2 == 0)
         case .slow:
-            return .chunked(status: 200, chunks: Array(repeating: Array(repeating: UInt8(ascii: "s"), count: 1024), count: 8),
-                            interval: .milliseconds(40))
+            return .chunked(
+                status: 200, chunks: Array(repeating: Array(repeating: UInt8(ascii: "s"), count: 1024), count: 8),
+                interval: .milliseconds(40))
         case .unavailable:
-            return .respond(status: 503, headers: [("Retry-After", size % 3 == 0 ? "1" : "0")], body: Array("busy".utf8))
+            return .respond(
+                status: 503, headers: [("Retry-After", size % 3 == 0 ? "1" : "0")], body: Array("busy".utf8))
         case .tooMany:
             return .respond(status: 429, headers: [("Retry-After", "1")], body: Array("slow down".utf8))
         case .badGateway:
@@ -112,15 +115,20 @@ final class ChaosOrigin: Sendable {
         case .hang:
             return .hang
         case .unauthorized:
-            return .respond(status: 401, headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")],
-                            body: Array("denied".utf8))
+            return .respond(
+                status: 401, headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")],
+                body: Array("denied".utf8))
         case .conflictingFraming:
             let body = "HELLO" + Self.forgedResponse
-            return .raw(Array(("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
-                + String(body.utf8.count, radix: 16) + "\r\n" + body + "\r\n0\r\n\r\n").utf8), close: true)
+            return .raw(
+                Array(
+                    ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        + String(body.utf8.count, radix: 16) + "\r\n" + body + "\r\n0\r\n\r\n").utf8), close: true)
         case .overlongBody:
-            return .raw(Array(("HTTP/1.1 200 OK\r\n\(Self.lieMarker): overlong\r\nContent-Length: 5\r\n\r\nHELLO"
-                + Self.forgedResponse).utf8), close: true)
+            return .raw(
+                Array(
+                    ("HTTP/1.1 200 OK\r\n\(Self.lieMarker): overlong\r\nContent-Length: 5\r\n\r\nHELLO"
+                        + Self.forgedResponse).utf8), close: true)
         }
     }
 

@@ -82,7 +82,8 @@ final class LoadGenerator: Sendable {
                 serial += 1
                 let (request, method) = makeRequest(id: "p\(phase)w\(worker)-\(serial)", random: &random)
                 sent += 1
-                let keepGoing = await exchange(request, method: method, on: connection, previous: previous, random: &random)
+                let keepGoing = await exchange(
+                    request, method: method, on: connection, previous: previous, random: &random)
                 previous = method
                 if !keepGoing { break }
             }
@@ -96,8 +97,10 @@ final class LoadGenerator: Sendable {
     }
 
     /// Sends one request and classifies its outcome; false when the connection cannot carry another request.
-    private func exchange(_ request: [UInt8], method: String, on connection: RawHTTPConnection, previous: String,
-                          random: inout SplitMix64) async -> Bool {
+    private func exchange(
+        _ request: [UInt8], method: String, on connection: RawHTTPConnection, previous: String,
+        random: inout SplitMix64
+    ) async -> Bool {
         let abandon = random.next() % 100 < 3
         let abandonAfter = Duration.milliseconds(Int64(random.next() % 60))
         let started = ContinuousClock.now
@@ -173,7 +176,8 @@ final class LoadGenerator: Sendable {
         var body: [UInt8] = []
         if method == "PUT" || method == "POST" {
             // Mostly small, sometimes past the 64 KiB retry buffer (streamed once, never replayed).
-            let size = random.next() % 10 == 0 ? 64 * 1024 + Int(random.next() % (192 * 1024)) : Int(random.next() % 8192)
+            let size =
+                random.next() % 10 == 0 ? 64 * 1024 + Int(random.next() % (192 * 1024)) : Int(random.next() % 8192)
             body = Array(repeating: UInt8(ascii: "b"), count: size)
         }
         var keyed = false
@@ -185,7 +189,10 @@ final class LoadGenerator: Sendable {
             $0.requests[method, default: 0] += 1
             if keyed { $0.keyedPosts += 1 }
         }
-        return (RawHTTP.request(method, "http://chaos.test/soak/\(id)", host: "chaos.test", headers: headers,
-                                 body: method == "PUT" || method == "POST" ? body : nil), method)
+        return (
+            RawHTTP.request(
+                method, "http://chaos.test/soak/\(id)", host: "chaos.test", headers: headers,
+                body: method == "PUT" || method == "POST" ? body : nil), method
+        )
     }
 }

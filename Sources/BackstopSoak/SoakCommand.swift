@@ -10,7 +10,8 @@ import Foundation
 struct SoakCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backstop-soak",
-        abstract: "Chaos soak: faulty origin, rotating token endpoint, concurrent clients; prints and checks the outcome.")
+        abstract:
+            "Chaos soak: faulty origin, rotating token endpoint, concurrent clients; prints and checks the outcome.")
 
     @Option(help: "The backstop binary to run.")
     var binary = ".build/debug/backstop"
@@ -60,16 +61,19 @@ struct SoakCommand: AsyncParsableCommand {
         let certificates = tls ? try TestCertificates.generate(in: directory) : nil
         let chaos = try await ChaosOrigin.start(seed: seed, auth: auth, tls: certificates?.serverIdentity)
         let clientSecret = "client-secret-\(salt)"
-        let opened = try KeychainBootstrap.open(path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
+        let opened = try KeychainBootstrap.open(
+            path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
         try opened.keychain.set("soak/refresh_token", value: Array("refresh-\(salt)-initial".utf8))
         try opened.keychain.set("soak/client_secret", value: Array(clientSecret.utf8))
 
         let port = try FreePort.reserveClosedPort()
         let adminPort = try FreePort.reserveClosedPort()
         let configPath = directory + "/soak.yaml"
-        try config(port: port, adminPort: adminPort, directory: directory, origin: chaos.origin, auth: auth,
-                   caFile: certificates?.caCertPath)
-            .write(toFile: configPath, atomically: true, encoding: .utf8)
+        try config(
+            port: port, adminPort: adminPort, directory: directory, origin: chaos.origin, auth: auth,
+            caFile: certificates?.caCertPath
+        )
+        .write(toFile: configPath, atomically: true, encoding: .utf8)
 
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", configPath])
         try await daemon.waitUntilListening(port: port)
@@ -87,7 +91,8 @@ struct SoakCommand: AsyncParsableCommand {
         let baseline = await settleIdle(probe: probe, within: .seconds(15))
         try await drive(load, for: loadDuration - warmUp, phase: 1, auth: auth, nextRevocation: &nextRevocation)
         let elapsed = ContinuousClock.now - started
-        let settled = await settleIdle(probe: probe, within: .seconds(15), until: { SoakReport.withinMargins(baseline: baseline, end: $0) })
+        let settled = await settleIdle(
+            probe: probe, within: .seconds(15), until: { SoakReport.withinMargins(baseline: baseline, end: $0) })
         let alive = daemon.isRunning
         // SIGTERM drains; the exit status and the whole log (shutdown included) go into the report.
         daemon.send(signal: SIGTERM)

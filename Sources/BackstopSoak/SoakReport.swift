@@ -94,43 +94,64 @@ struct SoakReport {
     var checks: [Check] {
         let requests = load.requests.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         let statuses = load.statuses.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")
-        let faults = ChaosOrigin.Fault.allCases.map { "\($0.rawValue) \(chaos.faults[$0] ?? 0)" }.joined(separator: ", ")
+        let faults = ChaosOrigin.Fault.allCases.map { "\($0.rawValue) \(chaos.faults[$0] ?? 0)" }.joined(
+            separator: ", ")
         let attempts = originAttempts
         let causes = grantCauses
         let missing = notExercised
         return [
-            Check(name: "traffic and faults exercised", value: missing.isEmpty ? "all" : missing.joined(separator: "; "),
-                  passed: missing.isEmpty),
-            Check(name: "client requests", value: "\(clientRequests) (\(requests); \(load.keyedPosts) POST with Idempotency-Key)", passed: nil),
-            Check(name: "responses (by status)", value: "\(responses) (\(statuses)); slowest head \(Self.format(load.slowestHead))", passed: nil),
+            Check(
+                name: "traffic and faults exercised", value: missing.isEmpty ? "all" : missing.joined(separator: "; "),
+                passed: missing.isEmpty),
+            Check(
+                name: "client requests",
+                value: "\(clientRequests) (\(requests); \(load.keyedPosts) POST with Idempotency-Key)", passed: nil),
+            Check(
+                name: "responses (by status)",
+                value: "\(responses) (\(statuses)); slowest head \(Self.format(load.slowestHead))", passed: nil),
             Check(name: "client disconnects (deliberate)", value: "\(load.abandoned)", passed: nil),
-            Check(name: "lost (sent, never answered)", value: "\(load.lost + load.connectFailures) (connect failures \(load.connectFailures))",
-                  passed: load.lost + load.connectFailures == 0),
+            Check(
+                name: "lost (sent, never answered)",
+                value: "\(load.lost + load.connectFailures) (connect failures \(load.connectFailures))",
+                passed: load.lost + load.connectFailures == 0),
             Check(name: "hung past total + 1 s", value: "\(load.hung)", passed: load.hung == 0),
             Check(name: "answered twice", value: "\(load.extraResponses)", passed: load.extraResponses == 0),
-            Check(name: "injected responses (a lying upstream's forged answer reaching a client)",
-                  value: "\(load.injected) (\(load.lies) honest-length answers from lying upstreams)",
-                  passed: load.injected == 0),
-            Check(name: "bodies cut short or stalled", value: "\(load.truncated + load.stalledBodies)",
-                  passed: load.truncated + load.stalledBodies == 0),
+            Check(
+                name: "injected responses (a lying upstream's forged answer reaching a client)",
+                value: "\(load.injected) (\(load.lies) honest-length answers from lying upstreams)",
+                passed: load.injected == 0),
+            Check(
+                name: "bodies cut short or stalled", value: "\(load.truncated + load.stalledBodies)",
+                passed: load.truncated + load.stalledBodies == 0),
             Check(name: "origin attempts (faults injected)", value: "\(attempts) (\(faults))", passed: nil),
-            Check(name: "unkeyed POST reaching the origin twice", value: "\(duplicatedUnkeyed) of \(chaos.unkeyed.count)",
-                  passed: duplicatedUnkeyed == 0),
-            Check(name: "token grants = first + expiries + revocations",
-                  value: "\(grants.count) = 1 + \(causes.expiry) + \(causes.revocation), unjustified \(causes.unjustified) (\(revocations.count) revocations, \(failedTokenCalls) token calls failed with 503)",
-                  passed: grants.count >= 1 && causes.unjustified == 0),
-            Check(name: "invalid_grant from a reused refresh token", value: "\(rejectedRefreshTokens)", passed: rejectedRefreshTokens == 0),
-            Check(name: "daemon fds, idle after warm-up → idle at end (of which upstream connections)",
-                  value: "\(baseline.fds) (\(baseline.upstreamConnections)) → \(end.fds) (\(end.upstreamConnections))",
-                  passed: end.ownFds >= 0 && end.ownFds <= baseline.ownFds + 2
-                      && end.upstreamConnections <= concurrency + 4),
-            Check(name: "daemon RSS, idle after warm-up → idle at end",
-                  value: String(format: "%.1f → %.1f MiB", Double(baseline.rssKiB) / 1024, Double(end.rssKiB) / 1024),
-                  passed: Self.withinMargins(baseline: baseline, end: end)),
-            Check(name: "daemon alive to the end, exit status on SIGTERM", value: "\(alive ? "yes" : "no"), \(exitStatus.map(String.init) ?? "none")",
-                  passed: alive && exitStatus == 0),
-            Check(name: "secrets in the daemon log", value: "\(secretsLogged) of \(secretsChecked) values (\(logLines) lines)",
-                  passed: secretsLogged == 0),
+            Check(
+                name: "unkeyed POST reaching the origin twice", value: "\(duplicatedUnkeyed) of \(chaos.unkeyed.count)",
+                passed: duplicatedUnkeyed == 0),
+            Check(
+                name: "token grants = first + expiries + revocations",
+                value:
+                    "\(grants.count) = 1 + \(causes.expiry) + \(causes.revocation), unjustified \(causes.unjustified) (\(revocations.count) revocations, \(failedTokenCalls) token calls failed with 503)",
+                passed: grants.count >= 1 && causes.unjustified == 0),
+            Check(
+                name: "invalid_grant from a reused refresh token", value: "\(rejectedRefreshTokens)",
+                passed: rejectedRefreshTokens == 0),
+            Check(
+                name: "daemon fds, idle after warm-up → idle at end (of which upstream connections)",
+                value: "\(baseline.fds) (\(baseline.upstreamConnections)) → \(end.fds) (\(end.upstreamConnections))",
+                passed: end.ownFds >= 0 && end.ownFds <= baseline.ownFds + 2
+                    && end.upstreamConnections <= concurrency + 4),
+            Check(
+                name: "daemon RSS, idle after warm-up → idle at end",
+                value: String(format: "%.1f → %.1f MiB", Double(baseline.rssKiB) / 1024, Double(end.rssKiB) / 1024),
+                passed: Self.withinMargins(baseline: baseline, end: end)),
+            Check(
+                name: "daemon alive to the end, exit status on SIGTERM",
+                value: "\(alive ? "yes" : "no"), \(exitStatus.map(String.init) ?? "none")",
+                passed: alive && exitStatus == 0),
+            Check(
+                name: "secrets in the daemon log",
+                value: "\(secretsLogged) of \(secretsChecked) values (\(logLines) lines)",
+                passed: secretsLogged == 0),
         ]
     }
 

@@ -43,7 +43,9 @@ public struct ActivityWindow: Sendable, Equatable {
     public func rates(now: Int64) -> (perSecond: Double, successRatio: Double?, attemptsPerRequest: Double?) {
         let t = totals(now: now)
         guard t.requests > 0 else { return (0, nil, nil) }
-        return (Double(t.requests) / Double(seconds), Double(t.successes) / Double(t.requests),
-                Double(t.attempts) / Double(t.requests))
+        return (
+            Double(t.requests) / Double(seconds), Double(t.successes) / Double(t.requests),
+            Double(t.attempts) / Double(t.requests)
+        )
     }
 }

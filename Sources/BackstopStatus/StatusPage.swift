@@ -41,7 +41,9 @@ public enum StatusPage {
         h += "<dl id=\"summary\">\n"
         h += "<dt>Version</dt><dd>\(escape(s.version))</dd>\n"
         h += "<dt>Up for</dt><dd>\(escape(formatDuration(s.uptimeSeconds)))</dd>\n"
-        let readiness = s.draining ? "<span class=\"warn\">draining</span>"
+        let readiness =
+            s.draining
+            ? "<span class=\"warn\">draining</span>"
             : s.ready ? "<span class=\"ok\">ready</span>" : "<span class=\"bad\">not ready</span>"
         h += "<dt>State</dt><dd>\(readiness)</dd>\n"
         h += "<dt>Requests in flight</dt><dd>\(s.inflightRequests)</dd>\n"
@@ -66,8 +68,10 @@ public enum StatusPage {
         h += "<h2 id=\"upstreams-heading\">Upstreams</h2>\n"
         openTable(
             "upstreams", caption: "Traffic of the last \(s.windowSeconds) s, retry budget and circuit per upstream",
-            columns: ["Upstream", "Requests/s", "Success ratio", "Attempts/request", "Retry budget left",
-                      "Budget exhausted (total)", "Circuit"], into: &h)
+            columns: [
+                "Upstream", "Requests/s", "Success ratio", "Attempts/request", "Retry budget left",
+                "Budget exhausted (total)", "Circuit",
+            ], into: &h)
         if s.upstreams.isEmpty {
             h += "<tr><td colspan=\"7\">No upstream is configured.</td></tr>\n"
         }
@@ -119,7 +123,9 @@ public enum StatusPage {
             h += "<td>\(escape(t.kind))</td>"
             h += t.present ? "<td class=\"ok\">yes</td>" : "<td class=\"bad\">no</td>"
             if let expires = t.expiresInSeconds {
-                h += expires <= 0 ? "<td class=\"bad\">expired \(escape(formatDuration(-expires))) ago</td>"
+                h +=
+                    expires <= 0
+                    ? "<td class=\"bad\">expired \(escape(formatDuration(-expires))) ago</td>"
                     : "<td>\(escape(formatDuration(expires)))</td>"
             } else {
                 h += "<td>–</td>"

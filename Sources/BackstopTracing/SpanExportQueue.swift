@@ -129,8 +129,9 @@ public final class SpanExportQueue: Sendable {
         }
         guard changed else { return }
         if let failure {
-            logger.warning("span export failing; spans are dropped until the collector accepts them",
-                           metadata: ["reason": .string(failure), "spans": .stringConvertible(count)])
+            logger.warning(
+                "span export failing; spans are dropped until the collector accepts them",
+                metadata: ["reason": .string(failure), "spans": .stringConvertible(count)])
         } else {
             logger.notice("span export recovered")
         }

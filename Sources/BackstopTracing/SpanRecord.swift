@@ -22,7 +22,8 @@ public struct SpanRecord: Sendable, Equatable {
     public var links: [SpanLink]
 
     public init(
-        traceID: TraceID, spanID: SpanID, parentSpanID: SpanID?, parentIsRemote: Bool = false, traceState: String? = nil,
+        traceID: TraceID, spanID: SpanID, parentSpanID: SpanID?, parentIsRemote: Bool = false,
+        traceState: String? = nil,
         name: String, kind: SpanKind, startNanos: UInt64, endNanos: UInt64, attributes: [SpanAttribute],
         status: SpanStatus = .unset, links: [SpanLink] = []
     ) {

@@ -116,21 +116,25 @@ public struct RequestTrace: Sendable {
     public func endAttempt(_ attempt: AttemptSpan, _ facts: AttemptFacts, at monotonic: Duration) {
         guard sampled else { return }
         let (attributes, status) = SpanAttributes.client(facts)
-        tracer.queue.submit(SpanRecord(
-            traceID: traceID, spanID: attempt.spanID, parentSpanID: spanID, traceState: traceState,
-            name: SpanAttributes.spanName(method: facts.method), kind: .client, startNanos: epoch.nanos(attempt.start),
-            endNanos: epoch.nanos(monotonic), attributes: attributes, status: status))
+        tracer.queue.submit(
+            SpanRecord(
+                traceID: traceID, spanID: attempt.spanID, parentSpanID: spanID, traceState: traceState,
+                name: SpanAttributes.spanName(method: facts.method), kind: .client,
+                startNanos: epoch.nanos(attempt.start),
+                endNanos: epoch.nanos(monotonic), attributes: attributes, status: status))
     }
 
     /// Records the server span: the request was answered (or abandoned) at `monotonic`.
     public func finish(_ facts: RequestFacts, at monotonic: Duration) {
         guard sampled else { return }
         let (attributes, status) = SpanAttributes.server(facts)
-        tracer.queue.submit(SpanRecord(
-            traceID: traceID, spanID: spanID, parentSpanID: parent?.parentSpanID, parentIsRemote: parent != nil,
-            traceState: traceState, name: SpanAttributes.spanName(method: facts.method), kind: .server,
-            startNanos: epoch.nanos(start), endNanos: epoch.nanos(monotonic), attributes: attributes, status: status,
-            links: links))
+        tracer.queue.submit(
+            SpanRecord(
+                traceID: traceID, spanID: spanID, parentSpanID: parent?.parentSpanID, parentIsRemote: parent != nil,
+                traceState: traceState, name: SpanAttributes.spanName(method: facts.method), kind: .server,
+                startNanos: epoch.nanos(start), endNanos: epoch.nanos(monotonic), attributes: attributes,
+                status: status,
+                links: links))
     }
 }
 
@@ -168,10 +172,12 @@ public struct SpanTimer: Sendable {
     public func finish(_ facts: RefreshFacts, at monotonic: Duration) {
         guard let tracer else { return }
         let (attributes, status) = SpanAttributes.refresh(facts)
-        tracer.queue.submit(SpanRecord(
-            traceID: traceID, spanID: spanID, parentSpanID: parentSpanID, traceState: traceState,
-            name: "token refresh", kind: .internal, startNanos: epoch.nanos(start), endNanos: epoch.nanos(monotonic),
-            attributes: attributes, status: status))
+        tracer.queue.submit(
+            SpanRecord(
+                traceID: traceID, spanID: spanID, parentSpanID: parentSpanID, traceState: traceState,
+                name: "token refresh", kind: .internal, startNanos: epoch.nanos(start),
+                endNanos: epoch.nanos(monotonic),
+                attributes: attributes, status: status))
     }
 }
 

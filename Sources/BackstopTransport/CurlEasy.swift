@@ -228,7 +228,8 @@ final class CurlMulti {
         guard code == CURLM_OK else { throw CurlSetupError(multi: option, code) }
     }
 
-    func setSocketCallback(_ callback: bs_curl_socket_callback, context: UnsafeMutableRawPointer) throws(CurlSetupError) {
+    func setSocketCallback(_ callback: bs_curl_socket_callback, context: UnsafeMutableRawPointer) throws(CurlSetupError)
+    {
         var code = bs_multi_setopt_socket_callback(raw, callback)
         if code == CURLM_OK { code = bs_multi_setopt_socket_data(raw, context) }
         guard code == CURLM_OK else { throw CurlSetupError(multi: CURLMOPT_SOCKETFUNCTION, code) }

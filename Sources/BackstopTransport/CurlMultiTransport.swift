@@ -2,8 +2,8 @@ import BackstopCore
 import CCurl
 import Foundation
 import Logging
-import NIOCore
 import NIOConcurrencyHelpers
+import NIOCore
 import Synchronization
 
 /// The upstream HTTP engine: one dedicated thread driving a libcurl multi handle with `curl_multi_socket_action`
@@ -34,7 +34,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     private let destinations = DestinationCheck()
     private let logger: Logger
     private let stopped = Atomic<Bool>(false)
-    private let finishedSignal = NIOLockedValueBox<(done: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+    private let finishedSignal = NIOLockedValueBox<(done: Bool, waiter: CheckedContinuation<Void, Never>?)>(
+        (false, nil))
     /// The transport thread's id (0 until it runs), for the debug checks of the thread-confinement claims.
     private let transportThread = Atomic<UInt>(0)
 
@@ -67,8 +68,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         self.sockets = sockets
         // The callbacks get their objects as unretained pointers: the transport and its socket watch outlive the
         // multi handle and every easy handle (all freed at the end of `run()`, which holds `self`).
-        handles = EasyHandles(configuration: HandleConfiguration(
-            share: CurlShare(), closeContext: Unmanaged.passUnretained(sockets).toOpaque()))
+        handles = EasyHandles(
+            configuration: HandleConfiguration(
+                share: CurlShare(), closeContext: Unmanaged.passUnretained(sockets).toOpaque()))
         let context = Unmanaged.passUnretained(self).toOpaque()
         do throws(CurlSetupError) {
             try multi.set(CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
@@ -213,7 +215,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         for failure in sockets.takeFailures() {
             logger.error(
                 "epoll_ctl failed for an upstream socket",
-                metadata: ["fd": "\(failure.fd)", "errno": "\(failure.errno) (\(String(cString: strerror(failure.errno))))"])
+                metadata: [
+                    "fd": "\(failure.fd)", "errno": "\(failure.errno) (\(String(cString: strerror(failure.errno))))",
+                ])
         }
     }
 
@@ -234,7 +238,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 preconditionFailure("a finished curl transfer without its CurlTransfer")
             }
             let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
-            if let action = table.completed(TransferKey(transfer), completion(of: transfer, code: bs_msg_result(message))) {
+            if let action = table.completed(
+                TransferKey(transfer), completion(of: transfer, code: bs_msg_result(message)))
+            {
                 perform(action)
             }
         }
@@ -451,7 +457,9 @@ enum CurlGlobal {
     private static let once: Void = {
         let code = curl_global_init(Int(CURL_GLOBAL_ALL))
         // Fails only without memory or when a TLS library cannot start: no transfer could work.
-        guard code == CURLE_OK else { fatalError("curl_global_init failed: \(String(cString: curl_easy_strerror(code)))") }
+        guard code == CURLE_OK else {
+            fatalError("curl_global_init failed: \(String(cString: curl_easy_strerror(code)))")
+        }
     }()
     static func initialize() { _ = once }
 }

@@ -49,8 +49,10 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     let receivePaused = Atomic<Bool>(false)
     let cancelRequested = Atomic<Bool>(false)
 
-    init(request: TransportRequest, eventLoop: EventLoop, transport: CurlMultiTransport,
-         sink: @escaping @Sendable ([TransportEvent]) -> Void) {
+    init(
+        request: TransportRequest, eventLoop: EventLoop, transport: CurlMultiTransport,
+        sink: @escaping @Sendable ([TransportEvent]) -> Void
+    ) {
         self.request = request
         self.eventLoop = eventLoop
         self.transport = transport

@@ -35,10 +35,12 @@ struct DestinationCheck: Sendable {
         case .allow:
             return Verdict(address: described, refusal: nil)
         case .loop:
-            return Verdict(address: described, refusal: .loopDetected(detail: "\(described) is one of Backstop's own listeners"))
+            return Verdict(
+                address: described, refusal: .loopDetected(detail: "\(described) is one of Backstop's own listeners"))
         case .denied:
             return Verdict(
-                address: described, refusal: .destinationDenied(detail: "\(described) is a link-local or metadata address"))
+                address: described,
+                refusal: .destinationDenied(detail: "\(described) is a link-local or metadata address"))
         }
     }
 }

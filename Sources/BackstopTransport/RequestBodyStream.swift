@@ -1,5 +1,5 @@
-import NIOCore
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// A request body that is still arriving from the client while it is being sent upstream.
 ///

@@ -20,13 +20,16 @@ struct RequestTarget: Equatable {
         let split: (Int, Int, Int?)? = url.withUTF8 { bytes -> (Int, Int, Int?)? in
             // scheme "://"
             var i = 0
-            while i + 2 < bytes.count, !(bytes[i] == UInt8(ascii: ":") && bytes[i + 1] == UInt8(ascii: "/")
-                && bytes[i + 2] == UInt8(ascii: "/")) {
+            while i + 2 < bytes.count,
+                !(bytes[i] == UInt8(ascii: ":") && bytes[i + 1] == UInt8(ascii: "/")
+                    && bytes[i + 2] == UInt8(ascii: "/"))
+            {
                 i += 1
             }
             guard i + 2 < bytes.count else { return nil }
             var pathStart = i + 3
-            while pathStart < bytes.count, bytes[pathStart] != UInt8(ascii: "/"), bytes[pathStart] != UInt8(ascii: "?") {
+            while pathStart < bytes.count, bytes[pathStart] != UInt8(ascii: "/"), bytes[pathStart] != UInt8(ascii: "?")
+            {
                 pathStart += 1
             }
             // A target without a path ("http://h:1?x") is left to CURLOPT_URL, which sends "/?x".

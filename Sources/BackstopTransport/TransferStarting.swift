@@ -4,8 +4,10 @@ import NIOCore
 /// The exchange and the token fetcher depend on this rather than on `CurlMultiTransport`, so unit tests drive them
 /// with a scripted transport.
 public protocol TransferStarting: AnyObject, Sendable {
-    func start(_ request: TransportRequest, on eventLoop: EventLoop,
-               sink: @escaping @Sendable ([TransportEvent]) -> Void) -> any TransferHandle
+    func start(
+        _ request: TransportRequest, on eventLoop: EventLoop,
+        sink: @escaping @Sendable ([TransportEvent]) -> Void
+    ) -> any TransferHandle
 }
 
 /// One transfer in flight, as its requester controls it.

@@ -159,7 +159,8 @@ struct TransferTable<ID: Hashable> {
         for entry in deadlines {
             guard case .abandoned? = phases[entry.id] else { continue }  // finished since
             if now >= entry.deadline {
-                actions.append(finished(entry.id, .failure(.timeout(detail: "abandoned response did not finish in time"))))
+                actions.append(
+                    finished(entry.id, .failure(.timeout(detail: "abandoned response did not finish in time"))))
             } else {
                 next = min(next ?? entry.deadline, entry.deadline)
                 kept.append(entry)

@@ -29,7 +29,8 @@ public enum TransportFailure: Error, Sendable, Equatable {
     /// address tried, where known.
     public var detail: String {
         switch self {
-        case .connectFailure(let d), .tlsVerificationFailed(let d), .reset(let d), .timeout(let d), .badResponse(let d), .loopDetected(let d),
+        case .connectFailure(let d), .tlsVerificationFailed(let d), .reset(let d), .timeout(let d), .badResponse(let d),
+            .loopDetected(let d),
             .destinationDenied(let d):
             d
         case .cancelled: "cancelled"

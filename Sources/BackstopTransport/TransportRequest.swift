@@ -21,7 +21,8 @@ public struct TransportRequest: Sendable {
 
     public init(
         url: String, method: String, headers: [(name: String, value: String)], body: TransportRequestBody = .empty,
-        connectTimeout: Duration = .seconds(2), tls: TransportTLSOptions = TransportTLSOptions(), mayResend: Bool = true,
+        connectTimeout: Duration = .seconds(2), tls: TransportTLSOptions = TransportTLSOptions(),
+        mayResend: Bool = true,
         passthrough: Bool = false
     ) {
         self.mayResend = mayResend

@@ -48,9 +48,11 @@ struct VersionCommand: ParsableCommand {
 struct CheckCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "check", abstract: "Validate a config file.")
     @OptionGroup var options: ConfigOption
-    @Flag(name: .long, help: ArgumentHelp(
-        "Also read the keychain entries the config names, and connect to the token store (postgres) and check its "
-            + "table and rights."))
+    @Flag(
+        name: .long,
+        help: ArgumentHelp(
+            "Also read the keychain entries the config names, and connect to the token store (postgres) and check its "
+                + "table and rights."))
     var online = false
 
     func run() async throws {

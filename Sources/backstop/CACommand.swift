@@ -65,8 +65,9 @@ struct CAInitCommand: ParsableCommand {
             throw KeychainCLI.fail(error)
         }
         guard stored else {
-            throw KeychainCLI.fail("keychain entry \(entryName) already exists; it is left unchanged "
-                + "(to replace it: backstop keychain delete \(entryName), then backstop ca init)")
+            throw KeychainCLI.fail(
+                "keychain entry \(entryName) already exists; it is left unchanged "
+                    + "(to replace it: backstop keychain delete \(entryName), then backstop ca init)")
         }
         KeychainCLI.say("created root CA '\(subject)' in \(entryName) of keychain \(section.path)")
         KeychainCLI.say("SHA-256 fingerprint: \(root.fingerprint)")

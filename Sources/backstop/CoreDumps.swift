@@ -18,7 +18,9 @@ enum CoreDumps {
         }
         var limit = rlimit()
         // The unit's LimitCORE=0 has already done it: no need for a call the unit's syscall filter might not allow.
-        if getrlimit(Int32(RLIMIT_CORE.rawValue), &limit) == 0, limit.rlim_cur == 0, limit.rlim_max == 0 { return problems }
+        if getrlimit(Int32(RLIMIT_CORE.rawValue), &limit) == 0, limit.rlim_cur == 0, limit.rlim_max == 0 {
+            return problems
+        }
         var zero = rlimit(rlim_cur: 0, rlim_max: 0)
         if setrlimit(Int32(RLIMIT_CORE.rawValue), &zero) != 0 {
             problems.append("setrlimit(RLIMIT_CORE, 0) failed: \(String(cString: strerror(errno)))")

@@ -29,7 +29,9 @@ enum DeliveriesCLI {
             throw KeychainCLI.fail("no keychain section in \(options.path): queued deliveries are sealed under its key")
         }
         guard access(spool.directory + "/" + QueueStore.fileName, F_OK) == 0 else { return nil }
-        let key = try KeychainCLI.run { () throws(KeychainError) in try KeychainKey.load(KeychainCLI.keySource(section.key)) }
+        let key = try KeychainCLI.run { () throws(KeychainError) in
+            try KeychainKey.load(KeychainCLI.keySource(section.key))
+        }
         let store: QueueStore
         do {
             store = try await QueueStore.open(
@@ -71,7 +73,8 @@ enum DeliveriesCLI {
 struct DeliveriesListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list",
-        abstract: "Print queued deliveries (or, with --dead, dead letters), oldest first; never a body or header value.",
+        abstract:
+            "Print queued deliveries (or, with --dead, dead letters), oldest first; never a body or header value.",
         discussion: "Columns: ID, UPSTREAM, METHOD, PATH (without the query), AGE, ATTEMPTS, LAST_OUTCOME. An entry "
             + "that does not open shows METHOD and PATH as '?' and LAST_OUTCOME 'damaged'."
     )
@@ -81,19 +84,21 @@ struct DeliveriesListCommand: AsyncParsableCommand {
 
     func run() async throws {
         let state: DeliveryState = dead ? .dead : .queued
-        let lines = try await DeliveriesCLI.withStore(options) { store -> [String] in
-            let now = Date().timeIntervalSince1970
-            do throws(QueueError) {
-                return try await store.list(state).map { d in
-                    [
-                        d.id.text, d.upstream, d.method ?? "?", d.path ?? "?", DeliveriesCLI.age(now - d.acceptedAt),
-                        String(d.attempts), d.lastOutcome ?? "-",
-                    ].joined(separator: "\t")
+        let lines =
+            try await DeliveriesCLI.withStore(options) { store -> [String] in
+                let now = Date().timeIntervalSince1970
+                do throws(QueueError) {
+                    return try await store.list(state).map { d in
+                        [
+                            d.id.text, d.upstream, d.method ?? "?", d.path ?? "?",
+                            DeliveriesCLI.age(now - d.acceptedAt),
+                            String(d.attempts), d.lastOutcome ?? "-",
+                        ].joined(separator: "\t")
+                    }
+                } catch {
+                    throw KeychainCLI.fail(error.description)
                 }
-            } catch {
-                throw KeychainCLI.fail(error.description)
-            }
-        } ?? []
+            } ?? []
         for line in lines { Console.out(line) }
     }
 }
@@ -112,20 +117,23 @@ struct DeliveriesRetryCommand: AsyncParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func validate() throws {
-        guard (id == nil) != !allDead else { throw ValidationError("give a delivery id or --all-dead, not both or neither") }
+        guard (id == nil) != !allDead else {
+            throw ValidationError("give a delivery id or --all-dead, not both or neither")
+        }
         if let id { _ = try DeliveriesCLI.id(id) }
     }
 
     func run() async throws {
         let target = try id.map(DeliveriesCLI.id)
-        let count = try await DeliveriesCLI.withStore(options) { store -> Int in
-            do throws(QueueError) {
-                if let target { return try await store.retryDead(target) ? 1 : 0 }
-                return try await store.retryAllDead()
-            } catch {
-                throw KeychainCLI.fail(error.description)
-            }
-        } ?? 0
+        let count =
+            try await DeliveriesCLI.withStore(options) { store -> Int in
+                do throws(QueueError) {
+                    if let target { return try await store.retryDead(target) ? 1 : 0 }
+                    return try await store.retryAllDead()
+                } catch {
+                    throw KeychainCLI.fail(error.description)
+                }
+            } ?? 0
         if let target, count == 0 { throw KeychainCLI.fail("no dead letter \(target)") }
         KeychainCLI.say("put \(count) dead letter\(count == 1 ? "" : "s") back in the queue")
     }
@@ -144,13 +152,14 @@ struct DeliveriesDropCommand: AsyncParsableCommand {
 
     func run() async throws {
         let target = try DeliveriesCLI.id(id)
-        let dropped = try await DeliveriesCLI.withStore(options) { store -> Bool in
-            do throws(QueueError) {
-                return try await store.drop(target)
-            } catch {
-                throw KeychainCLI.fail(error.description)
-            }
-        } ?? false
+        let dropped =
+            try await DeliveriesCLI.withStore(options) { store -> Bool in
+                do throws(QueueError) {
+                    return try await store.drop(target)
+                } catch {
+                    throw KeychainCLI.fail(error.description)
+                }
+            } ?? false
         guard dropped else { throw KeychainCLI.fail("no delivery \(target)") }
         KeychainCLI.say("dropped \(target)")
     }

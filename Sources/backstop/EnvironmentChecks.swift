@@ -14,20 +14,25 @@ enum EnvironmentChecks {
         for upstream in config.upstreams {
             if let caFile = upstream.tls.caFile, access(caFile, R_OK) != 0 {
                 let location = upstream.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
-                problems.append(ConfigError(
-                    location: location,
-                    message: "upstream '\(upstream.name)': tls.ca_file \(caFile) is not readable: \(errnoText())"))
+                problems.append(
+                    ConfigError(
+                        location: location,
+                        message: "upstream '\(upstream.name)': tls.ca_file \(caFile) is not readable: \(errnoText())"))
             }
         }
         for client in config.clients ?? [] {
             let location = client.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
             switch client.match {
             case .unixUser(.name(let name)) where UnixAccounts.userID(named: name) == nil:
-                problems.append(ConfigError(
-                    location: location, message: "client '\(client.name)': unix_user '\(name)' is not a user on this host"))
+                problems.append(
+                    ConfigError(
+                        location: location,
+                        message: "client '\(client.name)': unix_user '\(name)' is not a user on this host"))
             case .unixGroup(.name(let name)) where UnixAccounts.groupID(named: name) == nil:
-                problems.append(ConfigError(
-                    location: location, message: "client '\(client.name)': unix_group '\(name)' is not a group on this host"))
+                problems.append(
+                    ConfigError(
+                        location: location,
+                        message: "client '\(client.name)': unix_group '\(name)' is not a group on this host"))
             default:
                 break
             }
@@ -36,16 +41,19 @@ enum EnvironmentChecks {
             let location = keychain.keyLocation ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
             if access(keyPath, F_OK) == 0 {
                 if access(keyPath, R_OK) != 0 {
-                    problems.append(ConfigError(
-                        location: location, message: "keychain.key_file \(keyPath) is not readable: \(errnoText())"))
+                    problems.append(
+                        ConfigError(
+                            location: location, message: "keychain.key_file \(keyPath) is not readable: \(errnoText())")
+                    )
                 } else if let problem = KeyFileCheck.problem(path: keyPath) {
                     problems.append(ConfigError(location: location, message: problem))
                 }
             } else if access(keychain.path, F_OK) == 0 {
-                problems.append(ConfigError(
-                    location: location,
-                    message: "keychain.key_file \(keyPath) is missing but keychain \(keychain.path) exists; "
-                        + "backstop would refuse to start"))
+                problems.append(
+                    ConfigError(
+                        location: location,
+                        message: "keychain.key_file \(keyPath) is missing but keychain \(keychain.path) exists; "
+                            + "backstop would refuse to start"))
             }
         }
         if let spool = config.spool, let problem = SpoolDirectoryCheck.problem(spool.directory) {
@@ -79,7 +87,8 @@ enum SpoolDirectoryCheck {
             guard info.st_mode & S_IFMT == S_IFDIR else { return "is not a directory" }
             return access(directory, W_OK | X_OK) == 0 ? nil : "is not writable: \(String(cString: strerror(errno)))"
         }
-        let parent = directory.lastIndex(of: "/").map { $0 == directory.startIndex ? "/" : String(directory[..<$0]) } ?? "."
+        let parent =
+            directory.lastIndex(of: "/").map { $0 == directory.startIndex ? "/" : String(directory[..<$0]) } ?? "."
         guard stat(parent, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, access(parent, W_OK | X_OK) == 0 else {
             return "does not exist and cannot be created: \(parent) is not a writable directory"
         }

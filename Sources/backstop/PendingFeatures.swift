@@ -6,13 +6,18 @@ import BackstopCore
 enum PendingFeatures {
     static func problems(in config: Config) -> [String] {
         var problems: [String] = []
-        if config.spool != nil { problems.append("'spool' is not used by this build yet (large bodies are not spooled)") }
+        if config.spool != nil {
+            problems.append("'spool' is not used by this build yet (large bodies are not spooled)")
+        }
         for upstream in config.upstreams {
             let name = "upstream '\(upstream.name)'"
             if upstream.endpoints.count > 1 {
-                problems.append("\(name): several endpoints are not balanced by this build yet (only the first would be used)")
+                problems.append(
+                    "\(name): several endpoints are not balanced by this build yet (only the first would be used)")
             }
-            if upstream.delivery == .queue { problems.append("\(name): delivery: queue is not performed by this build yet") }
+            if upstream.delivery == .queue {
+                problems.append("\(name): delivery: queue is not performed by this build yet")
+            }
             if upstream.hedge.max > 0 { problems.append("\(name): hedge is not performed by this build yet") }
             if upstream.circuit != CircuitConfig() {
                 problems.append("\(name): circuit settings are not enforced by this build yet")

@@ -38,9 +38,11 @@ struct RunCommand: AsyncParsableCommand {
         LoggingSystem.bootstrap { label in LineLogHandler(label: label, settings: logSettings) }
         let logger = Logger(label: "backstop")
         for problem in coreDumpProblems {
-            logger.warning("core dumps may not be disabled: a crash could write secrets to a core file", metadata: [
-                "problem": .string(problem),
-            ])
+            logger.warning(
+                "core dumps may not be disabled: a crash could write secrets to a core file",
+                metadata: [
+                    "problem": .string(problem)
+                ])
         }
 
         let problems = EnvironmentChecks.problems(in: config)
@@ -54,7 +56,8 @@ struct RunCommand: AsyncParsableCommand {
         do throws(ClientPolicyError) {
             _ = try ProxyServer.clientPolicy(for: config, keychain: keychain)
         } catch {
-            logger.error("cannot put clients in force; refusing to start", metadata: ["error": .string(error.description)])
+            logger.error(
+                "cannot put clients in force; refusing to start", metadata: ["error": .string(error.description)])
             throw ExitCode(1)
         }
 
@@ -62,15 +65,18 @@ struct RunCommand: AsyncParsableCommand {
         do {
             intercept = try InterceptAuthority.load(config: config, keychain: keychain)
         } catch {
-            logger.error("cannot set up interception; refusing to start", metadata: ["error": .string(error.description)])
+            logger.error(
+                "cannot set up interception; refusing to start", metadata: ["error": .string(error.description)])
             throw ExitCode(1)
         }
         let storeMetrics = TokenStoreMetrics()
         let tokenStores: (any TokenStoreProvider)?
         do throws(TokenStoreSetupError) {
-            tokenStores = try TokenStoreStartup.open(config: config, keychain: keychain, logger: logger, metrics: storeMetrics)
+            tokenStores = try TokenStoreStartup.open(
+                config: config, keychain: keychain, logger: logger, metrics: storeMetrics)
         } catch {
-            logger.error("cannot set up the token store; refusing to start", metadata: ["error": .string(error.description)])
+            logger.error(
+                "cannot set up the token store; refusing to start", metadata: ["error": .string(error.description)])
             throw ExitCode(1)
         }
         if case .postgres = config.tokenStore, let tokenStores {
@@ -87,10 +93,12 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(1)
         }
         let addresses = server.boundAddresses.map(\.displayString).joined(separator: ",")
-        logger.notice("listening", metadata: [
-            "listeners": .string(addresses), "admin": .string(server.adminAddress?.displayString ?? "off"),
-            "upstreams": .stringConvertible(config.upstreams.count),
-        ])
+        logger.notice(
+            "listening",
+            metadata: [
+                "listeners": .string(addresses), "admin": .string(server.adminAddress?.displayString ?? "off"),
+                "upstreams": .stringConvertible(config.upstreams.count),
+            ])
 
         let environment = ProcessInfo.processInfo.environment
         let notifier = SystemdNotifier(environment: environment)
@@ -99,9 +107,11 @@ struct RunCommand: AsyncParsableCommand {
         }
         notifier.notify("READY=1\n" + summary(config))
         let released = StartupMemory.releaseStartupCode()
-        logger.trace("memory pages used only during startup handed back to the kernel", metadata: [
-            "kib": .stringConvertible(released / 1024),
-        ])
+        logger.trace(
+            "memory pages used only during startup handed back to the kernel",
+            metadata: [
+                "kib": .stringConvertible(released / 1024)
+            ])
         var watchdog: RepeatedTask?
         if let interval = SystemdNotifier.watchdogInterval(environment: environment) {
             watchdog = notifier.startWatchdog(on: server.anyEventLoop, interval: interval)
@@ -112,7 +122,8 @@ struct RunCommand: AsyncParsableCommand {
             let signal = await signals.next()
             if signal == SIGHUP {
                 notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(SystemdNotifier.monotonicMicroseconds())")
-                let active = await Reloader.reload(path: configPath, server: server, logger: logger, logSettings: logSettings)
+                let active =
+                    await Reloader.reload(path: configPath, server: server, logger: logger, logSettings: logSettings)
                     ?? config
                 notifier.notify("READY=1\n" + summary(active))
                 continue
@@ -162,7 +173,8 @@ enum Reloader {
             config = try ConfigLoader.load(path: path)
         } catch let errors {
             for error in errors.errors {
-                logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
+                logger.error(
+                    "reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
             }
             server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil
@@ -179,17 +191,21 @@ enum Reloader {
         if config.keychain != current.keychain {
             // The keychain is opened (or created) once at start; applying half of a change would silently run
             // auth against the old keychain, or without one.
-            logger.error("reload rejected; old config stays in force", metadata: [
-                "detail": .string("the keychain section changed; restart backstop to use a different keychain"),
-            ])
+            logger.error(
+                "reload rejected; old config stays in force",
+                metadata: [
+                    "detail": .string("the keychain section changed; restart backstop to use a different keychain")
+                ])
             server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil
         }
         if config.tokenStore != current.tokenStore {
             // The store's connections are opened once at start, like the keychain.
-            logger.error("reload rejected; old config stays in force", metadata: [
-                "detail": .string("the token_store section changed; restart backstop to use another token store"),
-            ])
+            logger.error(
+                "reload rejected; old config stays in force",
+                metadata: [
+                    "detail": .string("the token_store section changed; restart backstop to use another token store")
+                ])
             server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil
         }
@@ -218,10 +234,13 @@ enum Reloader {
         // log.level and log.format apply at once; log.access_log with the new snapshot.
         logSettings.apply(config.log)
         server.runtime.recordReload(success: true, at: Date().timeIntervalSince1970)
-        logger.notice("config reloaded", metadata: [
-            "upstreams": .stringConvertible(config.upstreams.count), "log_level": .string(config.log.level.rawValue),
-            "log_format": .string(config.log.format.rawValue),
-        ])
+        logger.notice(
+            "config reloaded",
+            metadata: [
+                "upstreams": .stringConvertible(config.upstreams.count),
+                "log_level": .string(config.log.level.rawValue),
+                "log_format": .string(config.log.format.rawValue),
+            ])
         return config
     }
 }
@@ -243,9 +262,11 @@ enum KeychainStartup {
             case .createdKeychain:
                 logger.notice("created an empty keychain", metadata: ["keychain": .string(keychain.path)])
             case .openedExisting:
-                logger.info("keychain opened", metadata: [
-                    "keychain": .string(keychain.path), "entries": .stringConvertible(opened.entryCount),
-                ])
+                logger.info(
+                    "keychain opened",
+                    metadata: [
+                        "keychain": .string(keychain.path), "entries": .stringConvertible(opened.entryCount),
+                    ])
             }
             return opened.keychain
         } catch {
@@ -254,5 +275,3 @@ enum KeychainStartup {
         }
     }
 }
-
-

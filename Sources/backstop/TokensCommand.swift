@@ -59,7 +59,8 @@ enum TokensCLI {
 struct TokensListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list",
-        abstract: "Print each oauth2 upstream: store, access token expiry, last write and what wrote it (never a token).",
+        abstract:
+            "Print each oauth2 upstream: store, access token expiry, last write and what wrote it (never a token).",
         discussion: "Columns: UPSTREAM, STORE, ACCESS_TOKEN (present/none), REFRESH_TOKEN (present/none), EXPIRES "
             + "(ISO 8601, UTC), LAST_WRITE, WRITTEN_BY."
     )
@@ -73,11 +74,12 @@ struct TokensListCommand: AsyncParsableCommand {
                 let store = provider.store(forPrefix: prefix)
                 do throws(TokenStoreError) {
                     let status = try await store.status()
-                    Console.out([
-                        name, store.location, status.hasAccessToken ? "present" : "none",
-                        status.hasRefreshToken ? "present" : "none", TokensCLI.time(status.expiresAt),
-                        TokensCLI.time(status.updatedAt), status.lastWrite ?? "-",
-                    ].joined(separator: "\t"))
+                    Console.out(
+                        [
+                            name, store.location, status.hasAccessToken ? "present" : "none",
+                            status.hasRefreshToken ? "present" : "none", TokensCLI.time(status.expiresAt),
+                            TokensCLI.time(status.updatedAt), status.lastWrite ?? "-",
+                        ].joined(separator: "\t"))
                 } catch {
                     failed = true
                     KeychainCLI.printError("\(name): \(error.description)")
@@ -108,11 +110,13 @@ struct TokensSeedCommand: AsyncParsableCommand {
             guard let prefix = TokensCLI.oauth2Upstreams(config).first(where: { $0.name == upstream })?.prefix else {
                 throw KeychainCLI.fail("no upstream '\(upstream)' with oauth2 auth in \(options.path)")
             }
-            let bytes = try SecretInput.read(prompt: "refresh token for \(upstream): ", limit: KeychainSetCommand.maxSecretBytes)
+            let bytes = try SecretInput.read(
+                prompt: "refresh token for \(upstream): ", limit: KeychainSetCommand.maxSecretBytes)
             guard let token = String(validating: bytes, as: UTF8.self), !token.isEmpty,
                 HTTPSyntax.isFieldValue(token)
             else {
-                throw KeychainCLI.fail("no usable refresh token on stdin (empty, not UTF-8, or with control characters)")
+                throw KeychainCLI.fail(
+                    "no usable refresh token on stdin (empty, not UTF-8, or with control characters)")
             }
             let store = provider.store(forPrefix: prefix)
             do throws(TokenStoreError) {

@@ -25,11 +25,13 @@ struct CertificateMinterTests {
         #expect(root.fingerprint.split(separator: ":").count == 32)
     }
 
-    @Test("bundles that are not a CA are refused with what is wrong", arguments: [
-        ("", "no certificate"),
-        ("garbage", "no certificate"),
-        ("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n", "not PEM"),
-    ])
+    @Test(
+        "bundles that are not a CA are refused with what is wrong",
+        arguments: [
+            ("", "no certificate"),
+            ("garbage", "no certificate"),
+            ("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n", "not PEM"),
+        ])
     func badBundles(text: String, problem: String) {
         #expect(throws: CABundleError.malformed(problem)) { try CAIdentity(pemBundle: text) }
     }
@@ -55,8 +57,12 @@ struct CertificateMinterTests {
     @Test("permitted names: exact hosts as they are, wildcards as their base, covered names dropped")
     func permittedNames() {
         #expect(CertificateMinter.permittedDNSNames(for: ["api.test"]) == ["api.test"])
-        #expect(CertificateMinter.permittedDNSNames(for: ["*.example.com", "api.test"]) == ["api.test", "example.com"])
-        #expect(CertificateMinter.permittedDNSNames(for: ["*.example.com", "a.example.com", "example.com"]) == ["example.com"])
+        #expect(
+            CertificateMinter.permittedDNSNames(for: ["*.example.com", "api.test"]) == ["api.test", "example.com"])
+        #expect(
+            CertificateMinter.permittedDNSNames(for: ["*.example.com", "a.example.com", "example.com"]) == [
+                "example.com"
+            ])
         #expect(CertificateMinter.permittedDNSNames(for: ["api.test", "api.test"]) == ["api.test"])
         #expect(CertificateMinter.permittedDNSNames(for: ["xapi.test", "api.test"]) == ["api.test", "xapi.test"])
     }
@@ -97,7 +103,8 @@ struct CertificateMinterTests {
     func leaf() throws {
         let root = try CertificateMinter.makeRoot(commonName: "root", now: Self.now)
         let intermediate = try CertificateMinter.makeIntermediate(root: root, hostPatterns: ["api.test"], now: Self.now)
-        let leaf = try CertificateMinter.makeLeaf(host: "api.test", issuer: intermediate, lifetime: 86_400, now: Self.now)
+        let leaf = try CertificateMinter.makeLeaf(
+            host: "api.test", issuer: intermediate, lifetime: 86_400, now: Self.now)
         let certificate = leaf.certificate
         #expect(try certificate.extensions.subjectAlternativeNames == SubjectAlternativeNames([.dnsName("api.test")]))
         #expect(try certificate.extensions.basicConstraints == .notCertificateAuthority)
@@ -124,11 +131,14 @@ struct CertificateMinterTests {
                 subject: try DistinguishedName { CommonName("api.test") }, signatureAlgorithm: .ecdsaWithSHA256,
                 extensions: try Certificate.Extensions {
                     Critical(BasicConstraints.notCertificateAuthority)
-                    SubjectAlternativeNames([.dnsName("api.test"), .ipAddress(ASN1OctetString(contentBytes: ArraySlice(address)))])
+                    SubjectAlternativeNames([
+                        .dnsName("api.test"), .ipAddress(ASN1OctetString(contentBytes: ArraySlice(address))),
+                    ])
                 },
                 issuerPrivateKey: Certificate.PrivateKey(intermediate.privateKey))
             var verifier = Verifier(rootCertificates: CertificateStore([root.certificate])) { RFC5280Policy() }
-            let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate.certificate]))
+            let result = await verifier.validate(
+                leaf: leaf, intermediates: CertificateStore([intermediate.certificate]))
             guard case .couldNotValidate = result else {
                 Issue.record("a leaf naming \(address) must not verify")
                 continue

@@ -20,14 +20,18 @@ struct ClientAssertionSignerTests {
         let key = P256.Signing.PrivateKey()
         let signer = try ClientAssertionSigner(pem: Array(key.pemRepresentation.utf8), keyID: "key-2026-11")
         #expect(signer.algorithm == .es256)
-        let jwt = try signer.assertion(clientID: "backstop-prod", audience: "https://idp.test/oauth/token",
-                                       now: 1_700_000_000, jti: "j-1")
+        let jwt = try signer.assertion(
+            clientID: "backstop-prod", audience: "https://idp.test/oauth/token",
+            now: 1_700_000_000, jti: "j-1")
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         #expect(parts.count == 3)
-        #expect(String(decoding: Self.decode(parts[0]), as: UTF8.self) == #"{"alg":"ES256","typ":"JWT","kid":"key-2026-11"}"#)
-        #expect(String(decoding: Self.decode(parts[1]), as: UTF8.self)
-            == #"{"iss":"backstop-prod","sub":"backstop-prod","aud":"https://idp.test/oauth/token","jti":"j-1","#
-            + #""iat":1700000000,"exp":1700000060}"#)
+        #expect(
+            String(decoding: Self.decode(parts[0]), as: UTF8.self)
+                == #"{"alg":"ES256","typ":"JWT","kid":"key-2026-11"}"#)
+        #expect(
+            String(decoding: Self.decode(parts[1]), as: UTF8.self)
+                == #"{"iss":"backstop-prod","sub":"backstop-prod","aud":"https://idp.test/oauth/token","jti":"j-1","#
+                + #""iat":1700000000,"exp":1700000060}"#)
         let signature = Self.decode(parts[2])
         #expect(signature.count == 64)
         let parsed = try P256.Signing.ECDSASignature(rawRepresentation: signature)
@@ -46,8 +50,9 @@ struct ClientAssertionSignerTests {
         let parts = jwt.split(separator: ".")
         #expect(String(decoding: Self.decode(parts[0]), as: UTF8.self) == #"{"alg":"RS256","typ":"JWT"}"#)
         let signature = _RSA.Signing.RSASignature(rawRepresentation: Self.decode(parts[2]))
-        #expect(key.publicKey.isValidSignature(
-            signature, for: Array((parts[0] + "." + parts[1]).utf8), padding: .insecurePKCS1v1_5))
+        #expect(
+            key.publicKey.isValidSignature(
+                signature, for: Array((parts[0] + "." + parts[1]).utf8), padding: .insecurePKCS1v1_5))
     }
 
     @Test("the jti comes from the injected randomness: 128 bits, base64url, different on every call")
@@ -61,8 +66,10 @@ struct ClientAssertionSignerTests {
         var random = SplitMix64(seed: 7)
         var seen: Set<String> = []
         for _ in 0..<200 {
-            let claims = String(decoding: Self.decode(
-                try signer.assertion(clientID: "c", audience: "a", now: 0, random: &random).split(separator: ".")[1]),
+            let claims = String(
+                decoding: Self.decode(
+                    try signer.assertion(clientID: "c", audience: "a", now: 0, random: &random).split(separator: ".")[1]
+                ),
                 as: UTF8.self)
             seen.insert(claims)
         }
@@ -75,8 +82,9 @@ struct ClientAssertionSignerTests {
             try ClientAssertionSigner(pem: Array(P384.Signing.PrivateKey().pemRepresentation.utf8), keyID: nil)
         }
         #expect(throws: ClientIdentityError.unexpectedBlock("CERTIFICATE")) {
-            try ClientAssertionSigner(pem: Array("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".utf8),
-                                      keyID: nil)
+            try ClientAssertionSigner(
+                pem: Array("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".utf8),
+                keyID: nil)
         }
         #expect(throws: ClientIdentityError.notPEM) { try ClientAssertionSigner(pem: Array("x".utf8), keyID: nil) }
     }

@@ -12,8 +12,10 @@ struct ClientCertificateBundleTests {
     func accepted() throws {
         let files = try IdentityTestFiles()
         defer { files.remove() }
-        for (name, key, kind) in [("ec256", TestKeyType.p256, "EC P-256"), ("ec384", .p384, "EC P-384"),
-                                  ("rsa", .rsa(bits: 2048), "RSA 2048")] {
+        for (name, key, kind) in [
+            ("ec256", TestKeyType.p256, "EC P-256"), ("ec384", .p384, "EC P-384"),
+            ("rsa", .rsa(bits: 2048), "RSA 2048"),
+        ] {
             let identity = try files.certificate(name, key: key)
             let bundle = try ClientCertificateBundle(pem: try identity.bundle())
             #expect(bundle.privateKey.kind == kind)
@@ -27,7 +29,8 @@ struct ClientCertificateBundleTests {
             try TestCertificates.traditionalKey(identity.keyPath, ec: name.hasPrefix("ec"), to: traditional)
             let text = String(decoding: try files.read(traditional), as: UTF8.self)
             #expect(text.contains(name.hasPrefix("ec") ? "EC PRIVATE KEY" : "RSA PRIVATE KEY"))
-            let fromTraditional = try ClientCertificateBundle(pem: try files.read(identity.certificatePath) + files.read(traditional))
+            let fromTraditional = try ClientCertificateBundle(
+                pem: try files.read(identity.certificatePath) + files.read(traditional))
             #expect(fromTraditional.privateKey.kind == kind)
         }
     }
@@ -40,9 +43,12 @@ struct ClientCertificateBundleTests {
             in: files.directory, name: "intermediate", issuer: files.issuer, ca: true)
         let leaf = try TestCertificates.makeCertificate(
             in: files.directory, name: "leaf", issuer: (intermediate.certificatePath, intermediate.keyPath))
-        let bundle = try ClientCertificateBundle(pem: try leaf.bundle(extraCertificates: [intermediate.certificatePath]))
+        let bundle = try ClientCertificateBundle(
+            pem: try leaf.bundle(extraCertificates: [intermediate.certificatePath]))
         #expect(bundle.chain.count == 2)
-        #expect(String(decoding: bundle.certificateChainPEM, as: UTF8.self).components(separatedBy: "BEGIN CERTIFICATE").count == 3)
+        #expect(
+            String(decoding: bundle.certificateChainPEM, as: UTF8.self).components(separatedBy: "BEGIN CERTIFICATE")
+                .count == 3)
         let reversed = try files.read(intermediate.certificatePath) + files.read(leaf.certificatePath) + leaf.keyPEM
         #expect(throws: ClientIdentityError.keyMismatch) { try ClientCertificateBundle(pem: reversed) }
         let wrongOrder = try files.read(leaf.certificatePath) + files.read(files.ca.caCertPath) + leaf.keyPEM
@@ -60,9 +66,12 @@ struct ClientCertificateBundleTests {
         try TestCertificates.makeKey(.ed25519, at: files.directory + "/ed.key")
         try TestCertificates.makeKey(.rsa(bits: 1024), at: files.directory + "/small.key")
         let encryptedPath = files.directory + "/encrypted.key"
-        _ = try TestProcess.runBlocking("/usr/bin/openssl", [
-            "pkcs8", "-topk8", "-in", good.keyPath, "-out", encryptedPath, "-v2", "aes-256-cbc", "-passout", "pass:x",
-        ])
+        _ = try TestProcess.runBlocking(
+            "/usr/bin/openssl",
+            [
+                "pkcs8", "-topk8", "-in", good.keyPath, "-out", encryptedPath, "-v2", "aes-256-cbc", "-passout",
+                "pass:x",
+            ])
         let cases: [(String, [UInt8], ClientIdentityError)] = [
             ("garbage", Array("not a pem".utf8), .notPEM),
             ("not UTF-8", [0xFF, 0xFE, 0x00], .notPEM),
@@ -70,13 +79,20 @@ struct ClientCertificateBundleTests {
             ("certificate only", cert, .noKey),
             ("two keys", cert + key + key, .moreThanOneKey),
             ("another certificate's key", cert + other.keyPEM, .keyMismatch),
-            ("ed25519", cert + (try files.read(files.directory + "/ed.key")),
-             .unsupportedKey("not an EC (P-256, P-384, P-521) or RSA (2048 bits or more) private key")),
-            ("RSA 1024", cert + (try files.read(files.directory + "/small.key")),
-             .unsupportedKey("not an EC (P-256, P-384, P-521) or RSA (2048 bits or more) private key")),
+            (
+                "ed25519", cert + (try files.read(files.directory + "/ed.key")),
+                .unsupportedKey("not an EC (P-256, P-384, P-521) or RSA (2048 bits or more) private key")
+            ),
+            (
+                "RSA 1024", cert + (try files.read(files.directory + "/small.key")),
+                .unsupportedKey("not an EC (P-256, P-384, P-521) or RSA (2048 bits or more) private key")
+            ),
             ("encrypted", cert + (try files.read(encryptedPath)), .encryptedKey),
-            ("public key block", cert + Array("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n".utf8) + key,
-             .unexpectedBlock("PUBLIC KEY")),
+            (
+                "public key block",
+                cert + Array("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n".utf8) + key,
+                .unexpectedBlock("PUBLIC KEY")
+            ),
         ]
         for (label, pem, expected) in cases {
             #expect(throws: expected, "\(label)") { try ClientCertificateBundle(pem: pem) }

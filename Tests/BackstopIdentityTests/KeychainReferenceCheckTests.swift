@@ -9,18 +9,22 @@ import Testing
 @Suite("Keychain reference check")
 struct KeychainReferenceCheckTests {
     static func reference(_ entry: String, _ content: KeychainReference.Content, line: Int) -> KeychainReference {
-        KeychainReference(entry: entry, content: content, key: "upstream 'p': k\(line)",
-                          location: SourceLocation(file: "c.yaml", line: line, column: 7))
+        KeychainReference(
+            entry: entry, content: content, key: "upstream 'p': k\(line)",
+            location: SourceLocation(file: "c.yaml", line: line, column: 7))
     }
 
-    @Test("missing entries, unusable certificates and keys, non-credentials and empty secrets are reported; good ones pass")
+    @Test(
+        "missing entries, unusable certificates and keys, non-credentials and empty secrets are reported; good ones pass"
+    )
     func problems() throws {
         let files = try IdentityTestFiles()
         defer { files.remove() }
         let good = try files.certificate("good")
         let expired = try files.certificate("old", days: 1)
         let entries: [String: [UInt8]] = [
-            "cert/good": try good.bundle(), "cert/mismatch": try files.read(good.certificatePath) + (try files.certificate("x").keyPEM),
+            "cert/good": try good.bundle(),
+            "cert/mismatch": try files.read(good.certificatePath) + (try files.certificate("x").keyPEM),
             "cert/old": try expired.bundle(), "key/p256": Array(P256.Signing.PrivateKey().pemRepresentation.utf8),
             "key/p384": Array(P384.Signing.PrivateKey().pemRepresentation.utf8), "proxy/good": Array("u:p".utf8),
             "proxy/bad": Array("nocolon".utf8), "secret/empty": [], "secret/good": Array("s".utf8),
@@ -39,16 +43,17 @@ struct KeychainReferenceCheckTests {
         ]
         let found = KeychainReferenceCheck.problems(references, entry: { entries[$0] }, now: Date() + 2 * 86_400)
         #expect(found.map(\.location.line) == [2, 3, 5, 7, 8, 10])
-        #expect(found.map(\.description) == [
-            "c.yaml:2:7: upstream 'p': k2: keychain entry 'cert/mismatch' is not a client certificate chain and key: "
-                + "the private key does not belong to the (first) certificate",
-            "c.yaml:3:7: upstream 'p': k3: keychain entry 'cert/gone' is missing; store it with: backstop keychain set cert/gone",
-            "c.yaml:5:7: upstream 'p': k5: keychain entry 'key/p384' is unusable: an EC P-384 key cannot sign "
-                + "private_key_jwt assertions (ES256 needs EC P-256, RS256 needs RSA)",
-            "c.yaml:7:7: upstream 'p': k7: keychain entry 'proxy/bad' does not hold user:password",
-            "c.yaml:8:7: upstream 'p': k8: keychain entry 'secret/empty' is empty",
-            found.last?.description ?? "",
-        ])
+        #expect(
+            found.map(\.description) == [
+                "c.yaml:2:7: upstream 'p': k2: keychain entry 'cert/mismatch' is not a client certificate chain and key: "
+                    + "the private key does not belong to the (first) certificate",
+                "c.yaml:3:7: upstream 'p': k3: keychain entry 'cert/gone' is missing; store it with: backstop keychain set cert/gone",
+                "c.yaml:5:7: upstream 'p': k5: keychain entry 'key/p384' is unusable: an EC P-384 key cannot sign "
+                    + "private_key_jwt assertions (ES256 needs EC P-256, RS256 needs RSA)",
+                "c.yaml:7:7: upstream 'p': k7: keychain entry 'proxy/bad' does not hold user:password",
+                "c.yaml:8:7: upstream 'p': k8: keychain entry 'secret/empty' is empty",
+                found.last?.description ?? "",
+            ])
         #expect(found.last?.message.contains("expired") == true)
     }
 }

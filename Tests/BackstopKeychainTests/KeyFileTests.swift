@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import BackstopKeychain
 
 @Suite struct KeyFileTests {
@@ -26,8 +27,9 @@ import Testing
                 try KeychainKey.load(path: path)
             }
         }
-        #expect(KeychainError.keyFileInsecureMode(path: "/k", mode: 0o644).description
-            == "key file /k has mode 0644; must be 0600 or stricter (chmod 600 /k)")
+        #expect(
+            KeychainError.keyFileInsecureMode(path: "/k", mode: 0o644).description
+                == "key file /k has mode 0644; must be 0600 or stricter (chmod 600 /k)")
     }
 
     @Test func missingIsDistinct() throws {
@@ -39,9 +41,11 @@ import Testing
 
     @Test func wrongLengthsAreRefused() throws {
         let dir = try TemporaryDirectory()
-        let bad: [[UInt8]] = [[], Array(raw.prefix(31)), raw + [1], Array((base64 + "\n\n").utf8),
-                              Array(String(base64.dropLast()).utf8), Array(String(repeating: "!", count: 44).utf8),
-                              Array(Data(raw + [1, 2]).base64EncodedString().utf8), [UInt8](repeating: 65, count: 4096)]
+        let bad: [[UInt8]] = [
+            [], Array(raw.prefix(31)), raw + [1], Array((base64 + "\n\n").utf8),
+            Array(String(base64.dropLast()).utf8), Array(String(repeating: "!", count: 44).utf8),
+            Array(Data(raw + [1, 2]).base64EncodedString().utf8), [UInt8](repeating: 65, count: 4096),
+        ]
         for (index, contents) in bad.enumerated() {
             try dir.write("k", contents, mode: 0o600)
             let error = #expect(throws: KeychainError.self, "case \(index)") {
@@ -63,8 +67,9 @@ import Testing
     }
 
     @Test func ownerMismatchMessage() {
-        #expect(KeychainError.keyFileWrongOwner(path: "/k", owner: 0, expected: 1000).description
-            == "key file /k is owned by uid 0, not the running user 1000")
+        #expect(
+            KeychainError.keyFileWrongOwner(path: "/k", owner: 0, expected: 1000).description
+                == "key file /k is owned by uid 0, not the running user 1000")
     }
 
     @Test func newKeyFileIsBase64Mode0600AndNeverOverwrites() throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import BackstopKeychain
 
 @Suite struct KeychainBootstrapTests {
@@ -37,8 +38,9 @@ import Testing
         #expect(throws: error) {
             try KeychainBootstrap.open(path: dir.file("kc.bkc"), key: .file(path: dir.file("kc.key")))
         }
-        #expect(error.description == "keychain \(dir.file("kc.bkc")) exists but key file \(dir.file("kc.key")) "
-            + "is missing; refusing to start (it would not be readable)")
+        #expect(
+            error.description == "keychain \(dir.file("kc.bkc")) exists but key file \(dir.file("kc.key")) "
+                + "is missing; refusing to start (it would not be readable)")
         #expect(try dir.read("kc.bkc") == before)
         #expect(!FileManager.default.fileExists(atPath: dir.file("kc.key")))
     }

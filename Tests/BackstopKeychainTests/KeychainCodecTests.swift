@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import BackstopKeychain
 
 @Suite struct KeychainCodecTests {
@@ -28,8 +29,9 @@ import Testing
         for (name, entry) in entries.shuffled() { shuffled[name] = entry }
         #expect(KeychainPayload.encode(entries) == KeychainPayload.encode(shuffled))
         let nonce = [UInt8](repeating: 7, count: 12)
-        #expect(try KeychainCodec.encode(entries, key: key, nonce: nonce)
-            == KeychainCodec.encode(shuffled, key: key, nonce: nonce))
+        #expect(
+            try KeychainCodec.encode(entries, key: key, nonce: nonce)
+                == KeychainCodec.encode(shuffled, key: key, nonce: nonce))
     }
 
     @Test func freshNoncePerWrite() {
@@ -41,8 +43,9 @@ import Testing
         #expect(throws: KeychainError.wrongKeyOrTampered(path: nil)) {
             try KeychainCodec.decode(bytes, key: KeychainKey.generate())
         }
-        #expect(KeychainError.wrongKeyOrTampered(path: "/k").description
-            == "cannot decrypt keychain /k: wrong key or file tampered with")
+        #expect(
+            KeychainError.wrongKeyOrTampered(path: "/k").description
+                == "cannot decrypt keychain /k: wrong key or file tampered with")
     }
 
     @Test func everyTruncationIsAnError() {
@@ -113,9 +116,14 @@ import Testing
             return out
         }
         let good = payload(count: 1, name: "a", seconds: 1.5, value: [1, 2])
-        #expect(try KeychainCodec.decodePayload(good) == ["a": KeychainEntry(value: [1, 2], updated: Date(timeIntervalSinceReferenceDate: 1.5))])
+        #expect(
+            try KeychainCodec.decodePayload(good) == [
+                "a": KeychainEntry(value: [1, 2], updated: Date(timeIntervalSinceReferenceDate: 1.5))
+            ])
         for seconds in [Double.nan, .infinity, -.infinity] {
-            #expect(throws: KeychainError.malformedContents(path: nil, reason: "entry update time is not a finite date")) {
+            #expect(
+                throws: KeychainError.malformedContents(path: nil, reason: "entry update time is not a finite date")
+            ) {
                 try KeychainCodec.decodePayload(payload(count: 1, name: "a", seconds: seconds, value: []))
             }
         }
@@ -129,7 +137,10 @@ import Testing
             try KeychainCodec.decodePayload(good + [0])
         }
         #expect(throws: KeychainError.malformedContents(path: nil, reason: "entry name is not UTF-8")) {
-            try KeychainCodec.decodePayload(payload(count: 1, name: "a", seconds: 0, value: []).enumerated().map { $0.offset == 8 ? 0xff : $0.element })
+            try KeychainCodec.decodePayload(
+                payload(count: 1, name: "a", seconds: 0, value: []).enumerated().map {
+                    $0.offset == 8 ? 0xff : $0.element
+                })
         }
     }
 

@@ -1,6 +1,7 @@
 import BackstopTestSupport
 import Foundation
 import Testing
+
 @testable import BackstopKeychain
 
 /// Failures injected into the real `backstop` binary's system calls (`FaultShim`) at every step of `rekey` and of
@@ -62,8 +63,9 @@ struct KeychainFaultTests {
         ("fsync-dir-after-rename", true),  // syncing the directory after the rename
     ]
 
-    @Test("rekey with a failure at every step: exactly one key opens the keychain, and that key file exists",
-          arguments: rekeyFaults.indices)
+    @Test(
+        "rekey with a failure at every step: exactly one key opens the keychain, and that key file exists",
+        arguments: rekeyFaults.indices)
     func rekeyFault(index: Int) throws {
         guard case .success = FaultShim.library else {
             Issue.record("fault shim unavailable: \(FaultShim.library)")

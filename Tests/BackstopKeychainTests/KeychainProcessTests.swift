@@ -1,6 +1,7 @@
 import BackstopCore
 import Foundation
 import Testing
+
 @testable import BackstopKeychain
 
 /// End-to-end tests through the `backstop keychain` CLI in separate processes. They need the built executable
@@ -125,8 +126,9 @@ struct KeychainProcessTests {
 
         var killedMidRun = 0
         for round in 0..<20 {
-            let process = try BackstopCLI.start(["keychain", "set", "k\(round)", "--config", f.configPath],
-                                                stdin: Array(value.utf8))
+            let process = try BackstopCLI.start(
+                ["keychain", "set", "k\(round)", "--config", f.configPath],
+                stdin: Array(value.utf8))
             usleep(useconds_t(Double.random(in: 0...(runTime * 1.2), using: &rng) * 1_000_000))
             kill(process.processIdentifier, SIGKILL)
             let result = BackstopCLI.finish(process)

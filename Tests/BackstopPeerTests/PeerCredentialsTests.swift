@@ -71,7 +71,9 @@ struct PeerCredentialsTests {
             for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
         }
         let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         #expect(bound == 0)
         #expect(chmod(path, 0o777) == 0)
@@ -102,13 +104,15 @@ struct PeerCredentialsTests {
                 var address = sockaddr_in()
                 address.sin_family = sa_family_t(AF_INET)
                 address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-                withUnsafeBytes(of: address) { raw in withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: raw) } }
+                withUnsafeBytes(of: address) { raw in withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: raw) }
+                }
                 length = socklen_t(MemoryLayout<sockaddr_in>.size)
             } else {
                 var address = sockaddr_in6()
                 address.sin6_family = sa_family_t(AF_INET6)
                 address.sin6_addr = in6addr_loopback
-                withUnsafeBytes(of: address) { raw in withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: raw) } }
+                withUnsafeBytes(of: address) { raw in withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: raw) }
+                }
                 length = socklen_t(MemoryLayout<sockaddr_in6>.size)
             }
             let bound = withUnsafePointer(to: &storage) {

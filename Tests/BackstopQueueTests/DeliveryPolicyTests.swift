@@ -9,11 +9,14 @@ struct DeliveryPolicyTests {
     let policy = DeliveryPolicy(maxAge: .seconds(3600))
     let accepted = 1_700_000_000.0
 
-    func decide(_ result: DeliveryResult, attempts: Int = 1, after seconds: Double = 10, draw: UInt64 = ScriptedRandom.half,
-                policy: DeliveryPolicy? = nil) -> DeliveryDecision {
+    func decide(
+        _ result: DeliveryResult, attempts: Int = 1, after seconds: Double = 10, draw: UInt64 = ScriptedRandom.half,
+        policy: DeliveryPolicy? = nil
+    ) -> DeliveryDecision {
         var random = ScriptedRandom(draw)
-        return (policy ?? self.policy).decide(result, attempts: attempts, acceptedAt: accepted, now: accepted + seconds,
-                                              random: &random)
+        return (policy ?? self.policy).decide(
+            result, attempts: attempts, acceptedAt: accepted, now: accepted + seconds,
+            random: &random)
     }
 
     func response(_ status: Int, retryAfter: String? = nil, reset: String? = nil) -> DeliveryResult {
@@ -25,9 +28,11 @@ struct DeliveryPolicyTests {
         #expect(decide(response(status)) == .delivered)
     }
 
-    @Test("a 4xx other than 408 and 429, a 1xx or a 3xx is a dead letter at once", arguments: [
-        100, 301, 302, 304, 400, 401, 403, 404, 409, 413, 422, 499,
-    ])
+    @Test(
+        "a 4xx other than 408 and 429, a 1xx or a 3xx is a dead letter at once",
+        arguments: [
+            100, 301, 302, 304, 400, 401, 403, 404, 409, 413, 422, 499,
+        ])
     func deadAtOnce(status: Int) {
         #expect(decide(response(status)) == .dead(lastOutcome: "status \(status)"))
     }
@@ -36,18 +41,22 @@ struct DeliveryPolicyTests {
     func at(_ wait: Duration, after seconds: Double = 10) -> Double { accepted + seconds + wait.seconds }
 
     // Equal jitter with a draw of one half: 3/4 of the capped exponential delay (1 s, 2 s, 4 s, … 300 s).
-    @Test("408, 429 and 5xx are tried again after the redelivery backoff", arguments: [
-        (408, 1, Duration.milliseconds(750)), (429, 2, .milliseconds(1500)), (500, 3, .seconds(3)), (502, 4, .seconds(6)),
-        (503, 9, .seconds(192)), (504, 10, .seconds(225)), (599, 40, .seconds(225)),
-    ])
+    @Test(
+        "408, 429 and 5xx are tried again after the redelivery backoff",
+        arguments: [
+            (408, 1, Duration.milliseconds(750)), (429, 2, .milliseconds(1500)), (500, 3, .seconds(3)),
+            (502, 4, .seconds(6)),
+            (503, 9, .seconds(192)), (504, 10, .seconds(225)), (599, 40, .seconds(225)),
+        ])
     func retriedWithBackoff(status: Int, attempts: Int, wait: Duration) {
         #expect(decide(response(status), attempts: attempts) == .retry(at: at(wait), lastOutcome: "status \(status)"))
     }
 
     @Test("equal jitter keeps at least half of the delay and at most all of it")
     func jitterBounds() {
-        #expect(decide(response(503), attempts: 2, draw: ScriptedRandom.zero)
-            == .retry(at: at(.seconds(1)), lastOutcome: "status 503"))
+        #expect(
+            decide(response(503), attempts: 2, draw: ScriptedRandom.zero)
+                == .retry(at: at(.seconds(1)), lastOutcome: "status 503"))
         guard case .retry(let latest, _) = decide(response(503), attempts: 2, draw: ScriptedRandom.max) else {
             Issue.record("a retry expected")
             return
@@ -57,26 +66,33 @@ struct DeliveryPolicyTests {
 
     @Test("no response at all is tried again, its label kept as the last outcome")
     func noResponse() {
-        #expect(decide(.noResponse("connect-failure"), attempts: 1)
-            == .retry(at: at(.milliseconds(750)), lastOutcome: "connect-failure"))
-        #expect(decide(.noResponse("budget-exhausted"), attempts: 3)
-            == .retry(at: at(.seconds(3)), lastOutcome: "budget-exhausted"))
+        #expect(
+            decide(.noResponse("connect-failure"), attempts: 1)
+                == .retry(at: at(.milliseconds(750)), lastOutcome: "connect-failure"))
+        #expect(
+            decide(.noResponse("budget-exhausted"), attempts: 3)
+                == .retry(at: at(.seconds(3)), lastOutcome: "budget-exhausted"))
     }
 
     @Test("Retry-After and X-RateLimit-Reset set the wait when honoured, the backoff otherwise")
     func hints() {
         #expect(decide(response(503, retryAfter: "120")) == .retry(at: accepted + 130, lastOutcome: "status 503"))
-        #expect(decide(response(429, reset: "\(Int(accepted) + 70)")) == .retry(at: accepted + 70, lastOutcome: "status 429"))
-        #expect(decide(response(503, retryAfter: "soon")) == .retry(at: at(.milliseconds(750)), lastOutcome: "status 503"))
+        #expect(
+            decide(response(429, reset: "\(Int(accepted) + 70)"))
+                == .retry(at: accepted + 70, lastOutcome: "status 429"))
+        #expect(
+            decide(response(503, retryAfter: "soon")) == .retry(at: at(.milliseconds(750)), lastOutcome: "status 503"))
         let ignoring = DeliveryPolicy(maxAge: .seconds(3600), honorRetryAfter: false)
-        #expect(decide(response(503, retryAfter: "120"), policy: ignoring)
-            == .retry(at: at(.milliseconds(750)), lastOutcome: "status 503"))
+        #expect(
+            decide(response(503, retryAfter: "120"), policy: ignoring)
+                == .retry(at: at(.milliseconds(750)), lastOutcome: "status 503"))
     }
 
     @Test("a wait past max_age is cut to end at the deadline; at or after it the delivery is dead")
     func deadline() {
         #expect(decide(response(503, retryAfter: "7200")) == .retry(at: accepted + 3600, lastOutcome: "status 503"))
-        #expect(decide(response(503), attempts: 1, after: 3599.5) == .retry(at: accepted + 3600, lastOutcome: "status 503"))
+        #expect(
+            decide(response(503), attempts: 1, after: 3599.5) == .retry(at: accepted + 3600, lastOutcome: "status 503"))
         #expect(decide(response(503), after: 3600) == .dead(lastOutcome: "expired (last: status 503)"))
         #expect(decide(.noResponse("timeout"), after: 9000) == .dead(lastOutcome: "expired (last: timeout)"))
         #expect(decide(response(200), after: 9000) == .delivered, "an answer that came is an answer")
@@ -92,7 +108,8 @@ struct DeliveryPolicyTests {
 
     @Test("an upstream's config: its max_age and retry_after.honor")
     func fromUpstream() {
-        var upstream = UpstreamConfig(name: "a", match: MatchConfig(hosts: ["a"]), url: UpstreamURL(scheme: "http", host: "a"))
+        var upstream = UpstreamConfig(
+            name: "a", match: MatchConfig(hosts: ["a"]), url: UpstreamURL(scheme: "http", host: "a"))
         upstream.queue.maxAge = .seconds(60)
         upstream.retry.retryAfter.honor = false
         #expect(DeliveryPolicy(upstream: upstream) == DeliveryPolicy(maxAge: .seconds(60), honorRetryAfter: false))
@@ -113,16 +130,21 @@ struct DeliveryIDTests {
         #expect([UInt8(ascii: "8"), UInt8(ascii: "9"), UInt8(ascii: "a"), UInt8(ascii: "b")].contains(utf8[19]))
         #expect(DeliveryID(a.text) == a)
         #expect(DeliveryID(a.text.uppercased()) == a)
-        for bad in ["", "nope", String(a.text.dropLast()), a.text + "0", a.text.replacingOccurrences(of: "-", with: "x"),
-                    "g" + a.text.dropFirst()] {
+        for bad in [
+            "", "nope", String(a.text.dropLast()), a.text + "0", a.text.replacingOccurrences(of: "-", with: "x"),
+            "g" + a.text.dropFirst(),
+        ] {
             #expect(DeliveryID(bad) == nil, "\(bad)")
         }
     }
 
-    @Test("the path shown by list: no query, no scheme or host", arguments: [
-        ("/hook?token=s3cret", "/hook"), ("http://api.test/v1/events?x=1#f", "/v1/events"), ("http://api.test", "/"),
-        ("/", "/"), ("/a#frag", "/a"), ("*", "*"),
-    ])
+    @Test(
+        "the path shown by list: no query, no scheme or host",
+        arguments: [
+            ("/hook?token=s3cret", "/hook"), ("http://api.test/v1/events?x=1#f", "/v1/events"),
+            ("http://api.test", "/"),
+            ("/", "/"), ("/a#frag", "/a"), ("*", "*"),
+        ])
     func path(target: String, path: String) {
         #expect(QueuedRequest(method: "POST", target: target, headers: [], body: []).path == path)
     }
@@ -152,6 +174,7 @@ struct DeliveryIDTests {
         #expect(QueuedRequestCodec.decodeHead(encoded + [0]) == nil)
         #expect(QueuedRequestCodec.decodeHead([2] + encoded.dropFirst()) == nil)
         #expect(QueuedRequestCodec.decodeHead([1, 0, 0, 0, 1, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0]) == nil, "not UTF-8")
-        #expect(QueuedRequestCodec.decodeHead([1, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]) == nil, "huge count")
+        #expect(
+            QueuedRequestCodec.decodeHead([1, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]) == nil, "huge count")
     }
 }

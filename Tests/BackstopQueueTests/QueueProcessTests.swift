@@ -88,21 +88,24 @@ struct QueueProcessTests {
     @Test("a full disk (a 4 MiB tmpfs in a mount namespace of the probe's own): spool-full, and the store still reads")
     func diskFull() throws {
         try #require(QueueProbe.isBuilt, "build the probe first: swift build --build-tests")
-        try #require(getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
-                     "needs root and unshare(1) to mount a tmpfs in a private mount namespace")
+        try #require(
+            getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
+            "needs root and unshare(1) to mount a tmpfs in a private mount namespace")
         let dir = try Directory()
         let mountPoint = dir.path + "/small"
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
         // unshare(1) makes the new mount namespace private: the tmpfs is seen by the probe only and goes with it.
         let script = "mount -t tmpfs -o size=4m backstop-test \"$0\" && exec \"$@\""
         let inNamespace = ["-m", "/bin/sh", "-c", script, mountPoint, QueueProbe.executable]
-        let queue = try QueueProbe.run(inNamespace + [
-            "enqueue", "--dir", mountPoint + "/spool", "--key-file", dir.path + "/key", "--producers", "8",
-            "--seconds", "120", "--body-bytes", "4096", "--until-full",
-        ], executable: "/usr/bin/unshare")
+        let queue = try QueueProbe.run(
+            inNamespace + [
+                "enqueue", "--dir", mountPoint + "/spool", "--key-file", dir.path + "/key", "--producers", "8",
+                "--seconds", "120", "--body-bytes", "4096", "--until-full",
+            ], executable: "/usr/bin/unshare")
         let errors = queue.json["errors"] as? [String] ?? []
-        #expect(!errors.isEmpty && errors.allSatisfy { $0.hasPrefix("spool-full=") },
-                "only spool-full errors: \(queue.json) \(queue.stderr)")
+        #expect(
+            !errors.isEmpty && errors.allSatisfy { $0.hasPrefix("spool-full=") },
+            "only spool-full errors: \(queue.json) \(queue.stderr)")
         let accepted = queue.json["accepted"] as? Int ?? 0
         #expect(accepted > 100, "\(queue.json)")
         #expect(queue.json["listed_after_full"] as? Int == accepted, "every accepted request is still listed")
@@ -111,10 +114,12 @@ struct QueueProcessTests {
         // and the listing says exactly what happened: nothing lost, nothing torn.
         let dropped = queue.json["dropped"] as? Int ?? -1
         let afterDrop = queue.json["after_drop"] as? String ?? ""
-        #expect(afterDrop == "accepted" || afterDrop.hasPrefix("the spool's filesystem is full")
+        #expect(
+            afterDrop == "accepted" || afterDrop.hasPrefix("the spool's filesystem is full")
                 || afterDrop.hasPrefix("spool.max_bytes reached"), "\(queue.json)")
-        #expect(queue.json["listed_after_drop"] as? Int == accepted - dropped + (afterDrop == "accepted" ? 1 : 0),
-                "\(queue.json)")
+        #expect(
+            queue.json["listed_after_drop"] as? Int == accepted - dropped + (afterDrop == "accepted" ? 1 : 0),
+            "\(queue.json)")
         #expect(queue.json["unreadable_after_drop"] as? Int == 0)
 
         let spool = try QueueProbe.run(
@@ -123,8 +128,9 @@ struct QueueProcessTests {
         #expect(spool.json["error"] as? String == "the spool's filesystem is full")
     }
 
-    @Test("8 and 32 MiB bodies (256 MiB with BACKSTOP_BIG_BODIES=1): read back twice with their SHA-256, no plaintext on disk, peak RSS bounded",
-          arguments: QueueProbe.bigBodySizes)
+    @Test(
+        "8 and 32 MiB bodies (256 MiB with BACKSTOP_BIG_BODIES=1): read back twice with their SHA-256, no plaintext on disk, peak RSS bounded",
+        arguments: QueueProbe.bigBodySizes)
     func largeBodies(bytes: Int) throws {
         try #require(QueueProbe.isBuilt, "build the probe first: swift build --build-tests")
         let dir = try Directory()

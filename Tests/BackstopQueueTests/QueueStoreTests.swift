@@ -34,7 +34,8 @@ struct QueueStoreTests {
 
         /// A raw connection to the same database, for what no store operation does (tampering).
         func withRawDatabase<T: Sendable>(_ body: @Sendable (SQLiteConnection) async throws -> T) async throws -> T {
-            let connection = try await SQLiteConnection.open(storage: .file(path: directory + "/" + QueueStore.fileName))
+            let connection = try await SQLiteConnection.open(
+                storage: .file(path: directory + "/" + QueueStore.fileName))
             do {
                 let result = try await body(connection)
                 try await connection.close()
@@ -67,9 +68,12 @@ struct QueueStoreTests {
         let listed = try await store.list(.queued)
         #expect(listed.map(\.id) == ids)
         #expect(listed.map(\.upstream) == ["events", "audit", "events"])
-        #expect(listed.first == DeliverySummary(
-            id: ids[0], upstream: "events", method: "POST", path: "/events/0", acceptedAt: 1_800_000_000, attempts: 0,
-            lastOutcome: nil, state: .queued, nextAttemptAt: 1_800_000_000))
+        #expect(
+            listed.first
+                == DeliverySummary(
+                    id: ids[0], upstream: "events", method: "POST", path: "/events/0", acceptedAt: 1_800_000_000,
+                    attempts: 0,
+                    lastOutcome: nil, state: .queued, nextAttemptAt: 1_800_000_000))
         #expect(try await store.list(.dead).isEmpty)
         let used = f.budget.used
         #expect(used > 0)
@@ -103,16 +107,19 @@ struct QueueStoreTests {
         #expect(first.deliveries[0].request == Self.request(0))
         #expect(first.deliveries[0].attempts == 0)
         #expect(first.expired.isEmpty && first.damaged.isEmpty)
-        #expect(try await store.claim(upstream: "events", concurrency: 2, policy: policy).deliveries.isEmpty,
-                "two in flight already")
-        #expect(try await store.claim(upstream: "audit", concurrency: 2, policy: policy).deliveries.map(\.id) == [other])
+        #expect(
+            try await store.claim(upstream: "events", concurrency: 2, policy: policy).deliveries.isEmpty,
+            "two in flight already")
+        #expect(
+            try await store.claim(upstream: "audit", concurrency: 2, policy: policy).deliveries.map(\.id) == [other])
 
         try await store.settle(first.deliveries[0], .delivered)
         let next = try await store.claim(upstream: "events", concurrency: 2, policy: policy)
         #expect(next.deliveries.map(\.id) == [ids[2]])
         store.unclaim(first.deliveries[1])
-        #expect(try await store.claim(upstream: "events", concurrency: 3, policy: policy).deliveries.map(\.id)
-            == [ids[1], ids[3]], "an unclaimed delivery is due again, in its place")
+        #expect(
+            try await store.claim(upstream: "events", concurrency: 3, policy: policy).deliveries.map(\.id)
+                == [ids[1], ids[3]], "an unclaimed delivery is due again, in its place")
         #expect(try await store.list(.queued).map(\.id) == [ids[1], ids[2], ids[3], other])
         await store.close()
     }
@@ -163,8 +170,9 @@ struct QueueStoreTests {
         #expect(batch.deliveries.isEmpty)
         #expect(batch.expired == [b, c].sorted())
         let dead = try await store.list(.dead)
-        #expect(Dictionary(uniqueKeysWithValues: dead.map { ($0.id, $0.lastOutcome) })
-            == [b: "expired (last: connect-failure)", c: "expired"])
+        #expect(
+            Dictionary(uniqueKeysWithValues: dead.map { ($0.id, $0.lastOutcome) })
+                == [b: "expired (last: connect-failure)", c: "expired"])
         try await store.settle(inFlight[0], .dead(lastOutcome: DeliveryPolicy.expired(after: "status 503")))
         #expect(try await store.retryAllDead() == 3)
         #expect(try await store.claim(upstream: "events", concurrency: 5, policy: policy).deliveries.count == 3)
@@ -239,10 +247,11 @@ struct QueueStoreTests {
         let claimed = try await store.claim(upstream: "audit", concurrency: 1, policy: policy).deliveries
         try await store.settle(claimed[0], .dead(lastOutcome: "status 404"))
         let snapshot = try await store.snapshot()
-        #expect(snapshot.upstreams == [
-            "events": .init(queued: 2, dead: 0, oldestQueuedAt: 1_800_000_000),
-            "audit": .init(queued: 0, dead: 1, oldestQueuedAt: nil),
-        ])
+        #expect(
+            snapshot.upstreams == [
+                "events": .init(queued: 2, dead: 0, oldestQueuedAt: 1_800_000_000),
+                "audit": .init(queued: 0, dead: 1, oldestQueuedAt: nil),
+            ])
         #expect(snapshot.storedBytes == f.budget.used)
         await store.close()
     }
@@ -264,9 +273,11 @@ struct QueueStoreTests {
         (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1
     }
 
-    @Test("altered, swapped, cut or moved rows are set aside as damaged dead letters and never delivered", arguments: [
-        "flip-body", "swap-heads", "truncate-body", "move-upstream", "rename-id", "edit-accepted", "text-body",
-    ])
+    @Test(
+        "altered, swapped, cut or moved rows are set aside as damaged dead letters and never delivered",
+        arguments: [
+            "flip-body", "swap-heads", "truncate-body", "move-upstream", "rename-id", "edit-accepted", "text-body",
+        ])
     func tampering(kind: String) async throws {
         let f = try Fixture()
         let store = try await f.open()
@@ -281,29 +292,34 @@ struct QueueStoreTests {
                     "UPDATE deliveries SET body = substr(body, 1, 20) || X'00' || substr(body, 22) WHERE id = ?",
                     [.text(a.text)])
             case "swap-heads":
-                let heads = try await db.query("SELECT id, head FROM deliveries WHERE id IN (?, ?)", [.text(a.text), .text(b.text)])
+                let heads = try await db.query(
+                    "SELECT id, head FROM deliveries WHERE id IN (?, ?)", [.text(a.text), .text(b.text)])
                 for row in heads {
                     let other = row.column("id")?.string == a.text ? b : a
-                    _ = try await db.query("UPDATE deliveries SET head = ? WHERE id = ?", [row.column("head")!, .text(other.text)])
+                    _ = try await db.query(
+                        "UPDATE deliveries SET head = ? WHERE id = ?", [row.column("head")!, .text(other.text)])
                 }
             case "truncate-body":
                 _ = try await db.query("UPDATE deliveries SET body = substr(body, 1, 30) WHERE id = ?", [.text(a.text)])
             case "move-upstream":
                 _ = try await db.query("UPDATE deliveries SET upstream = 'audit' WHERE id = ?", [.text(a.text)])
             case "rename-id":
-                _ = try await db.query("UPDATE deliveries SET id = ? WHERE id = ?", [.text(renamed.text), .text(a.text)])
+                _ = try await db.query(
+                    "UPDATE deliveries SET id = ? WHERE id = ?", [.text(renamed.text), .text(a.text)])
             case "edit-accepted":
-                _ = try await db.query("UPDATE deliveries SET accepted_at = accepted_at + 1 WHERE id = ?", [.text(a.text)])
+                _ = try await db.query(
+                    "UPDATE deliveries SET accepted_at = accepted_at + 1 WHERE id = ?", [.text(a.text)])
             default:
                 _ = try await db.query("UPDATE deliveries SET body = 'plain text' WHERE id = ?", [.text(a.text)])
             }
         }
-        let (upstream, damaged): (String, Set<DeliveryID>) = switch kind {
-        case "swap-heads": ("events", [a, b])
-        case "move-upstream": ("audit", [a])
-        case "rename-id": ("events", [renamed])
-        default: ("events", [a])
-        }
+        let (upstream, damaged): (String, Set<DeliveryID>) =
+            switch kind {
+            case "swap-heads": ("events", [a, b])
+            case "move-upstream": ("audit", [a])
+            case "rename-id": ("events", [renamed])
+            default: ("events", [a])
+            }
         let batch = try await store.claim(upstream: upstream, concurrency: 5, policy: policy)
         #expect(Set(batch.damaged) == damaged)
         let intact = upstream == "audit" ? [] : Set([b, c]).subtracting(damaged)

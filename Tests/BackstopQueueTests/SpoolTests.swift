@@ -39,8 +39,9 @@ struct SpoolTests {
 
     enum SpoolTestError: Error { case unexpectedPending }
 
-    @Test("bodies around the chunk boundaries come back whole, twice (rewind), and cost their sealed size",
-          arguments: [0, 1, 15, 16, 17, 48, 50])
+    @Test(
+        "bodies around the chunk boundaries come back whole, twice (rewind), and cost their sealed size",
+        arguments: [0, 1, 15, 16, 17, 48, 50])
     func roundTrip(length: Int) throws {
         let dir = try Directory()
         let budget = SpoolBudget(limit: 1 << 20)
@@ -115,9 +116,11 @@ struct SpoolTests {
         _ = contents.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
     }
 
-    @Test("an altered byte, two swapped chunks or a cut-off end never read back as body bytes", arguments: [
-        "flip", "swap", "truncate", "drop-final",
-    ])
+    @Test(
+        "an altered byte, two swapped chunks or a cut-off end never read back as body bytes",
+        arguments: [
+            "flip", "swap", "truncate", "drop-final",
+        ])
     func tampering(kind: String) throws {
         let dir = try Directory()
         let body = try SpooledBody(directory: dir.path, budget: SpoolBudget(limit: 1 << 20), chunkSize: 16)
@@ -134,7 +137,8 @@ struct SpoolTests {
             }
         }
         var reader = body.makeReader()
-        let expected: SpoolError = kind == "flip" ? .damaged(chunk: 1) : kind == "swap" ? .damaged(chunk: 0) : .damaged(chunk: 2)
+        let expected: SpoolError =
+            kind == "flip" ? .damaged(chunk: 1) : kind == "swap" ? .damaged(chunk: 0) : .damaged(chunk: 2)
         #expect(throws: expected) { _ = try Self.readAll(&reader, step: 100) }
     }
 
@@ -165,7 +169,9 @@ struct SpoolTests {
         var scratch = [UInt8](repeating: 0, count: 64)
         #expect(try scratch.withUnsafeMutableBytes { try reader.read(into: $0) } == .bytes(16))
         #expect(throws: SpoolError.budgetExhausted) { try body.append(Self.bytes(16)) }
-        #expect(throws: SpoolError.budgetExhausted) { _ = try scratch.withUnsafeMutableBytes { try reader.read(into: $0) } }
+        #expect(throws: SpoolError.budgetExhausted) {
+            _ = try scratch.withUnsafeMutableBytes { try reader.read(into: $0) }
+        }
         #expect(throws: SpoolError.unusable) { try body.finish() }
     }
 

@@ -2,6 +2,7 @@ import BackstopCore
 import NIOCore
 import NIOHTTP1
 import Testing
+
 @testable import BackstopServer
 
 /// Every transition of `ConnectionStateMachine`: pipelining, read holds, idle and body-stall deadlines, closing.
@@ -119,8 +120,10 @@ struct ConnectionStateMachineTests {
 }
 
 /// `#expect(a == b)` for values produced by `mutating` calls, which `#expect` cannot take directly.
-func check<T: Equatable>(_ actual: T, _ expected: T, _ comment: Comment? = nil,
-                         sourceLocation: Testing.SourceLocation = #_sourceLocation) {
+func check<T: Equatable>(
+    _ actual: T, _ expected: T, _ comment: Comment? = nil,
+    sourceLocation: Testing.SourceLocation = #_sourceLocation
+) {
     #expect(actual == expected, comment, sourceLocation: sourceLocation)
 }
 
@@ -129,7 +132,8 @@ func check<T: Equatable>(_ actual: T, _ expected: T, _ comment: Comment? = nil,
 struct ConnectionUpgradeTests {
     static let t0 = Duration.seconds(50)
     static let idle = Duration.seconds(60)
-    static let connect = HTTPServerRequestPart.head(HTTPRequestHead(version: .http1_1, method: .CONNECT, uri: "a.test:443"))
+    static let connect = HTTPServerRequestPart.head(
+        HTTPRequestHead(version: .http1_1, method: .CONNECT, uri: "a.test:443"))
 
     @Test func anAcceptedConnectHoldsReadsDropsPartsAndHasNoDeadline() {
         var c = ConnectionStateMachine(idleTimeout: Self.idle, now: Self.t0)

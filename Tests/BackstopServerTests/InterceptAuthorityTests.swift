@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import Testing
+
 @testable import BackstopServer
 
 /// `InterceptAuthority`: leaves only for permitted names, cached until three quarters of their life, a new
@@ -16,7 +17,9 @@ struct InterceptAuthorityTests {
     static let group = MultiThreadedEventLoopGroup.singleton
 
     /// `loads` counts reads of the root; `onLoop` counts those made on an event loop thread (there must be none).
-    private func authority(loads: NIOLockedValueBox<Int>, onLoop: NIOLockedValueBox<Int> = NIOLockedValueBox(0))
+    private func authority(
+        loads: NIOLockedValueBox<Int>, onLoop: NIOLockedValueBox<Int> = NIOLockedValueBox(0)
+    )
         throws -> InterceptAuthority
     {
         let root = try CertificateMinter.makeRoot(commonName: "root", now: Self.start)

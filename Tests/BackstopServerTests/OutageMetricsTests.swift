@@ -1,5 +1,6 @@
 import BackstopCore
 import Testing
+
 @testable import BackstopServer
 
 /// The outage metrics as Prometheus text, recorded from `EndpointSet` events and exchange verdicts.
@@ -11,20 +12,27 @@ struct OutageMetricsTests {
     func endpointStates() {
         let metrics = OutageMetrics()
         metrics.register(upstream: "api", endpoints: Self.endpoints)
-        metrics.record([.ejected(endpoint: 1, openFor: .seconds(30), ejection: 1)], upstream: "api", endpoints: Self.endpoints)
+        metrics.record(
+            [.ejected(endpoint: 1, openFor: .seconds(30), ejection: 1)], upstream: "api", endpoints: Self.endpoints)
         metrics.record([.probing(endpoint: 1)], upstream: "api", endpoints: Self.endpoints)
         var text = metrics.render()
         #expect(text.contains("backstop_endpoint_state{upstream=\"api\",endpoint=\"http://a.test:80\"} 0\n"))
         #expect(text.contains("backstop_endpoint_state{upstream=\"api\",endpoint=\"http://b.test:80\"} 2\n"))
-        metrics.record([.ejected(endpoint: 1, openFor: .seconds(60), ejection: 2), .ejected(endpoint: 0, openFor: .seconds(30), ejection: 1)],
-                       upstream: "api", endpoints: Self.endpoints)
-        metrics.record([.probing(endpoint: 0), .probeReleased(endpoint: 0)], upstream: "api", endpoints: Self.endpoints)
+        metrics.record(
+            [
+                .ejected(endpoint: 1, openFor: .seconds(60), ejection: 2),
+                .ejected(endpoint: 0, openFor: .seconds(30), ejection: 1),
+            ],
+            upstream: "api", endpoints: Self.endpoints)
+        metrics.record(
+            [.probing(endpoint: 0), .probeReleased(endpoint: 0)], upstream: "api", endpoints: Self.endpoints)
         text = metrics.render()
         #expect(text.contains("backstop_endpoint_state{upstream=\"api\",endpoint=\"http://a.test:80\"} 1\n"))
         #expect(text.contains("backstop_ejections_total{upstream=\"api\",endpoint=\"http://a.test:80\"} 1\n"))
         #expect(text.contains("backstop_ejections_total{upstream=\"api\",endpoint=\"http://b.test:80\"} 2\n"))
-        metrics.record([.restored(endpoint: 1), .ejected(endpoint: 7, openFor: .seconds(1), ejection: 1)],
-                       upstream: "api", endpoints: Self.endpoints)
+        metrics.record(
+            [.restored(endpoint: 1), .ejected(endpoint: 7, openFor: .seconds(1), ejection: 1)],
+            upstream: "api", endpoints: Self.endpoints)
         text = metrics.render()
         #expect(text.contains("backstop_endpoint_state{upstream=\"api\",endpoint=\"http://b.test:80\"} 0\n"))
         #expect(!text.contains("endpoint=\"7\""))
@@ -35,7 +43,8 @@ struct OutageMetricsTests {
         let metrics = OutageMetrics()
         metrics.register(upstream: "api", endpoints: Self.endpoints)
         metrics.register(upstream: "other", endpoints: ["https://c.test:443"])
-        metrics.record([.ejected(endpoint: 0, openFor: .seconds(30), ejection: 1)], upstream: "api", endpoints: Self.endpoints)
+        metrics.record(
+            [.ejected(endpoint: 0, openFor: .seconds(30), ejection: 1)], upstream: "api", endpoints: Self.endpoints)
         metrics.register(upstream: "api", endpoints: ["http://b.test:80"])
         let text = metrics.render()
         #expect(!text.contains("backstop_endpoint_state{upstream=\"api\",endpoint=\"http://a.test:80\"}"))
@@ -48,8 +57,10 @@ struct OutageMetricsTests {
     func counters() {
         let metrics = OutageMetrics()
         var text = metrics.render()
-        for family in ["backstop_endpoint_state gauge", "backstop_ejections_total counter", "backstop_fast_failures_total counter",
-                       "backstop_hedges_total counter", "backstop_network_changes_total counter"] {
+        for family in [
+            "backstop_endpoint_state gauge", "backstop_ejections_total counter", "backstop_fast_failures_total counter",
+            "backstop_hedges_total counter", "backstop_network_changes_total counter",
+        ] {
             #expect(text.contains("# TYPE \(family)\n"))
         }
         #expect(text.contains("backstop_network_changes_total 0\n"))

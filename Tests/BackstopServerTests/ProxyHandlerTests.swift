@@ -6,6 +6,7 @@ import NIOCore
 import NIOEmbedded
 import NIOHTTP1
 import Testing
+
 @testable import BackstopServer
 
 /// `ProxyHandler` and `Exchange` in an `EmbeddedChannel` with a scripted transport and a manual clock: requests in,
@@ -26,8 +27,10 @@ struct ProxyHandlerTests {
         private let started = NIOLockedValueBox<[Started]>([])
         var transfers: [Started] { started.withLockedValue { $0 } }
 
-        func start(_ request: TransportRequest, on eventLoop: EventLoop,
-                   sink: @escaping @Sendable ([TransportEvent]) -> Void) -> any TransferHandle {
+        func start(
+            _ request: TransportRequest, on eventLoop: EventLoop,
+            sink: @escaping @Sendable ([TransportEvent]) -> Void
+        ) -> any TransferHandle {
             let handle = ScriptedTransfer(sink: sink)
             started.withLockedValue { $0.append(Started(request: request, transfer: handle)) }
             return handle
@@ -52,8 +55,9 @@ struct ProxyHandlerTests {
         let clock: ManualClock
 
         init(_ yaml: String) throws {
-            let config = try ConfigLoader.parse(yaml: "version: 1\nlisten: [127.0.0.1:0]\n" + yaml, file: "t.yaml",
-                                                baseDirectory: "/")
+            let config = try ConfigLoader.parse(
+                yaml: "version: 1\nlisten: [127.0.0.1:0]\n" + yaml, file: "t.yaml",
+                baseDirectory: "/")
             let upstreams = config.upstreams.map { UpstreamRuntime(config: $0, auth: .none) }
             transport = ScriptedTransport()
             clock = ManualClock()
@@ -107,7 +111,9 @@ struct ProxyHandlerTests {
 
     @Test func aRequestIsForwardedAndItsResponseRelayedWithTheAttemptCount() throws {
         let h = try Harness(Self.upstream)
-        try h.send("GET http://app.test/x?y=1 HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n\r\n")
+        try h.send(
+            "GET http://app.test/x?y=1 HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n\r\n"
+        )
         #expect(h.transport.transfers.count == 1)
         let request = h.transport.transfers[0].request
         #expect(request.url == "http://origin.test:8000/base/x?y=1")
@@ -127,7 +133,9 @@ struct ProxyHandlerTests {
 
     @Test func pipelinedRequestsAreAnsweredInOrder_theSecondStartsAfterTheFirstEnds() throws {
         let h = try Harness(Self.upstream)
-        try h.send("GET http://app.test/1 HTTP/1.1\r\nHost: app.test\r\n\r\nGET http://app.test/2 HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        try h.send(
+            "GET http://app.test/1 HTTP/1.1\r\nHost: app.test\r\n\r\nGET http://app.test/2 HTTP/1.1\r\nHost: app.test\r\n\r\n"
+        )
         #expect(h.transport.transfers.count == 1, "one request at a time")
         h.answer(0, body: "first")
         #expect(h.transport.transfers.count == 2)
@@ -240,8 +248,10 @@ struct ProxyHandlerTests {
         let h = try Harness(Self.upstream)
         try h.send("GET http://app.test/lie HTTP/1.1\r\nHost: app.test\r\n\r\n")
         let transfer = h.transport.transfers[0].handle
-        transfer.sink([.head(UpstreamResponseHead(status: 200, contentLength: 3)),
-                                       .body(ByteBuffer(string: "abcINJECTED"))])
+        transfer.sink([
+            .head(UpstreamResponseHead(status: 200, contentLength: 3)),
+            .body(ByteBuffer(string: "abcINJECTED")),
+        ])
         h.channel.embeddedEventLoop.run()
         let out = try h.output()
         #expect(out.hasSuffix("\r\n\r\nabc"))

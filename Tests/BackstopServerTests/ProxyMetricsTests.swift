@@ -1,4 +1,5 @@
 import Testing
+
 @testable import BackstopServer
 
 /// The metrics registry's counting and rendering (docs/reference/operations.md#metrics), without a daemon: per-upstream
@@ -40,16 +41,17 @@ struct ProxyMetricsTests {
         app.recordBudgetExhausted()
         let lines = metrics.render(inflight: 3, tokenRefreshes: [:]).split(separator: "\n")
             .filter { $0.hasPrefix("backstop_upstream_attempts_total{") }
-        #expect(lines == [
-            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"1xx\"} 1",
-            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"2xx\"} 2",
-            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"3xx\"} 1",
-            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"4xx\"} 1",
-            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"5xx\"} 2",
-            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"9xx\"} 1",
-            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"connect-failure\"} 1",
-            "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"timeout\"} 2",
-        ])
+        #expect(
+            lines == [
+                "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"1xx\"} 1",
+                "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"2xx\"} 2",
+                "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"3xx\"} 1",
+                "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"4xx\"} 1",
+                "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"5xx\"} 2",
+                "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"9xx\"} 1",
+                "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"connect-failure\"} 1",
+                "backstop_upstream_attempts_total{upstream=\"app\",outcome=\"timeout\"} 2",
+            ])
         let text = metrics.render(inflight: 3, tokenRefreshes: [:])
         #expect(text.contains("backstop_retries_total{upstream=\"app\",reason=\"503\"} 1\n"))
         #expect(text.contains("backstop_retry_budget_exhausted_total{upstream=\"app\"} 1\n"))

@@ -1,6 +1,7 @@
 import NIOCore
 import NIOHTTP1
 import Testing
+
 @testable import BackstopServer
 
 /// The byte-level head writer against NIO's own vocabulary: the status lines it shortcuts and the numbers it writes
@@ -16,7 +17,8 @@ struct ResponseHeadWriterTests {
                 var buffer = ByteBuffer()
                 ResponseHeadWriter.writeStatusLine(&buffer, clientIsHTTP10: http10, status: code)
                 let phrase = HTTPResponseStatus(statusCode: code).reasonPhrase
-                #expect(buffer.readString(length: buffer.readableBytes) == "HTTP/1.\(http10 ? 0 : 1) \(code) \(phrase)\r\n")
+                #expect(
+                    buffer.readString(length: buffer.readableBytes) == "HTTP/1.\(http10 ? 0 : 1) \(code) \(phrase)\r\n")
             }
         }
         #expect(shortcuts == 16)
@@ -29,7 +31,9 @@ struct ResponseHeadWriterTests {
         #expect(buffer.readString(length: buffer.readableBytes) == "HTTP/1.1 100 Continue\r\n")
     }
 
-    @Test("decimals are written as Swift prints them", arguments: [0, 7, 9, 10, 99, 100, 101, 65_536, 1_000_000, Int.max, -1, Int.min])
+    @Test(
+        "decimals are written as Swift prints them",
+        arguments: [0, 7, 9, 10, 99, 100, 101, 65_536, 1_000_000, Int.max, -1, Int.min])
     func decimals(value: Int) {
         var buffer = ByteBuffer(string: "x")
         ResponseHeadWriter.writeDecimal(&buffer, value)

@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import Testing
+
 @testable import BackstopServer
 
 /// `TunnelRelay` and its glue handlers on two embedded channels sharing one loop: bytes both ways, backpressure,
@@ -51,7 +52,8 @@ struct TunnelRelayTests {
         let relay = TunnelRelay(
             description: TunnelRelay.Description(
                 client: "127.0.0.1:1", target: ConnectTarget(host: "a.test", port: 443), address: "192.0.2.1:443"),
-            eventLoop: loop, clock: clock, idleTimeout: idle, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() },
+            eventLoop: loop, clock: clock, idleTimeout: idle,
+            logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() },
             accessLog: false, metrics: metrics, onClose: { closes.value += 1 })
         let clientSpy = ChannelSpy()
         let upstreamSpy = ChannelSpy()
@@ -62,8 +64,9 @@ struct TunnelRelayTests {
         let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
         try client.connect(to: address).wait()
         try upstream.connect(to: address).wait()
-        return Pair(loop: loop, clock: clock, relay: relay, client: client, upstream: upstream, clientSpy: clientSpy,
-                    upstreamSpy: upstreamSpy, metrics: metrics, closes: closes)
+        return Pair(
+            loop: loop, clock: clock, relay: relay, client: client, upstream: upstream, clientSpy: clientSpy,
+            upstreamSpy: upstreamSpy, metrics: metrics, closes: closes)
     }
 
     @Test func bytesGoBothWaysAndAreCounted() throws {

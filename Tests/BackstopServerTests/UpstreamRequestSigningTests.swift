@@ -30,13 +30,18 @@ struct UpstreamRequestSigningTests {
         let body = ByteBufferAllocator().buffer(string: "hello")
         let headers = Self.signed(
             .buffered(body), wall: 1_700_000_000.75,
-            client: [(name: "authorization", value: "Bearer mine"), (name: "X-Amz-Date", value: "19700101T000000Z"),
-                     (name: "Content-Type", value: "text/plain")])
+            client: [
+                (name: "authorization", value: "Bearer mine"), (name: "X-Amz-Date", value: "19700101T000000Z"),
+                (name: "Content-Type", value: "text/plain"),
+            ])
         let expected = Self.signer.sign(
             SigV4Signer.Request(method: "POST", path: "/prod/a%20b", query: "b=2&a=1", host: "api.example:8443"),
             payload: .signed(Array("hello".utf8)), credentials: Self.keys, date: 1_700_000_000)
-        #expect(Self.names(headers) == ["Host", "Content-Type", "X-Amz-Date", "X-Amz-Content-SHA256",
-                                        "X-Amz-Security-Token", "Authorization"])
+        #expect(
+            Self.names(headers) == [
+                "Host", "Content-Type", "X-Amz-Date", "X-Amz-Content-SHA256",
+                "X-Amz-Security-Token", "Authorization",
+            ])
         #expect(Array(headers.dropFirst(2).map(\.value)) == expected.headers.map(\.value))
         #expect(headers[3].value == "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824")
     }
@@ -52,8 +57,9 @@ struct UpstreamRequestSigningTests {
 
     @Test func unsignedPayloadsAndEmptyBodies() {
         let empty = Self.signed(.empty, wall: 0)
-        #expect(empty.first { $0.name == "X-Amz-Content-SHA256" }?.value
-            == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(
+            empty.first { $0.name == "X-Amz-Content-SHA256" }?.value
+                == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         let unsigned = Self.signed(.buffered(ByteBufferAllocator().buffer(string: "x")), payload: .unsigned, wall: 0)
         #expect(unsigned.first { $0.name == "X-Amz-Content-SHA256" }?.value == "UNSIGNED-PAYLOAD")
     }

@@ -25,36 +25,49 @@ struct StatusRenderingTests {
                     retryBudget: RetryBudgetStatus(retriesLeft: 100, ratio: 0.2, minPerSecond: 10, exhaustedTotal: 0),
                     circuit: .open,
                     endpoints: [
-                        EndpointStatus(url: "https://eu.billing.test", state: .ejected, consecutiveFailures: 5,
-                                       probeInSeconds: 12),
+                        EndpointStatus(
+                            url: "https://eu.billing.test", state: .ejected, consecutiveFailures: 5,
+                            probeInSeconds: 12),
                         EndpointStatus(url: "https://us.billing.test", state: .probing, consecutiveFailures: 5),
                     ],
                     token: TokenStatus(kind: "static", present: false)),
             ],
-            tracing: TracingStatus(endpoint: "http://127.0.0.1:4318", sampleRatio: 0.5, exported: 10, dropped: 1, queued: 0),
+            tracing: TracingStatus(
+                endpoint: "http://127.0.0.1:4318", sampleRatio: 0.5, exported: 10, dropped: 1, queued: 0),
             failures: failures)
     }
 
     @Test("every upstream, endpoint state, token and failure is on the page, in captioned tables with th scopes")
     func content() {
-        let html = StatusPage.render(Self.snapshot(failures: [
-            FailureRecord(at: 1_800_000_000, upstream: "billing", endpoint: "https://eu.billing.test", status: 504,
-                          cause: "upstream-timeout: per_try 10s"),
-        ]))
+        let html = StatusPage.render(
+            Self.snapshot(failures: [
+                FailureRecord(
+                    at: 1_800_000_000, upstream: "billing", endpoint: "https://eu.billing.test", status: 504,
+                    cause: "upstream-timeout: per_try 10s")
+            ]))
         #expect(html.hasPrefix("<!DOCTYPE html>\n<html lang=\"en\">"))
         #expect(html.contains("<meta http-equiv=\"refresh\" content=\"10\">"))
-        #expect(html.contains("<tr data-upstream=\"api\"><th scope=\"row\">api</th><td class=\"n\">12.5</td>"
-            + "<td class=\"n\">99.5%</td><td class=\"n\">1.25</td><td class=\"n\">30</td><td class=\"n\">4</td>"
-            + "<td class=\"ok\">closed</td></tr>"))
+        #expect(
+            html.contains(
+                "<tr data-upstream=\"api\"><th scope=\"row\">api</th><td class=\"n\">12.5</td>"
+                    + "<td class=\"n\">99.5%</td><td class=\"n\">1.25</td><td class=\"n\">30</td><td class=\"n\">4</td>"
+                    + "<td class=\"ok\">closed</td></tr>"))
         #expect(html.contains("<td class=\"bad\">open</td>"))
-        #expect(html.contains("<tr data-upstream=\"billing\" data-endpoint-state=\"ejected\"><th scope=\"row\">billing</th>"
-            + "<td>https://eu.billing.test</td><td class=\"bad\">ejected</td><td class=\"n\">5</td><td>12s</td></tr>"))
+        #expect(
+            html.contains(
+                "<tr data-upstream=\"billing\" data-endpoint-state=\"ejected\"><th scope=\"row\">billing</th>"
+                    + "<td>https://eu.billing.test</td><td class=\"bad\">ejected</td><td class=\"n\">5</td><td>12s</td></tr>"
+            ))
         #expect(html.contains("data-endpoint-state=\"probing\""))
-        #expect(html.contains("<td>oauth2</td><td class=\"ok\">yes</td><td>59m 0s</td>"
-            + "<td><span class=\"ok\">success</span>, 3m 0s ago</td>"))
+        #expect(
+            html.contains(
+                "<td>oauth2</td><td class=\"ok\">yes</td><td>59m 0s</td>"
+                    + "<td><span class=\"ok\">success</span>, 3m 0s ago</td>"))
         #expect(html.contains("<td>static</td><td class=\"bad\">no</td>"))
-        #expect(html.contains("<th scope=\"row\">2027-01-15T08:00:00Z</th><td>billing</td>"
-            + "<td>https://eu.billing.test</td><td class=\"n\">504</td><td>upstream-timeout: per_try 10s</td>"))
+        #expect(
+            html.contains(
+                "<th scope=\"row\">2027-01-15T08:00:00Z</th><td>billing</td>"
+                    + "<td>https://eu.billing.test</td><td class=\"n\">504</td><td>upstream-timeout: per_try 10s</td>"))
         #expect(html.contains("<dt>Up for</dt><dd>1h 2m</dd>"))
         #expect(html.contains("<dt>Tunnels open</dt><dd>2</dd>"))
         for id in ["upstreams", "endpoints", "tokens", "failures"] {
@@ -67,7 +80,9 @@ struct StatusRenderingTests {
     @Test("no failure and no managed auth render as sentences, not empty tables")
     func empty() {
         var snapshot = Self.snapshot()
-        snapshot.upstreams = snapshot.upstreams.map { var u = $0; u.token = nil; return u }
+        snapshot.upstreams = snapshot.upstreams.map {
+            var u = $0; u.token = nil; return u
+        }
         let html = StatusPage.render(snapshot)
         #expect(html.contains("<tr><td colspan=\"5\">No failure since start.</td></tr>"))
         #expect(html.contains("<p id=\"tokens\">No upstream has managed auth.</p>"))
@@ -76,8 +91,9 @@ struct StatusRenderingTests {
     @Test("every string from config or failures is escaped, control characters included")
     func escaping() {
         var snapshot = Self.snapshot(failures: [
-            FailureRecord(at: 0, upstream: Self.hostile, endpoint: "http://x/\"><img src=x>", status: 502,
-                          cause: "reset:\r\nSet-Cookie: a=b\u{7}"),
+            FailureRecord(
+                at: 0, upstream: Self.hostile, endpoint: "http://x/\"><img src=x>", status: 502,
+                cause: "reset:\r\nSet-Cookie: a=b\u{7}")
         ])
         snapshot.upstreams[0].name = Self.hostile
         snapshot.version = "<b>"
@@ -107,10 +123,12 @@ struct StatusRenderingTests {
 
     @Test("JSON carries the same facts with snake_case keys; unknown values are left out")
     func json() throws {
-        let text = StatusJSON.render(Self.snapshot(failures: [
-            FailureRecord(at: 1_800_000_000, upstream: "billing", endpoint: "https://eu.billing.test", status: 503,
-                          cause: "upstream answered 503"),
-        ]))
+        let text = StatusJSON.render(
+            Self.snapshot(failures: [
+                FailureRecord(
+                    at: 1_800_000_000, upstream: "billing", endpoint: "https://eu.billing.test", status: 503,
+                    cause: "upstream answered 503")
+            ]))
         let object = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
         #expect(object["tunnels_open"] as? Int == 2)
         #expect(object["window_seconds"] as? Int == 60)

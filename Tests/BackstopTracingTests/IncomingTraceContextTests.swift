@@ -7,32 +7,36 @@ import W3CTraceContext
 @Suite("Incoming trace context")
 struct IncomingTraceContextTests {
     static let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    static let traceID = TraceID(bytes: (0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36))
+    static let traceID = TraceID(
+        bytes: (0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36))
     static let spanID = SpanID(bytes: (0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7))
 
     @Test("a valid traceparent and tracestate are read; the sampled flag is bit 0 of the flags")
     func valid() {
-        #expect(IncomingTraceContext.parse(traceparent: Self.parent, tracestate: "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE")
-            == IncomingTraceContext(
-                traceID: Self.traceID, parentSpanID: Self.spanID, sampled: true,
-                traceState: "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE"))
+        #expect(
+            IncomingTraceContext.parse(traceparent: Self.parent, tracestate: "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE")
+                == IncomingTraceContext(
+                    traceID: Self.traceID, parentSpanID: Self.spanID, sampled: true,
+                    traceState: "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE"))
         let unsampled = IncomingTraceContext.parse(
             traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-02", tracestate: nil)
         #expect(unsampled?.sampled == false)
         #expect(unsampled?.traceState == nil)
     }
 
-    @Test("invalid traceparents start a new trace", arguments: [
-        "", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", // too short
-        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-", // version 00 with more fields
-        "00-00000000000000000000000000000000-00f067aa0ba902b7-01", // zero trace id
-        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", // zero span id
-        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", // uppercase hex
-        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", // forbidden version
-        "0g-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", // not hex
-        "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01", // wrong delimiters
-        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", // later version, no '-' after 55 characters
-    ])
+    @Test(
+        "invalid traceparents start a new trace",
+        arguments: [
+            "", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",  // too short
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-",  // version 00 with more fields
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  // zero trace id
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  // zero span id
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01",  // uppercase hex
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  // forbidden version
+            "0g-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  // not hex
+            "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01",  // wrong delimiters
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",  // later version, no '-' after 55 characters
+        ])
     func invalid(_ value: String) {
         #expect(IncomingTraceContext.parse(traceparent: value, tracestate: "a=b") == nil)
     }
@@ -40,7 +44,8 @@ struct IncomingTraceContextTests {
     @Test("a later version is read as 00 from its first 55 characters")
     func laterVersion() {
         let context = IncomingTraceContext.parse(
-            traceparent: "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future-adds", tracestate: nil)
+            traceparent: "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future-adds", tracestate: nil
+        )
         #expect(context == IncomingTraceContext(traceID: Self.traceID, parentSpanID: Self.spanID, sampled: true))
     }
 
@@ -70,9 +75,14 @@ struct IncomingTraceContextTests {
 struct TraceSamplerTests {
     static func id(low: UInt64) -> TraceID {
         var bytes: [UInt8] = Array(repeating: 0xab, count: 8)
-        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: low >> UInt64(shift))) }
-        return TraceID(bytes: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-                               bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+        for shift in stride(from: 56, through: 0, by: -8) {
+            bytes.append(UInt8(truncatingIfNeeded: low >> UInt64(shift)))
+        }
+        return TraceID(
+            bytes: (
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+                bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+            ))
     }
 
     @Test("a parent's flag decides whatever the ratio")

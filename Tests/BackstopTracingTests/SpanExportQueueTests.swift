@@ -109,8 +109,10 @@ struct OTLPEncoderTests {
         var server = SpanRecord(
             traceID: traceID, spanID: SpanID.random(using: &random), parentSpanID: parent, parentIsRemote: true,
             traceState: "rojo=1", name: "GET", kind: .server, startNanos: 1_800_000_000_000_000_000,
-            endNanos: 1_800_000_000_123_456_789, attributes: [
-                SpanAttribute("s", .string("ünïcode ✓")), SpanAttribute("i", .int(-42)), SpanAttribute("big", .int(.max)),
+            endNanos: 1_800_000_000_123_456_789,
+            attributes: [
+                SpanAttribute("s", .string("ünïcode ✓")), SpanAttribute("i", .int(-42)),
+                SpanAttribute("big", .int(.max)),
                 SpanAttribute("b", .bool(true)), SpanAttribute("f", .bool(false)), SpanAttribute("d", .double(0.25)),
                 SpanAttribute("empty", .string("")), SpanAttribute("zero", .int(0)),
             ], status: .error("upstream-timeout"))
@@ -144,10 +146,11 @@ struct OTLPEncoderTests {
         #expect(attributes["empty"] as? String == "")
         #expect((attributes["zero"] as? NSNumber)?.intValue == 0)
         #expect(first["status"] as? [String: String] == ["code": "STATUS_CODE_ERROR", "message": "upstream-timeout"])
-        #expect(first["resource"] as? [String: String] == [
-            "service.name": "edge", "service.version": "1.2.3", "telemetry.sdk.name": "backstop",
-            "telemetry.sdk.language": "swift",
-        ])
+        #expect(
+            first["resource"] as? [String: String] == [
+                "service.name": "edge", "service.version": "1.2.3", "telemetry.sdk.name": "backstop",
+                "telemetry.sdk.language": "swift",
+            ])
         #expect(first["links"] as? [[String: String]] == [["trace_id": "\(linkedTrace)", "span_id": "\(linkedSpan)"]])
         let second = spans[1]
         #expect(second["links"] as? [[String: String]] == [])

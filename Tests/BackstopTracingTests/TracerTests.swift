@@ -22,7 +22,9 @@ final class TestSender: SpanBatchSending {
     }
 }
 
-func makeQueue(_ sender: TestSender, capacity: Int = 2048, batchSize: Int = 512, interval: Duration = .seconds(1))
+func makeQueue(
+    _ sender: TestSender, capacity: Int = 2048, batchSize: Int = 512, interval: Duration = .seconds(1)
+)
     -> SpanExportQueue
 {
     SpanExportQueue(
@@ -36,7 +38,9 @@ func makeQueue(_ sender: TestSender, capacity: Int = 2048, batchSize: Int = 512,
 struct TracerTests {
     static let parentHeader = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
-    static func facts(attempt: Int, status: Int?, outcome: String, retry: String? = nil, backoff: Int64? = nil)
+    static func facts(
+        attempt: Int, status: Int?, outcome: String, retry: String? = nil, backoff: Int64? = nil
+    )
         -> AttemptFacts
     {
         AttemptFacts(
@@ -58,7 +62,8 @@ struct TracerTests {
         let first = trace.startAttempt(at: clock.monotonic())
         clock.advance(by: .milliseconds(20))
         trace.endAttempt(
-            first, Self.facts(attempt: 1, status: 503, outcome: "5xx", retry: "503", backoff: 100), at: clock.monotonic())
+            first, Self.facts(attempt: 1, status: 503, outcome: "5xx", retry: "503", backoff: 100),
+            at: clock.monotonic())
         clock.advance(by: .milliseconds(100))
         let second = trace.startAttempt(at: clock.monotonic())
         clock.advance(by: .milliseconds(10))
@@ -77,42 +82,48 @@ struct TracerTests {
         let spans = queue.pendingSpans
         try #require(spans.count == 3)
         let base: UInt64 = 1_800_000_000_000_000_000
-        #expect(spans[0] == SpanRecord(
-            traceID: traceID, spanID: first.spanID, parentSpanID: trace.spanID, traceState: "rojo=1", name: "GET",
-            kind: .client, startNanos: base + 5_000_000, endNanos: base + 25_000_000, attributes: [
-                SpanAttribute("http.request.method", .string("GET")),
-                SpanAttribute("url.full", .string("https://api.test:8443/v2/items")),
-                SpanAttribute("server.address", .string("api.test")),
-                SpanAttribute("server.port", .int(8443)),
-                SpanAttribute("http.response.status_code", .int(503)),
-                SpanAttribute("network.protocol.version", .string("1.1")),
-                SpanAttribute("backstop.upstream", .string("api")),
-                SpanAttribute("backstop.endpoint", .string("https://api.test:8443")),
-                SpanAttribute("backstop.attempt", .int(1)),
-                SpanAttribute("backstop.outcome", .string("5xx")),
-                SpanAttribute("backstop.retry_reason", .string("503")),
-                SpanAttribute("backstop.backoff_ms", .int(100)),
-                SpanAttribute("backstop.hedge", .bool(false)),
-                SpanAttribute("error.type", .string("503")),
-            ], status: .error("503")))
+        #expect(
+            spans[0]
+                == SpanRecord(
+                    traceID: traceID, spanID: first.spanID, parentSpanID: trace.spanID, traceState: "rojo=1",
+                    name: "GET",
+                    kind: .client, startNanos: base + 5_000_000, endNanos: base + 25_000_000,
+                    attributes: [
+                        SpanAttribute("http.request.method", .string("GET")),
+                        SpanAttribute("url.full", .string("https://api.test:8443/v2/items")),
+                        SpanAttribute("server.address", .string("api.test")),
+                        SpanAttribute("server.port", .int(8443)),
+                        SpanAttribute("http.response.status_code", .int(503)),
+                        SpanAttribute("network.protocol.version", .string("1.1")),
+                        SpanAttribute("backstop.upstream", .string("api")),
+                        SpanAttribute("backstop.endpoint", .string("https://api.test:8443")),
+                        SpanAttribute("backstop.attempt", .int(1)),
+                        SpanAttribute("backstop.outcome", .string("5xx")),
+                        SpanAttribute("backstop.retry_reason", .string("503")),
+                        SpanAttribute("backstop.backoff_ms", .int(100)),
+                        SpanAttribute("backstop.hedge", .bool(false)),
+                        SpanAttribute("error.type", .string("503")),
+                    ], status: .error("503")))
         #expect(spans[1].parentSpanID == trace.spanID)
         #expect(spans[1][attribute: "http.request.resend_count"] == .int(1))
         #expect(spans[1][attribute: "backstop.retry_reason"] == nil)
         #expect(spans[1].status == .unset)
         #expect(spans[1].startNanos == base + 125_000_000 && spans[1].endNanos == base + 135_000_000)
-        #expect(spans[2] == SpanRecord(
-            traceID: traceID, spanID: trace.spanID,
-            parentSpanID: SpanID(bytes: (0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7)), parentIsRemote: true,
-            traceState: "rojo=1", name: "GET", kind: .server, startNanos: base, endNanos: base + 136_000_000,
-            attributes: [
-                SpanAttribute("http.request.method", .string("GET")),
-                SpanAttribute("url.scheme", .string("http")),
-                SpanAttribute("url.path", .string("/v2/items")),
-                SpanAttribute("network.protocol.version", .string("1.1")),
-                SpanAttribute("http.response.status_code", .int(200)),
-                SpanAttribute("backstop.upstream", .string("api")),
-                SpanAttribute("backstop.attempts", .int(2)),
-            ]))
+        #expect(
+            spans[2]
+                == SpanRecord(
+                    traceID: traceID, spanID: trace.spanID,
+                    parentSpanID: SpanID(bytes: (0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7)), parentIsRemote: true,
+                    traceState: "rojo=1", name: "GET", kind: .server, startNanos: base, endNanos: base + 136_000_000,
+                    attributes: [
+                        SpanAttribute("http.request.method", .string("GET")),
+                        SpanAttribute("url.scheme", .string("http")),
+                        SpanAttribute("url.path", .string("/v2/items")),
+                        SpanAttribute("network.protocol.version", .string("1.1")),
+                        SpanAttribute("http.response.status_code", .int(200)),
+                        SpanAttribute("backstop.upstream", .string("api")),
+                        SpanAttribute("backstop.attempts", .int(2)),
+                    ]))
     }
 
     @Test("an unsampled parent: nothing recorded, attempts still carry the trace with flag 00")
@@ -152,8 +163,9 @@ struct TracerTests {
         let queue = makeQueue(TestSender(.accept))
         let tracer = Tracer(sampleRatio: 1, queue: queue, clock: clock, seed: 9)
         tracer.startRequest(parent: nil, at: clock.monotonic())
-            .finish(RequestFacts(method: "BREW", path: "/pot", status: 502, errorReason: "upstream-unreachable"),
-                    at: clock.monotonic())
+            .finish(
+                RequestFacts(method: "BREW", path: "/pot", status: 502, errorReason: "upstream-unreachable"),
+                at: clock.monotonic())
         let span = queue.pendingSpans.first
         #expect(span?.parentSpanID == nil && span?.parentIsRemote == false)
         #expect(span?.name == "HTTP")
@@ -175,21 +187,28 @@ struct TracerTests {
             RefreshFacts(upstream: "api", tokenEndpointHost: "auth.test", outcome: "failure", failure: "invalid_grant"),
             at: clock.monotonic())
         tracer.startRefresh(parent: nil, at: clock.monotonic())
-            .finish(RefreshFacts(upstream: "api", tokenEndpointHost: "auth.test", outcome: "success"), at: clock.monotonic())
+            .finish(
+                RefreshFacts(upstream: "api", tokenEndpointHost: "auth.test", outcome: "success"), at: clock.monotonic()
+            )
         let spans = queue.pendingSpans
         #expect(spans.count == 2)
         #expect(spans.first?.traceID == request.traceID && spans.first?.parentSpanID == request.spanID)
         #expect(spans.first?.kind == .internal && spans.first?.name == "token refresh")
         #expect(spans.first.map { $0.endNanos - $0.startNanos } == 40_000_000)
-        #expect(spans.first?.attributes == [
-            SpanAttribute("backstop.upstream", .string("api")), SpanAttribute("server.address", .string("auth.test")),
-            SpanAttribute("backstop.outcome", .string("failure")), SpanAttribute("error.type", .string("invalid_grant")),
-        ])
+        #expect(
+            spans.first?.attributes == [
+                SpanAttribute("backstop.upstream", .string("api")),
+                SpanAttribute("server.address", .string("auth.test")),
+                SpanAttribute("backstop.outcome", .string("failure")),
+                SpanAttribute("error.type", .string("invalid_grant")),
+            ])
         #expect(spans.last?.parentSpanID == nil && spans.last?.traceID != request.traceID)
         #expect(spans.last?.status == .unset)
     }
 
-    @Test("a request that waited on another trace's refresh links to it once; its own refresh and unsampled ones are not linked")
+    @Test(
+        "a request that waited on another trace's refresh links to it once; its own refresh and unsampled ones are not linked"
+    )
     func waitedOnRefresh() {
         let clock = ManualClock()
         let queue = makeQueue(TestSender(.accept))
@@ -212,19 +231,23 @@ struct TracerTests {
         #expect(queue.pendingSpans.map(\.links) == [[SpanLink(traceID: starter.traceID, spanID: refresh.spanID)]])
     }
 
-    @Test("an attempt that failed whatever its status (a response broken off after its head) is an error of that failure")
+    @Test(
+        "an attempt that failed whatever its status (a response broken off after its head) is an error of that failure")
     func failureAfterHead() {
         var facts = Self.facts(attempt: 1, status: 200, outcome: "2xx")
         facts.failure = "upstream-broke-mid-response"
         let (attributes, status) = SpanAttributes.client(facts)
         #expect(status == .error("upstream-broke-mid-response"))
-        #expect(attributes.filter { $0.key == "error.type" } == [
-            SpanAttribute("error.type", .string("upstream-broke-mid-response")),
-        ])
+        #expect(
+            attributes.filter { $0.key == "error.type" } == [
+                SpanAttribute("error.type", .string("upstream-broke-mid-response"))
+            ])
         #expect(attributes.contains(SpanAttribute("http.response.status_code", .int(200))))
     }
 
-    @Test("authorities split into host and port: names, IPv4, bracketed IPv6, no port; a port that is not a number is nil")
+    @Test(
+        "authorities split into host and port: names, IPv4, bracketed IPv6, no port; a port that is not a number is nil"
+    )
     func authorities() {
         #expect(SpanAttributes.split(authority: "app.test:8080").map { "\($0.0) \($0.1 ?? -1)" } == "app.test 8080")
         #expect(SpanAttributes.split(authority: "app.test").map { "\($0.0) \($0.1 ?? -1)" } == "app.test -1")
@@ -232,7 +255,8 @@ struct TracerTests {
         #expect(SpanAttributes.split(authority: "[::1]:53210").map { "\($0.0) \($0.1 ?? -1)" } == "::1 53210")
         #expect(SpanAttributes.split(authority: "[::1]").map { "\($0.0) \($0.1 ?? -1)" } == "::1 -1")
         #expect(SpanAttributes.split(authority: "app.test:x") == nil)
-        #expect(SpanAttributes.hostAndPort("https://auth.test/oauth/token").map { "\($0.0) \($0.1)" } == "auth.test 443")
+        #expect(
+            SpanAttributes.hostAndPort("https://auth.test/oauth/token").map { "\($0.0) \($0.1)" } == "auth.test 443")
     }
 }
 
@@ -249,9 +273,10 @@ struct AttemptHeaderTests {
             (name: "traceparent", value: "00-y"),
         ]
         attempt.settingTraceparent(in: &headers)
-        #expect(headers.map { "\($0.name): \($0.value)" } == [
-            "Host: a", "tracestate: a=1", "traceparent: \(attempt.traceparent)",
-        ])
+        #expect(
+            headers.map { "\($0.name): \($0.value)" } == [
+                "Host: a", "tracestate: a=1", "traceparent: \(attempt.traceparent)",
+            ])
         #expect(attempt.traceparent.hasPrefix("00-\(trace.traceID)-"))
         #expect(attempt.traceparent.count == 55)
     }

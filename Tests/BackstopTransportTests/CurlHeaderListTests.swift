@@ -21,7 +21,8 @@ struct CurlHeaderListTests {
             (name: "Host", value: "origin.test:8080"), (name: "X-Empty", value: ""),
             (name: "Authorization", value: "Bearer t0k€n"),
         ])
-        #expect(lines(list) == ["Host: origin.test:8080", "X-Empty;", "Authorization: Bearer t0k€n", "Expect:", "Accept:"])
+        #expect(
+            lines(list) == ["Host: origin.test:8080", "X-Empty;", "Authorization: Bearer t0k€n", "Expect:", "Accept:"])
     }
 
     @Test func clientAcceptIsKeptAndNotSuppressed() {
@@ -45,7 +46,8 @@ struct CurlHeaderListTests {
     @Test func longValuesAndManyFieldsFitExactly() {
         let fields = (0..<200).map { (name: "X-Field-\($0)", value: String(repeating: "v", count: $0 * 37)) }
         let list = CurlHeaderList(fields)
-        let expected = fields.map { $0.value.isEmpty ? "\($0.name);" : "\($0.name): \($0.value)" } + ["Expect:", "Accept:"]
+        let expected =
+            fields.map { $0.value.isEmpty ? "\($0.name);" : "\($0.name): \($0.value)" } + ["Expect:", "Accept:"]
         #expect(lines(list) == expected)
     }
 }

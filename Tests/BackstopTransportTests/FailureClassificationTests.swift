@@ -12,22 +12,32 @@ struct FailureClassificationTests {
             code: CURLE_PEER_FAILED_VERIFICATION, osErrno: 111, verifyResult: 20, connected: true,
             address: "127.0.0.1:8443")
         let failure = FailureClassification.failure(facts)
-        #expect(failure == .tlsVerificationFailed(
-            detail: "curl=60 (SSL peer certificate or SSH remote key was not OK) verify=20 (unable to get local issuer certificate) address=127.0.0.1:8443"))
+        #expect(
+            failure
+                == .tlsVerificationFailed(
+                    detail:
+                        "curl=60 (SSL peer certificate or SSH remote key was not OK) verify=20 (unable to get local issuer certificate) address=127.0.0.1:8443"
+                ))
         #expect(failure.label == "tls-verification-failed")
         #expect(!failure.detail.contains("errno"))
     }
 
     @Test func errnoOnlyWhereCurlRecordedItForThisFailure() {
         let refused = CurlFailureFacts(code: CURLE_COULDNT_CONNECT, osErrno: 111, address: "127.0.0.1:9")
-        #expect(FailureClassification.failure(refused) == .connectFailure(
-            detail: "curl=7 (Couldn't connect to server) errno=111 (Connection refused) address=127.0.0.1:9"))
+        #expect(
+            FailureClassification.failure(refused)
+                == .connectFailure(
+                    detail: "curl=7 (Couldn't connect to server) errno=111 (Connection refused) address=127.0.0.1:9"))
         let handshake = CurlFailureFacts(code: CURLE_SSL_CONNECT_ERROR, osErrno: 111, connected: true)
-        #expect(FailureClassification.failure(handshake) == .connectFailure(
-            detail: "curl=35 (SSL connect error)"))
+        #expect(
+            FailureClassification.failure(handshake)
+                == .connectFailure(
+                    detail: "curl=35 (SSL connect error)"))
         let sent = CurlFailureFacts(code: CURLE_SEND_ERROR, osErrno: 32, reusedConnection: true)
-        #expect(FailureClassification.failure(sent) == .reset(
-            detail: "curl=55 (Failed sending data to the peer) errno=32 (Broken pipe)"))
+        #expect(
+            FailureClassification.failure(sent)
+                == .reset(
+                    detail: "curl=55 (Failed sending data to the peer) errno=32 (Broken pipe)"))
     }
 
     /// Table-driven: curl's code (and whether a connection was made) to the failure's label.
@@ -49,16 +59,19 @@ struct FailureClassificationTests {
         for code in [CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING] {
             #expect(FailureClassification.lookedStale(CurlFailureFacts(code: code, reusedConnection: true)))
             #expect(!FailureClassification.lookedStale(CurlFailureFacts(code: code, reusedConnection: false)))
-            #expect(!FailureClassification.lookedStale(
-                CurlFailureFacts(code: code, reusedConnection: true, responseHeaderBytes: 12)))
+            #expect(
+                !FailureClassification.lookedStale(
+                    CurlFailureFacts(code: code, reusedConnection: true, responseHeaderBytes: 12)))
         }
-        #expect(!FailureClassification.lookedStale(
-            CurlFailureFacts(code: CURLE_PEER_FAILED_VERIFICATION, reusedConnection: true)))
+        #expect(
+            !FailureClassification.lookedStale(
+                CurlFailureFacts(code: CURLE_PEER_FAILED_VERIFICATION, reusedConnection: true)))
     }
 
     @Test func addressesAreWrittenAsCurlWouldConnect() {
         #expect(FailureClassification.describe(address: [127, 0, 0, 1], port: 80) == "127.0.0.1:80")
-        #expect(FailureClassification.describe(address: [UInt8](repeating: 0, count: 15) + [1], port: 443)
-            == "[0:0:0:0:0:0:0:1]:443")
+        #expect(
+            FailureClassification.describe(address: [UInt8](repeating: 0, count: 15) + [1], port: 443)
+                == "[0:0:0:0:0:0:0:1]:443")
     }
 }

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import BackstopTransport
 
 /// `IdleHandlePool`: a handle configured for a CA file or disabled verification never serves other options without

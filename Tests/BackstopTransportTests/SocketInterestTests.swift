@@ -62,7 +62,8 @@ struct SocketInterestTests {
     @Test func socketNotOpenedByTheTransportIsDeletedAtOnce() {
         var interest = SocketInterest()
         // The resolver's socketpair: curl may close it without telling, so it is never parked.
-        #expect(actions(&interest, 11, [input, remove, input, remove]) == [.add(input), .delete, .add(input), .delete])
+        #expect(
+            actions(&interest, 11, [input, remove, input, remove]) == [.add(input), .delete, .add(input), .delete])
         #expect(interest.eventArrived(11) == false)
     }
 
@@ -118,7 +119,9 @@ struct SocketInterestTests {
                     }
                     wanted = what == remove ? 0 : what
                     if wanted != 0 { #expect(epoll == wanted, "\(sequence): watches \(epoll), curl wants \(wanted)") }
-                    if wanted == 0 { #expect(epoll == 0 || (owned && epoll == input), "\(sequence): parked as \(epoll)") }
+                    if wanted == 0 {
+                        #expect(epoll == 0 || (owned && epoll == input), "\(sequence): parked as \(epoll)")
+                    }
                 }
             }
         }

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import BackstopTransport
 
 /// The resend rule for a request whose reused upstream connection turned out closed, over every combination of the
@@ -16,9 +17,13 @@ struct StaleConnectionTests {
                             let resend = StaleConnection.shouldResend(
                                 failedSending: failedSending, failedReceiving: failedReceiving,
                                 connectionWasReused: reused, responseBytes: responseBytes, alreadyResent: alreadyResent)
-                            let expected = (failedSending || failedReceiving) && reused && responseBytes == 0
+                            let expected =
+                                (failedSending || failedReceiving) && reused && responseBytes == 0
                                 && !alreadyResent
-                            #expect(resend == expected, "send \(failedSending) recv \(failedReceiving) reused \(reused) bytes \(responseBytes) resent \(alreadyResent)")
+                            #expect(
+                                resend == expected,
+                                "send \(failedSending) recv \(failedReceiving) reused \(reused) bytes \(responseBytes) resent \(alreadyResent)"
+                            )
                             if resend { resends += 1 }
                         }
                     }
@@ -28,9 +33,13 @@ struct StaleConnectionTests {
         // Three failure kinds (send, receive, both) on a reused connection with nothing back, not yet resent.
         #expect(resends == 3)
         // A new connection that failed is a real failure, and so is one that had started answering.
-        #expect(!StaleConnection.shouldResend(
-            failedSending: true, failedReceiving: false, connectionWasReused: false, responseBytes: 0, alreadyResent: false))
-        #expect(!StaleConnection.shouldResend(
-            failedSending: false, failedReceiving: true, connectionWasReused: true, responseBytes: 17, alreadyResent: false))
+        #expect(
+            !StaleConnection.shouldResend(
+                failedSending: true, failedReceiving: false, connectionWasReused: false, responseBytes: 0,
+                alreadyResent: false))
+        #expect(
+            !StaleConnection.shouldResend(
+                failedSending: false, failedReceiving: true, connectionWasReused: true, responseBytes: 17,
+                alreadyResent: false))
     }
 }

@@ -42,13 +42,21 @@ struct TransferTableTests {
 
     /// IntTransferTable-driven: one completion of an active, not yet resent transfer, and what it leads to.
     @Test(arguments: [
-        (IntTransferTable.Completion.succeeded(headDelivered: true), IntTransferTable.Action.finish(1, .end), nil as IntTransferTable.Phase?),
-        (.succeeded(headDelivered: false), .finish(1, .failure(.reset(detail: "upstream closed without a response"))), nil),
+        (
+            IntTransferTable.Completion.succeeded(headDelivered: true), IntTransferTable.Action.finish(1, .end),
+            nil as IntTransferTable.Phase?
+        ),
+        (
+            .succeeded(headDelivered: false),
+            .finish(1, .failure(.reset(detail: "upstream closed without a response"))), nil
+        ),
         (.refused(.loopDetected(detail: "own")), .finish(1, .failure(.loopDetected(detail: "own"))), nil),
         (.failed(broke, resendable: false), .finish(1, .failure(broke)), nil),
         (.failed(broke, resendable: true), .resend(1, broke), .active(resent: true)),
     ])
-    func completion(_ completion: IntTransferTable.Completion, _ action: IntTransferTable.Action, _ after: IntTransferTable.Phase?) {
+    func completion(
+        _ completion: IntTransferTable.Completion, _ action: IntTransferTable.Action, _ after: IntTransferTable.Phase?
+    ) {
         var table = started(1)
         #expect(table.completed(1, completion) == action)
         #expect(table.phase(of: 1) == after)
@@ -110,7 +118,8 @@ struct TransferTableTests {
     /// transfer, an unpause or resend names only a held transfer, and after `stop` nothing is held.
     @Test func everyShortSequenceKeepsTheInvariants() {
         enum Event {
-            case cancel(Int), resume(Int), abandon(Int, Int64), completed(Int, IntTransferTable.Completion), resendFailed(Int)
+            case cancel(Int), resume(Int), abandon(Int, Int64), completed(Int, IntTransferTable.Completion),
+                resendFailed(Int)
             case expire(Int64), stop, start(Int)
         }
         var events: [Event] = [.stop, .start(3), .expire(10), .expire(100)]

@@ -10,10 +10,12 @@ struct AccessTests {
     /// `curl` from inside `namespace` to the proxy; returns the HTTP status (0 when the connection was refused or
     /// closed before a response).
     private func curlStatus(from namespace: NetworkNamespace, port: Int) async throws -> Int {
-        let result = try await namespace.run("/usr/bin/curl", [
-            "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "-H", "Host: app.test",
-            "http://\(namespace.hostAddress):\(port)/",
-        ])
+        let result = try await namespace.run(
+            "/usr/bin/curl",
+            [
+                "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "-H", "Host: app.test",
+                "http://\(namespace.hostAddress):\(port)/",
+            ])
         return Int(result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
     }
 
@@ -26,7 +28,8 @@ struct AccessTests {
         defer { namespace.remove() }
         let origin = try await TestOrigin.start { _ in .text(200, "ok") }
         for (allow, expected) in [("[]", 0), ("[10.231.1.0/30]", 200), ("[10.9.0.0/16, \"fd00::/8\"]", 0)] {
-            let proxy = try await ProxyHarness.start("""
+            let proxy = try await ProxyHarness.start(
+                """
                 listen:
                   - {address: "0.0.0.0:0", allow_remote: true, allow_clients: \(allow)}
                 \(singleUpstreamConfig(origin))
@@ -70,7 +73,8 @@ struct AccessTests {
         let origin = try await TestOrigin.start { _ in .text(200, "ok") }
         let proxy = try await ProxyHarness.start(singleUpstreamConfig(origin))
         // Absolute form to a live host no upstream names, origin form with its Host, and with a path.
-        let absolute = try await proxy.get("http://127.0.0.1:\(bystander.port)/steal", host: "127.0.0.1:\(bystander.port)")
+        let absolute = try await proxy.get(
+            "http://127.0.0.1:\(bystander.port)/steal", host: "127.0.0.1:\(bystander.port)")
         let originForm = try await proxy.get("/steal", host: "127.0.0.1:\(bystander.port)")
         for response in [absolute, originForm] {
             #expect(response.status == 403)

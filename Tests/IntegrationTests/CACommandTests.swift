@@ -11,30 +11,35 @@ struct CACommandTests {
     private func config(directory: String, port: Int, originPort: Int, caFile: String) throws -> String {
         let path = directory + "/backstop.yaml"
         try """
-            version: 1
-            listen: [127.0.0.1:\(port)]
-            keychain: {path: state/keychain.bkc, key_file: state/keychain.key}
-            intercept: {ca_entry: ca/test-root}
-            upstreams:
-              - name: api
-                match: {hosts: [api.test]}
-                url: https://localhost:\(originPort)
-                tls: {ca_file: \(caFile)}
-                intercept: true
-            """.write(toFile: path, atomically: true, encoding: .utf8)
+        version: 1
+        listen: [127.0.0.1:\(port)]
+        keychain: {path: state/keychain.bkc, key_file: state/keychain.key}
+        intercept: {ca_entry: ca/test-root}
+        upstreams:
+          - name: api
+            match: {hosts: [api.test]}
+            url: https://localhost:\(originPort)
+            tls: {ca_file: \(caFile)}
+            intercept: true
+        """.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
 
-    @Test("run refuses to start without the root CA and says how to make one; ca init creates it once, refuses to replace it; ca export prints only the certificate")
+    @Test(
+        "run refuses to start without the root CA and says how to make one; ca init creates it once, refuses to replace it; ca export prints only the certificate"
+    )
     func initExportAndRefusals() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
-        let path = try config(directory: directory, port: try FreePort.reserveClosedPort(), originPort: 9, caFile: "/dev/null")
+        let path = try config(
+            directory: directory, port: try FreePort.reserveClosedPort(), originPort: 9, caFile: "/dev/null")
 
         let refused = try await TestProcess.run(binary, ["run", "--config", path])
         #expect(refused.status == 1)
-        #expect(refused.standardError.contains("keychain entry 'ca/test-root' holds no root CA; create one with 'backstop ca init'"),
-                "\(refused.standardError)")
+        #expect(
+            refused.standardError.contains(
+                "keychain entry 'ca/test-root' holds no root CA; create one with 'backstop ca init'"),
+            "\(refused.standardError)")
 
         let first = try await TestProcess.run(binary, ["ca", "init", "--subject", "Test Root", "--config", path])
         #expect(first.status == 0, "\(first.standardError)")
@@ -50,7 +55,8 @@ struct CACommandTests {
         #expect(!exported.standardOutput.contains("PRIVATE KEY"))
         let rootPath = directory + "/root.pem"
         try exported.standardOutput.write(toFile: rootPath, atomically: true, encoding: .utf8)
-        let text = try await TestProcess.run("/usr/bin/openssl", ["x509", "-in", rootPath, "-noout", "-subject", "-text"])
+        let text = try await TestProcess.run(
+            "/usr/bin/openssl", ["x509", "-in", rootPath, "-noout", "-subject", "-text"])
         #expect(text.standardOutput.contains("CN = Test Root") || text.standardOutput.contains("CN=Test Root"))
         #expect(text.standardOutput.contains("CA:TRUE"))
         #expect(text.standardOutput.contains("prime256v1") || text.standardOutput.contains("P-256"))
@@ -59,19 +65,26 @@ struct CACommandTests {
         #expect(bad.status == 2)
     }
 
-    @Test("after ca init, a daemon run and an intercepted request, the root key exists nowhere on disk but inside the encrypted keychain")
+    @Test(
+        "after ca init, a daemon run and an intercepted request, the root key exists nowhere on disk but inside the encrypted keychain"
+    )
     func rootKeyNeverOnDisk() async throws {
         let started = Date()
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
         let certificates = try TestCertificates.generate(in: directory)
-        let origin = try await TestOrigin.start(tls: certificates.serverIdentity) { request in .text(200, "hi \(request.uri)") }
+        let origin = try await TestOrigin.start(tls: certificates.serverIdentity) { request in
+            .text(200, "hi \(request.uri)")
+        }
         let port = try FreePort.reserveClosedPort()
-        let path = try config(directory: directory, port: port, originPort: origin.port, caFile: certificates.caCertPath)
+        let path = try config(
+            directory: directory, port: port, originPort: origin.port, caFile: certificates.caCertPath)
         #expect(try await TestProcess.run(binary, ["ca", "init", "--config", path]).status == 0)
         // The key as the keychain holds it (read through the CLI, as an operator could).
-        let bundle = try await TestProcess.run(binary, ["keychain", "get", "ca/test-root", "--config", path]).standardOutput
-        let keyBody = bundle.components(separatedBy: "-----BEGIN PRIVATE KEY-----").last?
+        let bundle = try await TestProcess.run(binary, ["keychain", "get", "ca/test-root", "--config", path])
+            .standardOutput
+        let keyBody =
+            bundle.components(separatedBy: "-----BEGIN PRIVATE KEY-----").last?
             .components(separatedBy: "-----END PRIVATE KEY-----").first?
             .replacingOccurrences(of: "\n", with: "") ?? ""
         #expect(keyBody.count > 40)
@@ -83,9 +96,12 @@ struct CACommandTests {
 
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
         try await daemon.waitUntilListening(port: port)
-        let curl = try await TestProcess.run("/usr/bin/curl", [
-            "-s", "--max-time", "10", "--proxy", "http://127.0.0.1:\(port)", "--cacert", rootPath, "https://api.test/x",
-        ])
+        let curl = try await TestProcess.run(
+            "/usr/bin/curl",
+            [
+                "-s", "--max-time", "10", "--proxy", "http://127.0.0.1:\(port)", "--cacert", rootPath,
+                "https://api.test/x",
+            ])
         #expect(curl.standardOutput == "hi /x", "\(curl.standardError) \(daemon.output)")
         await daemon.stop()
         try await origin.shutdown()

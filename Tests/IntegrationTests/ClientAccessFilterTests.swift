@@ -1,12 +1,15 @@
 import BackstopCore
 import NIOCore
 import Testing
+
 @testable import BackstopServer
 
 /// Who may connect to a listener (docs/reference/config.md#listen).
 @Suite("Client access filter")
 struct ClientAccessFilterTests {
-    private let filter = ClientAccessFilter(allowClients: [CIDRParser.parse("10.0.0.0/8")!, CIDRParser.parse("fd00::/8")!])
+    private let filter = ClientAccessFilter(allowClients: [
+        CIDRParser.parse("10.0.0.0/8")!, CIDRParser.parse("fd00::/8")!,
+    ])
 
     @Test("loopback and unix clients always; others only inside allow_clients; an unknown peer never")
     func decisions() throws {

@@ -45,17 +45,22 @@ struct ClientIdentityTests {
         return result.standardOutput
     }
 
-    @Test("a loopback TCP client is its socket's owner: its entry's upstreams only, a CONNECT it may not make refused; another user's entry does not match it; curl run as nobody is nobody")
+    @Test(
+        "a loopback TCP client is its socket's owner: its entry's upstreams only, a CONNECT it may not make refused; another user's entry does not match it; curl run as nobody is nobody"
+    )
     func loopbackClientIsItsUID() async throws {
         #expect(getuid() == 0, "the test runs a client as nobody with runuser, which needs root")
         let origin = try await TestOrigin.start { _ in .text(200, "ok") }
         let capture = LogCapture()
         var failure: (any Error)?
         do {
-            let proxy = try await ProxyHarness.start(Self.config(origin, clients: """
-                  - {name: nobody-app, match: {unix_user: nobody}, upstreams: [other]}
-                  - {name: me, match: {unix_user: "\(getuid())"}, upstreams: [app]}
-                """), capture: capture)
+            let proxy = try await ProxyHarness.start(
+                Self.config(
+                    origin,
+                    clients: """
+                          - {name: nobody-app, match: {unix_user: nobody}, upstreams: [other]}
+                          - {name: me, match: {unix_user: "\(getuid())"}, upstreams: [app]}
+                        """), capture: capture)
             let allowed = try await proxy.get("http://app.test/mine", host: "app.test")
             #expect(allowed.status == 200)
             let denied = try await proxy.get("http://other.test/not-mine", host: "other.test")
@@ -71,13 +76,17 @@ struct ClientIdentityTests {
             #expect(origin.requests.map(\.uri) == ["/mine", "/nobodys"], "nothing refused reached the origin")
             let lines = try await capture.waitFor("request", count: 4)
             #expect(lines.contains { $0.contains("path=/mine") && $0.contains("client_entry=me") }, "\(lines)")
-            #expect(lines.contains { $0.contains("path=/nobodys") && $0.contains("client_entry=nobody-app") }, "\(lines)")
+            #expect(
+                lines.contains { $0.contains("path=/nobodys") && $0.contains("client_entry=nobody-app") }, "\(lines)")
             #expect(lines.contains { $0.contains("path=/not-mine") && $0.contains("error=client-denied") })
 
             // Only another user's entry: this client matches nothing.
-            try await proxy.reload(Self.config(origin, clients: """
-                  - {name: nobody-app, match: {unix_user: "65534"}, upstreams: "*"}
-                """))
+            try await proxy.reload(
+                Self.config(
+                    origin,
+                    clients: """
+                          - {name: nobody-app, match: {unix_user: "65534"}, upstreams: "*"}
+                        """))
             let stranger = try await proxy.get("http://app.test/after-reload", host: "app.test")
             #expect(stranger.status == 403)
             #expect(stranger.header("X-Backstop-Error") == "client-denied")
@@ -90,7 +99,9 @@ struct ClientIdentityTests {
         if let failure { throw failure }
     }
 
-    @Test("Proxy-Authorization: missing or wrong gets 407 with the challenge, right goes on without it; a CONNECT obeys the same; the password is logged nowhere")
+    @Test(
+        "Proxy-Authorization: missing or wrong gets 407 with the challenge, right goes on without it; a CONNECT obeys the same; the password is logged nowhere"
+    )
     func proxyAuthorization() async throws {
         let origin = try await TestOrigin.start { _ in .text(200, "ok") }
         let (keychain, directory) = try TokenRefreshTests.makeKeychain(["ci/proxy": "ci:correct horse"])
@@ -98,20 +109,26 @@ struct ClientIdentityTests {
         let capture = LogCapture()
         var failure: (any Error)?
         do {
-            let proxy = try await ProxyHarness.start(Self.config(origin, clients: """
-                  - {name: ci, match: {proxy_auth: ci/proxy}, upstreams: [app]}
-                """, prefix: keychainSection(directory: directory)), keychain: keychain, capture: capture)
+            let proxy = try await ProxyHarness.start(
+                Self.config(
+                    origin,
+                    clients: """
+                          - {name: ci, match: {proxy_auth: ci/proxy}, upstreams: [app]}
+                        """, prefix: keychainSection(directory: directory)), keychain: keychain, capture: capture)
             let right = "Basic " + Data("ci:correct horse".utf8).base64EncodedString()
             let wrong = "Basic " + Data("ci:correct horsf".utf8).base64EncodedString()
             let missing = try await proxy.get("http://app.test/a", host: "app.test")
-            let refused = try await proxy.get("http://app.test/b", host: "app.test", headers: [("Proxy-Authorization", wrong)])
-            let notBasic = try await proxy.get("http://app.test/c", host: "app.test", headers: [("Proxy-Authorization", "Bearer x")])
+            let refused = try await proxy.get(
+                "http://app.test/b", host: "app.test", headers: [("Proxy-Authorization", wrong)])
+            let notBasic = try await proxy.get(
+                "http://app.test/c", host: "app.test", headers: [("Proxy-Authorization", "Bearer x")])
             for response in [missing, refused, notBasic] {
                 #expect(response.status == 407)
                 #expect(response.header("X-Backstop-Error") == "proxy-auth-required")
                 #expect(response.header("Proxy-Authenticate")?.hasPrefix("Basic realm=\"backstop\"") == true)
             }
-            let allowed = try await proxy.get("http://app.test/d", host: "app.test", headers: [("Proxy-Authorization", right)])
+            let allowed = try await proxy.get(
+                "http://app.test/d", host: "app.test", headers: [("Proxy-Authorization", right)])
             #expect(allowed.status == 200)
             let otherUpstream = try await proxy.get(
                 "http://other.test/e", host: "other.test", headers: [("Proxy-Authorization", right)])
@@ -126,14 +143,16 @@ struct ClientIdentityTests {
             #expect(tunnelWith.hasPrefix("HTTP/1.1 403 "), "\(tunnelWith)")
             let requests = origin.requests
             #expect(requests.map(\.uri) == ["/d"])
-            #expect(requests.allSatisfy { request in
-                !request.headers.contains { $0.name.lowercased() == "proxy-authorization" }
-            }, "Proxy-Authorization is never forwarded")
+            #expect(
+                requests.allSatisfy { request in
+                    !request.headers.contains { $0.name.lowercased() == "proxy-authorization" }
+                }, "Proxy-Authorization is never forwarded")
             let lines = try await capture.waitFor("request", count: 5)
             #expect(lines.contains { $0.contains("path=/d") && $0.contains("client_entry=ci") }, "\(lines)")
             await proxy.stop()
             let log = capture.all.joined(separator: "\n")
-            #expect(!log.contains("correct horse") && !log.contains(String(right.dropFirst(6))) && !log.contains("Y2k6"))
+            #expect(
+                !log.contains("correct horse") && !log.contains(String(right.dropFirst(6))) && !log.contains("Y2k6"))
         } catch {
             failure = error
         }
@@ -151,9 +170,13 @@ struct ClientIdentityTests {
         let path = directory + "/proxy.sock"
         var failure: (any Error)?
         do {
-            let proxy = try await ProxyHarness.start("listen: [\"127.0.0.1:0\", \"unix:\(path)\"]\n" + Self.config(origin, clients: """
-                  - {name: nobody-app, match: {unix_user: nobody}, upstreams: [app]}
-                """))
+            let proxy = try await ProxyHarness.start(
+                "listen: [\"127.0.0.1:0\", \"unix:\(path)\"]\n"
+                    + Self.config(
+                        origin,
+                        clients: """
+                              - {name: nobody-app, match: {unix_user: nobody}, upstreams: [app]}
+                            """))
             // The listener is 0660 (root's group): let nobody connect for the test.
             #expect(chmod(path, 0o666) == 0)
             #expect(try await Self.curl(as: "nobody", ["--unix-socket", path, "http://app.test/nobodys"]) == "200")

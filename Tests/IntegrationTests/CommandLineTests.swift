@@ -32,7 +32,8 @@ struct CommandLineTests {
         let result = try await TestProcess.run(binary, ["keychain", "init", "--config", path])
         #expect(result.status == 0, "\(result.standardError)")
         for sub in ["/state", "/state/deep"] {
-            let mode = (try FileManager.default.attributesOfItem(atPath: directory + sub)[.posixPermissions] as? Int) ?? 0
+            let mode =
+                (try FileManager.default.attributesOfItem(atPath: directory + sub)[.posixPermissions] as? Int) ?? 0
             #expect(mode == 0o700, "\(sub)")
         }
         #expect(FileManager.default.fileExists(atPath: directory + "/state/deep/kc.bkc"))
@@ -49,16 +50,33 @@ struct CommandLineTests {
         }
     }
 
-    @Test("check reports each error as FILE:LINE:COLUMN: message and exits 1", arguments: [
-        // (config, expected line:column of the first error, a word the message must contain)
-        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retyr: {}\n", "7:5", "retyr"),
-        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retry:\n      attempts: 0\n", "8:17", "attempts"),
-        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retry:\n      backoff: {base: 2s, max: 1s}\n", "8:", "base"),
-        ("version: 1\nlisten:\n  - 0.0.0.0:8080\n", "3:5", "allow_remote"),
-        ("version: 1\nlisten: [127.0.0.1:8080]\nlimits:\n  client_idle_timeout: 10 parsecs\n", "4:24", "duration"),
-        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n  - name: a\n    match: {hosts: [b.test]}\n    url: http://127.0.0.1:2\n", "7:", "duplicate"),
-        ("version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n  - name: b\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:2\n", "8:", "overlap"),
-    ])
+    @Test(
+        "check reports each error as FILE:LINE:COLUMN: message and exits 1",
+        arguments: [
+            // (config, expected line:column of the first error, a word the message must contain)
+            (
+                "version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retyr: {}\n",
+                "7:5", "retyr"
+            ),
+            (
+                "version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retry:\n      attempts: 0\n",
+                "8:17", "attempts"
+            ),
+            (
+                "version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n    retry:\n      backoff: {base: 2s, max: 1s}\n",
+                "8:", "base"
+            ),
+            ("version: 1\nlisten:\n  - 0.0.0.0:8080\n", "3:5", "allow_remote"),
+            ("version: 1\nlisten: [127.0.0.1:8080]\nlimits:\n  client_idle_timeout: 10 parsecs\n", "4:24", "duration"),
+            (
+                "version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n  - name: a\n    match: {hosts: [b.test]}\n    url: http://127.0.0.1:2\n",
+                "7:", "duplicate"
+            ),
+            (
+                "version: 1\nlisten: [127.0.0.1:8080]\nupstreams:\n  - name: a\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:1\n  - name: b\n    match: {hosts: [a.test]}\n    url: http://127.0.0.1:2\n",
+                "8:", "overlap"
+            ),
+        ])
     func checkErrors(config: String, position: String, word: String) async throws {
         let (directory, path) = try writeConfig(config)
         defer { TestFiles.remove(directory) }
@@ -83,7 +101,8 @@ struct CommandLineTests {
         let origin = try await TestOrigin.start { _ in .text(200, "up") }
         let port = try FreePort.reserveClosedPort()
         let adminPort = try FreePort.reserveClosedPort()
-        let (directory, path) = try writeConfig("""
+        let (directory, path) = try writeConfig(
+            """
             version: 1
             listen: [127.0.0.1:\(port)]
             admin: {listen: 127.0.0.1:\(adminPort)}
@@ -99,11 +118,15 @@ struct CommandLineTests {
         let response = try await RawHTTP.exchange(
             port: port, request: RawHTTP.request("GET", "http://app.test/r", host: "app.test"), timeout: .seconds(10))
         #expect(response.bodyString == "up")
-        let health = try await RawHTTP.exchange(port: adminPort, request: RawHTTP.request("GET", "/healthz"), timeout: .seconds(5))
+        let health = try await RawHTTP.exchange(
+            port: adminPort, request: RawHTTP.request("GET", "/healthz"), timeout: .seconds(5))
         #expect(health.status == 200)
-        let ready = try await RawHTTP.exchange(port: adminPort, request: RawHTTP.request("GET", "/readyz"), timeout: .seconds(5))
+        let ready = try await RawHTTP.exchange(
+            port: adminPort, request: RawHTTP.request("GET", "/readyz"), timeout: .seconds(5))
         #expect(ready.status == 200)
-        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("status=200") && $0.contains("upstream=app") }
+        try await daemon.waitForOutput(timeout: .seconds(5)) {
+            $0.contains("status=200") && $0.contains("upstream=app")
+        }
         daemon.send(signal: SIGTERM)
         let status = try await daemon.waitForExit(timeout: .seconds(10))
         #expect(status == 0)

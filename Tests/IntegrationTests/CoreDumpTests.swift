@@ -10,7 +10,9 @@ import Glibc
 /// limit is 0, whatever limit it was started with.
 @Suite("Core dumps")
 struct CoreDumpTests {
-    @Test("run, started with a core limit of 1 MiB, sets it to 0 (soft and hard) and is non-dumpable: its /proc/PID files belong to root, not to its user")
+    @Test(
+        "run, started with a core limit of 1 MiB, sets it to 0 (soft and hard) and is non-dumpable: its /proc/PID files belong to root, not to its user"
+    )
     func disabledAtStart() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
@@ -22,7 +24,8 @@ struct CoreDumpTests {
         chmod(path, 0o644)
         // A non-dumpable process's /proc/PID files belong to root: observable only for a daemon that is not root.
         let nobody: UInt32 = 65534
-        let runAs = getuid() == 0 ? ["/usr/bin/setpriv", "--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups"] : []
+        let runAs =
+            getuid() == 0 ? ["/usr/bin/setpriv", "--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups"] : []
         // A copy beside the config: the checkout (CI's clone) may sit in a directory that user cannot enter.
         var binary = DaemonProcess.binaryPath()
         if getuid() == 0 {
@@ -38,18 +41,22 @@ struct CoreDumpTests {
 
             let limits = try String(contentsOfFile: "/proc/\(daemon.pid)/limits", encoding: .utf8)
             let core = try #require(limits.split(separator: "\n").first { $0.hasPrefix("Max core file size") })
-            let values = core.dropFirst("Max core file size".count).split(separator: " ", omittingEmptySubsequences: true)
+            let values = core.dropFirst("Max core file size".count).split(
+                separator: " ", omittingEmptySubsequences: true)
             #expect(values.prefix(2) == ["0", "0"], "\(core)")
 
             let status = try String(contentsOfFile: "/proc/\(daemon.pid)/status", encoding: .utf8)
             let uidLine = try #require(status.split(separator: "\n").first { $0.hasPrefix("Uid:") })
-            let realUID = try #require(uidLine.split(whereSeparator: { $0 == "\t" || $0 == " " }).dropFirst().first.flatMap { UInt32($0) })
+            let realUID = try #require(
+                uidLine.split(whereSeparator: { $0 == "\t" || $0 == " " }).dropFirst().first.flatMap { UInt32($0) })
             #expect(realUID == (getuid() == 0 ? nobody : getuid()))
             // The files under /proc/PID (this kernel keeps the directory itself with the process's user).
             for file in ["status", "fd", "environ"] {
                 var info = stat()
                 #expect(stat("/proc/\(daemon.pid)/\(file)", &info) == 0)
-                #expect(info.st_uid == 0, "/proc/\(daemon.pid)/\(file) belongs to uid \(info.st_uid): the daemon is dumpable")
+                #expect(
+                    info.st_uid == 0,
+                    "/proc/\(daemon.pid)/\(file) belongs to uid \(info.st_uid): the daemon is dumpable")
             }
             #expect(!daemon.output.contains("core dumps may not be disabled"), "\(daemon.output)")
         } catch {

@@ -22,17 +22,19 @@ struct DeployFilesTests {
         let names = regex.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap {
             Range($0.range, in: text).map { String(text[$0]) }
         }
-        return Set(names.map { name in
-            for suffix in ["_bucket", "_sum", "_count"] where name.hasSuffix(suffix) {
-                return String(name.dropLast(suffix.count))
-            }
-            return name
-        })
+        return Set(
+            names.map { name in
+                for suffix in ["_bucket", "_sum", "_count"] where name.hasSuffix(suffix) {
+                    return String(name.dropLast(suffix.count))
+                }
+                return name
+            })
     }
 
     @Test("a live scrape passes promtool; the dashboard and alerts name only metrics it has")
     func scrape() async throws {
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             admin: {listen: 127.0.0.1:0}
             tracing: {otlp_endpoint: "http://127.0.0.1:1"}
             upstreams:
@@ -46,7 +48,9 @@ struct DeployFilesTests {
         #expect(scrape.status == 200)
         let text = scrape.bodyString
 
-        let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"].first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
         let tool = try #require(promtool, "promtool not found: apt-get install prometheus")
         let path = NSTemporaryDirectory() + "metrics-\(UUID().uuidString).txt"
         try text.write(toFile: path, atomically: true, encoding: .utf8)
@@ -54,12 +58,15 @@ struct DeployFilesTests {
         let lint = try await TestProcess.run("/bin/sh", ["-c", "exec \"$0\" check metrics < \"$1\"", tool, path])
         #expect(lint.status == 0, "promtool check metrics: \(lint.standardOutput)\(lint.standardError)")
 
-        let families = Set(text.split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map {
-            String($0.split(separator: " ")[2])
-        })
+        let families = Set(
+            text.split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map {
+                String($0.split(separator: " ")[2])
+            })
         let dashboard = try Self.metricNames(in: "deploy/grafana/backstop.json")
         #expect(dashboard.count >= 20)
-        #expect(dashboard.subtracting(families).isEmpty, "dashboard names unknown metrics: \(dashboard.subtracting(families))")
+        #expect(
+            dashboard.subtracting(families).isEmpty,
+            "dashboard names unknown metrics: \(dashboard.subtracting(families))")
         let alerts = try Self.metricNames(in: "deploy/prometheus/alerts.yaml")
         #expect(alerts.subtracting(families) == Self.notExportedYet, "\(alerts.subtracting(families))")
     }

@@ -21,7 +21,8 @@ extension FleetTests {
             port: fleet.ports[index].admin, request: RawHTTP.request("GET", "/metrics", host: "a"), timeout: .seconds(5)
         ).bodyString
         let prefix = "backstop_token_store_operations_total{store=\"postgres\",operation=\"notify\",result=\"ok\"} "
-        return text.split(separator: "\n").first { $0.hasPrefix(prefix) }.flatMap { Int($0.dropFirst(prefix.count)) } ?? 0
+        return text.split(separator: "\n").first { $0.hasPrefix(prefix) }.flatMap { Int($0.dropFirst(prefix.count)) }
+            ?? 0
     }
 
     /// Sends requests to daemon 0 for `duration` (each on a new connection); returns their statuses.
@@ -47,7 +48,9 @@ extension FleetTests {
         return .now
     }
 
-    @Test("a role with no table rights sending NOTIFY does not end the refresh hold-down: token calls do not multiply; a seed still ends it at once")
+    @Test(
+        "a role with no table rights sending NOTIFY does not end the refresh hold-down: token calls do not multiply; a seed still ends it at once"
+    )
     func notificationsAreOnlyHints() async throws {
         let fleet = try await startFleet(count: 1, postgres: true, lifetime: 600, refreshAhead: "5s")
         var failure: (any Error)?
@@ -84,8 +87,9 @@ extension FleetTests {
             let sent = try await spam.value
             let during = auth.tokenCalls - before
             let notified = try await notificationsReceived(fleet) - notifiedBefore
-            print("intruder notifications: \(sent) sent, \(notified) received; token calls in 2 s: baseline \(baseline), "
-                + "with notifications \(1 + during)")
+            print(
+                "intruder notifications: \(sent) sent, \(notified) received; token calls in 2 s: baseline \(baseline), "
+                    + "with notifications \(1 + during)")
             #expect(notified > 5, "the daemon received the intruder's notifications (\(notified) of \(sent))")
             #expect(1 + during == baseline, "token calls in 2 s: \(1 + during) with notifications, \(baseline) without")
             #expect(Set(statuses) == [502], "\(statuses)")
@@ -93,9 +97,12 @@ extension FleetTests {
             // A new sealed row (an operator's seed) still ends the hold-down at once, well before its 5 s.
             let started = try await requestUntilTokenCalls(fleet, reach: auth.tokenCalls + 1)
             auth.update { $0.invalidGrant = false }
-            let seeded = try await SpawnedProcess.run("/bin/sh", [
-                "-c", "printf %s '\(auth.currentRefreshToken)' | '\(binary)' tokens seed api --config '\(fleet.directory)/d0.yaml'",
-            ])
+            let seeded = try await SpawnedProcess.run(
+                "/bin/sh",
+                [
+                    "-c",
+                    "printf %s '\(auth.currentRefreshToken)' | '\(binary)' tokens seed api --config '\(fleet.directory)/d0.yaml'",
+                ])
             #expect(seeded.status == 0, "\(seeded.standardError)")
             var fixed = 0
             while fixed != 200 && ContinuousClock.now - started < .seconds(4) {
@@ -111,7 +118,9 @@ extension FleetTests {
         if let failure { throw failure }
     }
 
-    @Test("a rolled-back row (an older sealed value restored) is never used: no token call with the spent refresh token, a warning naming both versions, also after a restart; tokens seed recovers")
+    @Test(
+        "a rolled-back row (an older sealed value restored) is never used: no token call with the spent refresh token, a warning naming both versions, also after a restart; tokens seed recovers"
+    )
     func rolledBackRowIsRefused() async throws {
         var fleet = try await startFleet(count: 1, postgres: true, lifetime: 600, refreshAhead: "5s")
         var failure: (any Error)?
@@ -126,11 +135,13 @@ extension FleetTests {
             // The first request spends refresh-0 (the endpoint rotates it) and stores the next version.
             #expect(try await status(fleet, path: "/warm") == 200)
             #expect(auth.tokenCalls == 1)
-            let current = try await pg.psql("SELECT version FROM backstop_tokens").trimmingCharacters(in: .whitespacesAndNewlines)
+            let current = try await pg.psql("SELECT version FROM backstop_tokens").trimmingCharacters(
+                in: .whitespacesAndNewlines)
             #expect(current == String(seededVersion + 1))
 
             // A restore puts the old row back (sealed value and version column), then the access token is revoked.
-            try await pg.psql("UPDATE backstop_tokens SET sealed = decode('\(backup[0])', 'hex'), version = \(seededVersion)")
+            try await pg.psql(
+                "UPDATE backstop_tokens SET sealed = decode('\(backup[0])', 'hex'), version = \(seededVersion)")
             auth.revokeAllAccessTokens()
             let response = try await RawHTTP.exchange(
                 port: fleet.ports[0].proxy, request: RawHTTP.request("GET", "http://api.test/after", host: "api.test"),
@@ -140,17 +151,21 @@ extension FleetTests {
             #expect(auth.tokenCalls == 1, "no token call with the spent refresh token")
             #expect(auth.rejectedRefreshTokens == 0)
             #expect(!auth.familyRevoked)
-            let expected = ["msg=\"token store row is older than one already seen; not used\"", "upstream=api",
-                            "stored_version=\(seededVersion)", "seen_version=\(seededVersion + 1)", "level=warning"]
+            let expected = [
+                "msg=\"token store row is older than one already seen; not used\"", "upstream=api",
+                "stored_version=\(seededVersion)", "seen_version=\(seededVersion + 1)", "level=warning",
+            ]
             try await fleet.daemons[0].waitForOutput(timeout: .seconds(5)) { output in
                 output.split(separator: "\n").contains { line in expected.allSatisfy { line.contains($0) } }
             }
             // The row is left for the operator, and the mark is in the keychain.
             let after = try await pg.psql("SELECT encode(sealed, 'hex') FROM backstop_tokens")
             #expect(after.trimmingCharacters(in: .whitespacesAndNewlines) == backup[0])
-            let mark = try await SpawnedProcess.run(binary, [
-                "keychain", "get", "api/row_version", "--config", fleet.directory + "/d0.yaml",
-            ])
+            let mark = try await SpawnedProcess.run(
+                binary,
+                [
+                    "keychain", "get", "api/row_version", "--config", fleet.directory + "/d0.yaml",
+                ])
             #expect(mark.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines) == String(seededVersion + 1))
 
             // A restarted daemon remembers the version it saw: the old row is still refused.
@@ -167,9 +182,12 @@ extension FleetTests {
             }
 
             // The operator seeds the current grant: every daemon accepts the seeded row, whatever it saw before.
-            let seeded = try await SpawnedProcess.run("/bin/sh", [
-                "-c", "printf %s '\(auth.currentRefreshToken)' | '\(binary)' tokens seed api --config '\(fleet.directory)/d0.yaml'",
-            ])
+            let seeded = try await SpawnedProcess.run(
+                "/bin/sh",
+                [
+                    "-c",
+                    "printf %s '\(auth.currentRefreshToken)' | '\(binary)' tokens seed api --config '\(fleet.directory)/d0.yaml'",
+                ])
             #expect(seeded.status == 0, "\(seeded.standardError)")
             let deadline = ContinuousClock.now + .seconds(10)
             var recovered = 0
@@ -189,7 +207,9 @@ extension FleetTests {
         if let failure { throw failure }
     }
 
-    @Test("a wrong database password: check --online and tokens list name the server's answer (28P01); with the database down, tokens list says 'token store unavailable' once")
+    @Test(
+        "a wrong database password: check --online and tokens list name the server's answer (28P01); with the database down, tokens list says 'token store unavailable' once"
+    )
     func serverAnswersArePassedThrough() async throws {
         let fleet = try await startFleet(count: 1, postgres: true, lifetime: 600, refreshAhead: "5s")
         var failure: (any Error)?
@@ -208,19 +228,24 @@ extension FleetTests {
             let list = try await SpawnedProcess.run(binary, ["tokens", "list", "--config", config])
             #expect(list.status == 1)
             #expect(list.standardError.contains("28P01"), "\(list.standardError)")
-            #expect(list.standardError.components(separatedBy: "token store unavailable").count == 2,
-                    "said once: \(list.standardError)")
+            #expect(
+                list.standardError.components(separatedBy: "token store unavailable").count == 2,
+                "said once: \(list.standardError)")
 
             try opened.keychain.set("postgres/password", value: Array(pg.password.utf8))
             try await pg.pause()
             let down = try await SpawnedProcess.run(binary, ["tokens", "list", "--config", config])
             #expect(down.status == 1)
-            #expect(down.standardError.components(separatedBy: "token store unavailable").count == 2,
-                    "said once: \(down.standardError)")
+            #expect(
+                down.standardError.components(separatedBy: "token store unavailable").count == 2,
+                "said once: \(down.standardError)")
             #expect(down.standardError.contains("no connection within 5.0 seconds"), "\(down.standardError)")
-            let seed = try await SpawnedProcess.run("/bin/sh", ["-c", "printf x | '\(binary)' tokens seed api --config '\(config)'"])
+            let seed = try await SpawnedProcess.run(
+                "/bin/sh", ["-c", "printf x | '\(binary)' tokens seed api --config '\(config)'"])
             #expect(seed.status == 1)
-            #expect(seed.standardError.components(separatedBy: "token store").count == 2, "said once: \(seed.standardError)")
+            #expect(
+                seed.standardError.components(separatedBy: "token store").count == 2, "said once: \(seed.standardError)"
+            )
             try await pg.resume()
         } catch {
             failure = error

@@ -8,7 +8,8 @@ import Testing
 /// revokes the whole family on reuse (docs/reference/token-store.md): exactly one refresh per expiry fleet-wide, no
 /// reuse, every instance adopting what others fetched; and the same fleet on separate keychains, which is what the
 /// store prevents.
-@Suite("Fleet token store", .serialized, .enabled(if: TestPostgres.isAvailable, "\(TestPostgres.unavailableReason ?? "")"))
+@Suite(
+    "Fleet token store", .serialized, .enabled(if: TestPostgres.isAvailable, "\(TestPostgres.unavailableReason ?? "")"))
 struct FleetTests {
     let binary = DaemonProcess.binaryPath()
 
@@ -42,42 +43,48 @@ struct FleetTests {
             if let pg { try opened.keychain.set("postgres/password", value: Array(pg.password.utf8)) }
             if seedEach { try opened.keychain.set("api/refresh_token", value: Array("refresh-0".utf8)) }
             let ports = (proxy: try FreePort.reserveClosedPort(), admin: try FreePort.reserveClosedPort())
-            let store = pg.map { pg in
-                """
-                token_store:
-                  type: postgres
-                  url: postgres://\(pg.user)@127.0.0.1:\(pg.port)/\(pg.database)
-                  password_entry: postgres/password
-                  tls: disable
-                """
-            } ?? ""
+            let store =
+                pg.map { pg in
+                    """
+                    token_store:
+                      type: postgres
+                      url: postgres://\(pg.user)@127.0.0.1:\(pg.port)/\(pg.database)
+                      password_entry: postgres/password
+                      tls: disable
+                    """
+                } ?? ""
             try """
-                version: 1
-                listen: [127.0.0.1:\(ports.proxy)]
-                admin: {listen: 127.0.0.1:\(ports.admin)}
-                log: {level: info, access_log: false}
-                keychain: {path: kc\(index).bkc, key_file: keychain.key}
-                \(store)
-                upstreams:
-                  - name: api
-                    match: {hosts: [api.test]}
-                    url: \(origin.baseURL)
-                    retry: {attempts: 1}
-                    auth: {type: oauth2, token_url: \(auth.tokenURL), keychain_prefix: api, refresh_ahead: \(refreshAhead)}
-                """.write(toFile: directory + "/d\(index).yaml", atomically: true, encoding: .utf8)
+            version: 1
+            listen: [127.0.0.1:\(ports.proxy)]
+            admin: {listen: 127.0.0.1:\(ports.admin)}
+            log: {level: info, access_log: false}
+            keychain: {path: kc\(index).bkc, key_file: keychain.key}
+            \(store)
+            upstreams:
+              - name: api
+                match: {hosts: [api.test]}
+                url: \(origin.baseURL)
+                retry: {attempts: 1}
+                auth: {type: oauth2, token_url: \(auth.tokenURL), keychain_prefix: api, refresh_ahead: \(refreshAhead)}
+            """.write(toFile: directory + "/d\(index).yaml", atomically: true, encoding: .utf8)
             fleet.ports.append(ports)
         }
         if postgres {
-            let seeded = try await SpawnedProcess.run("/bin/sh", [
-                "-c", "printf %s refresh-0 | '\(binary)' tokens seed api --config '\(directory)/d0.yaml'",
-            ])
+            let seeded = try await SpawnedProcess.run(
+                "/bin/sh",
+                [
+                    "-c", "printf %s refresh-0 | '\(binary)' tokens seed api --config '\(directory)/d0.yaml'",
+                ])
             #expect(seeded.status == 0, "\(seeded.standardError)")
         }
         for index in 0..<count {
-            let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", directory + "/d\(index).yaml"])
+            let daemon = try DaemonProcess.start(
+                binary: binary, arguments: ["run", "--config", directory + "/d\(index).yaml"])
             fleet.daemons.append(daemon)
         }
-        for (index, daemon) in fleet.daemons.enumerated() { try await daemon.waitUntilListening(port: fleet.ports[index].proxy) }
+        for (index, daemon) in fleet.daemons.enumerated() {
+            try await daemon.waitUntilListening(port: fleet.ports[index].proxy)
+        }
         return fleet
     }
 
@@ -108,7 +115,8 @@ struct FleetTests {
                         let status: Int
                         do {
                             status = try await RawHTTP.exchange(
-                                port: port, request: RawHTTP.request("GET", "http://api.test/c\(client)", host: "api.test"),
+                                port: port,
+                                request: RawHTTP.request("GET", "http://api.test/c\(client)", host: "api.test"),
                                 timeout: .seconds(20)
                             ).status
                         } catch {
@@ -134,17 +142,22 @@ struct FleetTests {
     /// `backstop_token_refreshes_total{upstream="api",result=…}` of one daemon.
     func refreshes(_ adminPort: Int) async throws -> [String: Int] {
         let text = try await RawHTTP.exchange(
-            port: adminPort, request: RawHTTP.request("GET", "/metrics", host: "a"), timeout: .seconds(5)).bodyString
+            port: adminPort, request: RawHTTP.request("GET", "/metrics", host: "a"), timeout: .seconds(5)
+        ).bodyString
         var out: [String: Int] = [:]
-        for line in text.split(separator: "\n") where line.hasPrefix("backstop_token_refreshes_total{upstream=\"api\"") {
-            guard let result = line.split(separator: "\"").dropFirst(3).first, let value = line.split(separator: " ").last
+        for line in text.split(separator: "\n") where line.hasPrefix("backstop_token_refreshes_total{upstream=\"api\"")
+        {
+            guard let result = line.split(separator: "\"").dropFirst(3).first,
+                let value = line.split(separator: " ").last
             else { continue }
             out[String(result)] = Int(value)
         }
         return out
     }
 
-    @Test("8 daemons on one PostgreSQL store under load, tokens living 2 s and revoked every 7 s: every request succeeds, one grant per expiry or revocation, no refresh token reused, every daemon adopts tokens it did not fetch")
+    @Test(
+        "8 daemons on one PostgreSQL store under load, tokens living 2 s and revoked every 7 s: every request succeeds, one grant per expiry or revocation, no refresh token reused, every daemon adopts tokens it did not fetch"
+    )
     func fleetRefreshesOncePerExpiry() async throws {
         let seconds = Int(ProcessInfo.processInfo.environment["BACKSTOP_FLEET_SECONDS"] ?? "") ?? 60
         let fleet = try await startFleet(count: 8, postgres: true, lifetime: 2, refreshAhead: "1s")
@@ -179,9 +192,10 @@ struct FleetTests {
             #expect(fetched == auth.tokenCalls, "each grant was fetched by exactly one daemon")
             var adopted: [Int] = []
             for ports in fleet.ports { adopted.append(try await refreshes(ports.admin)["adopted"] ?? 0) }
-            print("fleet: \(seconds) s, \(total) requests \(statuses), \(grants.count) grants, "
-                + "\(revocations.count) revocations, fetched per daemon total \(fetched), adopted per daemon \(adopted), "
-                + "reused refresh tokens \(auth.rejectedRefreshTokens)")
+            print(
+                "fleet: \(seconds) s, \(total) requests \(statuses), \(grants.count) grants, "
+                    + "\(revocations.count) revocations, fetched per daemon total \(fetched), adopted per daemon \(adopted), "
+                    + "reused refresh tokens \(auth.rejectedRefreshTokens)")
         } catch {
             failure = error
         }
@@ -189,7 +203,9 @@ struct FleetTests {
         if let failure { throw failure }
     }
 
-    @Test("the same fleet on 8 separate keychains reuses the refresh token, and the endpoint revokes the family: the failure the shared store prevents")
+    @Test(
+        "the same fleet on 8 separate keychains reuses the refresh token, and the endpoint revokes the family: the failure the shared store prevents"
+    )
     func separateKeychainsReuse() async throws {
         let fleet = try await startFleet(count: 8, postgres: false, lifetime: 2, refreshAhead: "1s", seedEach: true)
         var failure: (any Error)?
@@ -205,7 +221,9 @@ struct FleetTests {
         if let failure { throw failure }
     }
 
-    @Test("PostgreSQL restarted under load: no request fails while tokens are valid, and a refresh works again after; the request path sends nothing to the database while the token is valid")
+    @Test(
+        "PostgreSQL restarted under load: no request fails while tokens are valid, and a refresh works again after; the request path sends nothing to the database while the token is valid"
+    )
     func databaseRestart() async throws {
         let fleet = try await startFleet(count: 2, postgres: true, lifetime: 60, refreshAhead: "5s")
         var failure: (any Error)?
@@ -222,7 +240,8 @@ struct FleetTests {
             var served = 0
             while served < requests {
                 let response = try await RawHTTP.exchange(
-                    port: fleet.ports[served % 2].proxy, request: RawHTTP.request("GET", "http://api.test/n", host: "api.test"),
+                    port: fleet.ports[served % 2].proxy,
+                    request: RawHTTP.request("GET", "http://api.test/n", host: "api.test"),
                     timeout: .seconds(5))
                 #expect(response.status == 200)
                 served += 1
@@ -230,9 +249,12 @@ struct FleetTests {
             try await pg.mark("cost-end")
             let sent = pg.statements(by: pg.user, between: "cost-start", and: "cost-end")
             let pings = sent.filter { $0.hasSuffix("SELECT 1;") || $0.hasSuffix("SELECT 1") }
-            print("statements sent to the database during \(requests) requests with a valid token: \(sent.count) "
-                + "(\(pings.count) pool keep-alive pings)")
-            #expect(sent.count == pings.count, "the request path never touches the database while the token is valid: \(sent)")
+            print(
+                "statements sent to the database during \(requests) requests with a valid token: \(sent.count) "
+                    + "(\(pings.count) pool keep-alive pings)")
+            #expect(
+                sent.count == pings.count,
+                "the request path never touches the database while the token is valid: \(sent)")
 
             let underLoad = Task { try await load(fleet, clients: 4, duration: .seconds(4), revokeEvery: nil) }
             try await Task.sleep(for: .seconds(1))
@@ -247,7 +269,8 @@ struct FleetTests {
             while ContinuousClock.now < deadline && status != 200 {
                 status = try await RawHTTP.exchange(
                     port: fleet.ports[0].proxy, request: RawHTTP.request("GET", "http://api.test/r", host: "api.test"),
-                    timeout: .seconds(20)).status
+                    timeout: .seconds(20)
+                ).status
                 if status != 200 { try await Task.sleep(for: .milliseconds(500)) }
             }
             #expect(status == 200, "the refresh works once the database is back")
@@ -260,7 +283,9 @@ struct FleetTests {
         if let failure { throw failure }
     }
 
-    @Test("a daemon killed (-9) while it holds the refresh lock: the lock goes with its connection and another daemon completes the refresh, with no reuse")
+    @Test(
+        "a daemon killed (-9) while it holds the refresh lock: the lock goes with its connection and another daemon completes the refresh, with no reuse"
+    )
     func killedHolder() async throws {
         let fleet = try await startFleet(count: 2, postgres: true, lifetime: 60, refreshAhead: "5s")
         var failure: (any Error)?
@@ -312,7 +337,9 @@ struct FleetTests {
                 timeout: .seconds(20))
             #expect(response.status == 401)
             #expect(response.header("X-Backstop-Error") == "token-refresh-failed")
-            try await fleet.daemons[0].waitForOutput(timeout: .seconds(5)) { $0.contains("token store record unreadable") }
+            try await fleet.daemons[0].waitForOutput(timeout: .seconds(5)) {
+                $0.contains("token store record unreadable")
+            }
             #expect(fleet.daemons[0].output.contains("cannot be opened with this keychain key"))
             #expect(fleet.daemons[0].isRunning)
             let dump = try await pg.psql("SELECT encode(sealed, 'hex') FROM backstop_tokens")
@@ -324,10 +351,13 @@ struct FleetTests {
         if let failure { throw failure }
     }
 
-    @Test("refresh latency through each store, as the token manager sees it (printed for the record; every refresh must succeed)")
+    @Test(
+        "refresh latency through each store, as the token manager sees it (printed for the record; every refresh must succeed)"
+    )
     func refreshLatency() async throws {
         for postgres in [false, true] {
-            let fleet = try await startFleet(count: 1, postgres: postgres, lifetime: 600, refreshAhead: "5s", seedEach: !postgres)
+            let fleet = try await startFleet(
+                count: 1, postgres: postgres, lifetime: 600, refreshAhead: "5s", seedEach: !postgres)
             var failure: (any Error)?
             do {
                 var times: [Duration] = []
@@ -336,14 +366,17 @@ struct FleetTests {
                     let started = ContinuousClock.now
                     let response = try await RawHTTP.exchange(
                         port: fleet.ports[0].proxy,
-                        request: RawHTTP.request("GET", "http://api.test/l\(round)", host: "api.test"), timeout: .seconds(10))
+                        request: RawHTTP.request("GET", "http://api.test/l\(round)", host: "api.test"),
+                        timeout: .seconds(10))
                     // The first round fetches the first token; every later one is 401 → refresh → replay.
                     if round > 0 { times.append(ContinuousClock.now - started) }
                     #expect(response.status == 200)
                 }
                 let sorted = times.sorted()
-                print("refresh round trip (401, refresh, replay) with the \(postgres ? "postgres" : "keychain") store: "
-                    + "median \(sorted[sorted.count / 2]), p90 \(sorted[sorted.count * 9 / 10]) over \(sorted.count)")
+                print(
+                    "refresh round trip (401, refresh, replay) with the \(postgres ? "postgres" : "keychain") store: "
+                        + "median \(sorted[sorted.count / 2]), p90 \(sorted[sorted.count * 9 / 10]) over \(sorted.count)"
+                )
                 #expect(fleet.auth.tokenCalls == 40)
             } catch {
                 failure = error
@@ -353,7 +386,9 @@ struct FleetTests {
         }
     }
 
-    @Test("tokens list shows each store's state and never a token; check --online finds the table and its rights, and says what is missing")
+    @Test(
+        "tokens list shows each store's state and never a token; check --online finds the table and its rights, and says what is missing"
+    )
     func listAndOnlineCheck() async throws {
         let fleet = try await startFleet(count: 1, postgres: true, lifetime: 600, refreshAhead: "5s")
         var failure: (any Error)?
@@ -379,7 +414,8 @@ struct FleetTests {
             try await pg.psql("ALTER TABLE backstop_tokens OWNER TO postgres")
             let missing = try await SpawnedProcess.run(binary, ["check", "--online", "--config", config])
             #expect(missing.status == 1)
-            #expect(missing.standardOutput.contains("lacks SELECT on table backstop_tokens"), "\(missing.standardOutput)")
+            #expect(
+                missing.standardOutput.contains("lacks SELECT on table backstop_tokens"), "\(missing.standardOutput)")
             try await pg.pause()
             let down = try await SpawnedProcess.run(binary, ["check", "--online", "--config", config])
             #expect(down.status == 1)

@@ -8,7 +8,11 @@ struct ForwardingTests {
     @Test("absolute-form request reaches the upstream with path, query, headers rewritten")
     func absoluteForm() async throws {
         try await withOriginAndProxy(
-            origin: { _ in .text(200, "hello", headers: [("X-Origin", "yes"), ("Connection", "close, X-Drop-Me"), ("X-Drop-Me", "1")]) },
+            origin: { _ in
+                .text(
+                    200, "hello",
+                    headers: [("X-Origin", "yes"), ("Connection", "close, X-Drop-Me"), ("X-Drop-Me", "1")])
+            },
             config: { singleUpstreamConfig($0, basePath: "/v2") }
         ) { origin, proxy in
             let request = RawHTTP.request(
@@ -44,7 +48,8 @@ struct ForwardingTests {
     func targetsByteForByte() async throws {
         let targets = [
             "/a%2Fb/c", "/a%2fb", "/%E2%82%AC/x", "/p?x=%2F&y=%2f&z=%E2%82%AC", "/p?a=1&a=1&a=", "/p?==&&", "/p?",
-            "/p/?", "/:@!$&'()*+,;=", "/~user/x-y_z.json", "//double//slash", "/v1/users/42/orders?page=2&sort=-created_at&filter[status]=open",
+            "/p/?", "/:@!$&'()*+,;=", "/~user/x-y_z.json", "//double//slash",
+            "/v1/users/42/orders?page=2&sort=-created_at&filter[status]=open",
             "/p;x?y;z", "/a..b/c.d", "/p?q=a+b&r=%20&s=%25", "/", "/p?q=%7E", "/.well-known/x", "/p?a=%41%3d",
             "/plain/again", "/a%2Fb/again",
         ]
@@ -54,7 +59,8 @@ struct ForwardingTests {
         ) { origin, proxy in
             for _ in 0..<2 {
                 for target in targets {
-                    let response = try await proxy.send(RawHTTP.request("GET", "http://app.test" + target, host: "app.test"))
+                    let response = try await proxy.send(
+                        RawHTTP.request("GET", "http://app.test" + target, host: "app.test"))
                     #expect(response.status == 200, "\(target)")
                 }
             }
@@ -110,17 +116,22 @@ struct ForwardingTests {
     @Test("request bodies and methods pass through unchanged")
     func bodies() async throws {
         try await withOriginAndProxy(
-            origin: { request in .respond(status: 201, headers: [("X-Len", String(request.body.count))], body: request.body) },
+            origin: { request in
+                .respond(status: 201, headers: [("X-Len", String(request.body.count))], body: request.body)
+            },
             config: { singleUpstreamConfig($0) }
         ) { origin, proxy in
             let payload = Array("{\"name\":\"backstop\"}".utf8)
-            let post = try await proxy.send(RawHTTP.request(
-                "POST", "http://app.test/things", host: "app.test", headers: [("Content-Type", "application/json")],
-                body: payload))
+            let post = try await proxy.send(
+                RawHTTP.request(
+                    "POST", "http://app.test/things", host: "app.test", headers: [("Content-Type", "application/json")],
+                    body: payload))
             #expect(post.status == 201)
             #expect(post.body == payload)
-            let chunked = try await proxy.send(Array(
-                "PATCH http://app.test/c HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n".utf8))
+            let chunked = try await proxy.send(
+                Array(
+                    "PATCH http://app.test/c HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+                        .utf8))
             #expect(chunked.status == 201)
             #expect(chunked.bodyString == "hello world")
             let empty = try await proxy.send(RawHTTP.request("DELETE", "http://app.test/d", host: "app.test"))
@@ -150,8 +161,9 @@ struct ForwardingTests {
             ]
             for (i, step) in steps.enumerated() {
                 let response = try await connection.exchange(
-                    RawHTTP.request(step.method, "http://app.test/\(i)", host: "app.test",
-                                    headers: step.header.map { [$0] } ?? [], body: step.body),
+                    RawHTTP.request(
+                        step.method, "http://app.test/\(i)", host: "app.test",
+                        headers: step.header.map { [$0] } ?? [], body: step.body),
                     timeout: .seconds(10))
                 #expect(response.status == 200)
                 let expected = step.method == "HEAD" ? "" : "\(step.method) /\(i) \(step.body?.count ?? 0)"
@@ -185,14 +197,18 @@ struct ForwardingTests {
         ) { _, proxy in
             let connection = try await RawHTTPConnection.connect(port: proxy.port)
             defer { Task { await connection.close() } }
-            let head = try await connection.exchange(RawHTTP.request("HEAD", "http://app.test/x", host: "app.test"), timeout: .seconds(10))
+            let head = try await connection.exchange(
+                RawHTTP.request("HEAD", "http://app.test/x", host: "app.test"), timeout: .seconds(10))
             #expect(head.status == 200)
             #expect(head.body.isEmpty)
-            let noContent = try await connection.exchange(RawHTTP.request("GET", "http://app.test/204", host: "app.test"), timeout: .seconds(10))
+            let noContent = try await connection.exchange(
+                RawHTTP.request("GET", "http://app.test/204", host: "app.test"), timeout: .seconds(10))
             #expect(noContent.status == 204)
-            let notModified = try await connection.exchange(RawHTTP.request("GET", "http://app.test/304", host: "app.test"), timeout: .seconds(10))
+            let notModified = try await connection.exchange(
+                RawHTTP.request("GET", "http://app.test/304", host: "app.test"), timeout: .seconds(10))
             #expect(notModified.status == 304)
-            let after = try await connection.exchange(RawHTTP.request("GET", "http://app.test/x", host: "app.test"), timeout: .seconds(10))
+            let after = try await connection.exchange(
+                RawHTTP.request("GET", "http://app.test/x", host: "app.test"), timeout: .seconds(10))
             #expect(after.bodyString == "twelve bytes")
         }
     }
@@ -205,7 +221,9 @@ struct ForwardingTests {
             },
             config: { singleUpstreamConfig($0) }
         ) { _, proxy in
-            let requests = ["/slow", "/a", "/b"].map { RawHTTP.request("GET", "http://app.test\($0)", host: "app.test") }
+            let requests = ["/slow", "/a", "/b"].map {
+                RawHTTP.request("GET", "http://app.test\($0)", host: "app.test")
+            }
             let responses = try await RawHTTP.exchangeMany(port: proxy.port, requests: requests, timeout: .seconds(10))
             #expect(responses.map(\.bodyString) == ["slow", "/a", "/b"])
         }
@@ -257,8 +275,9 @@ struct ForwardingTests {
     func passthrough() async throws {
         let origin = try await TestOrigin.start { request in .text(200, "through \(request.uri)") }
         let proxy = try await ProxyHarness.start("unmatched: passthrough\nupstreams: []\n")
-        let response = try await proxy.send(RawHTTP.request(
-            "GET", "http://127.0.0.1:\(origin.port)/p?q=1", host: "127.0.0.1:\(origin.port)"))
+        let response = try await proxy.send(
+            RawHTTP.request(
+                "GET", "http://127.0.0.1:\(origin.port)/p?q=1", host: "127.0.0.1:\(origin.port)"))
         #expect(response.status == 200)
         #expect(response.bodyString == "through /p?q=1")
         #expect(origin.requests.first?.header("Via") == "1.1 backstop")
@@ -272,7 +291,8 @@ struct ForwardingTests {
         defer { TestFiles.remove(directory) }
         let origin = try await TestOrigin.start { _ in .text(200, "via unix") }
         let path = directory + "/proxy.sock"
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             listen:
               - 127.0.0.1:0
               - unix:\(path)
@@ -281,7 +301,8 @@ struct ForwardingTests {
         let attributes = try FileManager.default.attributesOfItem(atPath: path)
         #expect((attributes[.posixPermissions] as? Int) == 0o660)
         let response = try await RawHTTP.exchange(
-            unixPath: path, request: RawHTTP.request("GET", "http://app.test/u", host: "app.test"), timeout: .seconds(10))
+            unixPath: path, request: RawHTTP.request("GET", "http://app.test/u", host: "app.test"),
+            timeout: .seconds(10))
         #expect(response.bodyString == "via unix")
         await proxy.stop()
         #expect(!FileManager.default.fileExists(atPath: path))

@@ -11,35 +11,38 @@ import Glibc
 struct HostileClientTests {
     // MARK: request smuggling and injection
 
-    @Test("request smuggling variants → 400 bad-request, connection closed, nothing reaches the upstream", arguments: [
-        // Both framings, either order.
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
-        // Differing or malformed Content-Length.
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5, 6\r\n\r\nhello!",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: +5\r\n\r\nhello",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 0x5\r\n\r\nhello",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length : 5\r\n\r\nhello",
-        // Transfer-Encoding other than a lone chunked.
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
-        // Obsolete line folding, bare LF line endings.
-        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Folded: a\r\n b\r\n\r\n",
-        "GET http://app.test/ HTTP/1.1\nHost: app.test\n\n",
-        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\nX-A: b\r\n\r\n",
-        // Invalid chunk sizes.
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\nhello\r\n0\r\n\r\n",
-        // NUL and CR inside a header value, NUL in the target.
-        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Nul: a\u{0}b\r\n\r\n",
-        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Cr: a\rInjected: yes\r\n\r\n",
-        "GET http://app.test/a\u{0}b HTTP/1.1\r\nHost: app.test\r\n\r\n",
-    ])
+    @Test(
+        "request smuggling variants → 400 bad-request, connection closed, nothing reaches the upstream",
+        arguments: [
+            // Both framings, either order.
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+            // Differing or malformed Content-Length.
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5, 6\r\n\r\nhello!",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: +5\r\n\r\nhello",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 0x5\r\n\r\nhello",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length : 5\r\n\r\nhello",
+            // Transfer-Encoding other than a lone chunked.
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+            // Obsolete line folding, bare LF line endings.
+            "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Folded: a\r\n b\r\n\r\n",
+            "GET http://app.test/ HTTP/1.1\nHost: app.test\n\n",
+            "GET http://app.test/ HTTP/1.1\r\nHost: app.test\nX-A: b\r\n\r\n",
+            // Invalid chunk sizes.
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\nhello\r\n0\r\n\r\n",
+            // NUL and CR inside a header value, NUL in the target.
+            "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Nul: a\u{0}b\r\n\r\n",
+            "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Cr: a\rInjected: yes\r\n\r\n",
+            "GET http://app.test/a\u{0}b HTTP/1.1\r\nHost: app.test\r\n\r\n",
+        ])
     func smuggling(raw: String) async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) {
+            origin, proxy in
             let port = proxy.port
             let answer = try await BlockingSocket.onThread {
                 try rawExchange(port: port, Array(raw.utf8))
@@ -68,11 +71,14 @@ struct HostileClientTests {
 
     @Test("client header values can never add header lines upstream")
     func noHeaderLinesInjected() async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "ok") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+        try await withOriginAndProxy(origin: { _ in .text(200, "ok") }, config: { singleUpstreamConfig($0) }) {
+            origin, proxy in
             // The nearest a client gets: values full of separators and colons stay one field each.
-            let response = try await proxy.get("http://app.test/x", host: "app.test", headers: [
-                ("X-One", "a: b, Injected: yes; c=d"), ("X-Two", "\t spaced \t"),
-            ])
+            let response = try await proxy.get(
+                "http://app.test/x", host: "app.test",
+                headers: [
+                    ("X-One", "a: b, Injected: yes; c=d"), ("X-Two", "\t spaced \t"),
+                ])
             #expect(response.status == 200)
             let seen = try #require(origin.requests.first)
             #expect(seen.header("Injected") == nil)
@@ -87,7 +93,8 @@ struct HostileClientTests {
     /// kept the connection (nil if it was still open after `limit`).
     static func trickle(port: Int, interval: Duration, limit: Duration) throws -> Duration? {
         let socket = try BlockingSocket(port: port)
-        let head = Array("GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Slow: ".utf8)
+        let head =
+            Array("GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Slow: ".utf8)
             + Array(repeating: UInt8(ascii: "a"), count: 4096)
         let started = ContinuousClock.now
         for byte in head where ContinuousClock.now - started < limit {
@@ -135,7 +142,8 @@ struct HostileClientTests {
             config: { singleUpstreamConfig($0, extra: "limits: {client_idle_timeout: 1500ms}") }
         ) { _, proxy in
             let connection = try await RawHTTPConnection.connect(port: proxy.port)
-            let first = try await connection.exchange(RawHTTP.request("GET", "http://app.test/", host: "app.test"), timeout: .seconds(5))
+            let first = try await connection.exchange(
+                RawHTTP.request("GET", "http://app.test/", host: "app.test"), timeout: .seconds(5))
             #expect(first.status == 200)
             try await connection.waitForClose(timeout: .seconds(5))
             #expect(connection.isClosed)
@@ -170,8 +178,9 @@ struct HostileClientTests {
                         let connection = try await RawHTTPConnection.connect(port: port, connectTimeout: .seconds(60))
                         defer { Task { await connection.close() } }
                         let response = try await connection.exchange(
-                            RawHTTP.request("GET", "http://app.test/\(i)", host: "app.test",
-                                            headers: [("Connection", "close")]),
+                            RawHTTP.request(
+                                "GET", "http://app.test/\(i)", host: "app.test",
+                                headers: [("Connection", "close")]),
                             timeout: .seconds(90))
                         return response.status
                     }
@@ -181,7 +190,9 @@ struct HostileClientTests {
                 return collected
             }
             #expect(statuses.count == count)
-            #expect(statuses.allSatisfy { $0 == 200 }, "statuses: \(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+            #expect(
+                statuses.allSatisfy { $0 == 200 },
+                "statuses: \(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
             #expect(origin.requestCount == count)
             // The daemon is still serving.
             let after = try await proxy.get("http://app.test/after", host: "app.test")
@@ -199,7 +210,8 @@ struct HostileClientTests {
             let (answer, sent) = try await BlockingSocket.onThread { () throws -> (String, Int) in
                 let socket = try BlockingSocket(port: port)
                 socket.send("POST http://app.test/up HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n")
-                let chunk = Array("10000\r\n".utf8) + Array(repeating: UInt8(ascii: "u"), count: 0x10000) + Array("\r\n".utf8)
+                let chunk =
+                    Array("10000\r\n".utf8) + Array(repeating: UInt8(ascii: "u"), count: 0x10000) + Array("\r\n".utf8)
                 var sent = 0
                 // Bounded: at most 64 MiB or 20 s, stopping as soon as the server answers or hangs up.
                 let deadline = ContinuousClock.now + .seconds(20)

@@ -9,7 +9,9 @@ import Testing
 struct InterceptHandshakeLogTests {
     /// Python's ssl module (OpenSSL) through the proxy: CONNECT, then a handshake with `sni` that trusts `root` (or
     /// the system store when nil). Prints `ok` or the exception.
-    static func pythonClient(proxy: Int, sni: String, root: String?, tls13: Bool = true) async throws -> TestProcessResult {
+    static func pythonClient(
+        proxy: Int, sni: String, root: String?, tls13: Bool = true
+    ) async throws -> TestProcessResult {
         let sniLiteral = sni.unicodeScalars.map { String(format: "\\x%02x", $0.value) }.joined()
         let script = """
             import socket, ssl
@@ -29,7 +31,9 @@ struct InterceptHandshakeLogTests {
         return try await TestProcess.run("/usr/bin/env", ["python3", "-c", script])
     }
 
-    @Test("an SNI with CR LF (forging a second log line) is refused as sni-mismatch and logged as one line, the CR LF escaped")
+    @Test(
+        "an SNI with CR LF (forging a second log line) is refused as sni-mismatch and logged as one line, the CR LF escaped"
+    )
     func sniWithLineBreak() async throws {
         try await InterceptionTests.withSetup { setup in
             let forged = "x.test\r\ntime=2026-01-01T00:00:00.000Z level=error msg=forged"
@@ -39,24 +43,34 @@ struct InterceptHandshakeLogTests {
             let warning = try #require(warnings.first)
             #expect(warning.contains("result=sni-mismatch"), "\(warning)")
             // One event, one line: the only line break is the one that ends it.
-            #expect(warning.filter { $0 == "\n" || $0 == "\r" || $0 == "\r\n" }.count == 1, "\(warning.debugDescription)")
+            #expect(
+                warning.filter { $0 == "\n" || $0 == "\r" || $0 == "\r\n" }.count == 1, "\(warning.debugDescription)")
             #expect(warning.hasSuffix("\n"))
-            #expect(warning.contains("x.test\\r\\ntime=2026-01-01T00:00:00.000Z level=error msg=forged"), "\(warning.debugDescription)")
+            #expect(
+                warning.contains("x.test\\r\\ntime=2026-01-01T00:00:00.000Z level=error msg=forged"),
+                "\(warning.debugDescription)")
             #expect(!setup.capture.all.contains { $0.hasPrefix("time=2026-01-01") })
         }
     }
 
-    @Test("TLS 1.3 clients that do not trust the root (openssl s_client, Python ssl) are logged with the alert they sent: TLSV1_ALERT_UNKNOWN_CA")
+    @Test(
+        "TLS 1.3 clients that do not trust the root (openssl s_client, Python ssl) are logged with the alert they sent: TLSV1_ALERT_UNKNOWN_CA"
+    )
     func tls13UnknownCA() async throws {
         try await InterceptionTests.withSetup { setup in
-            let openssl = try await TestProcess.run("/bin/sh", [
-                "-c", "timeout 10 openssl s_client -tls1_3 -proxy 127.0.0.1:\(setup.proxy.port) -connect api.test:443 "
-                    + "-servername api.test -verify_return_error </dev/null",
-            ])
+            let openssl = try await TestProcess.run(
+                "/bin/sh",
+                [
+                    "-c",
+                    "timeout 10 openssl s_client -tls1_3 -proxy 127.0.0.1:\(setup.proxy.port) -connect api.test:443 "
+                        + "-servername api.test -verify_return_error </dev/null",
+                ])
             #expect(openssl.standardOutput.contains("Verify return code: 20"), "\(openssl.standardOutput)")
             let first = try await setup.capture.waitFor("intercepted connection refused", count: 1)
             let python = try await Self.pythonClient(proxy: setup.proxy.port, sni: "api.test", root: nil)
-            #expect(python.standardOutput.contains("CERTIFICATE_VERIFY_FAILED"), "\(python.standardOutput)\(python.standardError)")
+            #expect(
+                python.standardOutput.contains("CERTIFICATE_VERIFY_FAILED"),
+                "\(python.standardOutput)\(python.standardError)")
             let warnings = try await setup.capture.waitFor("intercepted connection refused", count: 2)
             #expect(first.count == 1 && warnings.count == 2)
             for warning in warnings {
@@ -70,8 +84,11 @@ struct InterceptHandshakeLogTests {
     func tls12UnknownCA() async throws {
         try await InterceptionTests.withSetup { setup in
             let python = try await Self.pythonClient(proxy: setup.proxy.port, sni: "api.test", root: nil, tls13: false)
-            #expect(python.standardOutput.contains("CERTIFICATE_VERIFY_FAILED"), "\(python.standardOutput)\(python.standardError)")
-            let warning = try #require(try await setup.capture.waitFor("intercepted connection refused", count: 1).first)
+            #expect(
+                python.standardOutput.contains("CERTIFICATE_VERIFY_FAILED"),
+                "\(python.standardOutput)\(python.standardError)")
+            let warning = try #require(
+                try await setup.capture.waitFor("intercepted connection refused", count: 1).first)
             #expect(warning.contains("problem=TLSV1_ALERT_UNKNOWN_CA result=handshake-failed"), "\(warning)")
         }
     }

@@ -26,16 +26,20 @@ struct InterceptionTests {
         let originCAPath: String
 
         func curl(_ arguments: [String]) async throws -> TestProcessResult {
-            try await TestProcess.run("/usr/bin/curl", [
-                "-s", "--max-time", "15", "--proxy", "http://127.0.0.1:\(proxy.port)", "--cacert", rootPath,
-            ] + arguments)
+            try await TestProcess.run(
+                "/usr/bin/curl",
+                [
+                    "-s", "--max-time", "15", "--proxy", "http://127.0.0.1:\(proxy.port)", "--cacert", rootPath,
+                ] + arguments)
         }
 
         func metrics() async throws -> String {
             let admin = try #require(proxy.server.adminAddress?.port)
-            return try await RawHTTP.exchange(port: admin, request: RawHTTP.request("GET", "/metrics", host: "a"),
-                                                  timeout: .seconds(5))
-                .bodyString
+            return try await RawHTTP.exchange(
+                port: admin, request: RawHTTP.request("GET", "/metrics", host: "a"),
+                timeout: .seconds(5)
+            )
+            .bodyString
         }
     }
 
@@ -48,7 +52,9 @@ struct InterceptionTests {
         let auth = try await TestAuthServer.start()
         let flakyCounts = NIOLockedValueBox<[String: Int]>([:])
         let origin = try await TestOrigin.start(tls: originCertificates.serverIdentity) { request in
-            guard auth.isAuthorized(request) else { return .text(401, "denied", headers: [("WWW-Authenticate", "Bearer")]) }
+            guard auth.isAuthorized(request) else {
+                return .text(401, "denied", headers: [("WWW-Authenticate", "Bearer")])
+            }
             if request.uri.hasPrefix("/flaky") {
                 let seen = flakyCounts.withLockedValue { counts -> Int in
                     counts[request.uri, default: 0] += 1
@@ -56,16 +62,19 @@ struct InterceptionTests {
                 }
                 if seen < 3 { return .text(503, "busy", headers: [("Retry-After", "0")]) }
             }
-            return .text(200, "origin saw \(request.method) \(request.uri) with \(request.header("Authorization") ?? "-")")
+            return .text(
+                200, "origin saw \(request.method) \(request.uri) with \(request.header("Authorization") ?? "-")")
         }
-        let opened = try KeychainBootstrap.open(path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
+        let opened = try KeychainBootstrap.open(
+            path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
         try opened.keychain.set("api/refresh_token", value: Array("refresh-0".utf8))
         let root = try CertificateMinter.makeRoot(commonName: "Backstop test interception root", now: Date())
         try opened.keychain.set("ca/root", value: Array(root.pemBundle.utf8))
         let rootPath = directory + "/root.pem"
         try root.certificatePEM.write(toFile: rootPath, atomically: true, encoding: .utf8)
         let capture = LogCapture()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             admin: {listen: "127.0.0.1:0"}
             \(keychainSection(directory: directory))
             intercept: {leaf_lifetime: 1h}
@@ -90,7 +99,9 @@ struct InterceptionTests {
         if let failure { throw failure }
     }
 
-    @Test("curl through interception: token injected, 503, 503, 200 retried, a 401 refreshed and replayed once; two requests on one intercepted connection")
+    @Test(
+        "curl through interception: token injected, 503, 503, 200 retried, a 401 refreshed and replayed once; two requests on one intercepted connection"
+    )
     func curlThroughInterception() async throws {
         try await Self.withSetup { setup in
             let first = try await setup.curl(["-D", "-", "https://api.test/data?q=1", "https://api.test/flaky"])
@@ -120,47 +131,67 @@ struct InterceptionTests {
         }
     }
 
-    @Test("clients: an intercepted CONNECT and the requests inside are decided for the intercepting upstream; a client whose entry does not list it gets 403 to its CONNECT")
+    @Test(
+        "clients: an intercepted CONNECT and the requests inside are decided for the intercepting upstream; a client whose entry does not list it gets 403 to its CONNECT"
+    )
     func interceptionObeysClients() async throws {
-        try await Self.withSetup(extra: "clients:\n  - {name: me, match: {unix_user: \"\(getuid())\"}, upstreams: [api]}") { setup in
+        try await Self.withSetup(
+            extra: "clients:\n  - {name: me, match: {unix_user: \"\(getuid())\"}, upstreams: [api]}"
+        ) { setup in
             let allowed = try await setup.curl(["https://api.test/mine"])
             #expect(allowed.standardOutput == "origin saw GET /mine with Bearer access-1", "\(allowed.standardError)")
             let tunnels = try await setup.capture.waitFor("tunnel", count: 1)
             #expect(tunnels.first?.contains("client_entry=me") == true, "\(tunnels)")
-            #expect(setup.capture.messages("request").contains { $0.contains("path=/mine") && $0.contains("client_entry=me") })
+            #expect(
+                setup.capture.messages("request").contains {
+                    $0.contains("path=/mine") && $0.contains("client_entry=me")
+                })
         }
-        try await Self.withSetup(extra: "clients:\n  - {name: someone, match: {unix_user: \"65534\"}, upstreams: [api]}") { setup in
-            let refused = try await setup.curl(["-o", "/dev/null", "-w", "%{http_connect}", "https://api.test/not-mine"])
+        try await Self.withSetup(
+            extra: "clients:\n  - {name: someone, match: {unix_user: \"65534\"}, upstreams: [api]}"
+        ) { setup in
+            let refused = try await setup.curl([
+                "-o", "/dev/null", "-w", "%{http_connect}", "https://api.test/not-mine",
+            ])
             #expect(refused.standardOutput == "403", "\(refused.standardError)")
             #expect(setup.origin.requestCount == 0)
             let lines = try await setup.capture.waitFor("request", count: 1)
-            #expect(lines.first?.contains("method=CONNECT") == true && lines.first?.contains("error=client-denied") == true)
+            #expect(
+                lines.first?.contains("method=CONNECT") == true && lines.first?.contains("error=client-denied") == true)
         }
     }
 
     @Test("Python requests with HTTPS_PROXY and verify=<exported root> reaches the origin through interception")
     func pythonRequests() async throws {
         let probe = try await TestProcess.run("/usr/bin/env", ["python3", "-c", "import requests"])
-        try #require(probe.status == 0, "python3 with requests is needed (pip install requests): \(probe.standardError)")
+        try #require(
+            probe.status == 0, "python3 with requests is needed (pip install requests): \(probe.standardError)")
         try await Self.withSetup { setup in
             let script = """
                 import requests
                 r = requests.get("https://api.test/py", verify="\(setup.rootPath)", timeout=15)
                 print(r.status_code, r.headers.get("X-Backstop-Attempts"), r.text)
                 """
-            let result = try await TestProcess.run("/usr/bin/env", [
-                "HTTPS_PROXY=http://127.0.0.1:\(setup.proxy.port)", "NO_PROXY=", "no_proxy=", "python3", "-c", script,
-            ])
+            let result = try await TestProcess.run(
+                "/usr/bin/env",
+                [
+                    "HTTPS_PROXY=http://127.0.0.1:\(setup.proxy.port)", "NO_PROXY=", "no_proxy=", "python3", "-c",
+                    script,
+                ])
             #expect(result.status == 0, "\(result.standardError)")
-            #expect(result.standardOutput == "200 1 origin saw GET /py with Bearer access-1\n", "\(result.standardError)")
+            #expect(
+                result.standardOutput == "200 1 origin saw GET /py with Bearer access-1\n", "\(result.standardError)")
         }
     }
 
-    @Test("the leaf names the requested host and verifies against the root; the intermediate carries critical name constraints; another SNI than the CONNECT host is refused and no leaf is minted for it")
+    @Test(
+        "the leaf names the requested host and verifies against the root; the intermediate carries critical name constraints; another SNI than the CONNECT host is refused and no leaf is minted for it"
+    )
     func certificates() async throws {
         try await Self.withSetup { setup in
-            let chain = try await Self.showCerts(proxy: setup.proxy.port, connect: "x.wild.test:443", sni: "x.wild.test",
-                                                 root: setup.rootPath)
+            let chain = try await Self.showCerts(
+                proxy: setup.proxy.port, connect: "x.wild.test:443", sni: "x.wild.test",
+                root: setup.rootPath)
             #expect(chain.verified, "\(chain.output)")
             #expect(chain.certificates.count == 2)
             let leafText = try await Self.x509Text(chain.certificates[0], directory: setup.directory, name: "leaf")
@@ -173,8 +204,9 @@ struct InterceptionTests {
             #expect(intermediateText.contains("DNS:wild.test"))
             #expect(intermediateText.contains("CA:TRUE, pathlen:0"))
 
-            let refused = try await Self.showCerts(proxy: setup.proxy.port, connect: "api.test:443", sni: "evil.test",
-                                                   root: setup.rootPath)
+            let refused = try await Self.showCerts(
+                proxy: setup.proxy.port, connect: "api.test:443", sni: "evil.test",
+                root: setup.rootPath)
             #expect(refused.certificates.isEmpty, "\(refused.output)")
             #expect(setup.proxy.server.runtime.snapshot.intercept?.cachedLeafCount == 1)
             let text = try await setup.metrics()
@@ -216,9 +248,12 @@ struct InterceptionTests {
 
     static func showCerts(proxy: Int, connect: String, sni: String, root: String) async throws -> Chain {
         // stdin from /dev/null: s_client sends nothing and ends after the handshake.
-        let result = try await TestProcess.run("/bin/sh", [
-            "-c", "timeout 10 openssl s_client -proxy 127.0.0.1:\(proxy) -connect \(connect) -servername \(sni) -CAfile '\(root)' -showcerts -verify_return_error </dev/null",
-        ])
+        let result = try await TestProcess.run(
+            "/bin/sh",
+            [
+                "-c",
+                "timeout 10 openssl s_client -proxy 127.0.0.1:\(proxy) -connect \(connect) -servername \(sni) -CAfile '\(root)' -showcerts -verify_return_error </dev/null",
+            ])
         let output = result.standardOutput + result.standardError
         var certificates: [String] = []
         var current: String?

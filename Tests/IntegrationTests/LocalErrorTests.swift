@@ -15,7 +15,8 @@ struct LocalErrorTests {
 
     @Test("CONNECT → 405 connect-not-supported")
     func connect() async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) {
+            origin, proxy in
             // A client library would read a CONNECT response as a tunnel; read the raw bytes instead.
             let port = proxy.port
             let raw = try await Task.detached {
@@ -30,7 +31,8 @@ struct LocalErrorTests {
 
     @Test("no matching upstream → 403 no-route")
     func noRoute() async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) {
+            origin, proxy in
             let r1 = try await proxy.get("http://other.test/x", host: "other.test")
             expectLocalError(r1, status: 403, reason: "no-route")
             let r2 = try await proxy.get("/x", host: "other.test")
@@ -45,8 +47,9 @@ struct LocalErrorTests {
             origin: { _ in .text(200, "no") },
             config: { singleUpstreamConfig($0, extra: "limits:\n  max_request_body: 1KiB\n  retry_buffer: 512") }
         ) { origin, proxy in
-            let declared = try await proxy.send(RawHTTP.request(
-                "POST", "http://app.test/up", host: "app.test", body: Array(repeating: 0x61, count: 2048)))
+            let declared = try await proxy.send(
+                RawHTTP.request(
+                    "POST", "http://app.test/up", host: "app.test", body: Array(repeating: 0x61, count: 2048)))
             expectLocalError(declared, status: 413, reason: "body-too-large")
             var chunked = "POST http://app.test/up HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n"
             for _ in 0..<8 { chunked += "100\r\n" + String(repeating: "b", count: 256) + "\r\n" }
@@ -73,16 +76,19 @@ struct LocalErrorTests {
         }
     }
 
-    @Test("conflicting framing → 400 bad-request", arguments: [
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
-        "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
-        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Bad: a\rb\r\n\r\n",
-        "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Folded: a\r\n b\r\n\r\n",
-        "GARBAGE\r\n\r\n",
-    ])
+    @Test(
+        "conflicting framing → 400 bad-request",
+        arguments: [
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+            "POST http://app.test/ HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+            "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Bad: a\rb\r\n\r\n",
+            "GET http://app.test/ HTTP/1.1\r\nHost: app.test\r\nX-Folded: a\r\n b\r\n\r\n",
+            "GARBAGE\r\n\r\n",
+        ])
     func badRequests(raw: String) async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) {
+            origin, proxy in
             let response = try await proxy.send(Array(raw.utf8))
             #expect(response.status == 400)
             #expect(response.header("X-Backstop-Error") == "bad-request")
@@ -112,11 +118,16 @@ struct LocalErrorTests {
             for (request, expectedEnd) in [
                 ("HEAD http://gone.test/ HTTP/1.1\r\nHost: gone.test\r\n\r\n", "\r\n\r\n"),
                 ("HEAD http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n", "\r\n\r\n"),
-                ("GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n", "\r\n\r\nno upstream matches this request\n"),
+                (
+                    "GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n",
+                    "\r\n\r\nno upstream matches this request\n"
+                ),
             ] {
                 socket.send(request)
                 let deadline = ContinuousClock.now + .seconds(5)
-                while !String(decoding: socket.received, as: UTF8.self).hasSuffix(expectedEnd), ContinuousClock.now < deadline {
+                while !String(decoding: socket.received, as: UTF8.self).hasSuffix(expectedEnd),
+                    ContinuousClock.now < deadline
+                {
                     if socket.waitForData(timeout: deadline - ContinuousClock.now) != .data { break }
                 }
                 responses.append(String(decoding: socket.received, as: UTF8.self))

@@ -18,7 +18,8 @@ struct LogEscapingTests {
     /// Scalars that stay as they are, quoting characters and multi-byte ones among them.
     static let harmless: [Unicode.Scalar] = ["a", "Z", "0", " ", "=", "\"", "\\", "/", "é", "€", "😀", "\u{A0}", "{"]
 
-    @Test("a CR LF pair (one Character, two scalars) is escaped in logfmt and JSON: the SNI forgery of the second review")
+    @Test(
+        "a CR LF pair (one Character, two scalars) is escaped in logfmt and JSON: the SNI forgery of the second review")
     func crlfCharacter() {
         let forged = "x\r\ntime=2026 level=error msg=forged"
         #expect(Array(forged).count < forged.unicodeScalars.count, "CR LF is one Character")
@@ -27,17 +28,23 @@ struct LogEscapingTests {
         #expect(logfmt == "time=T level=warning msg=m problem=\"x\\r\\ntime=2026 level=error msg=forged\"\n")
         let json = LineLogHandler.render(
             time: "T", level: .warning, message: "m", metadata: ["problem": .string(forged)], format: .json)
-        #expect(json == "{\"time\":\"T\",\"level\":\"warning\",\"msg\":\"m\",\"problem\":\"x\\r\\ntime=2026 level=error msg=forged\"}\n")
+        #expect(
+            json
+                == "{\"time\":\"T\",\"level\":\"warning\",\"msg\":\"m\",\"problem\":\"x\\r\\ntime=2026 level=error msg=forged\"}\n"
+        )
     }
 
     @Test("line separators, NEL and bidi controls are escaped as \\uXXXX; a value with only them is quoted")
     func unicodeControls() {
         let line = LineLogHandler.render(
-            time: "T", level: .info, message: "m", metadata: ["v": .string("a\u{2028}b\u{85}c\u{202E}d")], format: .logfmt)
+            time: "T", level: .info, message: "m", metadata: ["v": .string("a\u{2028}b\u{85}c\u{202E}d")],
+            format: .logfmt)
         #expect(line == "time=T level=info msg=m v=\"a\\u2028b\\u0085c\\u202ed\"\n")
     }
 
-    @Test("fuzz-style: 20,000 seeded random values, every format: one line, no control scalar written raw, the value reads back as it was")
+    @Test(
+        "fuzz-style: 20,000 seeded random values, every format: one line, no control scalar written raw, the value reads back as it was"
+    )
     func randomValues() throws {
         var random = SplitMix64(seed: 25)
         let alphabet = Self.dangerous + Self.harmless
@@ -53,15 +60,22 @@ struct LogEscapingTests {
                 #expect(line.hasSuffix("\n"))
                 let body = line.unicodeScalars.dropLast()
                 let raw = body.filter { Self.dangerous.contains($0) }
-                #expect(raw.isEmpty, "round \(round), \(format): raw \(raw.map { String($0.value, radix: 16) }) in \(line.debugDescription)")
+                #expect(
+                    raw.isEmpty,
+                    "round \(round), \(format): raw \(raw.map { String($0.value, radix: 16) }) in \(line.debugDescription)"
+                )
                 switch format {
                 case .json:
                     let object = try #require(
-                        try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String], "\(line.debugDescription)")
-                    #expect(object["sni"] == value && object["msg"] == value, "round \(round): \(line.debugDescription)")
+                        try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String],
+                        "\(line.debugDescription)")
+                    #expect(
+                        object["sni"] == value && object["msg"] == value, "round \(round): \(line.debugDescription)")
                 case .logfmt:
-                    let fields = try #require(Self.logfmtFields(String(String.UnicodeScalarView(body))), "\(line.debugDescription)")
-                    #expect(fields["sni"] == value && fields["msg"] == value, "round \(round): \(line.debugDescription)")
+                    let fields = try #require(
+                        Self.logfmtFields(String(String.UnicodeScalarView(body))), "\(line.debugDescription)")
+                    #expect(
+                        fields["sni"] == value && fields["msg"] == value, "round \(round): \(line.debugDescription)")
                 }
             }
         }
@@ -94,7 +108,8 @@ struct LogEscapingTests {
                     case "r": value.append("\r")
                     case "t": value.append("\t")
                     case "u":
-                        guard scalars.count >= 4, let code = UInt32(String(String.UnicodeScalarView(scalars.prefix(4))), radix: 16),
+                        guard scalars.count >= 4,
+                            let code = UInt32(String(String.UnicodeScalarView(scalars.prefix(4))), radix: 16),
                             let scalar = Unicode.Scalar(code)
                         else { return nil }
                         value.append(scalar)

@@ -11,7 +11,9 @@ struct LogFormatTests {
         let line = LineLogHandler.render(
             time: "T", level: .info, message: "request done",
             metadata: ["upstream": "api", "path": "/a b", "note": "say \"hi\"\nnext"], format: .logfmt)
-        #expect(line == "time=T level=info msg=\"request done\" note=\"say \\\"hi\\\"\\nnext\" path=\"/a b\" upstream=api\n")
+        #expect(
+            line == "time=T level=info msg=\"request done\" note=\"say \\\"hi\\\"\\nnext\" path=\"/a b\" upstream=api\n"
+        )
     }
 
     @Test("json escapes control characters and quotes; one object per line")
@@ -21,10 +23,12 @@ struct LogFormatTests {
         #expect(line == "{\"time\":\"T\",\"level\":\"error\",\"msg\":\"x\\ty\",\"k\":\"a\\\"b\\u0001\"}\n")
     }
 
-    @Test("values under sensitive keys never appear", arguments: [
-        "authorization", "Authorization", "cookie", "access_token", "refresh_token", "client_secret", "password",
-        "x-api-key", "key", "api_key", "signing-key", "key_id", "apikey", "set-cookie", "credential_name",
-    ])
+    @Test(
+        "values under sensitive keys never appear",
+        arguments: [
+            "authorization", "Authorization", "cookie", "access_token", "refresh_token", "client_secret", "password",
+            "x-api-key", "key", "api_key", "signing-key", "key_id", "apikey", "set-cookie", "credential_name",
+        ])
     func redaction(key: String) {
         for format in LogFormat.allCases {
             let line = LineLogHandler.render(
@@ -34,9 +38,12 @@ struct LogFormatTests {
         }
     }
 
-    @Test("keys that only contain the letters k-e-y stay readable", arguments: ["keychain", "monkey", "keys_total", "upstream"])
+    @Test(
+        "keys that only contain the letters k-e-y stay readable",
+        arguments: ["keychain", "monkey", "keys_total", "upstream"])
     func notRedacted(key: String) {
-        let line = LineLogHandler.render(time: "T", level: .info, message: "m", metadata: [key: "visible"], format: .logfmt)
+        let line = LineLogHandler.render(
+            time: "T", level: .info, message: "m", metadata: [key: "visible"], format: .logfmt)
         #expect(line.contains("visible"))
     }
 }

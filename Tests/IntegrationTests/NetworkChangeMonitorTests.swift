@@ -91,8 +91,9 @@ struct NetworkChangeMonitorTests {
             return false
         }
         #expect(!log.all[mark..<down].contains { if case .linkUp = $0 { true } else { false } })
-        print("network change monitor: route after \(route.waited), address after \(address.waited), "
-            + "link after \(link.waited)")
+        print(
+            "network change monitor: route after \(route.waited), address after \(address.waited), "
+                + "link after \(link.waited)")
         #expect(monitor.socketsOpened == 1)
         try await monitor.stop().get()
     }
@@ -119,14 +120,17 @@ struct NetworkChangeMonitorTests {
         }
         blocked.wait()
         for i in 0..<40 {
-            _ = try await namespace.run("/usr/sbin/ip", ["route", "add", "10.250.\(i).0/24", "via", namespace.hostAddress])
+            _ = try await namespace.run(
+                "/usr/sbin/ip", ["route", "add", "10.250.\(i).0/24", "via", namespace.hostAddress])
         }
         release.signal()
         _ = try await log.wait(within: .seconds(2), "eventsLost") { $0 == .eventsLost }
         // The reopened socket works.
         let mark = log.all.count
         let deadline = ContinuousClock.now + .seconds(2)
-        while monitor.socketsOpened < 2 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+        while monitor.socketsOpened < 2 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(2))
+        }
         #expect(monitor.socketsOpened == 2)
         _ = try await namespace.run("/usr/sbin/ip", ["route", "add", "10.251.0.0/16", "via", namespace.hostAddress])
         _ = try await log.wait(from: mark, within: .seconds(1), "route 10.251.0.0/16 on the new socket") {

@@ -22,7 +22,9 @@ struct OperationsTests {
                 for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
             }
             let result = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                }
             }
             guard result == 0 else { throw RawHTTPError.connectFailed("bind notify socket: errno \(errno)") }
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
@@ -41,11 +43,15 @@ struct OperationsTests {
 
         /// Waits until some message satisfies `predicate`; returns its index.
         @discardableResult
-        func waitFor(after start: Int = 0, timeout: Duration = .seconds(10), _ predicate: (String) -> Bool) async throws -> Int {
+        func waitFor(
+            after start: Int = 0, timeout: Duration = .seconds(10), _ predicate: (String) -> Bool
+        ) async throws -> Int {
             let deadline = ContinuousClock.now + timeout
             while ContinuousClock.now < deadline {
                 drain()
-                if let index = messages.indices.first(where: { $0 >= start && predicate(messages[$0]) }) { return index }
+                if let index = messages.indices.first(where: { $0 >= start && predicate(messages[$0]) }) {
+                    return index
+                }
                 try await Task.sleep(for: .milliseconds(20))
             }
             throw RawHTTPError.timeout(timeout, waitingFor: "notify message; got \(messages)")
@@ -71,7 +77,9 @@ struct OperationsTests {
         """
     }
 
-    @Test("a SIGHUP that changes log.level and log.format applies both: access lines appear, as JSON, from then on; listener addresses are readable")
+    @Test(
+        "a SIGHUP that changes log.level and log.format applies both: access lines appear, as JSON, from then on; listener addresses are readable"
+    )
     func reloadAppliesLogSettings() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
@@ -80,7 +88,9 @@ struct OperationsTests {
         let adminPort = try FreePort.reserveClosedPort()
         let path = directory + "/backstop.yaml"
         func writeConfig(log: String) throws {
-            try (config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin)) + "\nlog: \(log)\n")
+            try
+                (config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin))
+                + "\nlog: \(log)\n")
                 .write(toFile: path, atomically: true, encoding: .utf8)
         }
         try writeConfig(log: "{level: notice, format: logfmt, access_log: true}")
@@ -92,7 +102,8 @@ struct OperationsTests {
         #expect(daemon.output.contains("admin=127.0.0.1:\(adminPort) listeners=127.0.0.1:\(port) "), "\(daemon.output)")
         #expect(!daemon.output.contains("[IPv4]"))
         let quiet = try await RawHTTP.exchange(
-            port: port, request: RawHTTP.request("GET", "http://one.test/quiet", host: "one.test"), timeout: .seconds(5))
+            port: port, request: RawHTTP.request("GET", "http://one.test/quiet", host: "one.test"), timeout: .seconds(5)
+        )
         #expect(quiet.status == 200)
 
         try writeConfig(log: "{level: info, format: json, access_log: true}")
@@ -104,18 +115,22 @@ struct OperationsTests {
             port: port, request: RawHTTP.request("GET", "http://one.test/loud", host: "one.test"), timeout: .seconds(5))
         #expect(loud.status == 200)
         try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("\"path\":\"/loud\"") }
-        let accessLine = daemon.output.split(separator: "\n").first { $0.contains("\"path\":\"/loud\"") }.map(String.init) ?? ""
+        let accessLine =
+            daemon.output.split(separator: "\n").first { $0.contains("\"path\":\"/loud\"") }.map(String.init) ?? ""
         #expect(accessLine.hasPrefix("{") && accessLine.contains("\"status\":200"), "a JSON access line: \(accessLine)")
         // At `notice`, the request before the reload left no access line.
         #expect(!daemon.output.contains("/quiet"))
     }
 
-    @Test("sd_notify READY, RELOADING/READY around SIGHUP, WATCHDOG, STOPPING; reload adds a route; a bad reload keeps the old config; drain finishes in-flight requests")
+    @Test(
+        "sd_notify READY, RELOADING/READY around SIGHUP, WATCHDOG, STOPPING; reload adds a route; a bad reload keeps the old config; drain finishes in-flight requests"
+    )
     func lifecycle() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
         let origin = try await TestOrigin.start { request in
-            request.uri == "/slow" ? .delay(.seconds(2), then: .text(200, "slow done")) : .text(200, "ok \(request.uri)")
+            request.uri == "/slow"
+                ? .delay(.seconds(2), then: .text(200, "slow done")) : .text(200, "ok \(request.uri)")
         }
         let notify = try NotifySocket(directory: directory)
         let port = try FreePort.reserveClosedPort()
@@ -126,54 +141,79 @@ struct OperationsTests {
         var environment = ProcessInfo.processInfo.environment
         environment["NOTIFY_SOCKET"] = notify.path
         environment["WATCHDOG_USEC"] = "400000"
-        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path], environment: environment)
+        let daemon = try DaemonProcess.start(
+            binary: binary, arguments: ["run", "--config", path], environment: environment)
         defer { Task { await daemon.stop() } }
         try await daemon.waitUntilListening(port: port)
         try await notify.waitFor { $0.contains("READY=1") }
         try await notify.waitFor { $0.contains("WATCHDOG=1") }
         let firstWatchdog = notify.messages.filter { $0.contains("WATCHDOG=1") }.count
-        try await notify.waitFor { _ in notify.messages.filter { $0.contains("WATCHDOG=1") }.count >= firstWatchdog + 2 }
+        try await notify.waitFor { _ in notify.messages.filter { $0.contains("WATCHDOG=1") }.count >= firstWatchdog + 2
+        }
 
         // An open keep-alive client connection survives the reload.
         let kept = try await RawHTTPConnection.connect(port: port)
-        #expect(try await kept.exchange(RawHTTP.request("GET", "http://one.test/a", host: "one.test"), timeout: .seconds(5)).status == 200)
-        let unknown = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/", host: "two.test"), timeout: .seconds(5))
+        #expect(
+            try await kept.exchange(RawHTTP.request("GET", "http://one.test/a", host: "one.test"), timeout: .seconds(5))
+                .status == 200)
+        let unknown = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://two.test/", host: "two.test"), timeout: .seconds(5))
         #expect(unknown.status == 403)
 
         let addedPort = try FreePort.reserveClosedPort()
-        try config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin) + "\n" + upstream("two", "two.test", origin))
-            .replacingOccurrences(of: "listen: [127.0.0.1:\(port)]", with: "listen: [127.0.0.1:\(port), 127.0.0.1:\(addedPort)]")
-            .write(toFile: path, atomically: true, encoding: .utf8)
+        try config(
+            port: port, adminPort: adminPort,
+            upstreams: upstream("one", "one.test", origin) + "\n" + upstream("two", "two.test", origin)
+        )
+        .replacingOccurrences(
+            of: "listen: [127.0.0.1:\(port)]", with: "listen: [127.0.0.1:\(port), 127.0.0.1:\(addedPort)]"
+        )
+        .write(toFile: path, atomically: true, encoding: .utf8)
         let before = notify.messages.count
         daemon.send(signal: SIGHUP)
-        let reloading = try await notify.waitFor(after: before) { $0.contains("RELOADING=1") && $0.contains("MONOTONIC_USEC=") }
+        let reloading = try await notify.waitFor(after: before) {
+            $0.contains("RELOADING=1") && $0.contains("MONOTONIC_USEC=")
+        }
         try await notify.waitFor(after: reloading + 1) { $0.contains("READY=1") }
-        let added = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/b", host: "two.test"), timeout: .seconds(5))
+        let added = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://two.test/b", host: "two.test"), timeout: .seconds(5))
         #expect(added.status == 200)
         let viaNewListener = try await RawHTTP.exchange(
-            port: addedPort, request: RawHTTP.request("GET", "http://one.test/n", host: "one.test"), timeout: .seconds(5))
+            port: addedPort, request: RawHTTP.request("GET", "http://one.test/n", host: "one.test"),
+            timeout: .seconds(5))
         #expect(viaNewListener.status == 200)
-        #expect(try await kept.exchange(RawHTTP.request("GET", "http://one.test/c", host: "one.test"), timeout: .seconds(5)).status == 200)
+        #expect(
+            try await kept.exchange(RawHTTP.request("GET", "http://one.test/c", host: "one.test"), timeout: .seconds(5))
+                .status == 200)
 
-        try "version: 1\nlisten: [127.0.0.1:\(port)]\nupstreams: [{name: BAD}]\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "version: 1\nlisten: [127.0.0.1:\(port)]\nupstreams: [{name: BAD}]\n".write(
+            toFile: path, atomically: true, encoding: .utf8)
         daemon.send(signal: SIGHUP)
         try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("reload rejected") }
-        let still = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://two.test/d", host: "two.test"), timeout: .seconds(5))
+        let still = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://two.test/d", host: "two.test"), timeout: .seconds(5))
         #expect(still.status == 200)
-        let metrics = try await RawHTTP.exchange(port: adminPort, request: RawHTTP.request("GET", "/metrics", host: "a"), timeout: .seconds(5))
+        let metrics = try await RawHTTP.exchange(
+            port: adminPort, request: RawHTTP.request("GET", "/metrics", host: "a"), timeout: .seconds(5))
         #expect(metrics.bodyString.contains("backstop_config_reloads_total{result=\"success\"} 1\n"))
         #expect(metrics.bodyString.contains("backstop_config_reloads_total{result=\"failure\"} 1\n"))
         await kept.close()
 
         // SIGTERM with a 2 s request in flight: it completes, new connections are refused, exit 0.
         let seenBefore = origin.requestCount
-        let slow = Task { try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://one.test/slow", host: "one.test"), timeout: .seconds(10)) }
+        let slow = Task {
+            try await RawHTTP.exchange(
+                port: port, request: RawHTTP.request("GET", "http://one.test/slow", host: "one.test"),
+                timeout: .seconds(10))
+        }
         _ = try await origin.waitForRequests(seenBefore + 1, timeout: .seconds(5))
         daemon.send(signal: SIGTERM)
         try await notify.waitFor { $0.contains("STOPPING=1") }
         try await Task.sleep(for: .milliseconds(200))
         await #expect(throws: (any Error).self) {
-            _ = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://one.test/new", host: "one.test"), timeout: .seconds(2))
+            _ = try await RawHTTP.exchange(
+                port: port, request: RawHTTP.request("GET", "http://one.test/new", host: "one.test"),
+                timeout: .seconds(2))
         }
         let finished = try await slow.value
         #expect(finished.status == 200)
@@ -187,20 +227,29 @@ struct OperationsTests {
     func metrics() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
-        let origin = try await TestOrigin.start(script: TestOrigin.sequence(
-            [.respond(status: 503), .respond(status: 503)], then: .text(200, "ok")))
+        let origin = try await TestOrigin.start(
+            script: TestOrigin.sequence(
+                [.respond(status: 503), .respond(status: 503)], then: .text(200, "ok")))
         let port = try FreePort.reserveClosedPort()
         let adminPort = try FreePort.reserveClosedPort()
         let path = directory + "/backstop.yaml"
-        try config(port: port, adminPort: adminPort, upstreams: upstream(
-            "app", "app.test", origin, retry: "retry: {attempts: 3, backoff: {strategy: constant, base: 10ms, max: 10ms, jitter: none}}"))
-            .write(toFile: path, atomically: true, encoding: .utf8)
+        try config(
+            port: port, adminPort: adminPort,
+            upstreams: upstream(
+                "app", "app.test", origin,
+                retry: "retry: {attempts: 3, backoff: {strategy: constant, base: 10ms, max: 10ms, jitter: none}}")
+        )
+        .write(toFile: path, atomically: true, encoding: .utf8)
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
         try await daemon.waitUntilListening(port: port)
-        let response = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://app.test/x", host: "app.test"), timeout: .seconds(5))
+        let response = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://app.test/x", host: "app.test"), timeout: .seconds(5))
         #expect(response.header("X-Backstop-Attempts") == "3")
-        _ = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://nowhere.test/", host: "nowhere.test"), timeout: .seconds(5))
-        let metrics = try await RawHTTP.exchange(port: adminPort, request: RawHTTP.request("GET", "/metrics"), timeout: .seconds(5))
+        _ = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://nowhere.test/", host: "nowhere.test"),
+            timeout: .seconds(5))
+        let metrics = try await RawHTTP.exchange(
+            port: adminPort, request: RawHTTP.request("GET", "/metrics"), timeout: .seconds(5))
         #expect(metrics.status == 200)
         let text = metrics.bodyString
         for line in [

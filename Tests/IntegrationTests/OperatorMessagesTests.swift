@@ -28,7 +28,9 @@ struct OperatorMessagesTests {
 
     // MARK: ports from the environment (README, config/backstop.yaml, config/tour.yaml)
 
-    @Test("the sample config and the tour listen where BACKSTOP_LISTEN and BACKSTOP_ADMIN say; the tour's origins follow TOUR_*_PORT")
+    @Test(
+        "the sample config and the tour listen where BACKSTOP_LISTEN and BACKSTOP_ADMIN say; the tour's origins follow TOUR_*_PORT"
+    )
     func samplePortsFromEnvironment() async throws {
         for sample in ["config/backstop.yaml", "config/tour.yaml"] {
             let directory = try TestFiles.makeTemporaryDirectory()
@@ -53,7 +55,8 @@ struct OperatorMessagesTests {
                 #expect(daemon.output.contains("listeners=127.0.0.1:\(port)"), "\(daemon.output)")
                 if sample.hasSuffix("tour.yaml") {
                     let response = try await RawHTTP.exchange(
-                        port: port, request: RawHTTP.request("GET", "http://files.local/README.md", host: "files.local"),
+                        port: port,
+                        request: RawHTTP.request("GET", "http://files.local/README.md", host: "files.local"),
                         timeout: .seconds(10))
                     #expect(response.bodyString == "tour origin")
                 }
@@ -69,23 +72,32 @@ struct OperatorMessagesTests {
     func variableErrors() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
-        let path = try writeConfig("version: 1\nlisten: [\"${SECMISC_UNSET_LISTEN}\"]\nadmin: {listen: \"${X\"}\n", in: directory)
+        let path = try writeConfig(
+            "version: 1\nlisten: [\"${SECMISC_UNSET_LISTEN}\"]\nadmin: {listen: \"${X\"}\n", in: directory)
         let result = try await run(["check", "--config", path])
         #expect(result.status == 1)
         let lines = result.standardOutput.split(separator: "\n").map(String.init)
-        #expect(lines.first == "\(path):2:10: 'listen[]': environment variable SECMISC_UNSET_LISTEN is not set (give a default with ${SECMISC_UNSET_LISTEN:-VALUE})", "\(lines)")
-        #expect(lines.dropFirst().first == "\(path):3:17: 'admin.listen': '${X' is not a variable reference: write ${NAME} or "
+        #expect(
+            lines.first
+                == "\(path):2:10: 'listen[]': environment variable SECMISC_UNSET_LISTEN is not set (give a default with ${SECMISC_UNSET_LISTEN:-VALUE})",
+            "\(lines)")
+        #expect(
+            lines.dropFirst().first
+                == "\(path):3:17: 'admin.listen': '${X' is not a variable reference: write ${NAME} or "
                 + "${NAME:-default} (NAME: letters, digits, _), or $${ for a literal ${", "\(lines)")
         #expect(lines.count == 2, "\(lines)")
     }
 
     // MARK: check refusals (issue 25, finding 11)
 
-    @Test("check refuses CR LF in auth.scheme and a wildcard over a public suffix, each at its value; the list must be there")
+    @Test(
+        "check refuses CR LF in auth.scheme and a wildcard over a public suffix, each at its value; the list must be there"
+    )
     func checkRefusals() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
-        let path = try writeConfig("""
+        let path = try writeConfig(
+            """
             version: 1
             listen: [127.0.0.1:18080]
             keychain: {path: kc.bkc, key_file: kc.key}
@@ -101,12 +113,21 @@ struct OperatorMessagesTests {
         #expect(result.status == 1)
         let lines = result.standardOutput.split(separator: "\n").map(String.init)
         #expect(lines.count == 2, "\(lines)")
-        #expect(lines.first?.hasPrefix("\(path):7:38: upstream 'api' intercepts '*.com', but 'com' is a public suffix") == true, "\(lines)")
-        #expect(lines.last == "\(path):10:52: upstream 'api': auth.scheme contains a control character, CR (U+000D) at character 7: it could not be sent as written", "\(lines)")
+        #expect(
+            lines.first?.hasPrefix("\(path):7:38: upstream 'api' intercepts '*.com', but 'com' is a public suffix")
+                == true, "\(lines)")
+        #expect(
+            lines.last
+                == "\(path):10:52: upstream 'api': auth.scheme contains a control character, CR (U+000D) at character 7: it could not be sent as written",
+            "\(lines)")
 
-        let missing = try await run(["check", "--config", path], ["BACKSTOP_PUBLIC_SUFFIX_LIST": directory + "/none.dat"])
+        let missing = try await run(
+            ["check", "--config", path], ["BACKSTOP_PUBLIC_SUFFIX_LIST": directory + "/none.dat"])
         #expect(missing.status == 1)
-        #expect(missing.standardOutput.contains("\(path):9:16: an upstream intercepts, and checking its hosts needs the Public Suffix List, but \(directory)/none.dat cannot be used (No such file or directory)"), "\(missing.standardOutput)")
+        #expect(
+            missing.standardOutput.contains(
+                "\(path):9:16: an upstream intercepts, and checking its hosts needs the Public Suffix List, but \(directory)/none.dat cannot be used (No such file or directory)"
+            ), "\(missing.standardOutput)")
     }
 
     // MARK: bind failures (finding 20)
@@ -120,16 +141,21 @@ struct OperatorMessagesTests {
         let path = try writeConfig("version: 1\nlisten: [127.0.0.1:\(taken.port)]\n", in: directory)
         let result = try await run(["run", "--config", path])
         #expect(result.status == 1)
-        #expect(result.standardError.contains(
-            "error=\"cannot listen on 127.0.0.1:\(taken.port) (listen): Address already in use (errno 98)\""), "\(result.standardError)")
+        #expect(
+            result.standardError.contains(
+                "error=\"cannot listen on 127.0.0.1:\(taken.port) (listen): Address already in use (errno 98)\""),
+            "\(result.standardError)")
         #expect(!result.standardError.contains("bind(descriptor"))
 
         let free = try FreePort.reserveClosedPort()
-        let adminPath = try writeConfig("version: 1\nlisten: [127.0.0.1:\(free)]\nadmin: {listen: 127.0.0.1:\(taken.port)}\n", in: directory)
+        let adminPath = try writeConfig(
+            "version: 1\nlisten: [127.0.0.1:\(free)]\nadmin: {listen: 127.0.0.1:\(taken.port)}\n", in: directory)
         let admin = try await run(["run", "--config", adminPath])
         #expect(admin.status == 1)
-        #expect(admin.standardError.contains("cannot listen on 127.0.0.1:\(taken.port) (admin.listen): Address already in use"),
-                "\(admin.standardError)")
+        #expect(
+            admin.standardError.contains(
+                "cannot listen on 127.0.0.1:\(taken.port) (admin.listen): Address already in use"),
+            "\(admin.standardError)")
     }
 
     // MARK: the docs quote the binary (finding 20)
@@ -138,7 +164,8 @@ struct OperatorMessagesTests {
     func caInitMessages() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
-        let path = try writeConfig("version: 1\nlisten: [127.0.0.1:18080]\nkeychain: {path: kc.bkc, key_file: kc.key}\n", in: directory)
+        let path = try writeConfig(
+            "version: 1\nlisten: [127.0.0.1:18080]\nkeychain: {path: kc.bkc, key_file: kc.key}\n", in: directory)
         let first = try await run(["ca", "init", "--config", path])
         #expect(first.status == 0)
         let created = first.standardOutput.split(separator: "\n").map(String.init)
@@ -151,15 +178,21 @@ struct OperatorMessagesTests {
             #expect(lines.contains(refusal), "\(page) does not quote: \(refusal)")
             // The success lines, up to the keychain path and the fingerprint.
             #expect(created.count == 3)
-            #expect(lines.contains { $0.hasPrefix("created root CA 'Backstop local interception CA' in ca/root of keychain /") }, "\(page)")
+            #expect(
+                lines.contains {
+                    $0.hasPrefix("created root CA 'Backstop local interception CA' in ca/root of keychain /")
+                }, "\(page)")
             #expect(lines.contains(created.last ?? "-"), "\(page)")
         }
     }
 
-    @Test("X-Backstop-Attempts: on Backstop's own errors after attempts were made, not on refusals before any; errors.md says so")
+    @Test(
+        "X-Backstop-Attempts: on Backstop's own errors after attempts were made, not on refusals before any; errors.md says so"
+    )
     func attemptsOnOwnErrors() async throws {
         let closed = try FreePort.reserveClosedPort()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - name: gone
                 match: {hosts: [gone.test]}
@@ -175,7 +208,9 @@ struct OperatorMessagesTests {
         #expect(refused.header("X-Backstop-Attempts") == nil)
         await proxy.stop()
         let errors = try String(contentsOfFile: Self.root + "/docs/reference/errors.md", encoding: .utf8)
-        #expect(errors.contains("An error Backstop makes after it tried the upstream carries `X-Backstop-Attempts: N` as well"))
+        #expect(
+            errors.contains(
+                "An error Backstop makes after it tried the upstream carries `X-Backstop-Attempts: N` as well"))
         #expect(!errors.contains("carries `X-Backstop-Attempts: N` instead"))
     }
 }

@@ -43,12 +43,15 @@ struct PackagingTests {
 
     @Test("the runtime image installs exactly the shared libraries the binary links")
     func runtimeDependencies() async throws {
-        let result = try await TestProcess.run("/bin/bash", [root + "/scripts/check-runtime-deps.sh", DaemonProcess.binaryPath()])
+        let result = try await TestProcess.run(
+            "/bin/bash", [root + "/scripts/check-runtime-deps.sh", DaemonProcess.binaryPath()])
         #expect(result.status == 0, "\(result.standardOutput)\(result.standardError)")
         #expect(result.standardOutput.contains("libcurl4"))
     }
 
-    @Test("what gets installed is stripped: the image (unless KEEP_SYMBOLS=1), the unit's and the guide's install lines; a stripped binary runs")
+    @Test(
+        "what gets installed is stripped: the image (unless KEEP_SYMBOLS=1), the unit's and the guide's install lines; a stripped binary runs"
+    )
     func strippedInstall() async throws {
         let dockerfile = try String(contentsOfFile: root + "/Dockerfile", encoding: .utf8)
         #expect(dockerfile.contains("install -D -m 0755 $([ \"$KEEP_SYMBOLS\" = 1 ] || echo -s) "), "\(dockerfile)")
@@ -62,7 +65,8 @@ struct PackagingTests {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
         let installed = directory + "/backstop"
-        let install = try await TestProcess.run("/usr/bin/install", ["-s", "-m", "0755", DaemonProcess.binaryPath(), installed])
+        let install = try await TestProcess.run(
+            "/usr/bin/install", ["-s", "-m", "0755", DaemonProcess.binaryPath(), installed])
         #expect(install.status == 0, "\(install.standardError)")
         let sections = try await TestProcess.run("/usr/bin/readelf", ["-S", installed])
         #expect(!sections.standardOutput.contains(".symtab") && !sections.standardOutput.contains(".debug_info"))

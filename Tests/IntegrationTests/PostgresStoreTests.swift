@@ -13,12 +13,15 @@ import Testing
 struct PostgresStoreTests {
     static let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 
-    static func backend(_ pg: TestPostgres, key: KeychainKey, instance: String, table: String = "backstop_tokens")
+    static func backend(
+        _ pg: TestPostgres, key: KeychainKey, instance: String, table: String = "backstop_tokens"
+    )
         throws -> PostgresTokenBackend
     {
         let backend = try PostgresTokenBackend(
-            config: PostgresStoreConfig(host: "127.0.0.1", port: pg.port, user: pg.user, database: pg.database,
-                                        tls: .disable, table: table),
+            config: PostgresStoreConfig(
+                host: "127.0.0.1", port: pg.port, user: pg.user, database: pg.database,
+                tls: .disable, table: table),
             password: pg.password, sealer: RecordSealer(keychainKey: key), logger: quiet, metrics: TokenStoreMetrics(),
             instanceID: instance)
         backend.start()
@@ -33,7 +36,9 @@ struct PostgresStoreTests {
         if let failure { throw failure }
     }
 
-    @Test("a refresh stores sealed tokens (no plaintext in the table), another instance is notified and adopts them, and sees them under the lock")
+    @Test(
+        "a refresh stores sealed tokens (no plaintext in the table), another instance is notified and adopts them, and sees them under the lock"
+    )
     func refreshNotifyAdopt() async throws {
         try await Self.withCluster { pg in
             let key = KeychainKey.generate()
@@ -61,7 +66,8 @@ struct PostgresStoreTests {
             #expect(underLock == tokens)
             #expect(try await storeB.load() == tokens)
 
-            let dump = try await pg.psql("SELECT prefix, encode(sealed, 'escape'), version, refreshed_by FROM backstop_tokens")
+            let dump = try await pg.psql(
+                "SELECT prefix, encode(sealed, 'escape'), version, refreshed_by FROM backstop_tokens")
             #expect(dump.contains("api|"))
             #expect(dump.hasSuffix("|1|a\n"), "\(dump)")
             #expect(!dump.contains("secret"), "no plaintext token in the table")

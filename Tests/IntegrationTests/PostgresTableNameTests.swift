@@ -9,7 +9,9 @@ import Testing
 /// (docs/reference/token-store.md). Against a real PostgreSQL server.
 @Suite("PostgreSQL table names", .enabled(if: TestPostgres.isAvailable, "\(TestPostgres.unavailableReason ?? "")"))
 struct PostgresTableNameTests {
-    @Test("a table named select, user or order: created, written, read, notified and checked", arguments: ["select", "user", "order"])
+    @Test(
+        "a table named select, user or order: created, written, read, notified and checked",
+        arguments: ["select", "user", "order"])
     func reservedWord(table: String) async throws {
         try await PostgresStoreTests.withCluster { pg in
             let key = KeychainKey.generate()

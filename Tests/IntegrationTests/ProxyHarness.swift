@@ -52,7 +52,9 @@ struct ProxyHarness {
         try await RawHTTP.exchange(port: port, request: request, timeout: timeout)
     }
 
-    func get(_ target: String, host: String = "localhost", headers: [(String, String)] = []) async throws
+    func get(
+        _ target: String, host: String = "localhost", headers: [(String, String)] = []
+    ) async throws
         -> RawHTTPResponse
     {
         try await send(RawHTTP.request("GET", target, host: host, headers: headers))
@@ -102,8 +104,9 @@ private struct CapturingHandler: LogHandler {
     func log(event: LogEvent) {
         var merged = metadata
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }
-        capture.append(LineLogHandler.render(
-            time: "T", level: event.level, message: "\(event.message)", metadata: merged, format: format))
+        capture.append(
+            LineLogHandler.render(
+                time: "T", level: event.level, message: "\(event.message)", metadata: merged, format: format))
     }
 }
 

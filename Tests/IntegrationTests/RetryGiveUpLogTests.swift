@@ -15,9 +15,11 @@ struct RetryGiveUpLogTests {
     ) async throws {
         let origin = try await TestOrigin.start(script: script)
         let capture = LogCapture()
-        let backoff = retry.contains("backoff:") ? "" : "backoff: {strategy: constant, base: 10ms, max: 10ms, jitter: none}\n"
+        let backoff =
+            retry.contains("backoff:") ? "" : "backoff: {strategy: constant, base: 10ms, max: 10ms, jitter: none}\n"
         let retryLines = (backoff + retry).split(separator: "\n").map { "      " + $0 }.joined(separator: "\n")
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             \(limits)
             upstreams:
               - name: app
@@ -46,13 +48,18 @@ struct RetryGiveUpLogTests {
         try await Self.run(retry: "attempts: 2") { response, lines in
             #expect(response.status == 503)
             #expect(lines.count == 1)
-            #expect(lines.first?.contains("level=debug msg=\"not retried\" attempt=2 host=app.test method=GET outcome=503 rule=attempts-exhausted upstream=app") == true, "\(lines)")
+            #expect(
+                lines.first?.contains(
+                    "level=debug msg=\"not retried\" attempt=2 host=app.test method=GET outcome=503 rule=attempts-exhausted upstream=app"
+                ) == true, "\(lines)")
         }
     }
 
     @Test("a POST without an idempotency key: rule=method-not-retryable")
     func method() async throws {
-        try await Self.run(retry: "attempts: 3", request: RawHTTP.request("POST", "http://app.test/r", host: "app.test", body: [0x61])) { response, lines in
+        try await Self.run(
+            retry: "attempts: 3", request: RawHTTP.request("POST", "http://app.test/r", host: "app.test", body: [0x61])
+        ) { response, lines in
             #expect(response.status == 503)
             #expect(lines.first?.contains("method=POST outcome=503 rule=method-not-retryable") == true, "\(lines)")
         }
@@ -62,7 +69,8 @@ struct RetryGiveUpLogTests {
     func body() async throws {
         try await Self.run(
             retry: "attempts: 3", limits: "limits: {retry_buffer: 1KiB}",
-            request: RawHTTP.request("PUT", "http://app.test/r", host: "app.test", body: Array(repeating: 0x62, count: 4096))
+            request: RawHTTP.request(
+                "PUT", "http://app.test/r", host: "app.test", body: Array(repeating: 0x62, count: 4096))
         ) { response, lines in
             #expect(response.status == 503)
             #expect(lines.first?.contains("outcome=503 rule=body-not-replayable") == true, "\(lines)")
@@ -91,18 +99,22 @@ struct RetryGiveUpLogTests {
     @Test("a Retry-After above retry_after.max: rule=retry-after-too-long")
     func retryAfter() async throws {
         try await Self.run(
-            retry: "attempts: 3\nretry_after: {max: 1s}", origin: { _ in .text(503, "later", headers: [("Retry-After", "3600")]) }
+            retry: "attempts: 3\nretry_after: {max: 1s}",
+            origin: { _ in .text(503, "later", headers: [("Retry-After", "3600")]) }
         ) { response, lines in
             #expect(response.status == 503)
             #expect(lines.first?.contains("rule=retry-after-too-long") == true, "\(lines)")
         }
     }
 
-    @Test("a connect failure whose condition is not in retry.on: rule=not-retryable; a success or an unlisted status logs nothing")
+    @Test(
+        "a connect failure whose condition is not in retry.on: rule=not-retryable; a success or an unlisted status logs nothing"
+    )
     func notListed() async throws {
         let closed = try FreePort.reserveClosedPort()
         let capture = LogCapture()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - name: gone
                 match: {hosts: [gone.test]}

@@ -81,7 +81,8 @@ struct RetryTests {
     @Test("a closed port → 502 after all attempts, also for POST")
     func closedPort() async throws {
         let port = try FreePort.reserveClosedPort()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - name: gone
                 match: {hosts: [gone.test]}
@@ -90,7 +91,9 @@ struct RetryTests {
             """)
         for method in ["GET", "POST"] {
             let started = ContinuousClock.now
-            let response = try await proxy.send(RawHTTP.request(method, "http://gone.test/", host: "gone.test", body: method == "POST" ? Array("x".utf8) : nil))
+            let response = try await proxy.send(
+                RawHTTP.request(
+                    method, "http://gone.test/", host: "gone.test", body: method == "POST" ? Array("x".utf8) : nil))
             #expect(response.status == 502)
             #expect(response.header("X-Backstop-Error") == "upstream-unreachable")
             // Two 200 ms backoffs prove the two retries happened.
@@ -101,13 +104,17 @@ struct RetryTests {
 
     @Test("POST 503 → 1 attempt; POST with Idempotency-Key → retried")
     func postRules() async throws {
-        try await withOriginAndProxy(origin: { _ in .respond(status: 503) }, config: { Self.config($0) }) { origin, proxy in
-            let plain = try await proxy.send(RawHTTP.request("POST", "http://app.test/p", host: "app.test", body: Array("a".utf8)))
+        try await withOriginAndProxy(origin: { _ in .respond(status: 503) }, config: { Self.config($0) }) {
+            origin, proxy in
+            let plain = try await proxy.send(
+                RawHTTP.request("POST", "http://app.test/p", host: "app.test", body: Array("a".utf8)))
             #expect(plain.status == 503)
             #expect(plain.header("X-Backstop-Attempts") == "1")
             #expect(origin.requestCount == 1)
-            let keyed = try await proxy.send(RawHTTP.request(
-                "POST", "http://app.test/p", host: "app.test", headers: [("Idempotency-Key", "k1")], body: Array("a".utf8)))
+            let keyed = try await proxy.send(
+                RawHTTP.request(
+                    "POST", "http://app.test/p", host: "app.test", headers: [("Idempotency-Key", "k1")],
+                    body: Array("a".utf8)))
             #expect(keyed.status == 503)
             #expect(keyed.header("X-Backstop-Attempts") == "3")
             #expect(origin.requestCount == 4)
@@ -117,7 +124,8 @@ struct RetryTests {
 
     @Test("429 + Retry-After: 1 → the second attempt arrives ≥ 1 s later")
     func retryAfterSeconds() async throws {
-        let script = TestOrigin.sequence([.respond(status: 429, headers: [("Retry-After", "1")])], then: .text(200, "ok"))
+        let script = TestOrigin.sequence(
+            [.respond(status: 429, headers: [("Retry-After", "1")])], then: .text(200, "ok"))
         try await withOriginAndProxy(origin: script, config: { Self.config($0) }) { origin, proxy in
             let response = try await proxy.get("http://app.test/r", host: "app.test")
             #expect(response.status == 200)
@@ -135,7 +143,8 @@ struct RetryTests {
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
         let script: TestOrigin.Script = { request in
             request.index == 0
-                ? .respond(status: 503, headers: [("Retry-After", formatter.string(from: Date().addingTimeInterval(2)))])
+                ? .respond(
+                    status: 503, headers: [("Retry-After", formatter.string(from: Date().addingTimeInterval(2)))])
                 : .text(200, "ok")
         }
         try await withOriginAndProxy(origin: script, config: { Self.config($0) }) { origin, proxy in
@@ -170,8 +179,9 @@ struct RetryTests {
             origin: { _ in .respond(status: 503) },
             config: { Self.config($0, limits: "limits: {retry_buffer: 1KiB}") }
         ) { origin, proxy in
-            let response = try await proxy.send(RawHTTP.request(
-                "PUT", "http://app.test/big", host: "app.test", body: Array(repeating: 0x62, count: 4096)))
+            let response = try await proxy.send(
+                RawHTTP.request(
+                    "PUT", "http://app.test/big", host: "app.test", body: Array(repeating: 0x62, count: 4096)))
             #expect(response.status == 503)
             #expect(response.header("X-Backstop-Attempts") == "1")
             #expect(origin.requestCount == 1)
@@ -205,9 +215,12 @@ struct RetryTests {
 
     @Test("retry budget: always-503 origin, 200 requests over ~4 s stay within ratio + min_per_second")
     func budgetCapsAmplification() async throws {
-        for (budget, label) in [("{ratio: 0.2, min_per_second: 1}", "budget"), ("{ratio: 100, min_per_second: 1000}", "unbounded")] {
+        for (budget, label) in [
+            ("{ratio: 0.2, min_per_second: 1}", "budget"), ("{ratio: 100, min_per_second: 1000}", "unbounded"),
+        ] {
             let origin = try await TestOrigin.start { _ in .respond(status: 503) }
-            let proxy = try await ProxyHarness.start("""
+            let proxy = try await ProxyHarness.start(
+                """
                 upstreams:
                   - name: app
                     match: {hosts: [app.test]}

@@ -42,7 +42,8 @@ struct SecondReviewTests {
     func tunnelsToThisHost() async throws {
         let admin = try FreePort.reserveClosedPort()
         let own = try FreePort.reserveClosedPort()
-        let relisted = try await ProxyHarness.start("""
+        let relisted = try await ProxyHarness.start(
+            """
             listen: ["127.0.0.1:\(own)"]
             admin: {listen: "127.0.0.1:\(admin)"}
             tunnels:
@@ -64,7 +65,8 @@ struct SecondReviewTests {
 
     @Test("heads trickled a byte at a time get 408 after header_timeout on the admin listener; health probes get in")
     func trickledHeadsOnAdmin() async throws {
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             admin: {listen: "127.0.0.1:0"}
             limits: {header_timeout: 400ms, client_idle_timeout: 30s, max_connections: 2}
             """)
@@ -77,7 +79,9 @@ struct SecondReviewTests {
             let head = Array("GET /metrics HTTP/1.1\r\nHost: a\r\n".utf8)
             var index = 0
             // One byte every 100 ms to each: the idle timeout (30 s) never fires, the head never ends.
-            while ContinuousClock.now - started < .seconds(5), trickling.contains(where: { $0.waitForData(timeout: .zero) == .timeout }) {
+            while ContinuousClock.now - started < .seconds(5),
+                trickling.contains(where: { $0.waitForData(timeout: .zero) == .timeout })
+            {
                 for socket in trickling { _ = socket.send([head[index % head.count]]) }
                 index += 1
                 usleep(100_000)
@@ -124,13 +128,15 @@ struct SecondReviewTests {
         "/api/%u002e%u002e/admin", "/api/..%00/admin",
     ]
 
-    @Test("every traversal spelling is refused with 400 before routing: nothing (and no token) reaches the upstream",
-          arguments: traversals)
+    @Test(
+        "every traversal spelling is refused with 400 before routing: nothing (and no token) reaches the upstream",
+        arguments: traversals)
     func traversalSpellings(target: String) async throws {
         let (keychain, directory) = try TokenRefreshTests.makeKeychain(["api/token": "injected-secret"])
         defer { TestFiles.remove(directory) }
         let origin = try await TestOrigin.start { _ in .text(200, "reached") }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             \(keychainSection(directory: directory))
             upstreams:
               - name: api
@@ -148,12 +154,15 @@ struct SecondReviewTests {
 
     @Test("an encoded slash that forms no dot segment reaches the upstream byte for byte")
     func encodedSlashPasses() async throws {
-        try await withOriginAndProxy(origin: { request in .text(200, request.uri) }, config: { origin in
-            """
-            upstreams:
-              - {name: api, match: {path_prefix: /api}, url: "\(origin.baseURL)/v4"}
-            """
-        }) { origin, proxy in
+        try await withOriginAndProxy(
+            origin: { request in .text(200, request.uri) },
+            config: { origin in
+                """
+                upstreams:
+                  - {name: api, match: {path_prefix: /api}, url: "\(origin.baseURL)/v4"}
+                """
+            }
+        ) { origin, proxy in
             let response = try await proxy.get("/api/projects/group%2Fproject/issues?q=a%2F..", host: "127.0.0.1")
             #expect(response.status == 200)
             #expect(response.bodyString == "/v4/projects/group%2Fproject/issues?q=a%2F..")
@@ -164,9 +173,11 @@ struct SecondReviewTests {
 
     @Test("bodies kept for retries share limits.buffer_memory: one that does not fit streams and is not retried")
     func bufferMemory() async throws {
-        let origin = try await TestOrigin.start(script: TestOrigin.sequence(
-            [.text(503, "busy"), .text(503, "busy")], then: .text(200, "ok")))
-        let proxy = try await ProxyHarness.start("""
+        let origin = try await TestOrigin.start(
+            script: TestOrigin.sequence(
+                [.text(503, "busy"), .text(503, "busy")], then: .text(200, "ok")))
+        let proxy = try await ProxyHarness.start(
+            """
             limits: {buffer_memory: 64KiB, retry_buffer: 1MiB}
             upstreams:
               - name: app
@@ -179,15 +190,19 @@ struct SecondReviewTests {
         let (kept, b, a) = try await BlockingSocket.onThread { () -> (Int, String, String) in
             // A: 40 KiB of a 50 KiB body arrive and stay kept while B is handled.
             let held = try BlockingSocket(port: port)
-            _ = held.send("PUT http://app.test/a HTTP/1.1\r\nHost: app.test\r\nContent-Length: 51200\r\nConnection: close\r\n\r\n")
+            _ = held.send(
+                "PUT http://app.test/a HTTP/1.1\r\nHost: app.test\r\nContent-Length: 51200\r\nConnection: close\r\n\r\n"
+            )
             _ = held.send([UInt8](repeating: 0x61, count: 40960))
             let deadline = ContinuousClock.now + .seconds(5)
             while runtime.keptBodyMemory < 40960 && ContinuousClock.now < deadline { usleep(10_000) }
             let kept = runtime.keptBodyMemory
             // B's 40 KiB do not fit beside A's: B streams once, and its 503 goes back to the client unretried.
-            let b = try rawExchange(port: port, RawHTTP.request(
-                "PUT", "http://app.test/b", host: "app.test", headers: [("Connection", "close")],
-                body: [UInt8](repeating: 0x62, count: 40960)))
+            let b = try rawExchange(
+                port: port,
+                RawHTTP.request(
+                    "PUT", "http://app.test/b", host: "app.test", headers: [("Connection", "close")],
+                    body: [UInt8](repeating: 0x62, count: 40960)))
             // A completes within the budget: retried after the second 503, answered 200.
             _ = held.send([UInt8](repeating: 0x61, count: 10240))
             return (kept, b, String(decoding: held.readUntilClosed(timeout: .seconds(5)), as: UTF8.self))
@@ -210,9 +225,16 @@ struct SecondReviewTests {
 
     @Test("timeouts.total runs while a body is being kept: a steady trickle gets 408 once it passes")
     func totalTimeoutCoversTheBodyPhase() async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { origin in
-            singleUpstreamConfig(origin, extra: "    timeouts: {connect: 200ms, per_try: 500ms, total: 600ms}\nlimits: {client_idle_timeout: 300ms}\n")
-        }) { origin, proxy in
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "no") },
+            config: { origin in
+                singleUpstreamConfig(
+                    origin,
+                    extra:
+                        "    timeouts: {connect: 200ms, per_try: 500ms, total: 600ms}\nlimits: {client_idle_timeout: 300ms}\n"
+                )
+            }
+        ) { origin, proxy in
             let port = proxy.port
             let started = ContinuousClock.now
             let answer = try await BlockingSocket.onThread { () -> String in
@@ -235,8 +257,9 @@ struct SecondReviewTests {
 
     // MARK: 9. metadata addresses
 
-    @Test("passthrough never connects to Azure's WireServer or Alibaba's metadata address: 403 at once",
-          arguments: ["168.63.129.16", "100.100.100.200"])
+    @Test(
+        "passthrough never connects to Azure's WireServer or Alibaba's metadata address: 403 at once",
+        arguments: ["168.63.129.16", "100.100.100.200"])
     func metadataAddresses(address: String) async throws {
         let proxy = try await ProxyHarness.start("unmatched: passthrough\n")
         let started = ContinuousClock.now
@@ -252,10 +275,14 @@ struct SecondReviewTests {
     @Test("a 101 to a request that asked for no upgrade is a bad-upstream-response; nothing after it is relayed")
     func unsolicitedSwitchingProtocols() async throws {
         let switching = Array(
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\u{81}\u{05}hello".utf8)
-        try await withOriginAndProxy(origin: { _ in .raw(switching) }, config: { origin in
-            singleUpstreamConfig(origin, extra: "    retry: {attempts: 2, backoff: {base: 1ms, max: 1ms}}")
-        }) { origin, proxy in
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\u{81}\u{05}hello"
+                .utf8)
+        try await withOriginAndProxy(
+            origin: { _ in .raw(switching) },
+            config: { origin in
+                singleUpstreamConfig(origin, extra: "    retry: {attempts: 2, backoff: {base: 1ms, max: 1ms}}")
+            }
+        ) { origin, proxy in
             let response = try await proxy.get("http://app.test/socket", host: "app.test")
             #expect(response.status == 502)
             #expect(response.header("X-Backstop-Error") == "bad-upstream-response")

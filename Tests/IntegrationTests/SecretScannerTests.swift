@@ -1,6 +1,7 @@
 import BackstopTestSupport
 import Foundation
 import Testing
+
 @testable import BackstopSoak
 
 /// The soak's log scan: every secret found wherever it sits (chunk boundaries included), nothing else.
@@ -11,7 +12,9 @@ struct SecretScannerTests {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
         let salt = "q7x9salt"
-        let secrets: Set<String> = ["access-\(salt)-1", "refresh-\(salt)-2", "client-secret-\(salt)", "access-\(salt)-3"]
+        let secrets: Set<String> = [
+            "access-\(salt)-1", "refresh-\(salt)-2", "client-secret-\(salt)", "access-\(salt)-3",
+        ]
         var log = ""
         for i in 0..<2000 { log += "time=T level=debug msg=line\(i) upstream=chaos\n" }
         log += "leak token=access-\(salt)-1\n"
@@ -25,7 +28,9 @@ struct SecretScannerTests {
             var scanner = SecretScanner(secrets: secrets, salt: Array(salt.utf8))
             scanner.chunkSize = chunkSize
             let result = scanner.scan(path: path)
-            #expect(result.found == ["access-\(salt)-1", "refresh-\(salt)-2", "client-secret-\(salt)"], "chunk \(chunkSize)")
+            #expect(
+                result.found == ["access-\(salt)-1", "refresh-\(salt)-2", "client-secret-\(salt)"], "chunk \(chunkSize)"
+            )
             #expect(result.lines == 2004)
         }
     }

@@ -21,9 +21,12 @@ struct SecurityReviewTests {
         let certificates = try TestCertificates.generate(in: directory)
         let auth = try await TestAuthServer.start(tls: certificates.serverIdentity)
         let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let (keychain, keyDirectory) = try TokenRefreshTests.makeKeychain(["api/refresh_token": "refresh-0", "api/secret": "s3cret"])
+        let (keychain, keyDirectory) = try TokenRefreshTests.makeKeychain([
+            "api/refresh_token": "refresh-0", "api/secret": "s3cret",
+        ])
         defer { TestFiles.remove(keyDirectory) }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             \(keychainSection(directory: keyDirectory))
             upstreams:
               - name: api
@@ -56,7 +59,8 @@ struct SecurityReviewTests {
         let origin = try await TestOrigin.start(script: auth.protectedScript())
         let (keychain, keyDirectory) = try TokenRefreshTests.makeKeychain(["api/refresh_token": "refresh-0"])
         defer { TestFiles.remove(keyDirectory) }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             \(keychainSection(directory: keyDirectory))
             upstreams:
               - name: api
@@ -105,7 +109,8 @@ struct SecurityReviewTests {
 
     @Test("a request already carrying 8 Backstop Via entries → 508, nothing sent upstream")
     func viaLoop() async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { singleUpstreamConfig($0) }) {
+            origin, proxy in
             let via = Array(repeating: "1.1 backstop", count: 8).joined(separator: ", ")
             let looped = try await proxy.get("http://app.test/x", host: "app.test", headers: [("Via", via)])
             #expect(looped.status == 508)
@@ -131,16 +136,21 @@ struct SecurityReviewTests {
 
     // MARK: paths and methods
 
-    @Test("dot segments, also percent-encoded, are refused with 400 before routing", arguments: [
-        "/api/../admin/secret", "/api/%2e%2e/admin/secret", "/api/%2E%2e/admin", "/api/./x", "/api/.%2E/x",
-    ])
+    @Test(
+        "dot segments, also percent-encoded, are refused with 400 before routing",
+        arguments: [
+            "/api/../admin/secret", "/api/%2e%2e/admin/secret", "/api/%2E%2e/admin", "/api/./x", "/api/.%2E/x",
+        ])
     func dotSegments(path: String) async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { origin in
-            """
-            upstreams:
-              - {name: api, match: {path_prefix: /api}, url: "\(origin.baseURL)/v2"}
-            """
-        }) { origin, proxy in
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "no") },
+            config: { origin in
+                """
+                upstreams:
+                  - {name: api, match: {path_prefix: /api}, url: "\(origin.baseURL)/v2"}
+                """
+            }
+        ) { origin, proxy in
             let response = try await proxy.get(path, host: "127.0.0.1")
             #expect(response.status == 400)
             #expect(response.header("X-Backstop-Error") == "bad-request")
@@ -152,8 +162,11 @@ struct SecurityReviewTests {
     func trace() async throws {
         let (keychain, directory) = try TokenRefreshTests.makeKeychain(["api/token": "injected-secret"])
         defer { TestFiles.remove(directory) }
-        let origin = try await TestOrigin.start { request in .text(200, request.headers.map { "\($0.name): \($0.value)" }.joined(separator: "\n")) }
-        let proxy = try await ProxyHarness.start("""
+        let origin = try await TestOrigin.start { request in
+            .text(200, request.headers.map { "\($0.name): \($0.value)" }.joined(separator: "\n"))
+        }
+        let proxy = try await ProxyHarness.start(
+            """
             \(staticAuthConfig(directory: directory, url: origin.baseURL))
               - {name: open, match: {hosts: [open.test]}, url: "\(origin.baseURL)"}
             """, keychain: keychain)
@@ -172,14 +185,19 @@ struct SecurityReviewTests {
 
     @Test("a request body that stops arriving → 408 request-timeout and close; the slot is freed")
     func trickledBody() async throws {
-        try await withOriginAndProxy(origin: { _ in .text(200, "no") }, config: { origin in
-            singleUpstreamConfig(origin) + "\nlimits: {client_idle_timeout: 300ms, max_connections: 1}\n"
-        }) { origin, proxy in
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "no") },
+            config: { origin in
+                singleUpstreamConfig(origin) + "\nlimits: {client_idle_timeout: 300ms, max_connections: 1}\n"
+            }
+        ) { origin, proxy in
             let port = proxy.port
             let started = ContinuousClock.now
             let answer = try await BlockingSocket.onThread {
-                try rawExchange(port: port, Array(
-                    "POST http://app.test/x HTTP/1.1\r\nHost: app.test\r\nContent-Length: 100\r\n\r\na".utf8))
+                try rawExchange(
+                    port: port,
+                    Array(
+                        "POST http://app.test/x HTTP/1.1\r\nHost: app.test\r\nContent-Length: 100\r\n\r\na".utf8))
             }()
             #expect(answer.hasPrefix("HTTP/1.1 408 "), "\(answer.debugDescription)")
             #expect(answer.contains("\r\nX-Backstop-Error: request-timeout\r\n"))
@@ -193,13 +211,18 @@ struct SecurityReviewTests {
 
     @Test("a request body that keeps trickling within the idle timeout is not cut")
     func slowButSteadyBody() async throws {
-        try await withOriginAndProxy(origin: { request in .text(200, "got \(request.body.count)") }, config: { origin in
-            singleUpstreamConfig(origin) + "\nlimits: {client_idle_timeout: 400ms}\n"
-        }) { _, proxy in
+        try await withOriginAndProxy(
+            origin: { request in .text(200, "got \(request.body.count)") },
+            config: { origin in
+                singleUpstreamConfig(origin) + "\nlimits: {client_idle_timeout: 400ms}\n"
+            }
+        ) { _, proxy in
             let port = proxy.port
             let answer = try await BlockingSocket.onThread { () -> String in
                 let socket = try BlockingSocket(port: port)
-                socket.send("POST http://app.test/x HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nConnection: close\r\n\r\n")
+                socket.send(
+                    "POST http://app.test/x HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
+                )
                 for byte in "abcde" {
                     usleep(150_000)
                     socket.send(String(byte))
@@ -216,7 +239,8 @@ struct SecurityReviewTests {
         let origin = try await TestOrigin.start { _ in
             .raw(Array("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly-some".utf8), close: false)
         }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - {name: api, match: {hosts: [api.test]}, url: "\(origin.baseURL)", timeouts: {idle: 300ms}}
             """)
@@ -234,9 +258,11 @@ struct SecurityReviewTests {
 
     @Test("a retried small response left to finish for connection reuse is cut after timeouts.idle if it stalls")
     func abandonedResponseIsBounded() async throws {
-        let stall = OriginAction.raw(Array("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\npartial".utf8))
+        let stall = OriginAction.raw(
+            Array("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\npartial".utf8))
         let origin = try await TestOrigin.start(script: TestOrigin.sequence([stall], then: .text(200, "ok")))
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - name: api
                 match: {hosts: [api.test]}
@@ -261,7 +287,8 @@ struct SecurityReviewTests {
 
     @Test("the admin listener closes idle connections and caps them like proxy listeners")
     func adminListener() async throws {
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             admin: {listen: "127.0.0.1:0"}
             limits: {client_idle_timeout: 300ms, max_connections: 1}
             """)
@@ -298,18 +325,23 @@ struct KeychainReviewTests {
         defer { TestFiles.remove(parent) }
         let directory = parent + "/state"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
-        let opened = try KeychainBootstrap.open(path: directory + "/keychain.bkc", key: .file(path: parent + "/keychain.key"))
+        let opened = try KeychainBootstrap.open(
+            path: directory + "/keychain.bkc", key: .file(path: parent + "/keychain.key"))
         try opened.keychain.set("api/refresh_token", value: Array("refresh-0".utf8))
         // The token endpoint takes 600 ms, long enough to take the keychain's directory away meanwhile.
         let grant = #"{"access_token":"access-1","refresh_token":"refresh-1","expires_in":3600}"#
         let tokenEndpoint = try await TestOrigin.start { _ in
-            .delay(.milliseconds(600), then: .respond(status: 200, headers: [("Content-Type", "application/json")],
-                                                       body: Array(grant.utf8)))
+            .delay(
+                .milliseconds(600),
+                then: .respond(
+                    status: 200, headers: [("Content-Type", "application/json")],
+                    body: Array(grant.utf8)))
         }
         let origin = try await TestOrigin.start { request in
             request.header("Authorization") == "Bearer access-1" ? .text(200, "ok") : .respond(status: 401)
         }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             keychain: {path: \(directory)/keychain.bkc, key_file: \(parent)/keychain.key}
             upstreams:
               - name: api
@@ -359,18 +391,23 @@ struct KeychainReviewTests {
             """
         }
         try config(keychainFile: "one.bkc").write(toFile: path, atomically: true, encoding: .utf8)
-        let opened = try KeychainBootstrap.open(path: directory + "/one.bkc", key: .file(path: directory + "/keychain.key"))
+        let opened = try KeychainBootstrap.open(
+            path: directory + "/one.bkc", key: .file(path: directory + "/keychain.key"))
         try opened.keychain.set("api/token", value: Array("from-one".utf8))
         let daemon = try DaemonProcess.start(binary: DaemonProcess.binaryPath(), arguments: ["run", "--config", path])
         defer { Task { await daemon.stop() } }
         try await daemon.waitUntilListening(port: port)
-        let before = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://api.test/", host: "api.test"), timeout: .seconds(5))
+        let before = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://api.test/", host: "api.test"), timeout: .seconds(5))
         #expect(before.bodyString == "Bearer from-one")
 
         try config(keychainFile: "two.bkc").write(toFile: path, atomically: true, encoding: .utf8)
         daemon.send(signal: SIGHUP)
-        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("reload rejected") && $0.contains("keychain") }
-        let after = try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://api.test/", host: "api.test"), timeout: .seconds(5))
+        try await daemon.waitForOutput(timeout: .seconds(5)) {
+            $0.contains("reload rejected") && $0.contains("keychain")
+        }
+        let after = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://api.test/", host: "api.test"), timeout: .seconds(5))
         #expect(after.bodyString == "Bearer from-one")
         #expect(!FileManager.default.fileExists(atPath: directory + "/two.bkc"))
     }

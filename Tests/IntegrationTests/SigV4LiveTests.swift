@@ -20,15 +20,19 @@ struct SigV4LiveTests {
         return url.path + "/scripts/sigv4"
     }
 
-    @Test("botocore accepts the signatures of requests with repeated and reserved query characters, spaces in the path, bodies and a session token")
+    @Test(
+        "botocore accepts the signatures of requests with repeated and reserved query characters, spaces in the path, bodies and a session token"
+    )
     func botocoreAcceptsWhatTravels() async throws {
         let port = try FreePort.reserveClosedPort()
         let credentials = SigV4Credentials(
             accessKeyID: "AKIDLIVE", secretAccessKey: "live/secret+key=", sessionToken: "session//token+=")
         let origin = try DaemonProcess.start(
             binary: "/usr/bin/env",
-            arguments: ["python3", Self.scripts + "/botocore-origin.py", String(port), credentials.accessKeyID,
-                        credentials.secretAccessKey, credentials.sessionToken!])
+            arguments: [
+                "python3", Self.scripts + "/botocore-origin.py", String(port), credentials.accessKeyID,
+                credentials.secretAccessKey, credentials.sessionToken!,
+            ])
         defer { origin.send(signal: SIGKILL) }
         try await origin.waitUntilListening(port: port)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -50,8 +54,9 @@ struct SigV4LiveTests {
             let parts = c.target.split(separator: "?", maxSplits: 1)
             let payload = c.payload ?? .signed(c.body)
             let signature = signer.sign(
-                SigV4Signer.Request(method: c.method, path: String(parts[0]), query: parts.count > 1 ? String(parts[1]) : nil,
-                                    host: host),
+                SigV4Signer.Request(
+                    method: c.method, path: String(parts[0]), query: parts.count > 1 ? String(parts[1]) : nil,
+                    host: host),
                 payload: payload, credentials: credentials, date: Int64(Date().timeIntervalSince1970))
             let request = TransportRequest(
                 url: "http://\(host)\(c.target)", method: c.method,
@@ -72,12 +77,15 @@ struct SigV4LiveTests {
         #expect(reports[3].contains(#""query": "q=a/b:c@d!$'()*,;&q=a""#), "\(reports[3])")
 
         // A signature from the wrong secret, and one whose body changed after signing, are refused.
-        let wrong = SigV4Credentials(accessKeyID: "AKIDLIVE", secretAccessKey: "other", sessionToken: "session//token+=")
-        let bad = signer.sign(SigV4Signer.Request(method: "GET", path: "/x", host: host), payload: .signed([]),
-                              credentials: wrong, date: Int64(Date().timeIntervalSince1970))
-        let tampered = signer.sign(SigV4Signer.Request(method: "POST", path: "/x", host: host),
-                                   payload: .signed(Array("a".utf8)), credentials: credentials,
-                                   date: Int64(Date().timeIntervalSince1970))
+        let wrong = SigV4Credentials(
+            accessKeyID: "AKIDLIVE", secretAccessKey: "other", sessionToken: "session//token+=")
+        let bad = signer.sign(
+            SigV4Signer.Request(method: "GET", path: "/x", host: host), payload: .signed([]),
+            credentials: wrong, date: Int64(Date().timeIntervalSince1970))
+        let tampered = signer.sign(
+            SigV4Signer.Request(method: "POST", path: "/x", host: host),
+            payload: .signed(Array("a".utf8)), credentials: credentials,
+            date: Int64(Date().timeIntervalSince1970))
         for (signature, body) in [(bad, ""), (tampered, "b")] {
             let request = TransportRequest(
                 url: "http://\(host)/x", method: body.isEmpty ? "GET" : "POST",
@@ -94,13 +102,17 @@ struct SigV4LiveTests {
         await origin.stop()
     }
 
-    @Test("through the daemon: botocore accepts every request Backstop signs (path with spaces, repeated and reserved query characters, a signed body, an unsigned stream, a session token); the client's Authorization is replaced; a signed body past retry_buffer gets 413")
+    @Test(
+        "through the daemon: botocore accepts every request Backstop signs (path with spaces, repeated and reserved query characters, a signed body, an unsigned stream, a session token); the client's Authorization is replaced; a signed body past retry_buffer gets 413"
+    )
     func botocoreAcceptsWhatTheDaemonSigns() async throws {
         let port = try FreePort.reserveClosedPort()
         let keys = (access: "AKIDLIVE", secret: "live/secret+key=", token: "session//token+=")
         let origin = try DaemonProcess.start(
             binary: "/usr/bin/env",
-            arguments: ["python3", Self.scripts + "/botocore-origin.py", String(port), keys.access, keys.secret, keys.token])
+            arguments: [
+                "python3", Self.scripts + "/botocore-origin.py", String(port), keys.access, keys.secret, keys.token,
+            ])
         defer { origin.send(signal: SIGKILL) }
         try await origin.waitUntilListening(port: port)
         let (keychain, directory) = try TokenRefreshTests.makeKeychain(
@@ -108,7 +120,8 @@ struct SigV4LiveTests {
         defer { TestFiles.remove(directory) }
         let entries = "access_key_entry: aws/access, secret_key_entry: aws/secret, session_token_entry: aws/token"
         let capture = LogCapture()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             \(keychainSection(directory: directory))
             limits: {retry_buffer: 64KiB}
             upstreams:
@@ -132,18 +145,23 @@ struct SigV4LiveTests {
         ]
         var responses: [RawHTTPResponse] = []
         for c in cases {
-            responses.append(try await proxy.send(RawHTTP.request(
-                c.method, "http://\(c.host)\(c.target)", host: c.host,
-                headers: [("Authorization", "Bearer the-clients-own"), ("X-Amz-Date", "20000101T000000Z")], body: c.body)))
+            responses.append(
+                try await proxy.send(
+                    RawHTTP.request(
+                        c.method, "http://\(c.host)\(c.target)", host: c.host,
+                        headers: [("Authorization", "Bearer the-clients-own"), ("X-Amz-Date", "20000101T000000Z")],
+                        body: c.body)))
         }
-        #expect(responses.map(\.status) == Array(repeating: 200, count: cases.count),
-                "\(responses.map(\.bodyString).joined(separator: "\n"))")
+        #expect(
+            responses.map(\.status) == Array(repeating: 200, count: cases.count),
+            "\(responses.map(\.bodyString).joined(separator: "\n"))")
         #expect(responses[1].bodyString.contains(#""path": "/prod/a%20b/c%20d""#), "\(responses[1].bodyString)")
         #expect(responses[3].bodyString.contains(#""query": "q=a/b:c@d!$'()*,;&q=a""#), "\(responses[3].bodyString)")
         #expect(responses.allSatisfy { $0.bodyString.contains("x-amz-security-token") })
 
         // A signed payload must be hashed whole: a body past retry_buffer is refused before anything is sent.
-        let tooLarge = try await proxy.send(RawHTTP.request("PUT", "http://api.test/big", host: "api.test", body: large))
+        let tooLarge = try await proxy.send(
+            RawHTTP.request("PUT", "http://api.test/big", host: "api.test", body: large))
         #expect(tooLarge.status == 413)
         #expect(tooLarge.header("X-Backstop-Error") == "body-too-large")
         await proxy.stop()

@@ -24,12 +24,13 @@ struct StartupMemoryTests {
             garbage line
             """
         let mappings = StartupMemory.fileMappings(Array(maps.utf8))
-        #expect(mappings == [
-            .init(start: 0x55d0_a000_0000, end: 0x55d0_a010_0000),
-            .init(start: 0x55d0_a010_0000, end: 0x55d0_a020_0000),
-            .init(start: 0x55d0_a020_0000, end: 0x55d0_a021_0000),
-            .init(start: 0x7f00_0000_3000, end: 0x7f00_0000_4000),
-        ])
+        #expect(
+            mappings == [
+                .init(start: 0x55d0_a000_0000, end: 0x55d0_a010_0000),
+                .init(start: 0x55d0_a010_0000, end: 0x55d0_a020_0000),
+                .init(start: 0x55d0_a020_0000, end: 0x55d0_a021_0000),
+                .init(start: 0x7f00_0000_3000, end: 0x7f00_0000_4000),
+            ])
     }
 
     #if os(Linux)
@@ -37,7 +38,8 @@ struct StartupMemoryTests {
     func readsWholeMaps() throws {
         let maps = try Posix.readFile("/proc/self/maps")
         #expect(maps.count > 4096, "a test process maps more than one page's worth of lines")
-        let getpidAddress = UInt(bitPattern: unsafeBitCast(getpid as @convention(c) () -> pid_t, to: UnsafeRawPointer.self))
+        let getpidAddress = UInt(
+            bitPattern: unsafeBitCast(getpid as @convention(c) () -> pid_t, to: UnsafeRawPointer.self))
         let mappings = StartupMemory.fileMappings(maps)
         #expect(mappings.contains { $0.start <= getpidAddress && getpidAddress < $0.end })
     }

@@ -26,35 +26,36 @@ struct StatusPageTests {
         let adminPort = try FreePort.reserveClosedPort()
         let path = directory + "/backstop.yaml"
         try """
-            version: 1
-            listen: [127.0.0.1:\(port)]
-            admin: {listen: 127.0.0.1:\(adminPort)}
-            \(keychainSection(directory: directory))
-            upstreams:
-              - name: api
-                match: {hosts: [api.test]}
-                url: \(protected.baseURL)
-                auth: {type: oauth2, token_url: \(auth.tokenURL), keychain_prefix: api}
-              - name: keyed
-                match: {hosts: [keyed.test]}
-                url: \(plain.baseURL)
-                auth: {type: static, entry: static/token, header: X-Api-Key, scheme: ""}
-              - name: flaky
-                match: {hosts: [flaky.test]}
-                url: \(failing.baseURL)
-                retry: {attempts: 2, backoff: {strategy: constant, base: 10ms, max: 10ms, jitter: none}}
-              - name: gone
-                match: {hosts: [gone.test]}
-                url: http://127.0.0.1:\(deadPort)
-                retry: {attempts: 1}
-            """.write(toFile: path, atomically: true, encoding: .utf8)
+        version: 1
+        listen: [127.0.0.1:\(port)]
+        admin: {listen: 127.0.0.1:\(adminPort)}
+        \(keychainSection(directory: directory))
+        upstreams:
+          - name: api
+            match: {hosts: [api.test]}
+            url: \(protected.baseURL)
+            auth: {type: oauth2, token_url: \(auth.tokenURL), keychain_prefix: api}
+          - name: keyed
+            match: {hosts: [keyed.test]}
+            url: \(plain.baseURL)
+            auth: {type: static, entry: static/token, header: X-Api-Key, scheme: ""}
+          - name: flaky
+            match: {hosts: [flaky.test]}
+            url: \(failing.baseURL)
+            retry: {attempts: 2, backoff: {strategy: constant, base: 10ms, max: 10ms, jitter: none}}
+          - name: gone
+            match: {hosts: [gone.test]}
+            url: http://127.0.0.1:\(deadPort)
+            retry: {attempts: 1}
+        """.write(toFile: path, atomically: true, encoding: .utf8)
         let daemon = try DaemonProcess.start(binary: DaemonProcess.binaryPath(), arguments: ["run", "--config", path])
         var failure: (any Error)?
         do {
             try await daemon.waitUntilListening(port: port)
             for host in ["api.test", "keyed.test", "flaky.test", "gone.test"] {
                 _ = try await RawHTTP.exchange(
-                    port: port, request: RawHTTP.request("GET", "http://\(host)/x?key=q", host: host), timeout: .seconds(10))
+                    port: port, request: RawHTTP.request("GET", "http://\(host)/x?key=q", host: host),
+                    timeout: .seconds(10))
             }
             // An exchange records its end once its response is written: wait for both failures to be in.
             var json = try await RawHTTP.exchange(
@@ -63,7 +64,8 @@ struct StatusPageTests {
             while json.bodyString.components(separatedBy: "\"cause\"").count - 1 < 2, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(20))
                 json = try await RawHTTP.exchange(
-                    port: adminPort, request: RawHTTP.request("GET", "/status.json", host: "admin"), timeout: .seconds(5))
+                    port: adminPort, request: RawHTTP.request("GET", "/status.json", host: "admin"),
+                    timeout: .seconds(5))
             }
             let page = try await RawHTTP.exchange(
                 port: adminPort, request: RawHTTP.request("GET", "/status", host: "admin"), timeout: .seconds(5))
@@ -79,12 +81,14 @@ struct StatusPageTests {
                 #expect(html.contains("<tr data-upstream=\"\(name)\" data-endpoint-state=\"healthy\">"), "\(name)")
             }
             #expect(html.contains("<td>\(failing.baseURL)</td><td class=\"n\">503</td><td>upstream answered 503</td>"))
-            #expect(html.contains("<td>http://127.0.0.1:\(deadPort)</td><td class=\"n\">502</td><td>upstream-unreachable"))
+            #expect(
+                html.contains("<td>http://127.0.0.1:\(deadPort)</td><td class=\"n\">502</td><td>upstream-unreachable"))
             #expect(html.contains("<th scope=\"row\">api</th><td>oauth2</td><td class=\"ok\">yes</td>"))
             #expect(html.contains("<span class=\"ok\">success</span>"))
             #expect(html.contains("<th scope=\"row\">keyed</th><td>static</td><td class=\"ok\">yes</td>"))
 
-            let object = try #require(try JSONSerialization.jsonObject(with: Data(json.bodyString.utf8)) as? [String: Any])
+            let object = try #require(
+                try JSONSerialization.jsonObject(with: Data(json.bodyString.utf8)) as? [String: Any])
             let upstreams = try #require(object["upstreams"] as? [[String: Any]])
             #expect(upstreams.map { $0["name"] as? String } == ["api", "keyed", "flaky", "gone"])
             let flaky = try #require(upstreams.first { $0["name"] as? String == "flaky" })

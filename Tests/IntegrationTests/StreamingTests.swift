@@ -6,7 +6,9 @@ import Testing
 @Suite("Streaming", .serialized)
 struct StreamingTests {
     /// Starts the built daemon with one upstream `app.test` → origin and returns it with its proxy port.
-    private func startDaemon(origin: TestOrigin, directory: String, extra: String = "") async throws
+    private func startDaemon(
+        origin: TestOrigin, directory: String, extra: String = ""
+    ) async throws
         -> (DaemonProcess, Int)
     {
         let port = try FreePort.reserveClosedPort()
@@ -34,7 +36,8 @@ struct StreamingTests {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
         let origin = try await TestOrigin.start { request in
-            .stream(status: 200, headers: [], totalBytes: size, chunkSize: 256 << 10, chunked: request.uri == "/chunked")
+            .stream(
+                status: 200, headers: [], totalBytes: size, chunkSize: 256 << 10, chunked: request.uri == "/chunked")
         }
         let (daemon, port) = try await startDaemon(origin: origin, directory: directory)
         for path in ["/length", "/chunked"] {
@@ -69,7 +72,8 @@ struct StreamingTests {
         #expect(TestPattern.verify(response.body, expectedLength: size))
         let peak = try #require(daemon.peakRSS)
         // The whole body never sits in the daemon: growth stays far below the body size.
-        #expect(peak - baseline < 16 << 20, "daemon grew by \((peak - baseline) >> 20) MiB for a \(size >> 20) MiB body")
+        #expect(
+            peak - baseline < 16 << 20, "daemon grew by \((peak - baseline) >> 20) MiB for a \(size >> 20) MiB body")
         await daemon.stop()
         try await origin.shutdown()
     }
@@ -99,7 +103,9 @@ struct StreamingTests {
         let size = 32 << 20
         let payload = TestPattern.bytes(count: size)
         try await withOriginAndProxy(
-            origin: { request in .text(200, "got \(request.body.count) ok=\(TestPattern.verify(request.body, expectedLength: size))") },
+            origin: { request in
+                .text(200, "got \(request.body.count) ok=\(TestPattern.verify(request.body, expectedLength: size))")
+            },
             config: { singleUpstreamConfig($0, extra: "limits: {max_request_body: 64MiB}") }
         ) { origin, proxy in
             let response = try await RawHTTP.exchange(

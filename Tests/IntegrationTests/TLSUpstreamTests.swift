@@ -13,7 +13,8 @@ struct TLSUpstreamTests {
         let origin = try await TestOrigin.start(tls: certificates.serverIdentity) { request in
             .text(200, "secure \(request.uri)")
         }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - name: trusted
                 match: {hosts: [trusted.test]}
@@ -56,7 +57,8 @@ struct TLSUpstreamTests {
         let capture = LogCapture()
         // Where `localhost` resolves to ::1 too and nothing listens there, curl's errno from that refused attempt
         // is still on the handle when the IPv4 connection's certificate fails: it must not reach the log.
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             log: {level: debug}
             upstreams:
               - name: untrusted
@@ -92,7 +94,8 @@ struct TLSUpstreamTests {
         // that offers h2 may ride an HTTP/1.1 connection another one opened.
         let pinnedOrigin = try await TestOrigin.start(tls: identity) { request in .text(200, "h1 \(request.uri)") }
         let offeredOrigin = try await TestOrigin.start(tls: identity) { request in .text(200, "h1 \(request.uri)") }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - name: pinned
                 match: {hosts: [pinned.test]}
@@ -129,30 +132,30 @@ struct TLSUpstreamTests {
         // that answer until /second has arrived (10 s at most).
         let script = directory + "/resumption_origin.py"
         try """
-            import http.server, ssl, sys, threading
-            second_arrived = threading.Event()
-            class Handler(http.server.BaseHTTPRequestHandler):
-                protocol_version = "HTTP/1.1"
-                def do_GET(self):
-                    if self.path == "/slow":
-                        print("slow", flush=True)
-                        second_arrived.wait(10)
-                    if self.path == "/second": second_arrived.set()
-                    body = (b"reused" if self.connection.session_reused else b"new")
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    self.wfile.write(body)
-                    self.close_connection = True
-                def log_message(self, *args):
-                    pass
-            server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(sys.argv[2], sys.argv[3])
-            server.socket = context.wrap_socket(server.socket, server_side=True)
-            server.serve_forever()
-            """.write(toFile: script, atomically: true, encoding: .utf8)
+        import http.server, ssl, sys, threading
+        second_arrived = threading.Event()
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def do_GET(self):
+                if self.path == "/slow":
+                    print("slow", flush=True)
+                    second_arrived.wait(10)
+                if self.path == "/second": second_arrived.set()
+                body = (b"reused" if self.connection.session_reused else b"new")
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(body)
+                self.close_connection = True
+            def log_message(self, *args):
+                pass
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(sys.argv[2], sys.argv[3])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server.serve_forever()
+        """.write(toFile: script, atomically: true, encoding: .utf8)
         let port = try FreePort.reserveClosedPort()
         let origin = try DaemonProcess.start(
             binary: "/usr/bin/env",
@@ -161,7 +164,8 @@ struct TLSUpstreamTests {
         // test process may have blocked. `stop()` below then only reaps it and removes its log.
         defer { origin.send(signal: SIGKILL) }
         try await origin.waitUntilListening(port: port)
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - name: resuming
                 match: {hosts: [resuming.test]}

@@ -34,8 +34,9 @@ struct TestSupportSelfTests {
         let origin = try await TestOrigin.start { _ in
             .chunked(status: 200, chunks: chunks, interval: .milliseconds(5))
         }
-        let response = try await RawHTTP.exchange(port: origin.port, request: "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-                                                  timeout: timeout)
+        let response = try await RawHTTP.exchange(
+            port: origin.port, request: "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            timeout: timeout)
         try await origin.shutdown()
         #expect(response.header("transfer-encoding") == "chunked")
         #expect(response.bodyString == "abcdef")

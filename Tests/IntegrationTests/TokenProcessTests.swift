@@ -8,8 +8,10 @@ import Testing
 struct TokenProcessTests {
     private let binary = DaemonProcess.binaryPath()
 
-    private func writeConfig(directory: String, name: String, port: Int, origin: TestOrigin, auth: TestAuthServer,
-                             level: String = "info", refreshAhead: String = "60s") throws -> String {
+    private func writeConfig(
+        directory: String, name: String, port: Int, origin: TestOrigin, auth: TestAuthServer,
+        level: String = "info", refreshAhead: String = "60s"
+    ) throws -> String {
         let path = directory + "/\(name).yaml"
         try """
         version: 1
@@ -31,17 +33,21 @@ struct TokenProcessTests {
     }
 
     private func get(_ port: Int, _ path: String = "/x") async throws -> RawHTTPResponse {
-        try await RawHTTP.exchange(port: port, request: RawHTTP.request("GET", "http://api.test\(path)", host: "api.test"),
-                                   timeout: .seconds(20))
+        try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://api.test\(path)", host: "api.test"),
+            timeout: .seconds(20))
     }
 
-    @Test("two daemons sharing a keychain refresh a revoked token exactly once; rotation persisted; restart reuses the token")
+    @Test(
+        "two daemons sharing a keychain refresh a revoked token exactly once; rotation persisted; restart reuses the token"
+    )
     func twoDaemons() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
         let auth = try await TestAuthServer.start()
         let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let opened = try KeychainBootstrap.open(path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
+        let opened = try KeychainBootstrap.open(
+            path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
         try opened.keychain.set("api/refresh_token", value: Array("refresh-0".utf8))
 
         let portA = try FreePort.reserveClosedPort()
@@ -89,11 +95,13 @@ struct TokenProcessTests {
         let auth = try await TestAuthServer.start(initialRefreshToken: "refresh-secret-0")
         auth.update { $0.expiresIn = 3 }
         let origin = try await TestOrigin.start(script: auth.protectedScript())
-        let opened = try KeychainBootstrap.open(path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
+        let opened = try KeychainBootstrap.open(
+            path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
         try opened.keychain.set("api/refresh_token", value: Array("refresh-secret-0".utf8))
         let port = try FreePort.reserveClosedPort()
-        let config = try writeConfig(directory: directory, name: "t", port: port, origin: origin, auth: auth,
-                                     level: "trace", refreshAhead: "2s")
+        let config = try writeConfig(
+            directory: directory, name: "t", port: port, origin: origin, auth: auth,
+            level: "trace", refreshAhead: "2s")
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", config])
         try await daemon.waitUntilListening(port: port)
         // Tokens live 3 s and are refreshed 2 s ahead: requests every 300 ms for 4 s never see a 401.

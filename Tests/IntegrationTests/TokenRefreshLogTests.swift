@@ -41,7 +41,9 @@ extension TokenRefreshTests {
         if let failure { throw failure }
     }
 
-    @Test("a token endpoint that cannot be reached: each failed call logs curl's error, the errno, the address and the URL, never the request body")
+    @Test(
+        "a token endpoint that cannot be reached: each failed call logs curl's error, the errno, the address and the URL, never the request body"
+    )
     func tokenEndpointFailureNamesTheCause() async throws {
         let closed = try FreePort.reserveClosedPort()
         let url = "http://127.0.0.1:\(closed)/oauth/token"
@@ -59,7 +61,9 @@ extension TokenRefreshTests {
                 #expect(line.contains("curl=7 "), "\(line)")
                 #expect(line.contains("errno=111 (Connection refused)"), "\(line)")
                 #expect(line.contains("address=127.0.0.1:\(closed)"), "\(line)")
-                #expect(line.contains("url=\(url) ") || line.hasSuffix("url=\(url)\n"), "the URL without its query: \(line)")
+                #expect(
+                    line.contains("url=\(url) ") || line.hasSuffix("url=\(url)\n"), "the URL without its query: \(line)"
+                )
                 #expect(line.contains("upstream=api"))
             }
             #expect(final.first?.contains("attempt=3") == true, "\(final)")
@@ -67,7 +71,9 @@ extension TokenRefreshTests {
         }
     }
 
-    @Test("a failed refresh after a rejected token: the access line carries error=token-refresh-failed, as the client's header does")
+    @Test(
+        "a failed refresh after a rejected token: the access line carries error=token-refresh-failed, as the client's header does"
+    )
     func accessLineNamesTheFailedRefresh() async throws {
         try await Self.withCapturedProxy { auth, _, proxy, capture in
             #expect(try await proxy.get("http://api.test/ok", host: "api.test").status == 200)
@@ -85,10 +91,14 @@ extension TokenRefreshTests {
         }
     }
 
-    @Test("a short-lived token in use is refreshed on a timer before the next request arrives; that request costs no token call")
+    @Test(
+        "a short-lived token in use is refreshed on a timer before the next request arrives; that request costs no token call"
+    )
     func proactiveRefreshRunsOnATimer() async throws {
         // Tokens live 4 s and are refreshed 2 s ahead (or halfway, whichever is later): 2 s after each grant.
-        try await Self.withCapturedProxy(extra: "refresh_ahead: 2s", prepare: { auth in auth.update { $0.expiresIn = 4 } }) {
+        try await Self.withCapturedProxy(
+            extra: "refresh_ahead: 2s", prepare: { auth in auth.update { $0.expiresIn = 4 } }
+        ) {
             auth, origin, proxy, capture in
             #expect(try await proxy.get("http://api.test/first", host: "api.test").status == 200)
             #expect(auth.tokenCalls == 1)

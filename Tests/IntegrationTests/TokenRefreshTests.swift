@@ -136,7 +136,9 @@ struct TokenRefreshTests {
 
     @Test("token endpoint 503, 503, 200 → the refresh succeeds")
     func endpointRetries() async throws {
-        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-0"], prepare: { auth in auth.update { $0.failNext = 2 } }) { auth, origin, keychain, proxy in
+        try await Self.withAuthProxy(
+            entries: ["api/refresh_token": "refresh-0"], prepare: { auth in auth.update { $0.failNext = 2 } }
+        ) { auth, origin, keychain, proxy in
             let r3 = try await proxy.get("http://api.test/x", host: "api.test")
             #expect(r3.status == 200)
             #expect(auth.tokenCalls == 3)
@@ -145,7 +147,9 @@ struct TokenRefreshTests {
 
     @Test("no token can be had → 502 token-unavailable before any attempt")
     func tokenUnavailable() async throws {
-        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-0"], prepare: { auth in auth.update { $0.invalidGrant = true } }) { auth, origin, keychain, proxy in
+        try await Self.withAuthProxy(
+            entries: ["api/refresh_token": "refresh-0"], prepare: { auth in auth.update { $0.invalidGrant = true } }
+        ) { auth, origin, keychain, proxy in
             let response = try await proxy.get("http://api.test/x", host: "api.test")
             #expect(response.status == 502)
             #expect(response.header("X-Backstop-Error") == "token-unavailable")
@@ -210,8 +214,9 @@ struct TokenRefreshTests {
         let (keychain, directory) = try Self.makeKeychain(["legacy/token": "k-123"])
         defer { TestFiles.remove(directory) }
         let proxy = try await ProxyHarness.start(
-            staticAuthConfig(directory: directory, url: origin.baseURL, entry: "legacy/token", header: "X-Api-Key",
-                             scheme: ""),
+            staticAuthConfig(
+                directory: directory, url: origin.baseURL, entry: "legacy/token", header: "X-Api-Key",
+                scheme: ""),
             keychain: keychain)
         let r5 = try await proxy.get("http://api.test/", host: "api.test")
         #expect(r5.bodyString == "k-123")

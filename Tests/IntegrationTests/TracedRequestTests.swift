@@ -62,32 +62,42 @@ struct TracedRequestTests {
         return String(parts[2])
     }
 
-    @Test("reset, 503, 200: one trace under the client's span, a client span per attempt with its retry reason; each attempt sent its own traceparent; a refused request has its span")
+    @Test(
+        "reset, 503, 200: one trace under the client's span, a client span per attempt with its retry reason; each attempt sent its own traceparent; a refused request has its span"
+    )
     func retriedRequest() async throws {
         let receiver = try await Receiver.start()
         defer { receiver.stop() }
         // The reset comes first, on a fresh connection: curl reports it rather than resending on a new one.
         let script = TestOrigin.sequence([.reset, .respond(status: 503)], then: .text(200, "ok"))
-        try await withOriginAndProxy(origin: script, config: { origin in
-            """
-            \(Self.tracing(receiver))
-            upstreams:
-              - name: app
-                match: {hosts: [app.test]}
-                url: \(origin.baseURL)
-                timeouts: {connect: 1s, per_try: 2s, total: 10s}
-                retry: {attempts: 3, backoff: {strategy: constant, base: 50ms, max: 50ms, jitter: none}}
-            """
-        }) { origin, proxy in
-            let response = try await proxy.get("http://app.test/items?token=secret-query", host: "app.test", headers: [
-                ("traceparent", "00-\(Self.clientTrace)-\(Self.clientSpan)-01"), ("tracestate", "rojo=00f067aa0ba902b7"),
-                ("User-Agent", "legacy-app/1.0"),
-            ])
+        try await withOriginAndProxy(
+            origin: script,
+            config: { origin in
+                """
+                \(Self.tracing(receiver))
+                upstreams:
+                  - name: app
+                    match: {hosts: [app.test]}
+                    url: \(origin.baseURL)
+                    timeouts: {connect: 1s, per_try: 2s, total: 10s}
+                    retry: {attempts: 3, backoff: {strategy: constant, base: 50ms, max: 50ms, jitter: none}}
+                """
+            }
+        ) { origin, proxy in
+            let response = try await proxy.get(
+                "http://app.test/items?token=secret-query", host: "app.test",
+                headers: [
+                    ("traceparent", "00-\(Self.clientTrace)-\(Self.clientSpan)-01"),
+                    ("tracestate", "rojo=00f067aa0ba902b7"),
+                    ("User-Agent", "legacy-app/1.0"),
+                ])
             #expect(response.status == 200)
             #expect(response.header("X-Backstop-Attempts") == "3")
-            let refused = try await proxy.get("http://nowhere.test/x", host: "nowhere.test", headers: [
-                ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
-            ])
+            let refused = try await proxy.get(
+                "http://nowhere.test/x", host: "nowhere.test",
+                headers: [
+                    ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+                ])
             #expect(refused.status == 403)
 
             // Each attempt carried one traceparent: the client's trace, a span of its own, sampled; tracestate as sent.
@@ -172,18 +182,27 @@ struct TracedRequestTests {
         }
     }
 
-    @Test("an unsampled request is not recorded but each attempt still carries its trace (flag 00); without tracing a client's traceparent and tracestate pass through as sent")
+    @Test(
+        "an unsampled request is not recorded but each attempt still carries its trace (flag 00); without tracing a client's traceparent and tracestate pass through as sent"
+    )
     func unsampledAndUntraced() async throws {
         let receiver = try await Receiver.start()
         defer { receiver.stop() }
         let clientParent = "00-\(Self.clientTrace)-\(Self.clientSpan)-00"
-        try await withOriginAndProxy(origin: { _ in .text(200, "ok") }, config: {
-            Self.tracing(receiver, ratio: 0) + "\n" + singleUpstreamConfig($0)
-        }) { origin, proxy in
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "ok") },
+            config: {
+                Self.tracing(receiver, ratio: 0) + "\n" + singleUpstreamConfig($0)
+            }
+        ) { origin, proxy in
             #expect(try await proxy.get("http://app.test/a", host: "app.test").status == 200)
-            #expect(try await proxy.get("http://app.test/b", host: "app.test", headers: [
-                ("traceparent", clientParent), ("tracestate", "rojo=1"),
-            ]).status == 200)
+            #expect(
+                try await proxy.get(
+                    "http://app.test/b", host: "app.test",
+                    headers: [
+                        ("traceparent", clientParent), ("tracestate", "rojo=1"),
+                    ]
+                ).status == 200)
             let requests = origin.requests.sorted { $0.index < $1.index }
             try #require(requests.count == 2)
             // A new trace (sample_ratio 0): a traceparent all the same, unsampled.
@@ -199,25 +218,33 @@ struct TracedRequestTests {
             #expect(queue.queued == 0 && queue.exported == 0)
             #expect(queue.dropped.queueFull == 0 && queue.dropped.exportFailed == 0)
         }
-        try await withOriginAndProxy(origin: { _ in .text(200, "ok") }, config: { singleUpstreamConfig($0) }) { origin, proxy in
+        try await withOriginAndProxy(origin: { _ in .text(200, "ok") }, config: { singleUpstreamConfig($0) }) {
+            origin, proxy in
             #expect(proxy.server.runtime.tracer == nil)
-            #expect(try await proxy.get("http://app.test/c", host: "app.test", headers: [
-                ("traceparent", clientParent), ("tracestate", "rojo=1,congo=t61rcWkgMzE"),
-            ]).status == 200)
+            #expect(
+                try await proxy.get(
+                    "http://app.test/c", host: "app.test",
+                    headers: [
+                        ("traceparent", clientParent), ("tracestate", "rojo=1,congo=t61rcWkgMzE"),
+                    ]
+                ).status == 200)
             let request = try #require(origin.requests.first)
             #expect(request.headers(named: "traceparent") == [clientParent])
             #expect(request.header("tracestate") == "rojo=1,congo=t61rcWkgMzE")
         }
     }
 
-    static func oauthConfig(_ receiver: Receiver, origin: TestOrigin, auth: TestAuthServer, directory: String) -> String {
+    static func oauthConfig(_ receiver: Receiver, origin: TestOrigin, auth: TestAuthServer, directory: String) -> String
+    {
         """
         \(Self.tracing(receiver))
         \(TokenRefreshTests.config(origin: origin, auth: auth, directory: directory))
         """
     }
 
-    @Test("a request that waits for the first token: the refresh is a span of its trace; a second request waiting on the same refresh links to it")
+    @Test(
+        "a request that waits for the first token: the refresh is a span of its trace; a second request waiting on the same refresh links to it"
+    )
     func refreshSpansAndLinks() async throws {
         let receiver = try await Receiver.start()
         defer { receiver.stop() }
@@ -228,19 +255,25 @@ struct TracedRequestTests {
             config: { Self.oauthConfig(receiver, origin: $0, auth: $1, directory: $2) }
         ) { auth, _, _, proxy in
             let first = Task {
-                try await proxy.get("http://api.test/one", host: "api.test", headers: [
-                    ("traceparent", "00-\(Self.clientTrace)-\(Self.clientSpan)-01"),
-                ])
+                try await proxy.get(
+                    "http://api.test/one", host: "api.test",
+                    headers: [
+                        ("traceparent", "00-\(Self.clientTrace)-\(Self.clientSpan)-01")
+                    ])
             }
             // The first request's refresh reached the token endpoint, which answers 2 s later …
             let deadline = ContinuousClock.now + .seconds(10)
-            while auth.origin.requestCount < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+            while auth.origin.requestCount < 1, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
             #expect(auth.origin.requestCount == 1)
             // … so a second request arriving now finds it in flight and waits on it.
             let second = Task {
-                try await proxy.get("http://api.test/two", host: "api.test", headers: [
-                    ("traceparent", "00-\(otherTrace)-00f067aa0ba902b7-01"),
-                ])
+                try await proxy.get(
+                    "http://api.test/two", host: "api.test",
+                    headers: [
+                        ("traceparent", "00-\(otherTrace)-00f067aa0ba902b7-01")
+                    ])
             }
             let (one, two) = (try await first.value, try await second.value)
             #expect(one.status == 200 && two.status == 200)
@@ -265,9 +298,10 @@ struct TracedRequestTests {
             #expect(Self.time(firstClient, "start") >= Self.time(refresh, "end"))
             #expect((firstServer["links"] as? [Any])?.isEmpty == true)
             let secondServer = try #require(secondTrace.first { $0["kind"] as? String == "SPAN_KIND_SERVER" })
-            #expect(secondServer["links"] as? [[String: String]] == [
-                ["trace_id": Self.clientTrace, "span_id": refresh["span_id"] as? String ?? "?"],
-            ])
+            #expect(
+                secondServer["links"] as? [[String: String]] == [
+                    ["trace_id": Self.clientTrace, "span_id": refresh["span_id"] as? String ?? "?"]
+                ])
             // No token or grant in any span.
             #expect(!receiver.process.output.contains("refresh-0"))
             #expect(!receiver.process.output.contains("access-"))
@@ -283,9 +317,11 @@ struct TracedRequestTests {
             config: { Self.oauthConfig(receiver, origin: $0, auth: $1, directory: $2) }
         ) { auth, _, _, proxy in
             auth.revokeAllAccessTokens()
-            let response = try await proxy.get("http://api.test/data", host: "api.test", headers: [
-                ("traceparent", "00-\(Self.clientTrace)-\(Self.clientSpan)-01"),
-            ])
+            let response = try await proxy.get(
+                "http://api.test/data", host: "api.test",
+                headers: [
+                    ("traceparent", "00-\(Self.clientTrace)-\(Self.clientSpan)-01")
+                ])
             #expect(response.status == 200)
             #expect(response.header("X-Backstop-Attempts") == "2")
             // The token in the store is loaded first (a refresh that adopts it), then refreshed after the 401.
@@ -300,7 +336,8 @@ struct TracedRequestTests {
             let clients = spans.filter { $0["kind"] as? String == "SPAN_KIND_CLIENT" }
                 .sorted { (Self.int($0, "backstop.attempt") ?? 0) < (Self.int($1, "backstop.attempt") ?? 0) }
             try #require(clients.count == 2)
-            #expect((refreshes + clients).allSatisfy { $0["parent_span_id"] as? String == server["span_id"] as? String })
+            #expect(
+                (refreshes + clients).allSatisfy { $0["parent_span_id"] as? String == server["span_id"] as? String })
             #expect(Self.string(load, "backstop.outcome") == "adopted")
             #expect(Self.time(clients[0], "start") >= Self.time(load, "end"))
             #expect(Self.int(clients[0], "http.response.status_code") == 401)
@@ -315,7 +352,9 @@ struct TracedRequestTests {
         }
     }
 
-    @Test("a hung collector costs real requests nothing: 1,000 requests take no longer than with a live one; the spans it does not take are dropped and counted")
+    @Test(
+        "a hung collector costs real requests nothing: 1,000 requests take no longer than with a live one; the spans it does not take are dropped and counted"
+    )
     func hungCollector() async throws {
         let receiver = try await Receiver.start()
         defer { receiver.stop() }

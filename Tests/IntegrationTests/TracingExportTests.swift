@@ -17,7 +17,8 @@ struct TracingExportTests {
     static let clientParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
     static func proxy(collectorPort: Int) async throws -> ProxyHarness {
-        try await ProxyHarness.start("""
+        try await ProxyHarness.start(
+            """
             tracing: {otlp_endpoint: "http://127.0.0.1:\(collectorPort)", service_name: backstop-it, sample_ratio: 1}
             upstreams:
               - {name: api, match: {hosts: [api.test]}, url: "http://127.0.0.1:1"}
@@ -35,15 +36,19 @@ struct TracingExportTests {
         for (attempt, status) in [(1, 503), (2, 200)] {
             let span = trace.startAttempt(at: now())
             sent.append(span.traceparent)
-            trace.endAttempt(span, AttemptFacts(
-                method: "GET", url: "http://127.0.0.1:1/items?token=x", upstream: "api", endpoint: "http://127.0.0.1:1",
-                attempt: attempt, status: status, outcome: status == 503 ? "5xx" : "2xx",
-                retryReason: status == 503 ? "503" : nil, backoffMilliseconds: status == 503 ? 25 : nil,
-                protocolVersion: "1.1"), at: now())
+            trace.endAttempt(
+                span,
+                AttemptFacts(
+                    method: "GET", url: "http://127.0.0.1:1/items?token=x", upstream: "api",
+                    endpoint: "http://127.0.0.1:1",
+                    attempt: attempt, status: status, outcome: status == 503 ? "5xx" : "2xx",
+                    retryReason: status == 503 ? "503" : nil, backoffMilliseconds: status == 503 ? 25 : nil,
+                    protocolVersion: "1.1"), at: now())
         }
-        trace.finish(RequestFacts(
-            method: "GET", path: "/items?token=x", serverAddress: "api.test", serverPort: 80,
-            clientAddress: "127.0.0.1", status: 200, upstream: "api", attempts: 2), at: now())
+        trace.finish(
+            RequestFacts(
+                method: "GET", path: "/items?token=x", serverAddress: "api.test", serverPort: 80,
+                clientAddress: "127.0.0.1", status: 200, upstream: "api", attempts: 2), at: now())
         return sent
     }
 
@@ -55,7 +60,8 @@ struct TracingExportTests {
     @Test("a retried request exports one trace: the server span under the client's span, a client span per attempt")
     func exportsToReceiver() async throws {
         let port = try FreePort.reserveClosedPort()
-        let receiver = try DaemonProcess.start(binary: "/usr/bin/env", arguments: ["python3", Self.receiverScript, String(port)])
+        let receiver = try DaemonProcess.start(
+            binary: "/usr/bin/env", arguments: ["python3", Self.receiverScript, String(port)])
         defer { receiver.send(signal: SIGKILL) }
         try await receiver.waitUntilListening(port: port)
         let proxy = try await Self.proxy(collectorPort: port)

@@ -9,7 +9,8 @@ struct TunnelRefusalBodyTests {
     @Test("not in tunnels.allow, and every address denied, give different bodies naming the setting")
     func bodies() async throws {
         let origin = try await TestOrigin.start { _ in .text(200, "never") }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             tunnels:
               allow: ["localhost:\(origin.port)"]
             """)
@@ -26,9 +27,11 @@ struct TunnelRefusalBodyTests {
             #expect(text.contains("X-Backstop-Error: tunnel-denied\r\n"), "\(text)")
             return String(text[(text.range(of: "\r\n\r\n")?.upperBound ?? text.endIndex)...])
         }
-        #expect(try await body("other.test:443")
+        #expect(
+            try await body("other.test:443")
                 == "CONNECT to this host and port is not allowed: no tunnels.allow pattern matches it\n")
-        #expect(try await body("localhost:\(origin.port)")
+        #expect(
+            try await body("localhost:\(origin.port)")
                 == "CONNECT to this host is not allowed: every address it resolves to is in tunnels.deny_addresses\n")
         #expect(origin.connectionCount == 0)
         await proxy.stop()

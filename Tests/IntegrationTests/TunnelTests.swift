@@ -7,7 +7,9 @@ import Testing
 @Suite("Tunnels")
 struct TunnelTests {
     /// Sends `CONNECT target` (plus `after`, in the same write) and reads until the proxy closes or `timeout`.
-    private func connect(_ port: Int, _ target: String, after: String = "", timeout: Duration = .seconds(5))
+    private func connect(
+        _ port: Int, _ target: String, after: String = "", timeout: Duration = .seconds(5)
+    )
         async throws -> String
     {
         let bytes = Array("CONNECT \(target) HTTP/1.1\r\nHost: \(target)\r\n\r\n\(after)".utf8)
@@ -21,16 +23,20 @@ struct TunnelTests {
 
     private func metrics(_ proxy: ProxyHarness) async throws -> String {
         let admin = try #require(proxy.server.adminAddress?.port)
-        let response = try await RawHTTP.exchange(port: admin, request: RawHTTP.request("GET", "/metrics", host: "a"),
-                                                  timeout: .seconds(5))
+        let response = try await RawHTTP.exchange(
+            port: admin, request: RawHTTP.request("GET", "/metrics", host: "a"),
+            timeout: .seconds(5))
         return response.bodyString
     }
 
-    @Test("refused CONNECTs: a name resolving to loopback (rebinding), a literal IP not named, a port not allowed, no port, a malformed name, a name that does not resolve; nothing is connected")
+    @Test(
+        "refused CONNECTs: a name resolving to loopback (rebinding), a literal IP not named, a port not allowed, no port, a malformed name, a name that does not resolve; nothing is connected"
+    )
     func refusals() async throws {
         let origin = try await TestOrigin.start { _ in .text(200, "never") }
         let capture = LogCapture()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             admin: {listen: "127.0.0.1:0"}
             tunnels:
               allow: ["localhost:\(origin.port)", "*.invalid:443", "127.0.0.2:\(origin.port + 1)"]
@@ -68,7 +74,8 @@ struct TunnelTests {
     func bytesBothWays() async throws {
         let origin = try await TestOrigin.start { request in .text(200, "through \(request.uri)") }
         let capture = LogCapture()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             admin: {listen: "127.0.0.1:0"}
             tunnels:
               allow: ["127.0.0.1:\(origin.port)"]
@@ -98,7 +105,8 @@ struct TunnelTests {
     func idleTimeout() async throws {
         let origin = try await TestOrigin.start { _ in .text(200, "ok") }
         let capture = LogCapture()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             tunnels:
               allow: ["127.0.0.1:\(origin.port)"]
               deny_addresses: []
@@ -126,7 +134,8 @@ struct TunnelTests {
         defer { TestFiles.remove(directory) }
         let certificates = try TestCertificates.generate(in: directory, extraNames: ["IP:\(namespace.clientAddress)"])
         let server = try NamespacedTLSServer.start(
-            in: namespace, address: namespace.clientAddress, port: 8443, certificates: certificates, directory: directory)
+            in: namespace, address: namespace.clientAddress, port: 8443, certificates: certificates,
+            directory: directory)
         var failure: (any Error)?
         do {
             try await server.waitUntilListening()
@@ -140,16 +149,20 @@ struct TunnelTests {
 
     private func tunnelToNamespace(_ namespace: NetworkNamespace, certificates: TestCertificateSet) async throws {
         let capture = LogCapture()
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             admin: {listen: "127.0.0.1:0"}
             tunnels:
               allow: ["\(namespace.clientAddress):8443"]
             """, capture: capture)
         let marker = "secret-path-\(UInt32.random(in: 0...UInt32.max))"
-        let result = try await TestProcess.run("/usr/bin/curl", [
-            "-s", "--max-time", "10", "--proxy", "http://127.0.0.1:\(proxy.port)", "--cacert", certificates.caCertPath,
-            "https://\(namespace.clientAddress):8443/\(marker)",
-        ])
+        let result = try await TestProcess.run(
+            "/usr/bin/curl",
+            [
+                "-s", "--max-time", "10", "--proxy", "http://127.0.0.1:\(proxy.port)", "--cacert",
+                certificates.caCertPath,
+                "https://\(namespace.clientAddress):8443/\(marker)",
+            ])
         #expect(result.status == 0, "\(result.standardError)")
         #expect(result.standardOutput == "tls origin saw /\(marker)\n")
         let line = try #require(try await capture.waitFor("tunnel", count: 1).first)
@@ -177,27 +190,29 @@ struct NamespacedTLSServer {
     ) throws -> NamespacedTLSServer {
         let script = directory + "/tls_origin.py"
         try """
-            import http.server, ssl, sys
-            class Handler(http.server.BaseHTTPRequestHandler):
-                protocol_version = "HTTP/1.1"
-                def do_GET(self):
-                    body = ("tls origin saw %s\\n" % self.path).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                def log_message(self, *args):
-                    pass
-            server = http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), Handler)
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(sys.argv[3], sys.argv[4])
-            server.socket = context.wrap_socket(server.socket, server_side=True)
-            server.serve_forever()
-            """.write(toFile: script, atomically: true, encoding: .utf8)
+        import http.server, ssl, sys
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def do_GET(self):
+                body = ("tls origin saw %s\\n" % self.path).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            def log_message(self, *args):
+                pass
+        server = http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(sys.argv[3], sys.argv[4])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server.serve_forever()
+        """.write(toFile: script, atomically: true, encoding: .utf8)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-        process.arguments = ["netns", "exec", namespace.name, "python3", script, address, String(port),
-                             certificates.serverCertPath, certificates.serverKeyPath]
+        process.arguments = [
+            "netns", "exec", namespace.name, "python3", script, address, String(port),
+            certificates.serverCertPath, certificates.serverKeyPath,
+        ]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()

@@ -23,7 +23,9 @@ struct UpstreamClientCertificateTests {
             """
     }
 
-    @Test("the keychain's certificate is presented; without it the origin refuses; a rotated entry is used after reload; a missing one sends nothing")
+    @Test(
+        "the keychain's certificate is presented; without it the origin refuses; a rotated entry is used after reload; a missing one sends nothing"
+    )
     func presentedFromTheKeychain() async throws {
         let certs = try UpstreamIdentityTests.Certificates()
         defer { TestFiles.remove(certs.directory) }
@@ -34,7 +36,8 @@ struct UpstreamClientCertificateTests {
         let stranger = try TestCertificates.makeCertificate(
             in: otherDirectory, name: "stranger", issuer: (otherCA.caCertPath, otherCA.caKeyPath), days: 30)
         let origin = try await TestOrigin.start(
-            tls: certs.set.serverIdentity(requiringClientCertificatesFrom: certs.set.caCertPath)) { _ in .text(200, "ok") }
+            tls: certs.set.serverIdentity(requiringClientCertificatesFrom: certs.set.caCertPath)
+        ) { _ in .text(200, "ok") }
         let (keychain, directory) = try TokenRefreshTests.makeKeychain([:])
         defer { TestFiles.remove(directory) }
         try keychain.set("partner/client", value: try certs.client.bundle())
@@ -42,7 +45,8 @@ struct UpstreamClientCertificateTests {
         let capture = LogCapture()
         var failure: (any Error)?
         do {
-            let yaml = Self.config(directory: directory, origin: origin, caFile: certs.set.caCertPath, entry: "partner/client")
+            let yaml = Self.config(
+                directory: directory, origin: origin, caFile: certs.set.caCertPath, entry: "partner/client")
             let proxy = try await ProxyHarness.start(yaml, keychain: keychain, capture: capture)
             let with = try await proxy.get("http://partner.test/a", host: "partner.test")
             #expect(with.status == 200)
@@ -62,7 +66,8 @@ struct UpstreamClientCertificateTests {
             #expect(origin.requests.map(\.uri) == ["/a", "/c"])
 
             // No entry configured: no certificate, and the origin refuses the handshake.
-            try await proxy.reload(Self.config(directory: directory, origin: origin, caFile: certs.set.caCertPath, entry: nil))
+            try await proxy.reload(
+                Self.config(directory: directory, origin: origin, caFile: certs.set.caCertPath, entry: nil))
             let without = try await proxy.get("http://partner.test/d", host: "partner.test")
             #expect(without.status == 502)
             #expect(without.header("X-Backstop-Error") == "upstream-unreachable")

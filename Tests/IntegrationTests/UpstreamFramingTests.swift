@@ -26,21 +26,34 @@ struct UpstreamFramingTests {
     }
 
     static let cases: [Case] = [
-        Case(name: "CL + TE", raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedForgery,
-             refused: true),
-        Case(name: "TE + CL", raw: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + chunkedForgery,
-             refused: true),
-        Case(name: "CL 5 then CL 82",
-             raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: \(bodyWithForgery.utf8.count)\r\n\r\n" + bodyWithForgery,
-             refused: true),
-        Case(name: "CL 5, 82", raw: "HTTP/1.1 200 OK\r\nContent-Length: 5, \(bodyWithForgery.utf8.count)\r\n\r\n" + bodyWithForgery,
-             refused: true),
-        Case(name: "negative CL", raw: "HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n" + bodyWithForgery, refused: true),
-        Case(name: "non-numeric CL", raw: "HTTP/1.1 200 OK\r\nContent-Length: five\r\n\r\n" + bodyWithForgery, refused: true),
-        Case(name: "gzip, chunked", raw: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + chunkedForgery,
-             refused: true),
-        Case(name: "body longer than CL", raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n" + bodyWithForgery,
-             refused: false),
+        Case(
+            name: "CL + TE",
+            raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedForgery,
+            refused: true),
+        Case(
+            name: "TE + CL",
+            raw: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + chunkedForgery,
+            refused: true),
+        Case(
+            name: "CL 5 then CL 82",
+            raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: \(bodyWithForgery.utf8.count)\r\n\r\n"
+                + bodyWithForgery,
+            refused: true),
+        Case(
+            name: "CL 5, 82",
+            raw: "HTTP/1.1 200 OK\r\nContent-Length: 5, \(bodyWithForgery.utf8.count)\r\n\r\n" + bodyWithForgery,
+            refused: true),
+        Case(
+            name: "negative CL", raw: "HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n" + bodyWithForgery, refused: true),
+        Case(
+            name: "non-numeric CL", raw: "HTTP/1.1 200 OK\r\nContent-Length: five\r\n\r\n" + bodyWithForgery,
+            refused: true),
+        Case(
+            name: "gzip, chunked", raw: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + chunkedForgery,
+            refused: true),
+        Case(
+            name: "body longer than CL", raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n" + bodyWithForgery,
+            refused: false),
     ]
 
     private static func config(evil: TestOrigin, real: TestOrigin) -> String {
@@ -56,17 +69,20 @@ struct UpstreamFramingTests {
         """
     }
 
-    @Test("the next request on the client connection gets the real upstream's answer or a closed connection",
-          arguments: cases)
+    @Test(
+        "the next request on the client connection gets the real upstream's answer or a closed connection",
+        arguments: cases)
     func noResponseSplitting(c: Case) async throws {
         let evil = try await TestOrigin.start { _ in .raw(Array(c.raw.utf8), close: true) }
         let real = try await TestOrigin.start { _ in .text(200, "real-answer") }
         let proxy = try await ProxyHarness.start(Self.config(evil: evil, real: real))
         let port = proxy.port
         let output = try await BlockingSocket.onThread {
-            try rawExchange(port: port, Array((
-                "GET http://evil.test/a HTTP/1.1\r\nHost: evil.test\r\n\r\n"
-                + "GET http://api.test/hello HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n").utf8))
+            try rawExchange(
+                port: port,
+                Array(
+                    ("GET http://evil.test/a HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+                        + "GET http://api.test/hello HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n").utf8))
         }()
         await proxy.stop()
         try await evil.shutdown()
@@ -74,7 +90,9 @@ struct UpstreamFramingTests {
 
         #expect(!output.contains("X-Injected"), "forged bytes reached the client: \(output.debugDescription)")
         #expect(!output.contains("forged"))
-        let statusLines = output.split(separator: "\n", omittingEmptySubsequences: false).filter { $0.hasPrefix("HTTP/1.1 ") }
+        let statusLines = output.split(separator: "\n", omittingEmptySubsequences: false).filter {
+            $0.hasPrefix("HTTP/1.1 ")
+        }
         #expect(statusLines.count <= 2)
         if c.refused {
             #expect(output.hasPrefix("HTTP/1.1 502 "), "\(output.prefix(120).debugDescription)")
@@ -94,10 +112,13 @@ struct UpstreamFramingTests {
 
     @Test("untrustworthy framing counts as a reset: retried, and the client sees the good second answer")
     func retriedAsReset() async throws {
-        let lie = OriginAction.raw(Array(("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + Self.chunkedForgery).utf8), close: true)
+        let lie = OriginAction.raw(
+            Array(
+                ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    + Self.chunkedForgery).utf8), close: true)
         let origin = try await TestOrigin.start(script: TestOrigin.sequence([lie], then: .text(200, "good")))
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - name: api
                 match: {hosts: [api.test]}
@@ -118,15 +139,18 @@ struct UpstreamFramingTests {
         let origin = try await TestOrigin.start { _ in
             .raw(Array("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nHELLO".utf8), close: true)
         }
-        let proxy = try await ProxyHarness.start("""
+        let proxy = try await ProxyHarness.start(
+            """
             upstreams:
               - {name: api, match: {hosts: [api.test]}, url: "\(origin.baseURL)", retry: {attempts: 1}}
             """)
         let port = proxy.port
         let output = try await BlockingSocket.onThread {
-            try rawExchange(port: port, Array((
-                "GET http://api.test/a HTTP/1.1\r\nHost: api.test\r\n\r\n"
-                + "GET http://api.test/b HTTP/1.1\r\nHost: api.test\r\n\r\n").utf8))
+            try rawExchange(
+                port: port,
+                Array(
+                    ("GET http://api.test/a HTTP/1.1\r\nHost: api.test\r\n\r\n"
+                        + "GET http://api.test/b HTTP/1.1\r\nHost: api.test\r\n\r\n").utf8))
         }()
         await proxy.stop()
         try await origin.shutdown()

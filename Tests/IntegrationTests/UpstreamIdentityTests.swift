@@ -65,9 +65,12 @@ struct UpstreamIdentityTests {
         try keychain.set("idp/client", value: try certs.client.bundle())
         var failure: (any Error)?
         do {
-            let with = try await ProxyHarness.start(Self.config(
-                auth: auth, origin: origin, directory: directory,
-                authLines: "client_auth: tls_client_auth\ntls: {ca_file: \(certs.set.caCertPath), client_cert_entry: idp/client}"),
+            let with = try await ProxyHarness.start(
+                Self.config(
+                    auth: auth, origin: origin, directory: directory,
+                    authLines:
+                        "client_auth: tls_client_auth\ntls: {ca_file: \(certs.set.caCertPath), client_cert_entry: idp/client}"
+                ),
                 keychain: keychain)
             let ok = try await with.get("http://api.test/data", host: "api.test")
             await with.stop()
@@ -75,9 +78,10 @@ struct UpstreamIdentityTests {
             #expect(auth.tokenCalls == 1)
             #expect(auth.requestBodies == ["grant_type=client_credentials&client_id=backstop"])
 
-            let without = try await ProxyHarness.start(Self.config(
-                auth: auth, origin: origin, directory: directory,
-                authLines: "tls: {ca_file: \(certs.set.caCertPath)}", prefix: "without"), keychain: keychain)
+            let without = try await ProxyHarness.start(
+                Self.config(
+                    auth: auth, origin: origin, directory: directory,
+                    authLines: "tls: {ca_file: \(certs.set.caCertPath)}", prefix: "without"), keychain: keychain)
             let refused = try await without.get("http://api.test/data", host: "api.test")
             await without.stop()
             #expect(refused.status == 502)
@@ -85,10 +89,12 @@ struct UpstreamIdentityTests {
             #expect(auth.tokenCalls == 1, "a call without the certificate must not reach the endpoint")
 
             let capture = LogCapture()
-            let missing = try await ProxyHarness.start(Self.config(
-                auth: auth, origin: origin, directory: directory,
-                authLines: "client_auth: tls_client_auth\ntls: {ca_file: \(certs.set.caCertPath), client_cert_entry: idp/gone}",
-                prefix: "missing"), keychain: keychain, capture: capture)
+            let missing = try await ProxyHarness.start(
+                Self.config(
+                    auth: auth, origin: origin, directory: directory,
+                    authLines:
+                        "client_auth: tls_client_auth\ntls: {ca_file: \(certs.set.caCertPath), client_cert_entry: idp/gone}",
+                    prefix: "missing"), keychain: keychain, capture: capture)
             let gone = try await missing.get("http://api.test/data", host: "api.test")
             await missing.stop()
             #expect(gone.status == 502)
@@ -115,7 +121,10 @@ struct UpstreamIdentityTests {
         try keychain.set("idp/later", value: try certs.client.bundle(extraCertificates: []))
         let capture = LogCapture()
         // The token URL is loopback http here: only the inventory is under test, so point it at an https name.
-        let yaml = Self.config(auth: auth, origin: origin, directory: directory, authLines: "tls: {client_cert_entry: idp/soon}")
+        let yaml =
+            Self.config(
+                auth: auth, origin: origin, directory: directory, authLines: "tls: {client_cert_entry: idp/soon}"
+            )
             .replacingOccurrences(of: auth.tokenURL, with: "https://localhost:1/token")
             + "\n  - name: other\n    match: {hosts: [other.test]}\n    url: https://other.test\n"
             + "    auth:\n      type: oauth2\n      token_url: https://localhost:1/t\n      keychain_prefix: o\n"
@@ -129,12 +138,16 @@ struct UpstreamIdentityTests {
         try? await auth.origin.shutdown()
         let warnings = capture.messages("client certificate expires soon")
         #expect(warnings.count == 1)
-        #expect(warnings.first?.contains("upstream=api") == true && warnings.first?.contains("days_left=6") == true,
-                "\(warnings)")
+        #expect(
+            warnings.first?.contains("upstream=api") == true && warnings.first?.contains("days_left=6") == true,
+            "\(warnings)")
         #expect(capture.messages("client certificate unusable").first?.contains("idp/gone") == true)
-        let lines = metrics.split(separator: "\n").filter { $0.hasPrefix("backstop_client_certificate_expiry_seconds{") }
+        let lines = metrics.split(separator: "\n").filter {
+            $0.hasPrefix("backstop_client_certificate_expiry_seconds{")
+        }
         #expect(lines.count == 2, "\(lines)")
-        let soonValue = lines.first { $0.contains("upstream=\"api\",target=\"token_endpoint\"") }
+        let soonValue =
+            lines.first { $0.contains("upstream=\"api\",target=\"token_endpoint\"") }
             .flatMap { $0.split(separator: " ").last }.flatMap { Int($0) } ?? 0
         #expect(soonValue > 6 * 86_400 && soonValue <= 7 * 86_400)
     }
@@ -144,7 +157,8 @@ struct UpstreamIdentityTests {
         let certs = try Certificates()
         defer { TestFiles.remove(certs.directory) }
         let origin = try await TestOrigin.start(
-            tls: certs.set.serverIdentity(requiringClientCertificatesFrom: certs.set.caCertPath)) { _ in .text(200, "ok") }
+            tls: certs.set.serverIdentity(requiringClientCertificatesFrom: certs.set.caCertPath)
+        ) { _ in .text(200, "ok") }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let transport = CurlMultiTransport()
         let fetcher = TransportFetcher(transport: transport, eventLoop: group.next())
@@ -167,7 +181,9 @@ struct UpstreamIdentityTests {
         try await origin.shutdown()
     }
 
-    @Test("private_key_jwt (ES256 and RS256): every token call carries a fresh assertion the endpoint verifies; the key stays in the keychain")
+    @Test(
+        "private_key_jwt (ES256 and RS256): every token call carries a fresh assertion the endpoint verifies; the key stays in the keychain"
+    )
     func privateKeyJWT() async throws {
         let keys: [(String, [UInt8])] = [
             ("ES256", Array(P256.Signing.PrivateKey().pemRepresentation.utf8)),
@@ -189,9 +205,11 @@ struct UpstreamIdentityTests {
             let started = Date()
             var failure: (any Error)?
             do {
-                let proxy = try await ProxyHarness.start(Self.config(
-                    auth: auth, origin: origin, directory: directory,
-                    authLines: "client_auth: private_key_jwt\nclient_key_entry: idp/signing-key\nclient_key_id: key-1"),
+                let proxy = try await ProxyHarness.start(
+                    Self.config(
+                        auth: auth, origin: origin, directory: directory,
+                        authLines:
+                            "client_auth: private_key_jwt\nclient_key_entry: idp/signing-key\nclient_key_id: key-1"),
                     keychain: keychain, capture: capture)
                 let first = try await proxy.get("http://api.test/a", host: "api.test")
                 auth.revokeAllAccessTokens()
@@ -224,9 +242,10 @@ struct UpstreamIdentityTests {
         let origin = try await TestOrigin.start(script: auth.protectedScript())
         let (keychain, directory) = try TokenRefreshTests.makeKeychain(["idp/secret": "s3cr:t é"])
         defer { TestFiles.remove(directory) }
-        let proxy = try await ProxyHarness.start(Self.config(
-            auth: auth, origin: origin, directory: directory,
-            authLines: "client_auth: client_secret_basic\nclient_secret_entry: idp/secret"), keychain: keychain)
+        let proxy = try await ProxyHarness.start(
+            Self.config(
+                auth: auth, origin: origin, directory: directory,
+                authLines: "client_auth: client_secret_basic\nclient_secret_entry: idp/secret"), keychain: keychain)
         let response = try await proxy.get("http://api.test/a", host: "api.test")
         await proxy.stop()
         try? await origin.shutdown()

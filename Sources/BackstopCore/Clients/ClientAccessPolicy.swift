@@ -122,7 +122,9 @@ public struct ClientAccessPolicy: Sendable, Equatable {
                 rule = .group(gid)
             case .proxyAuth(let entry):
                 guard let value = secret(entry) else { throw .missingEntry(client: client.name, entry: entry) }
-                guard value.contains(UInt8(ascii: ":")) else { throw .notCredentials(client: client.name, entry: entry) }
+                guard value.contains(UInt8(ascii: ":")) else {
+                    throw .notCredentials(client: client.name, entry: entry)
+                }
                 rule = .basic(credentials: value)
             }
             entries.append(Entry(name: client.name, rule: rule, upstreams: client.upstreams))

@@ -3,10 +3,11 @@ import Yams
 extension ConfigBuilder {
     static let authCommonKeys = ["type", "header", "scheme", "client_auth_header"]
     static let staticAuthKeys = authCommonKeys + ["entry"]
-    static let oauth2Keys = authCommonKeys + [
-        "token_url", "grant", "request_format", "client_id", "client_secret_entry", "scope", "keychain_prefix",
-        "fields", "refresh_on", "refresh_ahead", "tls", "client_auth", "client_key_entry", "client_key_id",
-    ]
+    static let oauth2Keys =
+        authCommonKeys + [
+            "token_url", "grant", "request_format", "client_id", "client_secret_entry", "scope", "keychain_prefix",
+            "fields", "refresh_on", "refresh_ahead", "tls", "client_auth", "client_key_entry", "client_key_id",
+        ]
     static let awsSigV4Keys = [
         "type", "region", "service", "access_key_entry", "secret_key_entry", "session_token_entry", "payload",
     ]
@@ -76,20 +77,26 @@ extension ConfigBuilder {
             reader.fail(node, "\(path): oauth2 auth needs 'keychain_prefix' (where its tokens live in the keychain)")
         }
         var config = OAuth2Config(tokenURL: tokenURL ?? "", keychainPrefix: prefix ?? "")
-        if let n = map["grant"], let v = reader.oneOf(n, "\(path).grant", [OAuth2Grant.refreshToken, .clientCredentials]) {
+        if let n = map["grant"],
+            let v = reader.oneOf(n, "\(path).grant", [OAuth2Grant.refreshToken, .clientCredentials])
+        {
             config.grant = v
         }
         if let n = map["request_format"],
-            let v = reader.oneOf(n, "\(path).request_format", [TokenRequestFormat.form, .json]) {
+            let v = reader.oneOf(n, "\(path).request_format", [TokenRequestFormat.form, .json])
+        {
             config.requestFormat = v
         }
-        if let n = map["client_id"], let v = reader.string(n, "\(path).client_id"), sendable(v, n, "\(path).client_id") {
+        if let n = map["client_id"], let v = reader.string(n, "\(path).client_id"), sendable(v, n, "\(path).client_id")
+        {
             config.clientID = v
         }
         if let n = map["client_secret_entry"], let v = reader.string(n, "\(path).client_secret_entry") {
             config.clientSecretEntry = v
         }
-        if let n = map["scope"], let v = reader.string(n, "\(path).scope", allowEmpty: true), sendable(v, n, "\(path).scope") {
+        if let n = map["scope"], let v = reader.string(n, "\(path).scope", allowEmpty: true),
+            sendable(v, n, "\(path).scope")
+        {
             config.scope = v
         }
         if let v = header(map, path) { config.header = v }
@@ -99,25 +106,31 @@ extension ConfigBuilder {
         if let n = map["refresh_on"], let items = reader.sequence(n, "\(path).refresh_on") {
             config.refreshOn = []
             for item in items {
-                if let code = reader.int(item, "\(path).refresh_on[]", range: 100...599) { config.refreshOn.insert(code) }
+                if let code = reader.int(item, "\(path).refresh_on[]", range: 100...599) {
+                    config.refreshOn.insert(code)
+                }
             }
         }
         if let n = map["fields"],
-            let m = reader.mapping(n, "\(path).fields", allowed: ["access_token", "refresh_token", "expires_in"]) {
+            let m = reader.mapping(n, "\(path).fields", allowed: ["access_token", "refresh_token", "expires_in"])
+        {
             if let x = m["access_token"], let v = reader.string(x, "\(path).fields.access_token") {
                 config.fields.accessToken = v
             }
             if let x = m["refresh_token"], let v = reader.string(x, "\(path).fields.refresh_token") {
                 config.fields.refreshToken = v
             }
-            if let x = m["expires_in"], let v = reader.string(x, "\(path).fields.expires_in") { config.fields.expiresIn = v }
+            if let x = m["expires_in"], let v = reader.string(x, "\(path).fields.expires_in") {
+                config.fields.expiresIn = v
+            }
         }
         var clientCertNode: Node?
         if let n = map["tls"], let m = reader.mapping(n, "\(path).tls", allowed: ["ca_file", "client_cert_entry"]) {
             // Only a CA file and a client certificate: verification of the token endpoint cannot be turned off.
             if let x = m["ca_file"], let v = reader.string(x, "\(path).tls.ca_file") { config.tls.caFile = resolve(v) }
             if let x = m["client_cert_entry"],
-                let v = entryName(x, "\(path).tls.client_cert_entry", content: .clientCertificate) {
+                let v = entryName(x, "\(path).tls.client_cert_entry", content: .clientCertificate)
+            {
                 config.tls.clientCertEntry = v
                 clientCertNode = x
             }
@@ -136,9 +149,12 @@ extension ConfigBuilder {
         _ map: MappingView, _ node: Node, _ path: String, into config: inout OAuth2Config, clientCertNode: Node?
     ) {
         let explicit = map["client_auth"]
-        if let n = explicit, let v = reader.oneOf(n, "\(path).client_auth", OAuth2ClientAuth.allCases) { config.clientAuth = v }
+        if let n = explicit, let v = reader.oneOf(n, "\(path).client_auth", OAuth2ClientAuth.allCases) {
+            config.clientAuth = v
+        }
         if let n = map["client_key_entry"],
-            let v = entryName(n, "\(path).client_key_entry", content: .assertionSigningKey) {
+            let v = entryName(n, "\(path).client_key_entry", content: .assertionSigningKey)
+        {
             config.clientKeyEntry = v
         }
         if let n = map["client_key_id"], let v = reader.string(n, "\(path).client_key_id") {
@@ -159,18 +175,24 @@ extension ConfigBuilder {
             }
         case .privateKeyJWT:
             if map["client_key_entry"] == nil {
-                reader.fail(at, "\(path): client_auth private_key_jwt needs 'client_key_entry' (a keychain entry "
-                    + "holding the PEM private key that signs the assertions)")
+                reader.fail(
+                    at,
+                    "\(path): client_auth private_key_jwt needs 'client_key_entry' (a keychain entry "
+                        + "holding the PEM private key that signs the assertions)")
             }
         case .tlsClientAuth:
             if clientCertNode == nil {
-                reader.fail(at, "\(path): client_auth tls_client_auth needs 'tls.client_cert_entry' under 'auth' "
-                    + "(the certificate the token endpoint authenticates the client by)")
+                reader.fail(
+                    at,
+                    "\(path): client_auth tls_client_auth needs 'tls.client_cert_entry' under 'auth' "
+                        + "(the certificate the token endpoint authenticates the client by)")
             }
         }
         if let clientCertNode, !config.tokenURL.isEmpty, !config.tokenURL.lowercased().hasPrefix("https:") {
-            reader.fail(clientCertNode, "\(path).tls.client_cert_entry needs an https token_url (a client certificate "
-                + "is presented in the TLS handshake)")
+            reader.fail(
+                clientCertNode,
+                "\(path).tls.client_cert_entry needs an https token_url (a client certificate "
+                    + "is presented in the TLS handshake)")
         }
         if [.clientSecretBasic, .privateKeyJWT, .tlsClientAuth].contains(config.clientAuth), map["client_id"] == nil {
             reader.fail(at, "\(path): client_auth \(method) needs 'client_id'")
@@ -184,11 +206,13 @@ extension ConfigBuilder {
             }
         }
         if let secret = config.clientSecretEntry, let n = map["client_secret_entry"], explicit != nil,
-            [.clientSecretPost, .clientSecretBasic].contains(config.clientAuth) {
+            [.clientSecretPost, .clientSecretBasic].contains(config.clientAuth)
+        {
             // Only an explicit `client_auth` makes the secret something `check --online` must find: a default
             // config keeps its old meaning (a missing secret is sent as none).
-            keychainReferences.append(KeychainReference(
-                entry: secret, content: .secret, key: "\(path).client_secret_entry", location: reader.location(n)))
+            keychainReferences.append(
+                KeychainReference(
+                    entry: secret, content: .secret, key: "\(path).client_secret_entry", location: reader.location(n)))
         }
     }
 
@@ -216,7 +240,9 @@ extension ConfigBuilder {
             reader.fail(node, "\(path): aws_sigv4 needs '\(key)' (a keychain entry name)")
         }
         var payload = AWSPayloadSigning.signed
-        if let n = map["payload"], let v = reader.oneOf(n, "\(path).payload", AWSPayloadSigning.allCases) { payload = v }
+        if let n = map["payload"], let v = reader.oneOf(n, "\(path).payload", AWSPayloadSigning.allCases) {
+            payload = v
+        }
         guard let region, let service, let access = entries["access_key_entry"],
             let secret = entries["secret_key_entry"]
         else { return nil }
@@ -228,13 +254,16 @@ extension ConfigBuilder {
     /// A keychain entry name, recorded with what it must hold for `check --online`.
     mutating func entryName(_ node: Node, _ path: String, content: KeychainReference.Content) -> String? {
         guard let v = reader.string(node, path) else { return nil }
-        guard !v.unicodeScalars.contains(where: {
-            $0.properties.isWhitespace || $0.properties.generalCategory == .control
-        }) else {
+        guard
+            !v.unicodeScalars.contains(where: {
+                $0.properties.isWhitespace || $0.properties.generalCategory == .control
+            })
+        else {
             reader.fail(node, "'\(path)': '\(v)' is not a keychain entry name (no spaces or control characters)")
             return nil
         }
-        keychainReferences.append(KeychainReference(entry: v, content: content, key: path, location: reader.location(node)))
+        keychainReferences.append(
+            KeychainReference(entry: v, content: content, key: path, location: reader.location(node)))
         return v
     }
 
@@ -273,14 +302,15 @@ extension ConfigBuilder {
     /// `CR (U+000D) at character 7` for the first C0 control or DEL in `text`; nil when there is none.
     static func controlCharacter(in text: String) -> String? {
         for (offset, scalar) in text.unicodeScalars.enumerated() where scalar.value < 0x20 || scalar.value == 0x7F {
-            let name = switch scalar.value {
-            case 0x00: "NUL "
-            case 0x09: "TAB "
-            case 0x0A: "LF "
-            case 0x0D: "CR "
-            case 0x7F: "DEL "
-            default: ""
-            }
+            let name =
+                switch scalar.value {
+                case 0x00: "NUL "
+                case 0x09: "TAB "
+                case 0x0A: "LF "
+                case 0x0D: "CR "
+                case 0x7F: "DEL "
+                default: ""
+                }
             let hex = String(scalar.value, radix: 16, uppercase: true)
             return "a control character, \(name)(U+\(String(repeating: "0", count: 4 - hex.count) + hex)) at character "
                 + "\(offset + 1)"

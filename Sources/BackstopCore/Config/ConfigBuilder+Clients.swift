@@ -15,15 +15,18 @@ extension ConfigBuilder {
     mutating func clients(_ node: Node) -> [ClientConfig]? {
         guard let items = reader.sequence(node, "clients") else { return nil }
         if items.isEmpty {
-            reader.fail(node, "'clients' needs at least one entry (remove the section to let every client use every "
-                + "upstream)")
+            reader.fail(
+                node,
+                "'clients' needs at least one entry (remove the section to let every client use every "
+                    + "upstream)")
         }
         var out: [ClientConfig] = []
         var firstByName: [String: SourceLocation] = [:]
         for (index, item) in items.enumerated() {
             guard let (client, site) = client(item, index: index) else { continue }
             if let first = firstByName[client.name] {
-                reader.fail(at: site.name, "duplicate client name '\(client.name)' (first defined at line \(first.line))")
+                reader.fail(
+                    at: site.name, "duplicate client name '\(client.name)' (first defined at line \(first.line))")
                 continue
             }
             firstByName[client.name] = site.name
@@ -73,8 +76,10 @@ extension ConfigBuilder {
             if present.isEmpty && reader.errors.count == errorsBefore {
                 reader.fail(node, "\(label): match needs one of unix_user, unix_group, proxy_auth")
             } else if present.count > 1 {
-                reader.fail(map.keyNode(present[1])!, "\(label): match takes one of unix_user, unix_group, proxy_auth, "
-                    + "not \(present.joined(separator: " and ")) (write one entry for each)")
+                reader.fail(
+                    map.keyNode(present[1])!,
+                    "\(label): match takes one of unix_user, unix_group, proxy_auth, "
+                        + "not \(present.joined(separator: " and ")) (write one entry for each)")
             }
             return nil
         }
@@ -106,7 +111,9 @@ extension ConfigBuilder {
     }
 
     /// `'*'` or a non-empty list of upstream names (checked against the upstreams once all are known).
-    private mutating func clientUpstreams(_ node: Node, _ label: String) -> (ClientUpstreams, [(String, SourceLocation)])? {
+    private mutating func clientUpstreams(
+        _ node: Node, _ label: String
+    ) -> (ClientUpstreams, [(String, SourceLocation)])? {
         if case .scalar(let scalar) = node {
             guard scalar.string == "*" else {
                 reader.fail(node, "\(label): upstreams must be a list of upstream names or '*', not '\(scalar.string)'")
@@ -116,8 +123,10 @@ extension ConfigBuilder {
         }
         guard let list = reader.stringList(node, "\(label): upstreams") else { return nil }
         if list.isEmpty {
-            reader.fail(node, "\(label): upstreams is empty: the client could use nothing (remove the entry, or list "
-                + "upstreams)")
+            reader.fail(
+                node,
+                "\(label): upstreams is empty: the client could use nothing (remove the entry, or list "
+                    + "upstreams)")
             return nil
         }
         if list.count > 1, let star = list.first(where: { $0.0 == "*" }) {
@@ -140,7 +149,8 @@ extension ConfigBuilder {
     static func isUnixName(_ text: String) -> Bool {
         guard let first = text.utf8.first, first != UInt8(ascii: "-"), text.utf8.count <= 32 else { return false }
         return text.utf8.allSatisfy {
-            (48...57).contains($0) || (65...90).contains($0) || (97...122).contains($0) || $0 == 95 || $0 == 45 || $0 == 46
+            (48...57).contains($0) || (65...90).contains($0) || (97...122).contains($0) || $0 == 95 || $0 == 45
+                || $0 == 46
         }
     }
 }

@@ -14,9 +14,11 @@ extension ConfigBuilder {
             }
         }
         if maxBytes < limits.maxRequestBody {
-            reader.fail(map["max_bytes"] ?? node, "spool.max_bytes (\(maxBytes) bytes) is smaller than "
-                + "limits.max_request_body (\(limits.maxRequestBody) bytes): a body of the allowed size could never be "
-                + "spooled")
+            reader.fail(
+                map["max_bytes"] ?? node,
+                "spool.max_bytes (\(maxBytes) bytes) is smaller than "
+                    + "limits.max_request_body (\(limits.maxRequestBody) bytes): a body of the allowed size could never be "
+                    + "spooled")
         }
         guard let dirNode = map["dir"] else {
             reader.fail(node, "'spool' needs 'dir' (the directory for spooled bodies and queued deliveries)")
@@ -28,7 +30,8 @@ extension ConfigBuilder {
 
     /// An upstream's `delivery` and `queue` keys (docs/reference/config.md#delivery-and-queue); returns where
     /// `delivery` was written, for the checks that need the whole config.
-    mutating func delivery(_ map: MappingView, _ label: String, into upstream: inout UpstreamConfig) -> SourceLocation? {
+    mutating func delivery(_ map: MappingView, _ label: String, into upstream: inout UpstreamConfig) -> SourceLocation?
+    {
         var location: SourceLocation?
         if let n = map["delivery"], let v = reader.oneOf(n, "\(label): delivery", DeliveryMode.allCases) {
             upstream.delivery = v
@@ -68,12 +71,19 @@ extension ConfigValidator {
             let at = sites[i].delivery ?? sites[i].name
             let name = "upstream '\(upstream.name)'"
             if config.spool == nil {
-                errors.append(ConfigError(location: at, message: "\(name) has delivery: queue but the config has no "
-                    + "'spool' section (spool: {dir: /var/lib/backstop/spool}): queued requests are stored there"))
+                errors.append(
+                    ConfigError(
+                        location: at,
+                        message: "\(name) has delivery: queue but the config has no "
+                            + "'spool' section (spool: {dir: /var/lib/backstop/spool}): queued requests are stored there"
+                    ))
             }
             if config.keychain == nil {
-                errors.append(ConfigError(location: at, message: "\(name) has delivery: queue but the config has no "
-                    + "'keychain' section: queued requests are encrypted under the keychain key"))
+                errors.append(
+                    ConfigError(
+                        location: at,
+                        message: "\(name) has delivery: queue but the config has no "
+                            + "'keychain' section: queued requests are encrypted under the keychain key"))
             }
         }
         return errors

@@ -17,7 +17,9 @@ extension ConfigBuilder {
                 if let condition = Self.retryCondition(text) {
                     config.on.insert(condition)
                 } else {
-                    reader.fail(itemNode, "\(path).on: '\(text)' is not connect-failure, reset, timeout or a status code 100-599")
+                    reader.fail(
+                        itemNode,
+                        "\(path).on: '\(text)' is not connect-failure, reset, timeout or a status code 100-599")
                 }
             }
         }
@@ -44,7 +46,9 @@ extension ConfigBuilder {
             if let x = m["max"], let v = reader.duration(x, "\(path).retry_after.max") { config.retryAfter.max = v }
         }
         if let n = map["budget"], let m = reader.mapping(n, "\(path).budget", allowed: ["ratio", "min_per_second"]) {
-            if let r = m["ratio"], let v = reader.double(r, "\(path).budget.ratio", minimum: 0) { config.budget.ratio = v }
+            if let r = m["ratio"], let v = reader.double(r, "\(path).budget.ratio", minimum: 0) {
+                config.budget.ratio = v
+            }
             if let x = m["min_per_second"], let v = reader.double(x, "\(path).budget.min_per_second", minimum: 0) {
                 config.budget.minPerSecond = v
             }
@@ -61,7 +65,8 @@ extension ConfigBuilder {
         case "reset": return .reset
         case "timeout": return .timeout
         default:
-            guard text.count == 3, text.allSatisfy(\.isASCIIDigit), let code = Int(text), (100...599).contains(code) else {
+            guard text.count == 3, text.allSatisfy(\.isASCIIDigit), let code = Int(text), (100...599).contains(code)
+            else {
                 return nil
             }
             return .status(code)

@@ -34,7 +34,9 @@ extension ConfigBuilder {
         case .success(let parsed):
             config = parsed
         }
-        if let n = map["password_entry"], let v = reader.string(n, "token_store.password_entry") { config.passwordEntry = v }
+        if let n = map["password_entry"], let v = reader.string(n, "token_store.password_entry") {
+            config.passwordEntry = v
+        }
         if let n = map["tls"], let v = reader.oneOf(n, "token_store.tls", PostgresTLSMode.allCases) {
             if v == .disable && !IPAddressParser.isLoopback(config.host) {
                 // The store holds encrypted tokens, but the role's password and every refresh would cross the
@@ -84,9 +86,12 @@ enum PostgresURLParser {
         guard let slash = afterUser.firstIndex(of: "/") else { return .failure(.database) }
         let database = afterUser[afterUser.index(after: slash)...]
         guard !database.isEmpty, !database.contains("/"), !database.contains("%") else { return .failure(.database) }
-        guard let (host, port) = RequestTarget.parseAuthority(String(afterUser[..<slash])) else { return .failure(.host) }
+        guard let (host, port) = RequestTarget.parseAuthority(String(afterUser[..<slash])) else {
+            return .failure(.host)
+        }
         if let port, port == 0 { return .failure(.host) }
-        return .success(PostgresStoreConfig(host: host, port: port ?? 5432, user: String(userInfo), database: String(database)))
+        return .success(
+            PostgresStoreConfig(host: host, port: port ?? 5432, user: String(userInfo), database: String(database)))
     }
 
     enum Problem: Error, Equatable, CustomStringConvertible {
@@ -98,7 +103,8 @@ enum PostgresURLParser {
             case .scheme: "must start with postgres://"
             case .parameters: "must not have ?parameters or a #fragment (TLS is set with token_store.tls)"
             case .user: "needs a user: postgres://USER@HOST:PORT/DATABASE"
-            case .password: "must not contain a password: store it in the keychain and name it in token_store.password_entry"
+            case .password:
+                "must not contain a password: store it in the keychain and name it in token_store.password_entry"
             case .host: "needs a host (and a port from 1 to 65535, if any)"
             case .database: "needs a database name: postgres://USER@HOST:PORT/DATABASE"
             }

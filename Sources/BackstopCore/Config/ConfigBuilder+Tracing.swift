@@ -13,15 +13,19 @@ extension ConfigBuilder {
                 case .failure(let problem):
                     reader.fail(n, "tracing.otlp_endpoint '\(text)' \(problem)")
                 case .success(let parts) where parts.query != nil:
-                    reader.fail(n, "tracing.otlp_endpoint '\(text)' must not have a ?query (spans are POSTed to "
-                        + "its /v1/traces path)")
+                    reader.fail(
+                        n,
+                        "tracing.otlp_endpoint '\(text)' must not have a ?query (spans are POSTed to "
+                            + "its /v1/traces path)")
                 case .success:
                     endpoint = text
                 }
             }
         } else {
-            reader.fail(node, "'tracing' needs 'otlp_endpoint' (the collector's OTLP/HTTP address, e.g. "
-                + "'otlp_endpoint: http://127.0.0.1:4318')")
+            reader.fail(
+                node,
+                "'tracing' needs 'otlp_endpoint' (the collector's OTLP/HTTP address, e.g. "
+                    + "'otlp_endpoint: http://127.0.0.1:4318')")
         }
         var config = TracingConfig(otlpEndpoint: endpoint ?? "")
         if let n = map["service_name"], let name = reader.string(n, "tracing.service_name") {

@@ -10,8 +10,10 @@ extension ConfigBuilder {
         if let n = map["allow"], let list = reader.stringList(n, "tunnels.allow") {
             for (text, itemNode) in list {
                 guard let pattern = Self.tunnelPattern(text) else {
-                    reader.fail(itemNode, "tunnels.allow: '\(text)' is not HOST[:PORT] (a host name, '*.' + name or IP "
-                        + "address; [IPv6]:PORT; the port defaults to 443)")
+                    reader.fail(
+                        itemNode,
+                        "tunnels.allow: '\(text)' is not HOST[:PORT] (a host name, '*.' + name or IP "
+                            + "address; [IPv6]:PORT; the port defaults to 443)")
                     continue
                 }
                 if config.allow.contains(pattern) {

@@ -60,7 +60,8 @@ extension ConfigBuilder {
         let deliveryLocation = delivery(map, label, into: &upstream)
         guard name != nil, let nameNode = map["name"] else { return nil }
         var site = UpstreamSite(
-            name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation, delivery: deliveryLocation)
+            name: reader.location(nameNode), auth: authLocation, intercept: interceptLocation,
+            delivery: deliveryLocation)
         if case .mapping(let tlsMap)? = map["tls"], let certNode = tlsMap["client_cert_entry"] {
             site.clientCert = reader.location(certNode)
         }
@@ -68,25 +69,31 @@ extension ConfigBuilder {
     }
 
     static func isUpstreamName(_ text: String) -> Bool {
-        !text.isEmpty && text.utf8.allSatisfy { (48...57).contains($0) || (97...122).contains($0) || $0 == 95 || $0 == 45 }
+        !text.isEmpty
+            && text.utf8.allSatisfy { (48...57).contains($0) || (97...122).contains($0) || $0 == 95 || $0 == 45 }
     }
 
     mutating func match(_ node: Node, _ label: String) -> MatchConfig? {
         let errorsBefore = reader.errors.count
-        guard let map = reader.mapping(node, "\(label): match", allowed: ["hosts", "path_prefix", "strip_prefix"]) else {
+        guard let map = reader.mapping(node, "\(label): match", allowed: ["hosts", "path_prefix", "strip_prefix"])
+        else {
             return nil
         }
         var config = MatchConfig()
         if let n = map["hosts"], let list = reader.stringList(n, "\(label): match.hosts") {
             for (text, itemNode) in list {
                 guard let host = Self.hostPattern(text) else {
-                    reader.fail(itemNode, "\(label): match.hosts: '\(text)' is not a host name or IP address "
-                        + "(no port; one leading '*.' wildcard allowed)")
+                    reader.fail(
+                        itemNode,
+                        "\(label): match.hosts: '\(text)' is not a host name or IP address "
+                            + "(no port; one leading '*.' wildcard allowed)")
                     continue
                 }
                 if let first = config.hosts.firstIndex(of: host) {
-                    reader.fail(itemNode, "\(label): match.hosts lists '\(host)' twice "
-                        + "(first at line \(config.hostLocations[first].line))")
+                    reader.fail(
+                        itemNode,
+                        "\(label): match.hosts lists '\(host)' twice "
+                            + "(first at line \(config.hostLocations[first].line))")
                     continue
                 }
                 config.hosts.append(host)
@@ -96,8 +103,11 @@ extension ConfigBuilder {
         if let n = map["path_prefix"], let prefix = reader.string(n, "\(label): match.path_prefix") {
             if !prefix.hasPrefix("/") {
                 reader.fail(n, "\(label): match.path_prefix must start with '/', not '\(prefix)'")
-            } else if !prefix.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }) {
-                reader.fail(n, "\(label): match.path_prefix must be a plain path (no query, fragment, spaces), not '\(prefix)'")
+            } else if !prefix.utf8.allSatisfy({
+                $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#")
+            }) {
+                reader.fail(
+                    n, "\(label): match.path_prefix must be a plain path (no query, fragment, spaces), not '\(prefix)'")
             } else {
                 var p = prefix
                 while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
@@ -105,7 +115,9 @@ extension ConfigBuilder {
                 config.pathPrefixLocation = reader.location(n)
             }
         }
-        if let n = map["strip_prefix"], let v = reader.bool(n, "\(label): match.strip_prefix") { config.stripPrefix = v }
+        if let n = map["strip_prefix"], let v = reader.bool(n, "\(label): match.strip_prefix") {
+            config.stripPrefix = v
+        }
         // Only when nothing else was wrong with hosts/path_prefix: one error per mistake.
         if config.hosts.isEmpty && config.pathPrefix == nil && reader.errors.count == errorsBefore {
             reader.fail(node, "\(label): match needs at least one of 'hosts' or 'path_prefix'")
@@ -120,9 +132,14 @@ extension ConfigBuilder {
         if host.contains(":") { return IPAddressParser.parse(host)?.count == 16 ? host : nil }
         let name = host.hasPrefix("*.") ? String(host.dropFirst(2)) : host
         let labels = name.split(separator: ".", omittingEmptySubsequences: false)
-        let valid = !name.isEmpty && labels.allSatisfy { label in
-            !label.isEmpty && label.utf8.allSatisfy { (48...57).contains($0) || (97...122).contains($0) || $0 == 45 || $0 == 95 }
-        }
+        let valid =
+            !name.isEmpty
+            && labels.allSatisfy { label in
+                !label.isEmpty
+                    && label.utf8.allSatisfy {
+                        (48...57).contains($0) || (97...122).contains($0) || $0 == 45 || $0 == 95
+                    }
+            }
         return valid ? host : nil
     }
 
@@ -135,8 +152,10 @@ extension ConfigBuilder {
             reader.fail(node, "\(label) needs 'url' (or 'endpoints', a list of urls)")
             return nil
         case (.some, .some):
-            reader.fail(map.keyNode("endpoints")!, "\(label) has both 'url' and 'endpoints'; write one "
-                + "('url: X' is the same as 'endpoints: [X]')")
+            reader.fail(
+                map.keyNode("endpoints")!,
+                "\(label) has both 'url' and 'endpoints'; write one "
+                    + "('url: X' is the same as 'endpoints: [X]')")
             return nil
         case (let n?, nil):
             return upstreamURL(n, "\(label): url").map { [$0] }
@@ -155,23 +174,30 @@ extension ConfigBuilder {
                 }
                 if let first = found.first(where: { Self.sameEndpoint($0.url, url) }) {
                     let at = reader.location(first.node)
-                    reader.fail(item, "\(label): endpoints lists \(url.endpointKey) twice (first at line \(at.line), "
-                        + "column \(at.column); endpoints are told apart by scheme, host and port)")
+                    reader.fail(
+                        item,
+                        "\(label): endpoints lists \(url.endpointKey) twice (first at line \(at.line), "
+                            + "column \(at.column); endpoints are told apart by scheme, host and port)")
                     usable = false
                     continue
                 }
                 if let first = found.first {
                     if url.scheme != first.url.scheme {
-                        reader.fail(item, "\(label): endpoints mix \(first.url.scheme) and \(url.scheme); all "
-                            + "endpoints of one upstream share its tls settings, so they must use one scheme "
-                            + "(make another upstream for the others)")
+                        reader.fail(
+                            item,
+                            "\(label): endpoints mix \(first.url.scheme) and \(url.scheme); all "
+                                + "endpoints of one upstream share its tls settings, so they must use one scheme "
+                                + "(make another upstream for the others)")
                         usable = false
                         continue
                     }
                     if url.basePath != first.url.basePath {
                         let shown = { (p: String) in p.isEmpty ? "no base path" : "base path '\(p)'" }
-                        reader.fail(item, "\(label): this endpoint has \(shown(url.basePath)) but the first has "
-                            + "\(shown(first.url.basePath)); every endpoint of one upstream needs the same base path")
+                        reader.fail(
+                            item,
+                            "\(label): this endpoint has \(shown(url.basePath)) but the first has "
+                                + "\(shown(first.url.basePath)); every endpoint of one upstream needs the same base path"
+                        )
                         usable = false
                         continue
                     }
@@ -220,8 +246,10 @@ extension ConfigBuilder {
                 if v <= .zero {
                     reader.fail(n, "\(path).after must be above 0 (or p95)")
                 } else if v >= timeouts.perTry {
-                    reader.fail(n, "\(path).after (\(v)) is not shorter than timeouts.per_try (\(timeouts.perTry)): the "
-                        + "attempt would time out before a copy is sent")
+                    reader.fail(
+                        n,
+                        "\(path).after (\(v)) is not shorter than timeouts.per_try (\(timeouts.perTry)): the "
+                            + "attempt would time out before a copy is sent")
                 } else {
                     config.after = .fixed(v)
                 }
@@ -229,8 +257,10 @@ extension ConfigBuilder {
         }
         if let n = map["max"], let v = reader.int(n, "\(path).max", range: 0...99) {
             if v > retry.attempts - 1 {
-                reader.fail(n, "\(path).max (\(v)) is more than retry.attempts - 1 (\(retry.attempts - 1)): hedged "
-                    + "copies count as attempts; raise retry.attempts or lower hedge.max")
+                reader.fail(
+                    n,
+                    "\(path).max (\(v)) is more than retry.attempts - 1 (\(retry.attempts - 1)): hedged "
+                        + "copies count as attempts; raise retry.attempts or lower hedge.max")
             } else {
                 config.max = v
             }
@@ -242,8 +272,10 @@ extension ConfigBuilder {
                 if !HTTPSyntax.isToken(text) {
                     reader.fail(itemNode, "\(path).methods: '\(text)' is not an HTTP method")
                 } else if !RetryConfig.defaultMethods.contains(method) {
-                    reader.fail(itemNode, "\(path).methods: \(method) is not idempotent (RFC 9110: GET, HEAD, OPTIONS, "
-                        + "TRACE, PUT, DELETE); a hedged request reaches the upstream twice")
+                    reader.fail(
+                        itemNode,
+                        "\(path).methods: \(method) is not idempotent (RFC 9110: GET, HEAD, OPTIONS, "
+                            + "TRACE, PUT, DELETE); a hedged request reaches the upstream twice")
                 } else {
                     config.methods.insert(method)
                 }
@@ -271,13 +303,15 @@ extension ConfigBuilder {
 
     mutating func tls(_ node: Node, _ label: String) -> TLSConfig {
         var config = TLSConfig()
-        guard let map = reader.mapping(
-            node, "\(label): tls", allowed: ["ca_file", "insecure_skip_verify", "http2", "client_cert_entry"])
+        guard
+            let map = reader.mapping(
+                node, "\(label): tls", allowed: ["ca_file", "insecure_skip_verify", "http2", "client_cert_entry"])
         else {
             return config
         }
         if let n = map["client_cert_entry"],
-            let v = entryName(n, "\(label): tls.client_cert_entry", content: .clientCertificate) {
+            let v = entryName(n, "\(label): tls.client_cert_entry", content: .clientCertificate)
+        {
             config.clientCertEntry = v
         }
         if let n = map["ca_file"], let v = reader.string(n, "\(label): tls.ca_file") { config.caFile = resolve(v) }
@@ -290,7 +324,8 @@ extension ConfigBuilder {
 
     mutating func timeouts(_ node: Node, _ label: String) -> Timeouts {
         var config = Timeouts()
-        guard let map = reader.mapping(node, "\(label): timeouts", allowed: ["connect", "per_try", "total", "idle"]) else {
+        guard let map = reader.mapping(node, "\(label): timeouts", allowed: ["connect", "per_try", "total", "idle"])
+        else {
             return config
         }
         let keys: [(String, WritableKeyPath<Timeouts, Duration>)] = [
@@ -306,10 +341,12 @@ extension ConfigBuilder {
         }
         // Reported at the value the rule is about (per_try, connect), or at total when that one is a default.
         if config.perTry > config.total, let n = map["per_try"] ?? map["total"] {
-            reader.fail(n, "\(label): timeouts.per_try (\(config.perTry)) is longer than timeouts.total (\(config.total))")
+            reader.fail(
+                n, "\(label): timeouts.per_try (\(config.perTry)) is longer than timeouts.total (\(config.total))")
         }
         if config.connect > config.total, let n = map["connect"] ?? map["total"] {
-            reader.fail(n, "\(label): timeouts.connect (\(config.connect)) is longer than timeouts.total (\(config.total))")
+            reader.fail(
+                n, "\(label): timeouts.connect (\(config.connect)) is longer than timeouts.total (\(config.total))")
         }
         return config
     }

@@ -49,7 +49,9 @@ struct ConfigBuilder {
         if let node = top["log"] { config.log = log(node) }
         if let node = top["keychain"] { config.keychain = keychain(node) }
         if let node = top["limits"] { config.limits = limits(node) }
-        if let node = top["unmatched"], let policy = reader.oneOf(node, "unmatched", [UnmatchedPolicy.reject, .passthrough]) {
+        if let node = top["unmatched"],
+            let policy = reader.oneOf(node, "unmatched", [UnmatchedPolicy.reject, .passthrough])
+        {
             config.unmatched = policy
         }
         if let node = top["upstreams"], !NodeReader.isNull(node), let items = reader.sequence(node, "upstreams") {
@@ -64,8 +66,10 @@ struct ConfigBuilder {
         if let node = top["token_store"], !NodeReader.isNull(node) {
             config.tokenStore = tokenStore(node)
             if case .postgres = config.tokenStore, config.keychain == nil {
-                reader.fail(node, "token_store type postgres needs a 'keychain' section: tokens are encrypted under the "
-                    + "keychain key, and the password entry lives there")
+                reader.fail(
+                    node,
+                    "token_store type postgres needs a 'keychain' section: tokens are encrypted under the "
+                        + "keychain key, and the password entry lives there")
             }
         }
         if let node = top["tracing"], !NodeReader.isNull(node) { config.tracing = tracing(node) }
@@ -133,8 +137,10 @@ struct ConfigBuilder {
         for item in items {
             guard let (listener, addressNode) = listener(item) else { continue }
             if case .tcp(let host, _) = listener.address, !IPAddressParser.isLoopback(host), !listener.allowRemote {
-                reader.fail(addressNode, "listen address \(listener.address) is not loopback; add 'allow_remote: true' "
-                    + "to this entry (long form: {address: ..., allow_remote: true, allow_clients: [CIDR]})")
+                reader.fail(
+                    addressNode,
+                    "listen address \(listener.address) is not loopback; add 'allow_remote: true' "
+                        + "to this entry (long form: {address: ..., allow_remote: true, allow_clients: [CIDR]})")
             }
             if listener.address.bindsFixedAddress, out.contains(where: { $0.address == listener.address }) {
                 reader.fail(addressNode, "duplicate listen address \(listener.address)")
@@ -158,7 +164,9 @@ struct ConfigBuilder {
         }
         let parsed = listenAddress(addressNode, "listen[].address")
         var allowRemote = false
-        if let node = map["allow_remote"], let value = reader.bool(node, "listen[].allow_remote") { allowRemote = value }
+        if let node = map["allow_remote"], let value = reader.bool(node, "listen[].allow_remote") {
+            allowRemote = value
+        }
         let clients = map["allow_clients"].map { allowClients($0, "listen[].allow_clients") } ?? []
         guard let parsed else { return nil }
         return (ListenerConfig(address: parsed, allowRemote: allowRemote, allowClients: clients), addressNode)
@@ -243,11 +251,17 @@ struct ConfigBuilder {
 
     mutating func limits(_ node: Node) -> Limits {
         var limits = Limits()
-        guard let map = reader.mapping(node, "limits", allowed: [
-            "max_request_body", "retry_buffer", "max_header_bytes", "client_idle_timeout", "max_connections",
-            "header_timeout", "buffer_memory",
-        ]) else { return limits }
-        if let n = map["max_request_body"], let v = reader.size(n, "limits.max_request_body") { limits.maxRequestBody = v }
+        guard
+            let map = reader.mapping(
+                node, "limits",
+                allowed: [
+                    "max_request_body", "retry_buffer", "max_header_bytes", "client_idle_timeout", "max_connections",
+                    "header_timeout", "buffer_memory",
+                ])
+        else { return limits }
+        if let n = map["max_request_body"], let v = reader.size(n, "limits.max_request_body") {
+            limits.maxRequestBody = v
+        }
         if let n = map["retry_buffer"], let v = reader.size(n, "limits.retry_buffer") { limits.retryBuffer = v }
         if let n = map["max_header_bytes"], let v = reader.size(n, "limits.max_header_bytes") {
             if v < 1024 {

@@ -18,8 +18,11 @@ public enum ConfigLoader {
         switch readFile(path) {
         case .success(let contents): text = contents
         case .failure(let reason):
-            throw ConfigErrors([ConfigError(location: SourceLocation(file: path, line: 1, column: 1),
-                                            message: "cannot read config file: \(reason)")])
+            throw ConfigErrors([
+                ConfigError(
+                    location: SourceLocation(file: path, line: 1, column: 1),
+                    message: "cannot read config file: \(reason)")
+            ])
         }
         return try parse(yaml: text, file: path, baseDirectory: directory(of: path), environment: environment)
     }
@@ -36,10 +39,14 @@ public enum ConfigLoader {
             throw ConfigErrors([syntaxError(error, yaml: yaml, file: file)])
         }
         guard let root else {
-            throw ConfigErrors([ConfigError(location: SourceLocation(file: file, line: 1, column: 1),
-                                            message: "config is empty (it needs at least 'version: 1' and 'listen')")])
+            throw ConfigErrors([
+                ConfigError(
+                    location: SourceLocation(file: file, line: 1, column: 1),
+                    message: "config is empty (it needs at least 'version: 1' and 'listen')")
+            ])
         }
-        var builder = ConfigBuilder(reader: NodeReader(file: file, environment: environment), baseDirectory: absolute(baseDirectory))
+        var builder = ConfigBuilder(
+            reader: NodeReader(file: file, environment: environment), baseDirectory: absolute(baseDirectory))
         let config = builder.build(root)
         var errors = builder.reader.errors
         if let config {
@@ -69,10 +76,13 @@ public enum ConfigLoader {
 
     private static func syntaxError(_ error: any Error, yaml: String, file: String) -> ConfigError {
         func at(_ position: TextPosition, _ message: String) -> ConfigError {
-            ConfigError(location: SourceLocation(file: file, line: position.line, column: position.column),
-                        message: message)
+            ConfigError(
+                location: SourceLocation(file: file, line: position.line, column: position.column),
+                message: message)
         }
-        guard let yamlError = error as? YamlError else { return at(TextPosition(line: 1, column: 1), "YAML error: \(error)") }
+        guard let yamlError = error as? YamlError else {
+            return at(TextPosition(line: 1, column: 1), "YAML error: \(error)")
+        }
         switch yamlError {
         case .scanner(let context, let problem, let mark, _), .parser(let context, let problem, let mark, _),
             .composer(let context, let problem, let mark, _):
@@ -123,14 +133,17 @@ public enum ConfigLoader {
         let modified = info.st_mtim
         #endif
         let version = FileVersion(
-            path: path, size: Int64(info.st_size), modified: Int64(modified.tv_sec) * 1_000_000_000 + Int64(modified.tv_nsec))
+            path: path, size: Int64(info.st_size),
+            modified: Int64(modified.tv_sec) * 1_000_000_000 + Int64(modified.tv_nsec))
         if let cached = parsedSuffixes.withLock({ $0 }), cached.version == version { return .success(cached.list) }
         switch readFile(path) {
         case .failure(let reason):
             return .failure(PublicSuffixListUnavailable(path: path, reason: reason.description))
         case .success(let text):
             let list = PublicSuffixList(text: text)
-            guard list.count > 0 else { return .failure(PublicSuffixListUnavailable(path: path, reason: "it holds no rules")) }
+            guard list.count > 0 else {
+                return .failure(PublicSuffixListUnavailable(path: path, reason: "it holds no rules"))
+            }
             parsedSuffixes.withLock { $0 = (version, list) }
             return .success(list)
         }

@@ -344,8 +344,10 @@ public struct HedgeConfig: Sendable, Equatable {
 
     public static let defaultMethods: Set<String> = ["GET", "HEAD", "OPTIONS"]
 
-    public init(after: HedgeAfter = .fixed(.milliseconds(250)), max: Int = 0,
-                methods: Set<String> = HedgeConfig.defaultMethods) {
+    public init(
+        after: HedgeAfter = .fixed(.milliseconds(250)), max: Int = 0,
+        methods: Set<String> = HedgeConfig.defaultMethods
+    ) {
         self.after = after
         self.max = max
         self.methods = methods
@@ -412,7 +414,9 @@ public struct TLSConfig: Sendable, Equatable {
     public var http2: Bool
     /// Keychain entry holding the client certificate chain and its private key (PEM) presented to the upstream.
     public var clientCertEntry: String?
-    public init(caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true, clientCertEntry: String? = nil) {
+    public init(
+        caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true, clientCertEntry: String? = nil
+    ) {
         self.caFile = caFile
         self.insecureSkipVerify = insecureSkipVerify
         self.http2 = http2
@@ -565,8 +569,10 @@ public struct StaticAuthConfig: Sendable, Equatable {
     public var header: String
     public var scheme: String
     public var clientAuthHeader: ClientAuthHeaderPolicy
-    public init(entry: String, header: String = "Authorization", scheme: String = "Bearer",
-                clientAuthHeader: ClientAuthHeaderPolicy = .replace) {
+    public init(
+        entry: String, header: String = "Authorization", scheme: String = "Bearer",
+        clientAuthHeader: ClientAuthHeaderPolicy = .replace
+    ) {
         self.entry = entry
         self.header = header
         self.scheme = scheme
@@ -590,8 +596,10 @@ public struct TokenFields: Sendable, Equatable {
     public var accessToken: String
     public var refreshToken: String
     public var expiresIn: String
-    public init(accessToken: String = "access_token", refreshToken: String = "refresh_token",
-                expiresIn: String = "expires_in") {
+    public init(
+        accessToken: String = "access_token", refreshToken: String = "refresh_token",
+        expiresIn: String = "expires_in"
+    ) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
         self.expiresIn = expiresIn

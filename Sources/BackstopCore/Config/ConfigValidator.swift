@@ -8,9 +8,12 @@ enum ConfigValidator {
         var firstByName: [String: Int] = [:]
         for (i, upstream) in upstreams.enumerated() {
             if let first = firstByName[upstream.name] {
-                errors.append(ConfigError(
-                    location: site(i).name,
-                    message: "duplicate upstream name '\(upstream.name)' (first defined at line \(site(first).name.line))"))
+                errors.append(
+                    ConfigError(
+                        location: site(i).name,
+                        message:
+                            "duplicate upstream name '\(upstream.name)' (first defined at line \(site(first).name.line))"
+                    ))
             } else {
                 firstByName[upstream.name] = i
             }
@@ -18,9 +21,10 @@ enum ConfigValidator {
         errors += overlaps(upstreams, site: site)
         if !hasKeychain {
             for (i, upstream) in upstreams.enumerated() where upstream.auth != .none {
-                errors.append(ConfigError(
-                    location: site(i).auth ?? site(i).name,
-                    message: "upstream '\(upstream.name)' uses auth but the config has no 'keychain' section"))
+                errors.append(
+                    ConfigError(
+                        location: site(i).auth ?? site(i).name,
+                        message: "upstream '\(upstream.name)' uses auth but the config has no 'keychain' section"))
             }
         }
         return errors
@@ -54,9 +58,12 @@ enum ConfigValidator {
                 case .host(let host): what = "host '\(host)'"
                 case .prefix(let prefix): what = "path_prefix '\(prefix)'"
                 }
-                errors.append(ConfigError(
-                    location: location ?? upstream.location ?? site(i).name,
-                    message: "upstream '\(upstream.name)' overlaps upstream '\(upstreams[other].name)': both match \(what)"))
+                errors.append(
+                    ConfigError(
+                        location: location ?? upstream.location ?? site(i).name,
+                        message:
+                            "upstream '\(upstream.name)' overlaps upstream '\(upstreams[other].name)': both match \(what)"
+                    ))
             }
         }
         return errors
@@ -70,39 +77,59 @@ enum ConfigValidator {
     ) -> [ConfigError] {
         var errors: [ConfigError] = []
         if let interceptSection, config.keychain == nil {
-            errors.append(ConfigError(
-                location: interceptSection,
-                message: "'intercept' needs a 'keychain' section: the root CA lives in the keychain"))
+            errors.append(
+                ConfigError(
+                    location: interceptSection,
+                    message: "'intercept' needs a 'keychain' section: the root CA lives in the keychain"))
         }
         for (i, upstream) in upstreams.enumerated() where upstream.intercept {
             let at = sites[i].intercept ?? sites[i].name
             let name = "upstream '\(upstream.name)'"
             if config.intercept == nil {
-                errors.append(ConfigError(location: at, message: "\(name) has intercept: true but the config has no "
-                    + "'intercept' section (intercept: {ca_entry: ca/root}; create the CA with 'backstop ca init')"))
+                errors.append(
+                    ConfigError(
+                        location: at,
+                        message: "\(name) has intercept: true but the config has no "
+                            + "'intercept' section (intercept: {ca_entry: ca/root}; create the CA with 'backstop ca init')"
+                    ))
             }
             if config.keychain == nil {
-                errors.append(ConfigError(
-                    location: at, message: "\(name) has intercept: true but the config has no 'keychain' section"))
+                errors.append(
+                    ConfigError(
+                        location: at, message: "\(name) has intercept: true but the config has no 'keychain' section"))
             }
             if upstream.match.hosts.isEmpty {
-                errors.append(ConfigError(location: at, message: "\(name) has intercept: true but no match.hosts "
-                    + "(CONNECT is matched on host names)"))
+                errors.append(
+                    ConfigError(
+                        location: at,
+                        message: "\(name) has intercept: true but no match.hosts "
+                            + "(CONNECT is matched on host names)"))
             }
             for (h, host) in upstream.match.hosts.enumerated() where IPAddressParser.parse(host) != nil {
                 let location = h < upstream.match.hostLocations.count ? upstream.match.hostLocations[h] : at
-                errors.append(ConfigError(location: location, message: "\(name) intercepts, so its match.hosts must be "
-                    + "host names, not the IP address '\(host)' (leaves are minted for names)"))
+                errors.append(
+                    ConfigError(
+                        location: location,
+                        message: "\(name) intercepts, so its match.hosts must be "
+                            + "host names, not the IP address '\(host)' (leaves are minted for names)"))
             }
             if upstream.tls.insecureSkipVerify {
-                errors.append(ConfigError(location: at, message: "\(name) has intercept: true together with "
-                    + "tls.insecure_skip_verify: the client trusts Backstop to verify the real upstream"))
+                errors.append(
+                    ConfigError(
+                        location: at,
+                        message: "\(name) has intercept: true together with "
+                            + "tls.insecure_skip_verify: the client trusts Backstop to verify the real upstream"))
             }
             // Every endpoint: a retry or a failover may land on any of them.
-            for endpoint in upstream.endpoints where endpoint.scheme != "https" && !IPAddressParser.isLoopback(endpoint.host) {
+            for endpoint in upstream.endpoints
+            where endpoint.scheme != "https" && !IPAddressParser.isLoopback(endpoint.host) {
                 let what = upstream.endpoints.count == 1 ? "its url" : "its endpoint \(endpoint.endpointKey)"
-                errors.append(ConfigError(location: at, message: "\(name) has intercept: true, so \(what) must be "
-                    + "https (the client believes it speaks TLS to \(endpoint.host)); plain http only to loopback"))
+                errors.append(
+                    ConfigError(
+                        location: at,
+                        message: "\(name) has intercept: true, so \(what) must be "
+                            + "https (the client believes it speaks TLS to \(endpoint.host)); plain http only to loopback"
+                    ))
             }
         }
         return errors
@@ -118,21 +145,26 @@ enum ConfigValidator {
             let name = "upstream '\(upstream.name)'"
             let plainRemote = upstream.url.scheme != "https" && !IPAddressParser.isLoopback(upstream.url.host)
             if upstream.tls.clientCertEntry != nil && config.keychain == nil {
-                errors.append(ConfigError(
-                    location: sites[i].clientCert ?? sites[i].name,
-                    message: "\(name): tls.client_cert_entry needs a 'keychain' section (the certificate lives there)"))
+                errors.append(
+                    ConfigError(
+                        location: sites[i].clientCert ?? sites[i].name,
+                        message:
+                            "\(name): tls.client_cert_entry needs a 'keychain' section (the certificate lives there)"))
             }
             if upstream.tls.clientCertEntry != nil && upstream.url.scheme != "https" {
-                errors.append(ConfigError(
-                    location: sites[i].clientCert ?? sites[i].name,
-                    message: "\(name): tls.client_cert_entry needs an https url (a client certificate is presented in "
-                        + "the TLS handshake)"))
+                errors.append(
+                    ConfigError(
+                        location: sites[i].clientCert ?? sites[i].name,
+                        message:
+                            "\(name): tls.client_cert_entry needs an https url (a client certificate is presented in "
+                            + "the TLS handshake)"))
             }
             if case .awsSigV4 = upstream.auth, plainRemote {
                 // A signature is valid for minutes and readable on a plain connection: replayable by anyone on path.
-                errors.append(ConfigError(
-                    location: sites[i].auth ?? sites[i].name,
-                    message: "\(name): aws_sigv4 needs an https url (plain http only to a loopback host)"))
+                errors.append(
+                    ConfigError(
+                        location: sites[i].auth ?? sites[i].name,
+                        message: "\(name): aws_sigv4 needs an https url (plain http only to a loopback host)"))
             }
         }
         guard let clients = config.clients else { return errors }
@@ -149,9 +181,12 @@ enum ConfigValidator {
         if config.keychain == nil {
             for (client, site) in zip(clients, clientSites) {
                 guard case .proxyAuth = client.match else { continue }
-                errors.append(ConfigError(
-                    location: site.match,
-                    message: "client '\(client.name)': proxy_auth needs a 'keychain' section (the credentials live there)"))
+                errors.append(
+                    ConfigError(
+                        location: site.match,
+                        message:
+                            "client '\(client.name)': proxy_auth needs a 'keychain' section (the credentials live there)"
+                    ))
             }
         }
         // Basic credentials travel in clear: only over connections that never leave the host.
@@ -162,10 +197,13 @@ enum ConfigValidator {
         if let remote {
             for (client, site) in zip(clients, clientSites) {
                 guard case .proxyAuth = client.match else { continue }
-                errors.append(ConfigError(
-                    location: site.match,
-                    message: "client '\(client.name)': proxy_auth is only allowed when every listener is loopback or a "
-                        + "unix socket (the password is sent in clear, and listener \(remote.address) is not local)"))
+                errors.append(
+                    ConfigError(
+                        location: site.match,
+                        message:
+                            "client '\(client.name)': proxy_auth is only allowed when every listener is loopback or a "
+                            + "unix socket (the password is sent in clear, and listener \(remote.address) is not local)"
+                    ))
             }
         }
         return errors
@@ -185,7 +223,9 @@ enum ConfigValidator {
         switch list() {
         case .success(let loaded): suffixes = loaded
         case .failure(let unavailable):
-            return [ConfigError(location: sites[first].intercept ?? sites[first].name, message: unavailable.description)]
+            return [
+                ConfigError(location: sites[first].intercept ?? sites[first].name, message: unavailable.description)
+            ]
         }
         var errors: [ConfigError] = []
         for i in intercepting {
@@ -193,12 +233,19 @@ enum ConfigValidator {
             for (h, host) in upstream.match.hosts.enumerated() where IPAddressParser.parse(host) == nil {
                 let name = host.hasPrefix("*.") ? String(host.dropFirst(2)) : host
                 guard let suffix = suffixes.suffixCovered(by: name) else { continue }
-                let location = h < upstream.match.hostLocations.count ? upstream.match.hostLocations[h]
+                let location =
+                    h < upstream.match.hostLocations.count
+                    ? upstream.match.hostLocations[h]
                     : (sites[i].intercept ?? sites[i].name)
-                let what = suffix == name ? "'\(name)' is a public suffix" : "'\(name)' has the public suffix '\(suffix)' below it"
-                errors.append(ConfigError(location: location, message: "upstream '\(upstream.name)' intercepts "
-                    + "'\(host)', but \(what) (Public Suffix List): the interception CA would be allowed to sign for "
-                    + "sites of other owners registered there; list the hosts this upstream serves instead"))
+                let what =
+                    suffix == name
+                    ? "'\(name)' is a public suffix" : "'\(name)' has the public suffix '\(suffix)' below it"
+                errors.append(
+                    ConfigError(
+                        location: location,
+                        message: "upstream '\(upstream.name)' intercepts "
+                            + "'\(host)', but \(what) (Public Suffix List): the interception CA would be allowed to sign for "
+                            + "sites of other owners registered there; list the hosts this upstream serves instead"))
             }
         }
         return errors

@@ -23,8 +23,10 @@ enum HTTPURLParser {
         guard let (host, port) = RequestTarget.parseAuthority(String(authority)) else { return .failure(.host) }
         let tail = rest[authorityEnd...]
         if let mark = tail.firstIndex(of: "?") {
-            return .success(Parts(scheme: scheme, host: host, port: port, path: String(tail[..<mark]),
-                                  query: String(tail[tail.index(after: mark)...])))
+            return .success(
+                Parts(
+                    scheme: scheme, host: host, port: port, path: String(tail[..<mark]),
+                    query: String(tail[tail.index(after: mark)...])))
         }
         return .success(Parts(scheme: scheme, host: host, port: port, path: String(tail), query: nil))
     }

@@ -46,7 +46,8 @@ public enum IPAddressParser {
         }
         var all: [UInt16]
         if let (left, right) = text.splitOnce("::") {
-            guard !right.contains("::"), let head = groups(left, allowV4: false), let tail = groups(right, allowV4: true),
+            guard !right.contains("::"), let head = groups(left, allowV4: false),
+                let tail = groups(right, allowV4: true),
                 head.count + tail.count <= 7
             else { return nil }
             all = head + Array(repeating: 0, count: 8 - head.count - tail.count) + tail
@@ -66,7 +67,8 @@ public enum CIDRParser {
         let maxLength = bytes.count * 8
         var length = maxLength
         if parts.count == 2 {
-            guard !parts[1].isEmpty, parts[1].count <= 3, parts[1].allSatisfy(\.isASCIIDigit), let value = Int(parts[1]),
+            guard !parts[1].isEmpty, parts[1].count <= 3, parts[1].allSatisfy(\.isASCIIDigit),
+                let value = Int(parts[1]),
                 value <= maxLength
             else { return nil }
             length = value

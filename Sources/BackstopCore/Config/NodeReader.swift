@@ -155,7 +155,8 @@ struct NodeReader {
         return out
     }
 
-    mutating func oneOf<T: RawRepresentable>(_ node: Node, _ path: String, _ cases: [T]) -> T? where T.RawValue == String {
+    mutating func oneOf<T: RawRepresentable>(_ node: Node, _ path: String, _ cases: [T]) -> T?
+    where T.RawValue == String {
         guard let text = scalar(node, path) else { return nil }
         if let value = cases.first(where: { $0.rawValue == text }) { return value }
         fail(node, "'\(path)' must be one of \(cases.map(\.rawValue).joined(separator: " | ")), not '\(text)'")

@@ -34,7 +34,9 @@ public struct PublicSuffixList: Sendable, Equatable {
                 wildcard = true
                 rule = rule.dropFirst(2)
             }
-            let labels = rule.split(separator: ".", omittingEmptySubsequences: false).map { Punycode.asciiLabel(String($0)) }
+            let labels = rule.split(separator: ".", omittingEmptySubsequences: false).map {
+                Punycode.asciiLabel(String($0))
+            }
             guard !labels.isEmpty, labels.allSatisfy({ $0 != nil && !$0!.isEmpty }) else { continue }
             let ascii = labels.map { $0! }
             let name = ascii.joined(separator: ".")

@@ -68,7 +68,8 @@ enum HeaderName: Equatable {
             while to > from, value[to - 1] == 0x20 || value[to - 1] == 0x09 { to -= 1 }
             let raw = UnsafeRawBufferPointer(rebasing: value[from..<to])
             if from < to, classify(raw) != .hopByHop, !equals(raw, "close") {
-                let token = String(decoding: value[from..<to].map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
+                let token = String(
+                    decoding: value[from..<to].map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
                 if !names.contains(token) { names.append(token) }
             }
             start = end + 1

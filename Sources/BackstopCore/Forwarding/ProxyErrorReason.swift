@@ -58,7 +58,8 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .shuttingDown: "backstop is shutting down"
         case .tokenRefreshFailed: "token refresh failed"
         case .methodNotAllowed: "method not allowed for this upstream"
-        case .requestTimeout: "the request was not received in time (limits.header_timeout, limits.client_idle_timeout or timeouts.total)"
+        case .requestTimeout:
+            "the request was not received in time (limits.header_timeout, limits.client_idle_timeout or timeouts.total)"
         case .badUpstreamResponse: "the upstream's response framing is conflicting or malformed"
         case .loopDetected: "the request would come back to backstop itself"
         case .destinationDenied: "passthrough to this destination is not allowed"

@@ -25,7 +25,8 @@ public struct RedirectRewriter: Sendable, Equatable {
         basePath = upstream.url.basePath
         switch target.form {
         case .absolute(let scheme, let requestHost, let port):
-            let authority = (requestHost.contains(":") ? "[\(requestHost)]" : requestHost) + (port.map { ":\($0)" } ?? "")
+            let authority =
+                (requestHost.contains(":") ? "[\(requestHost)]" : requestHost) + (port.map { ":\($0)" } ?? "")
             clientOrigin = "\(scheme)://\(authority)"
             clientPrefix = ""
         case .origin, .asterisk, .authority:

@@ -51,7 +51,8 @@ public struct RequestFraming: Sendable, Equatable {
         }
         if !lengths.isEmpty && !encodings.isEmpty { return nil }
         if !encodings.isEmpty {
-            guard encodings.count == 1, encodings[0].trimmingCharacters(in: " \t").caseInsensitiveEquals("chunked") else {
+            guard encodings.count == 1, encodings[0].trimmingCharacters(in: " \t").caseInsensitiveEquals("chunked")
+            else {
                 return nil
             }
             chunked = true

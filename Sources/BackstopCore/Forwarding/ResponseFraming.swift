@@ -10,7 +10,9 @@ public enum ResponseFraming: Sendable, Equatable {
     /// The body ends when the connection closes (`Connection: close` is sent).
     case closeDelimited
 
-    public static func decide(requestIsHEAD: Bool, status: Int, contentLength: Int?, clientIsHTTP10: Bool)
+    public static func decide(
+        requestIsHEAD: Bool, status: Int, contentLength: Int?, clientIsHTTP10: Bool
+    )
         -> ResponseFraming
     {
         if requestIsHEAD || status == 204 || status == 304 || (100..<200).contains(status) { return .bodyless }

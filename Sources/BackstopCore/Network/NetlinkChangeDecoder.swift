@@ -49,7 +49,8 @@ public struct NetlinkChangeDecoder: Sendable, Equatable {
             }
             let type = datagram.loadUnaligned(fromByteOffset: offset + 4, as: UInt16.self)
             let flags = datagram.loadUnaligned(fromByteOffset: offset + 6, as: UInt16.self)
-            let payload = UnsafeRawBufferPointer(rebasing: datagram[(offset + Netlink.headerLength)..<(offset + length)])
+            let payload = UnsafeRawBufferPointer(
+                rebasing: datagram[(offset + Netlink.headerLength)..<(offset + length)])
             message(type: type, isDump: flags & Netlink.flagMulti != 0, payload: payload, into: &result)
             offset += Netlink.align(length)
         }
@@ -161,7 +162,8 @@ public struct NetlinkChangeDecoder: Sendable, Equatable {
             return
         }
         let key = AddressKey(
-            index: index, family: family, prefixLength: prefixLength, bytes: primary + (local != nil ? address ?? [] : []))
+            index: index, family: family, prefixLength: prefixLength,
+            bytes: primary + (local != nil ? address ?? [] : []))
         if deleted {
             addresses.remove(key)
             return
@@ -220,8 +222,10 @@ public struct NetlinkDecodeResult: Sendable, Equatable {
     /// A message was cut short or its length did not fit; the rest of the datagram was skipped.
     public var malformed = false
 
-    public init(changes: [NetworkChange] = [], dumpDone: Bool = false, requestError: Int32? = nil,
-                malformed: Bool = false) {
+    public init(
+        changes: [NetworkChange] = [], dumpDone: Bool = false, requestError: Int32? = nil,
+        malformed: Bool = false
+    ) {
         self.changes = changes
         self.dumpDone = dumpDone
         self.requestError = requestError

@@ -45,7 +45,8 @@ public struct RetryRequestInfo: Sendable, Equatable {
     ) {
         self.init(
             method: method,
-            hasIdempotencyKey: idempotencyKeyHeader.map { key in headerNames.contains { $0.caseInsensitiveEquals(key) } }
+            hasIdempotencyKey: idempotencyKeyHeader.map { key in headerNames.contains { $0.caseInsensitiveEquals(key) }
+            }
                 ?? false,
             bodyReplayable: bodyReplayable)
     }

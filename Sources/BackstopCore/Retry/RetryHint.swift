@@ -38,7 +38,9 @@ public enum RetryHint: Sendable, Equatable {
     public static func parseRetryAfter(_ value: String, nowWall: Double) -> RetryHint {
         let text = trimmed(value)
         guard !text.isEmpty else { return .none }
-        if let seconds = saturatingInteger(text) { return seconds > longestWaitSeconds ? .none : .wait(.seconds(seconds)) }
+        if let seconds = saturatingInteger(text) {
+            return seconds > longestWaitSeconds ? .none : .wait(.seconds(seconds))
+        }
         guard nowWall.isFinite, let epoch = HTTPDate.parse(String(text), nowWall: nowWall) else { return .none }
         return wait(seconds: max(0, epoch - nowWall))
     }

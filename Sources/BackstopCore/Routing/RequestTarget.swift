@@ -40,7 +40,9 @@ public struct RequestTarget: Sendable, Equatable {
             if b == UInt8(ascii: "#") && end == all.count { end = i }
         }
         let text = UnsafeBufferPointer(rebasing: all[0..<end])
-        if text.count == 1 && text[0] == UInt8(ascii: "*") { return RequestTarget(form: .asterisk, path: "", query: nil) }
+        if text.count == 1 && text[0] == UInt8(ascii: "*") {
+            return RequestTarget(form: .asterisk, path: "", query: nil)
+        }
         if text.first == UInt8(ascii: "/") {
             let (path, query) = splitQuery(text, prependSlash: false)
             return RequestTarget(form: .origin, path: path, query: query)
@@ -58,7 +60,9 @@ public struct RequestTarget: Sendable, Equatable {
             }
             let restStart = colon + 3
             var authorityEnd = restStart
-            while authorityEnd < text.count, text[authorityEnd] != UInt8(ascii: "/"), text[authorityEnd] != UInt8(ascii: "?") {
+            while authorityEnd < text.count, text[authorityEnd] != UInt8(ascii: "/"),
+                text[authorityEnd] != UInt8(ascii: "?")
+            {
                 authorityEnd += 1
             }
             let authority = UnsafeBufferPointer(rebasing: text[restStart..<authorityEnd])
@@ -85,7 +89,9 @@ public struct RequestTarget: Sendable, Equatable {
         return (path, String(decoding: UnsafeBufferPointer(rebasing: text[(mark + 1)...]), as: UTF8.self))
     }
 
-    private static func equalsIgnoringCase(_ bytes: Slice<UnsafeBufferPointer<UInt8>>, _ lowercase: StaticString) -> Bool {
+    private static func equalsIgnoringCase(
+        _ bytes: Slice<UnsafeBufferPointer<UInt8>>, _ lowercase: StaticString
+    ) -> Bool {
         guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
         let expected = UnsafeBufferPointer(start: lowercase.utf8Start, count: lowercase.utf8CodeUnitCount)
         for (b, e) in zip(bytes, expected) where (b >= 65 && b <= 90 ? b + 32 : b) != e { return false }
@@ -110,7 +116,9 @@ public struct RequestTarget: Sendable, Equatable {
                 guard bytes[close + 1] == UInt8(ascii: ":") else { return nil }
                 portStart = close + 2
             }
-            guard !hostRange.isEmpty, bytes[hostRange].allSatisfy({ isHex($0) || $0 == 58 || $0 == 46 }) else { return nil }
+            guard !hostRange.isEmpty, bytes[hostRange].allSatisfy({ isHex($0) || $0 == 58 || $0 == 46 }) else {
+                return nil
+            }
         } else {
             let colon = bytes.firstIndex(of: UInt8(ascii: ":"))
             hostRange = 0..<(colon ?? bytes.count)

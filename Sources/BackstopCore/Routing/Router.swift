@@ -34,8 +34,9 @@ public struct Router: Sendable {
 
     public init(upstreams: [UpstreamConfig], unmatched: UnmatchedPolicy) {
         self.routes = upstreams.map {
-            Route(hosts: $0.match.hosts, pathPrefix: $0.match.pathPrefix, stripPrefix: $0.match.stripPrefix,
-                  basePath: $0.url.basePath)
+            Route(
+                hosts: $0.match.hosts, pathPrefix: $0.match.pathPrefix, stripPrefix: $0.match.stripPrefix,
+                basePath: $0.url.basePath)
         }
         self.unmatched = unmatched
     }

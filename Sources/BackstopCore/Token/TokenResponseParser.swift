@@ -11,7 +11,9 @@ public enum TokenResponseParser {
     /// - Expires-in: a JSON number or a string holding a JSON number literal (`"3600"`); negative → 0 (expired
     ///   now), above `maxExpiresIn` → `maxExpiresIn`; anything else (bool, null, `"soon"`) → nil (unknown).
     /// - An object without the access token but with a well-formed `error` → `.errorResponse(code:)`.
-    public static func parse(_ body: [UInt8], fields: TokenFields = TokenFields()) throws(TokenResponseError)
+    public static func parse(
+        _ body: [UInt8], fields: TokenFields = TokenFields()
+    ) throws(TokenResponseError)
         -> TokenResponse
     {
         guard let document = TokenJSONParser.parse(body) else { throw .notJSON }

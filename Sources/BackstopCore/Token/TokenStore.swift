@@ -113,8 +113,10 @@ public struct TokenStoreStatus: Sendable, Equatable {
     /// What wrote them last: `refreshed` or `seeded` (and by whom, for a shared store); nil when unknown.
     public var lastWrite: String?
 
-    public init(hasAccessToken: Bool = false, hasRefreshToken: Bool = false, expiresAt: Double? = nil,
-                updatedAt: Double? = nil, lastWrite: String? = nil) {
+    public init(
+        hasAccessToken: Bool = false, hasRefreshToken: Bool = false, expiresAt: Double? = nil,
+        updatedAt: Double? = nil, lastWrite: String? = nil
+    ) {
         self.hasAccessToken = hasAccessToken
         self.hasRefreshToken = hasRefreshToken
         self.expiresAt = expiresAt

@@ -40,11 +40,15 @@ public final class TokenStoreMetrics: Sendable {
     /// Prometheus text for the three families (empty families are still described).
     public func render() -> String {
         let snapshot = state.withLock { $0 }
-        var out = "# HELP backstop_token_store_operations_total Token store operations, by store, operation and result.\n"
+        var out =
+            "# HELP backstop_token_store_operations_total Token store operations, by store, operation and result.\n"
         out += "# TYPE backstop_token_store_operations_total counter\n"
-        let keys = snapshot.counts.keys.sorted { ($0.store, $0.operation, $0.ok ? 1 : 0) < ($1.store, $1.operation, $1.ok ? 1 : 0) }
+        let keys = snapshot.counts.keys.sorted {
+            ($0.store, $0.operation, $0.ok ? 1 : 0) < ($1.store, $1.operation, $1.ok ? 1 : 0)
+        }
         for key in keys {
-            out += "backstop_token_store_operations_total{store=\"\(key.store)\",operation=\"\(key.operation)\","
+            out +=
+                "backstop_token_store_operations_total{store=\"\(key.store)\",operation=\"\(key.operation)\","
                 + "result=\"\(key.ok ? "ok" : "error")\"} \(snapshot.counts[key] ?? 0)\n"
         }
         out += "# HELP backstop_token_store_operation_seconds Time token store operations took.\n"

@@ -43,7 +43,8 @@ public enum KeychainEntryName {
         }
         for scalar in name.unicodeScalars {
             if scalar.properties.isWhitespace || scalar.properties.generalCategory == .control
-                || scalar.properties.generalCategory == .format {
+                || scalar.properties.generalCategory == .format
+            {
                 throw .invalidEntryName(name, reason: "contains whitespace or a control character")
             }
         }

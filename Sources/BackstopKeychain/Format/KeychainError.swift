@@ -132,7 +132,10 @@ public enum KeychainError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// Entry names come from the command line; quote them so odd characters are visible, not interpreted.
     private static func quoted(_ name: String) -> String {
-        "\"" + name.unicodeScalars.map { $0.isASCII && $0.value >= 0x20 && $0.value < 0x7f
-            ? String($0) : $0.escaped(asASCII: true) }.joined() + "\""
+        "\""
+            + name.unicodeScalars.map {
+                $0.isASCII && $0.value >= 0x20 && $0.value < 0x7f
+                    ? String($0) : $0.escaped(asASCII: true)
+            }.joined() + "\""
     }
 }

@@ -40,7 +40,9 @@ public struct DeliveryPolicy: Sendable, Equatable {
     public static let redeliveryBackoff = BackoffConfig(
         strategy: .exponential, base: .seconds(1), max: .seconds(300), multiplier: 2, jitter: .equal)
 
-    public init(maxAge: Duration, honorRetryAfter: Bool = true, backoff: BackoffConfig = DeliveryPolicy.redeliveryBackoff) {
+    public init(
+        maxAge: Duration, honorRetryAfter: Bool = true, backoff: BackoffConfig = DeliveryPolicy.redeliveryBackoff
+    ) {
         self.maxAge = maxAge
         self.honorRetryAfter = honorRetryAfter
         self.backoff = Backoff(backoff)
@@ -68,7 +70,9 @@ public struct DeliveryPolicy: Sendable, Equatable {
         case .response(let status, let retryAfter, let rateLimitReset):
             if (200...299).contains(status) { return .delivered }
             outcome = "status \(status)"
-            guard status == 408 || status == 429 || (500...599).contains(status) else { return .dead(lastOutcome: outcome) }
+            guard status == 408 || status == 429 || (500...599).contains(status) else {
+                return .dead(lastOutcome: outcome)
+            }
             if honorRetryAfter {
                 hint = RetryHint.parse(retryAfter: retryAfter, rateLimitReset: rateLimitReset, nowWall: now)
             }

@@ -37,7 +37,8 @@ final class SpoolFile: Sendable {
             let named = template.withUnsafeBufferPointer { unlink($0.baseAddress!) }
             close(fd)
             throw SpoolError.from(
-                operation: "mark a spool file close-on-exec in \(directory)" + (named == 0 ? "" : "; the file could not be removed either"),
+                operation: "mark a spool file close-on-exec in \(directory)"
+                    + (named == 0 ? "" : "; the file could not be removed either"),
                 errno: code)
         }
         let unlinked = template.withUnsafeBufferPointer { unlink($0.baseAddress!) }

@@ -48,7 +48,9 @@ public final class SpooledBody: Sendable {
     private let published = Mutex(Published())
 
     /// A new, empty body in `directory`, sealed under a fresh random key.
-    public init(directory: String, budget: SpoolBudget, chunkSize: Int = SpooledBody.defaultChunkSize)
+    public init(
+        directory: String, budget: SpoolBudget, chunkSize: Int = SpooledBody.defaultChunkSize
+    )
         throws(SpoolError)
     {
         precondition(chunkSize > 0)
@@ -136,7 +138,8 @@ public final class SpooledBody: Sendable {
         let sealed: AES.GCM.SealedBox
         do {
             sealed = try AES.GCM.seal(
-                w.buffer, using: key, nonce: Self.nonce(index), authenticating: Self.associatedData(index, final: final))
+                w.buffer, using: key, nonce: Self.nonce(index), authenticating: Self.associatedData(index, final: final)
+            )
         } catch {
             // Sealing with a valid key and nonce does not fail; if it ever did, the chunk is not written.
             throw fail(.io(operation: "seal a spool chunk", errno: 0))
@@ -202,7 +205,9 @@ public final class SpooledBody: Sendable {
     }
 
     /// Reads and opens chunk `index` into `plaintext` (replacing its contents).
-    func open(chunk index: Int, plaintextLength: Int, final: Bool, sealedScratch: inout [UInt8], into plaintext: inout [UInt8])
+    func open(
+        chunk index: Int, plaintextLength: Int, final: Bool, sealedScratch: inout [UInt8], into plaintext: inout [UInt8]
+    )
         throws(SpoolError)
     {
         let sealedSize = plaintextLength + Self.tagSize

@@ -135,13 +135,18 @@ public final class QueueStore: Sendable {
         }
         do {
             // Once committed, the reservation is the row's share of the budget (`accounted`) until it is deleted.
-            try await run(writes: true, { connection in
-                _ = try await connection.query(
-                    "INSERT INTO deliveries (id, upstream, accepted_at, clock_start, next_at, head, body, size) "
-                        + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [.text(id.text), .text(upstream), .integer(acceptedAt), .integer(acceptedAt), .integer(acceptedAt),
-                     .blob(ByteBuffer(bytes: head)), .blob(ByteBuffer(bytes: body)), .integer(size)])
-            }, then: { _ in self.accounted.withLock { $0 += size } })
+            try await run(
+                writes: true,
+                { connection in
+                    _ = try await connection.query(
+                        "INSERT INTO deliveries (id, upstream, accepted_at, clock_start, next_at, head, body, size) "
+                            + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            .text(id.text), .text(upstream), .integer(acceptedAt), .integer(acceptedAt),
+                            .integer(acceptedAt),
+                            .blob(ByteBuffer(bytes: head)), .blob(ByteBuffer(bytes: body)), .integer(size),
+                        ])
+                }, then: { _ in self.accounted.withLock { $0 += size } })
         } catch {
             budget.release(size)
             throw error
@@ -153,7 +158,8 @@ public final class QueueStore: Sendable {
 
     /// Takes up to `concurrency` minus those already in flight of `upstream`'s due deliveries, oldest first, and
     /// turns into dead letters those whose `max_age` (from `policy`) ran out and those that do not open.
-    public func claim(upstream: String, concurrency: Int, policy: DeliveryPolicy) async throws(QueueError) -> ClaimBatch {
+    public func claim(upstream: String, concurrency: Int, policy: DeliveryPolicy) async throws(QueueError) -> ClaimBatch
+    {
         let now = Self.micros(clock.wall())
         let expiredBefore = now - Self.micros(policy.maxAge.seconds)
         let (rows, expired) = try await run(writes: true) { connection -> ([Row], [DeliveryID]) in
@@ -190,11 +196,13 @@ public final class QueueStore: Sendable {
                 damagedSeqs.append(row.seq)
                 continue
             }
-            batch.deliveries.append(ClaimedDelivery(
-                id: row.id, upstream: upstream,
-                request: QueuedRequest(method: head.method, target: head.target, headers: head.headers, body: body),
-                attempts: row.attempts, acceptedAt: Self.seconds(row.acceptedAt), clockStart: Self.seconds(row.clockStart),
-                seq: row.seq))
+            batch.deliveries.append(
+                ClaimedDelivery(
+                    id: row.id, upstream: upstream,
+                    request: QueuedRequest(method: head.method, target: head.target, headers: head.headers, body: body),
+                    attempts: row.attempts, acceptedAt: Self.seconds(row.acceptedAt),
+                    clockStart: Self.seconds(row.clockStart),
+                    seq: row.seq))
         }
         if !damagedSeqs.isEmpty {
             let seqs = damagedSeqs
@@ -214,23 +222,25 @@ public final class QueueStore: Sendable {
     public func settle(_ delivery: ClaimedDelivery, _ decision: DeliveryDecision) async throws(QueueError) {
         defer { release(upstream: delivery.upstream, [delivery.seq]) }
         let seq = SQLiteData.integer(delivery.seq)
-        try await run(writes: true, { connection -> Int in
-            switch decision {
-            case .delivered:
-                return try await connection.query("DELETE FROM deliveries WHERE seq = ? RETURNING size", [seq])
-                    .compactMap { $0.column("size")?.integer }.reduce(0, +)
-            case .retry(let at, let outcome):
-                _ = try await connection.query(
-                    "UPDATE deliveries SET attempts = attempts + 1, next_at = ?, last_outcome = ? WHERE seq = ?",
-                    [.integer(Self.micros(at)), .text(outcome), seq])
-                return 0
-            case .dead(let outcome):
-                _ = try await connection.query(
-                    "UPDATE deliveries SET attempts = attempts + 1, state = 1, last_outcome = ? WHERE seq = ?",
-                    [.text(outcome), seq])
-                return 0
-            }
-        }, then: { self.freed($0) })
+        try await run(
+            writes: true,
+            { connection -> Int in
+                switch decision {
+                case .delivered:
+                    return try await connection.query("DELETE FROM deliveries WHERE seq = ? RETURNING size", [seq])
+                        .compactMap { $0.column("size")?.integer }.reduce(0, +)
+                case .retry(let at, let outcome):
+                    _ = try await connection.query(
+                        "UPDATE deliveries SET attempts = attempts + 1, next_at = ?, last_outcome = ? WHERE seq = ?",
+                        [.integer(Self.micros(at)), .text(outcome), seq])
+                    return 0
+                case .dead(let outcome):
+                    _ = try await connection.query(
+                        "UPDATE deliveries SET attempts = attempts + 1, state = 1, last_outcome = ? WHERE seq = ?",
+                        [.text(outcome), seq])
+                    return 0
+                }
+            }, then: { self.freed($0) })
     }
 
     /// Gives back the budget of rows this process deleted (`then` of a delete: runs as it commits).
@@ -276,13 +286,16 @@ public final class QueueStore: Sendable {
                     + "WHERE state = ? ORDER BY seq", [.integer(state.rawValue)])
         }
         return rows.compactMap { row -> DeliverySummary? in
-            guard let id = row.column("id")?.string.flatMap(DeliveryID.init), let upstream = row.column("upstream")?.string,
+            guard let id = row.column("id")?.string.flatMap(DeliveryID.init),
+                let upstream = row.column("upstream")?.string,
                 let acceptedAt = row.column("accepted_at")?.integer, let attempts = row.column("attempts")?.integer,
                 let nextAt = row.column("next_at")?.integer
             else { return nil }
             let context = Context(id: id, upstream: upstream, acceptedAt: acceptedAt)
-            let head = row.column("head")?.blob.flatMap { sealer.open(Array($0.readableBytesView), context: context.head) }
-                .flatMap(QueuedRequestCodec.decodeHead)
+            let head = row.column("head")?.blob.flatMap {
+                sealer.open(Array($0.readableBytesView), context: context.head)
+            }
+            .flatMap(QueuedRequestCodec.decodeHead)
             return DeliverySummary(
                 id: id, upstream: upstream, method: head?.method,
                 path: head.map { QueuedRequest(method: $0.method, target: $0.target, headers: [], body: []).path },
@@ -315,10 +328,12 @@ public final class QueueStore: Sendable {
     /// Deletes delivery `id`, queued or dead. False when there is none. A delivery in flight in the daemon may
     /// still arrive once.
     public func drop(_ id: DeliveryID) async throws(QueueError) -> Bool {
-        let sizes = try await run(writes: true, { connection in
-            try await connection.query("DELETE FROM deliveries WHERE id = ? RETURNING size", [.text(id.text)])
-                .compactMap { $0.column("size")?.integer }
-        }, then: { self.freed($0.reduce(0, +)) })
+        let sizes = try await run(
+            writes: true,
+            { connection in
+                try await connection.query("DELETE FROM deliveries WHERE id = ? RETURNING size", [.text(id.text)])
+                    .compactMap { $0.column("size")?.integer }
+            }, then: { self.freed($0.reduce(0, +)) })
         return !sizes.isEmpty
     }
 
@@ -328,8 +343,8 @@ public final class QueueStore: Sendable {
             let stored = try await self.reconcile(connection)
             var snapshot = QueueSnapshot(storedBytes: stored)
             for row in try await connection.query(
-                "SELECT upstream, state, count(*) AS n, min(accepted_at) AS oldest FROM deliveries GROUP BY upstream, state")
-            {
+                "SELECT upstream, state, count(*) AS n, min(accepted_at) AS oldest FROM deliveries GROUP BY upstream, state"
+            ) {
                 guard let upstream = row.column("upstream")?.string, let state = row.column("state")?.integer,
                     let count = row.column("n")?.integer
                 else { continue }
@@ -351,7 +366,8 @@ public final class QueueStore: Sendable {
     /// added included); returns that total.
     @discardableResult
     private func reconcile(_ connection: SQLiteConnection) async throws -> Int {
-        let total = try await connection.query("SELECT bytes FROM totals WHERE id = 0").first?.column("bytes")?.integer ?? 0
+        let total =
+            try await connection.query("SELECT bytes FROM totals WHERE id = 0").first?.column("bytes")?.integer ?? 0
         let delta = accounted.withLock { held in
             defer { held = total }
             return total - held
@@ -409,7 +425,8 @@ public final class QueueStore: Sendable {
 
         init?(_ row: SQLiteRow) {
             guard let seq = row.column("seq")?.integer, let id = row.column("id")?.string.flatMap(DeliveryID.init),
-                let acceptedAt = row.column("accepted_at")?.integer, let clockStart = row.column("clock_start")?.integer,
+                let acceptedAt = row.column("accepted_at")?.integer,
+                let clockStart = row.column("clock_start")?.integer,
                 let attempts = row.column("attempts")?.integer
             else { return nil }
             self.seq = seq

@@ -31,10 +31,15 @@ final class AdminHandler: ChannelInboundHandler {
             headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
             headers.add(name: "Content-Length", value: String(body.utf8.count))
             headers.add(name: "Connection", value: "close")
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .requestTimeout,
-                                                                 headers: headers))), promise: nil)
-            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: body)))),
-                          promise: nil)
+            context.write(
+                wrapOutboundOut(
+                    .head(
+                        HTTPResponseHead(
+                            version: .http1_1, status: .requestTimeout,
+                            headers: headers))), promise: nil)
+            context.write(
+                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: body)))),
+                promise: nil)
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
             return
@@ -59,7 +64,8 @@ final class AdminHandler: ChannelInboundHandler {
                 (status, body, contentType) = (.ok, "ok\n", "text/plain; charset=utf-8")
             case (.GET, "/readyz"), (.HEAD, "/readyz"):
                 let ready = state.isReady()
-                (status, body, contentType) = ready
+                (status, body, contentType) =
+                    ready
                     ? (.ok, "ready\n", "text/plain; charset=utf-8")
                     : (.serviceUnavailable, "not ready\n", "text/plain; charset=utf-8")
             case (.GET, "/metrics"):
@@ -86,8 +92,9 @@ final class AdminHandler: ChannelInboundHandler {
             headers.add(name: "Content-Length", value: String(body.utf8.count))
             for (name, value) in extraHeaders { headers.add(name: name, value: value) }
             if !head.isKeepAlive { headers.add(name: "Connection", value: "close") }
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
-                          promise: nil)
+            context.write(
+                wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+                promise: nil)
             if head.method != .HEAD {
                 var buffer = context.channel.allocator.buffer(capacity: body.utf8.count)
                 buffer.writeString(body)

@@ -34,10 +34,14 @@ final class KeychainTokenStore: TokenStore {
 
     /// `entries` with `tokens` written over this upstream's entries (a refresh token is never removed: an endpoint
     /// that does not rotate sends none back).
-    func merging(_ tokens: StoredTokens, into entries: [String: KeychainEntry], at stamp: Date) -> [String: KeychainEntry] {
+    func merging(
+        _ tokens: StoredTokens, into entries: [String: KeychainEntry], at stamp: Date
+    ) -> [String: KeychainEntry] {
         var updated = entries
         updated[accessEntry] = tokens.accessToken.map { KeychainEntry(string: $0, updated: stamp) }
-        updated[expiryEntry] = tokens.expiresAt.map { KeychainEntry(string: String(Int64($0.rounded(.down))), updated: stamp) }
+        updated[expiryEntry] = tokens.expiresAt.map {
+            KeychainEntry(string: String(Int64($0.rounded(.down))), updated: stamp)
+        }
         if let refresh = tokens.refreshToken, refresh != entries[refreshEntry]?.stringValue {
             updated[refreshEntry] = KeychainEntry(string: refresh, updated: stamp)
         }
@@ -61,7 +65,8 @@ final class KeychainTokenStore: TokenStore {
         var completed = false
         defer {
             if let locked { metrics.recordLockWait(store: "keychain", seconds: locked - started) }
-            metrics.record(store: "keychain", operation: "refresh", ok: completed, seconds: ContinuousClock.now - started)
+            metrics.record(
+                store: "keychain", operation: "refresh", ok: completed, seconds: ContinuousClock.now - started)
         }
         do {
             return try await keychain.withExclusiveLock { session in
@@ -75,10 +80,13 @@ final class KeychainTokenStore: TokenStore {
                 do throws(KeychainError) {
                     try session.write(merging(new, into: entries, at: Date()))
                 } catch .durabilityUnconfirmed(let path, let code) {
-                    logger.warning("keychain written but not synced", metadata: [
-                        "keychain": .string(path),
-                        "problem": .string(KeychainError.durabilityUnconfirmed(path: path, errno: code).description),
-                    ])
+                    logger.warning(
+                        "keychain written but not synced",
+                        metadata: [
+                            "keychain": .string(path),
+                            "problem": .string(
+                                KeychainError.durabilityUnconfirmed(path: path, errno: code).description),
+                        ])
                 } catch {
                     return (decision.result, TokenStoreError.writeFailed(error.description))
                 }
@@ -117,7 +125,8 @@ final class KeychainTokenStore: TokenStore {
         var info = stat()
         guard stat(keychain.path, &info) == 0 else { return nil }
         return TokenStoreRevision([
-            Int64(info.st_size), Int64(info.st_mtim.tv_sec), Int64(info.st_mtim.tv_nsec), Int64(bitPattern: UInt64(info.st_ino)),
+            Int64(info.st_size), Int64(info.st_mtim.tv_sec), Int64(info.st_mtim.tv_nsec),
+            Int64(bitPattern: UInt64(info.st_ino)),
         ])
     }
 

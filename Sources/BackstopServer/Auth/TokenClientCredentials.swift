@@ -12,7 +12,8 @@ struct TokenClientCredentials {
     /// Signs a fresh assertion per call (`client_auth: private_key_jwt`).
     var signer: ClientAssertionSigner?
 
-    static func load(config: OAuth2Config, keychain: FileKeychain?) -> Result<TokenClientCredentials, CredentialProblem> {
+    static func load(config: OAuth2Config, keychain: FileKeychain?) -> Result<TokenClientCredentials, CredentialProblem>
+    {
         var credentials = TokenClientCredentials()
         if let entry = config.tls.clientCertEntry {
             switch clientIdentity(entry, keychain) {
@@ -36,7 +37,9 @@ struct TokenClientCredentials {
 
     /// The client certificate chain and key `entry` holds, checked (`ClientCertificateBundle`) and ready for curl:
     /// for the token endpoint (`auth.tls.client_cert_entry`) and for the upstream itself (`tls.client_cert_entry`).
-    static func clientIdentity(_ entry: String, _ keychain: FileKeychain?)
+    static func clientIdentity(
+        _ entry: String, _ keychain: FileKeychain?
+    )
         -> Result<TransportClientIdentity, CredentialProblem>
     {
         switch read(entry, keychain) {
@@ -44,8 +47,9 @@ struct TokenClientCredentials {
         case .success(let bytes):
             do {
                 let bundle = try ClientCertificateBundle(pem: bytes)
-                return .success(TransportClientIdentity(
-                    certificateChainPEM: bundle.certificateChainPEM, privateKeyPEM: bundle.privateKeyPEM))
+                return .success(
+                    TransportClientIdentity(
+                        certificateChainPEM: bundle.certificateChainPEM, privateKeyPEM: bundle.privateKeyPEM))
             } catch {
                 return .failure(.unusable(entry: entry, why: error.description))
             }
@@ -70,7 +74,8 @@ struct TokenClientCredentials {
 
         var description: String {
             switch self {
-            case .missing(let entry): "keychain entry '\(entry)' is missing; store it with: backstop keychain set \(entry)"
+            case .missing(let entry):
+                "keychain entry '\(entry)' is missing; store it with: backstop keychain set \(entry)"
             case .unusable(let entry, let why): "keychain entry '\(entry)': \(why)"
             case .keychain(let problem): "cannot read the keychain: \(problem)"
             }

@@ -4,8 +4,8 @@ import BackstopTracing
 import BackstopTransport
 import Foundation
 import Logging
-import NIOCore
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// One upstream's OAuth2 token: hands out the current token, refreshes it (single flight across whoever shares its
 /// token store: the processes sharing a keychain file, or a whole fleet on PostgreSQL), and has every refresh
@@ -109,9 +109,11 @@ public actor TokenManager {
         guard let access = tokens.accessToken, access != state.currentToken?.value else { return }
         if state.loaded(token: access, expiry: tokens.expiresAt, now: clock.wall(), using: &random) != nil {
             counters.record(upstream: upstreamName, result: .adopted)
-            logger.info("token adopted from the token store", metadata: [
-                "upstream": .string(upstreamName), "store": .string(store.location),
-            ])
+            logger.info(
+                "token adopted from the token store",
+                metadata: [
+                    "upstream": .string(upstreamName), "store": .string(store.location),
+                ])
         }
     }
 
@@ -192,9 +194,11 @@ public actor TokenManager {
             if !idle {
                 idle = true
                 publishFastPath()
-                logger.debug("upstream idle; proactive refreshes paused until its next request", metadata: [
-                    "upstream": .string(upstreamName),
-                ])
+                logger.debug(
+                    "upstream idle; proactive refreshes paused until its next request",
+                    metadata: [
+                        "upstream": .string(upstreamName)
+                    ])
             }
         case .stop:
             break
@@ -230,9 +234,11 @@ public actor TokenManager {
         if store.revision != before {
             revisionAtFailure = nil
             state.failureHoldDownLifted()
-            logger.notice("token store changed since the failed refresh; trying again now", metadata: [
-                "upstream": .string(upstreamName),
-            ])
+            logger.notice(
+                "token store changed since the failed refresh; trying again now",
+                metadata: [
+                    "upstream": .string(upstreamName)
+                ])
         }
     }
 
@@ -245,7 +251,9 @@ public actor TokenManager {
     /// The upstream rejected `token` (a `refresh_on` status): returns the token to replay with, or nil when the
     /// refresh failed (→ the original response with `token-refresh-failed`); `trace` and `refresh` as for
     /// `tokenForRequest`.
-    public func tokenRejected(_ token: ManagedToken, trace: RequestTrace? = nil) async
+    public func tokenRejected(
+        _ token: ManagedToken, trace: RequestTrace? = nil
+    ) async
         -> (token: ManagedToken?, refresh: SpanLink?)
     {
         noteUse()
@@ -289,8 +297,10 @@ public actor TokenManager {
         refresh = Task {
             let (result, cause) = await self.performRefresh(replacing: staleValue)
             guard let span else { return }
-            span.finish(RefreshFacts(
-                upstream: upstreamName, tokenEndpointHost: tokenEndpointHost, outcome: result.rawValue, failure: cause),
+            span.finish(
+                RefreshFacts(
+                    upstream: upstreamName, tokenEndpointHost: tokenEndpointHost, outcome: result.rawValue,
+                    failure: cause),
                 at: clock.monotonic())
         }
     }
@@ -311,17 +321,22 @@ public actor TokenManager {
             }
         } catch .rolledBack(let stored, let seen) {
             // Only a human can tell which tokens are current: like a refused grant, no proactive retries.
-            logger.warning("token store row is older than one already seen; not used", metadata: [
-                "upstream": .string(upstreamName), "store": .string(store.location),
-                "stored_version": .stringConvertible(stored), "seen_version": .stringConvertible(seen),
-                "fix": .string("store a new refresh token: backstop tokens seed \(upstreamName)"),
-            ])
+            logger.warning(
+                "token store row is older than one already seen; not used",
+                metadata: [
+                    "upstream": .string(upstreamName), "store": .string(store.location),
+                    "stored_version": .stringConvertible(stored), "seen_version": .stringConvertible(seen),
+                    "fix": .string("store a new refresh token: backstop tokens seed \(upstreamName)"),
+                ])
             noteRefreshFailure(final: true)
             return (.failure, "token-store-rolled-back")
         } catch {
-            logger.error("token refresh failed", metadata: [
-                "upstream": .string(upstreamName), "store": .string(store.location), "error": .string(error.description),
-            ])
+            logger.error(
+                "token refresh failed",
+                metadata: [
+                    "upstream": .string(upstreamName), "store": .string(store.location),
+                    "error": .string(error.description),
+                ])
             noteRefreshFailure(final: false)
             return (.failure, "token-store-failed")
         }
@@ -330,28 +345,34 @@ public actor TokenManager {
             state.refreshSucceeded(
                 token: tokens.accessToken ?? "", expiry: tokens.expiresAt, now: clock.wall(), using: &random)
             counters.record(upstream: upstreamName, result: .adopted)
-            logger.info("token loaded from the token store", metadata: [
-                "upstream": .string(upstreamName), "store": .string(store.location),
-            ])
+            logger.info(
+                "token loaded from the token store",
+                metadata: [
+                    "upstream": .string(upstreamName), "store": .string(store.location),
+                ])
             return (.adopted, nil)
         case .refreshed(let tokens, let previousRefreshToken):
             if let writeFailure {
                 // The endpoint may already have spent the old refresh token: use the new tokens anyway, and keep
                 // trying to store them.
                 counters.recordKeychainWriteError()
-                logger.error("cannot store refreshed tokens; using them and retrying the write", metadata: [
-                    "upstream": .string(upstreamName), "store": .string(store.location),
-                    "problem": .string(writeFailure.description),
-                ])
+                logger.error(
+                    "cannot store refreshed tokens; using them and retrying the write",
+                    metadata: [
+                        "upstream": .string(upstreamName), "store": .string(store.location),
+                        "problem": .string(writeFailure.description),
+                    ])
                 schedulePersist(tokens, expectedRefreshToken: previousRefreshToken)
             }
             state.refreshSucceeded(
                 token: tokens.accessToken ?? "", expiry: tokens.expiresAt, now: clock.wall(), using: &random)
             counters.record(upstream: upstreamName, result: .success)
-            logger.info("token refreshed", metadata: [
-                "upstream": .string(upstreamName),
-                "rotated": .stringConvertible(tokens.refreshToken != previousRefreshToken),
-            ])
+            logger.info(
+                "token refreshed",
+                metadata: [
+                    "upstream": .string(upstreamName),
+                    "rotated": .stringConvertible(tokens.refreshToken != previousRefreshToken),
+                ])
             return (.success, nil)
         case .failed(let final, let cause):
             noteRefreshFailure(final: final)
@@ -368,8 +389,9 @@ public actor TokenManager {
     /// Bumped by each new pending write, so finishing an older one does not drop a newer one.
     private var pendingGeneration = 0
     /// Waits between write attempts: exponential from 1 s to 1 min, full jitter.
-    private static let persistBackoff = Backoff(BackoffConfig(
-        strategy: .exponential, base: .seconds(1), max: .seconds(60), multiplier: 2, jitter: .full))
+    private static let persistBackoff = Backoff(
+        BackoffConfig(
+            strategy: .exponential, base: .seconds(1), max: .seconds(60), multiplier: 2, jitter: .full))
 
     private func schedulePersist(_ tokens: StoredTokens, expectedRefreshToken: String?) {
         pendingPersist = (tokens, expectedRefreshToken)
@@ -390,13 +412,16 @@ public actor TokenManager {
                     pending.tokens, expectedRefreshToken: pending.expectedRefreshToken)
                 if generation == pendingGeneration { pendingPersist = nil }
                 logger.notice(
-                    stillCurrent ? "refreshed tokens stored" : "newer tokens found in the token store; pending write dropped",
+                    stillCurrent
+                        ? "refreshed tokens stored" : "newer tokens found in the token store; pending write dropped",
                     metadata: ["upstream": .string(upstreamName), "store": .string(store.location)])
             } catch {
                 counters.recordKeychainWriteError()
-                logger.error("cannot store refreshed tokens; retrying", metadata: [
-                    "upstream": .string(upstreamName), "problem": .string(error.description),
-                ])
+                logger.error(
+                    "cannot store refreshed tokens; retrying",
+                    metadata: [
+                        "upstream": .string(upstreamName), "problem": .string(error.description),
+                    ])
             }
         }
     }
@@ -440,9 +465,11 @@ struct TokenRefreshStep: Sendable {
         switch TokenClientCredentials.load(config: config, keychain: secrets) {
         case .success(let loaded): credentials = loaded
         case .failure(let problem):
-            logger.error("token endpoint client credentials unusable", metadata: [
-                "upstream": .string(upstreamName), "problem": .string(problem.description),
-            ])
+            logger.error(
+                "token endpoint client credentials unusable",
+                metadata: [
+                    "upstream": .string(upstreamName), "problem": .string(problem.description),
+                ])
             return LockedDecision(result: .failed(final: false, cause: "client-credentials-unusable"))
         }
         var tls = self.tls
@@ -461,14 +488,18 @@ struct TokenRefreshStep: Sendable {
                 endpointRequest = try TokenRequestBuilder.build(
                     config: config, refreshToken: stored.refreshToken, clientSecret: secret, clientAssertion: assertion)
             } catch let error as TokenRequestError where error == .missingRefreshToken {
-                logger.error("no refresh token in the token store", metadata: [
-                    "upstream": .string(upstreamName), "entry": .string("\(config.keychainPrefix)/refresh_token"),
-                ])
+                logger.error(
+                    "no refresh token in the token store",
+                    metadata: [
+                        "upstream": .string(upstreamName), "entry": .string("\(config.keychainPrefix)/refresh_token"),
+                    ])
                 return LockedDecision(result: .failed(final: true, cause: "no-refresh-token"))
             } catch {
-                logger.error("token request cannot be made", metadata: [
-                    "upstream": .string(upstreamName), "problem": .string("\(error)"),
-                ])
+                logger.error(
+                    "token request cannot be made",
+                    metadata: [
+                        "upstream": .string(upstreamName), "problem": .string("\(error)"),
+                    ])
                 return LockedDecision(result: .failed(final: false, cause: "token-request-unusable"))
             }
             let result = await fetcher.fetch(
@@ -509,7 +540,8 @@ struct TokenRefreshStep: Sendable {
                 if final {
                     // 400/401 from the token endpoint (invalid_grant, bad client credentials): retrying cannot help.
                     metadata["fix"] = .string("store a new refresh token: backstop tokens seed \(upstreamName)")
-                    logger.error("token refresh refused by the token endpoint; a new grant is needed", metadata: metadata)
+                    logger.error(
+                        "token refresh refused by the token endpoint; a new grant is needed", metadata: metadata)
                 } else {
                     metadata["next_try"] = .string("on the next request after 5s")
                     logger.error("token refresh failed", metadata: metadata)
@@ -524,9 +556,11 @@ struct TokenRefreshStep: Sendable {
         do {
             parsed = try TokenResponseParser.parse(body, fields: config.fields)
         } catch {
-            logger.error("token endpoint response unusable", metadata: [
-                "upstream": .string(upstreamName), "problem": .string("\(error)"),
-            ])
+            logger.error(
+                "token endpoint response unusable",
+                metadata: [
+                    "upstream": .string(upstreamName), "problem": .string("\(error)"),
+                ])
             return LockedDecision(result: .failed(final: false, cause: "token-response-unusable"))
         }
         let tokens = StoredTokens(

@@ -20,8 +20,7 @@ struct TransportFetcher: Sendable {
     func fetch(
         _ request: TransportRequest, timeout: Duration, maxBody: Int = TransportFetcher.maxBody,
         timeoutDetail: String = "token endpoint timed out"
-    ) async -> Result<FetchedResponse, TransportFailure>
-    {
+    ) async -> Result<FetchedResponse, TransportFailure> {
         await withCheckedContinuation { continuation in
             eventLoop.execute {
                 let collector = ResponseCollector(continuation: continuation, maxBody: maxBody)
@@ -61,8 +60,11 @@ private final class ResponseCollector {
                 }
                 body.append(contentsOf: buffer.readableBytesView)
             case .end:
-                if let head { finish(.success(FetchedResponse(head: head, body: body))) }
-                else { finish(.failure(.reset(detail: "no response head"))) }
+                if let head {
+                    finish(.success(FetchedResponse(head: head, body: body)))
+                } else {
+                    finish(.failure(.reset(detail: "no response head")))
+                }
             case .failure(let failure):
                 finish(.failure(failure))
             }

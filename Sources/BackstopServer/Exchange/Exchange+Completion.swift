@@ -19,7 +19,9 @@ extension Exchange {
         releaseKeptBody()
         countBudgetExhaustion()
         logNotRetried(note: note)
-        if let failure = machine.lastFailure, note != nil, note != "client-closed" { logAttemptFailure(failure, final: true) }
+        if let failure = machine.lastFailure, note != nil, note != "client-closed" {
+            logAttemptFailure(failure, final: true)
+        }
         environment.requestFinished()
         let elapsed = now - machine.startedAt
         let status = machine.finalStatus
@@ -28,11 +30,13 @@ extension Exchange {
         environment.recordStatus(
             metrics, upstream: destination.name, endpoint: destination.endpoint, status: status,
             attempts: machine.attempts, reason: note, detail: machine.lastFailure?.detail, at: now)
-        environment.logAccess(AccessRecord(
-            request: record, status: status, error: note ?? headError?.rawValue,
-            reason: note == nil ? nil : machine.lastFailure?.detail,
-            upstream: destination.name, attempts: machine.attempts, retries: machine.retryReasons.map(\.description),
-            elapsed: elapsed, bytes: relay?.bytes ?? 0))
+        environment.logAccess(
+            AccessRecord(
+                request: record, status: status, error: note ?? headError?.rawValue,
+                reason: note == nil ? nil : machine.lastFailure?.detail,
+                upstream: destination.name, attempts: machine.attempts,
+                retries: machine.retryReasons.map(\.description),
+                elapsed: elapsed, bytes: relay?.bytes ?? 0))
     }
 
     /// Which rule stopped the retries of a failed attempt (docs/reference/behaviour.md#when-it-is-retried), at
@@ -41,11 +45,14 @@ extension Exchange {
         guard environment.logger.logLevel <= .debug, note != "client-closed", let rule = machine.lastGiveUp,
             let condition = machine.lastGiveUpCondition
         else { return }
-        environment.logger.debug("not retried", metadata: [
-            "upstream": .string(destination.name), "attempt": .stringConvertible(machine.attempts),
-            "outcome": .string(condition.description), "rule": .string(rule.rawValue), "method": .string(record.method),
-            "host": .string(record.host),
-        ])
+        environment.logger.debug(
+            "not retried",
+            metadata: [
+                "upstream": .string(destination.name), "attempt": .stringConvertible(machine.attempts),
+                "outcome": .string(condition.description), "rule": .string(rule.rawValue),
+                "method": .string(record.method),
+                "host": .string(record.host),
+            ])
     }
 
     /// The cause of a failed attempt: `debug` when it is retried, `info` for the last one.

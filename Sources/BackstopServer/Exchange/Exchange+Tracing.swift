@@ -77,9 +77,11 @@ extension Exchange {
         guard trace != nil else { return }
         if attemptTrace != nil { traceAttemptEnded(failure: attemptFailure(note: note)) }
         guard let trace, trace.sampled else { return }
-        trace.finish(RequestFacts(
-            head, record, target: target, status: status, upstream: destination.upstream == nil ? nil : destination.name,
-            errorReason: note ?? headError?.rawValue, attempts: machine.attempts), at: now)
+        trace.finish(
+            RequestFacts(
+                head, record, target: target, status: status,
+                upstream: destination.upstream == nil ? nil : destination.name,
+                errorReason: note ?? headError?.rawValue, attempts: machine.attempts), at: now)
     }
 
     /// Why the attempt open at the end failed, from the exchange's end: a failure below HTTP by its label, a
@@ -98,7 +100,8 @@ extension Exchange {
 extension RequestFacts {
     /// A client request's facts for its server span, from its head and what its access line records.
     init(
-        _ head: HTTPRequestHead, _ request: AccessRecord.Request, target: RequestTarget?, status: Int, upstream: String?,
+        _ head: HTTPRequestHead, _ request: AccessRecord.Request, target: RequestTarget?, status: Int,
+        upstream: String?,
         errorReason: String?, attempts: Int
     ) {
         var serverAddress: String?

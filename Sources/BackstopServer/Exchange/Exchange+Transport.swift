@@ -22,7 +22,8 @@ extension Exchange {
                     loop.execute {
                         let exchange = bound.value
                         exchange.traceWaited(on: refresh)
-                        exchange.perform(exchange.machine.credentialAcquired(token.map { .token($0) }, now: exchange.now))
+                        exchange.perform(
+                            exchange.machine.credentialAcquired(token.map { .token($0) }, now: exchange.now))
                     }
                 }
                 return
@@ -88,9 +89,11 @@ extension Exchange {
             case .head(let upstreamHead):
                 metrics.recordAttempt(status: upstreamHead.status)
                 traceAttemptHead(upstreamHead)
-                perform(machine.responseHead(upstreamHead, generation: generation, now: now,
-                                             wall: environment.clock.wall(), random: &random),
-                        reportedHead: upstreamHead)
+                perform(
+                    machine.responseHead(
+                        upstreamHead, generation: generation, now: now,
+                        wall: environment.clock.wall(), random: &random),
+                    reportedHead: upstreamHead)
             case .body(let buffer):
                 let action = machine.responseBody(buffer, generation: generation, now: now)
                 if case .relayBody(let bytes) = action { written += relayBody(bytes) } else { perform(action) }
@@ -98,8 +101,10 @@ extension Exchange {
                 perform(machine.responseEnded(generation: generation))
             case .failure(let failure):
                 if case .attempting = machine.state { metrics.recordAttempt(outcome: failure.label) }
-                perform(machine.transportFailed(failure, generation: generation, now: now, wall: environment.clock.wall(),
-                                                random: &random))
+                perform(
+                    machine.transportFailed(
+                        failure, generation: generation, now: now, wall: environment.clock.wall(),
+                        random: &random))
             }
         }
         // One flush per batch; the transport learns what the client socket took, or waits for `clientWritable`.

@@ -191,7 +191,8 @@ final class Exchange {
             }
             if case .stream(let stream) = body, !requestComplete { stream.fail() }
             finish(note: nil)
-            client.writeResponseEnd(tail: tail, requestComplete: requestComplete, close: relay?.framing.endsConnection ?? false)
+            client.writeResponseEnd(
+                tail: tail, requestComplete: requestComplete, close: relay?.framing.endsConnection ?? false)
         case .abortResponse(let note):
             stopTransferAndBody()
             finish(note: note)
@@ -200,8 +201,9 @@ final class Exchange {
         case .failLocally(let reason, let requestComplete):
             stopTransferAndBody()
             finish(note: reason.rawValue)
-            client.exchangeFailed(reason, requestComplete: requestComplete,
-                                  attempts: machine.attempts > 0 ? machine.attempts : nil)
+            client.exchangeFailed(
+                reason, requestComplete: requestComplete,
+                attempts: machine.attempts > 0 ? machine.attempts : nil)
         case .cancel:
             stopTransferAndBody()
             finish(note: "client-closed")

@@ -35,7 +35,8 @@ struct ExchangeEnvironment {
         } else {
             return
         }
-        runtime.failures.record(FailureRecord(
-            at: clock.wall(), upstream: upstream, endpoint: endpoint, status: status, cause: cause))
+        runtime.failures.record(
+            FailureRecord(
+                at: clock.wall(), upstream: upstream, endpoint: endpoint, status: status, cause: cause))
     }
 }

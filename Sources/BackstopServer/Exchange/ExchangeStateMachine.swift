@@ -316,8 +316,10 @@ struct ExchangeStateMachine {
     // MARK: transport events
 
     /// A response head of attempt `generation` arrived.
-    mutating func responseHead(_ head: UpstreamResponseHead, generation: Int, now: Duration, wall: Double,
-                               random: inout some RandomNumberGenerator) -> Action {
+    mutating func responseHead(
+        _ head: UpstreamResponseHead, generation: Int, now: Duration, wall: Double,
+        random: inout some RandomNumberGenerator
+    ) -> Action {
         guard case .attempting(let attempt) = state, attempt.generation == generation else { return .none }
         // Backstop forwards no `Upgrade` (a hop-by-hop field), so a 101 answers a question nobody asked: what
         // follows it is not HTTP, and relaying it would hand the client a foreign protocol.
@@ -338,7 +340,8 @@ struct ExchangeStateMachine {
             if case .retry(let delay, let reason) = decide(outcome, now: now, wall: wall, random: &random) {
                 let small = head.contentLength.map { $0 <= Configuration.smallResponseLimit } ?? false
                 return scheduleRetry(
-                    after: delay, reason: reason, disposal: small ? .abandon(within: configuration.timeouts.idle) : .cancel,
+                    after: delay, reason: reason,
+                    disposal: small ? .abandon(within: configuration.timeouts.idle) : .cancel,
                     now: now)
             }
         }
@@ -384,8 +387,10 @@ struct ExchangeStateMachine {
     }
 
     /// Attempt `generation` failed below HTTP.
-    mutating func transportFailed(_ failure: TransportFailure, generation: Int, now: Duration, wall: Double,
-                                  random: inout some RandomNumberGenerator) -> Action {
+    mutating func transportFailed(
+        _ failure: TransportFailure, generation: Int, now: Duration, wall: Double,
+        random: inout some RandomNumberGenerator
+    ) -> Action {
         switch state {
         case .relaying(let current, _) where current == generation:
             lastFailure = failure
@@ -402,8 +407,10 @@ struct ExchangeStateMachine {
         }
     }
 
-    private mutating func attemptFailed(_ failure: TransportFailure, disposal: Disposal, now: Duration, wall: Double,
-                                        random: inout some RandomNumberGenerator) -> Action {
+    private mutating func attemptFailed(
+        _ failure: TransportFailure, disposal: Disposal, now: Duration, wall: Double,
+        random: inout some RandomNumberGenerator
+    ) -> Action {
         lastFailure = failure
         let outcome: AttemptOutcome?
         switch failure {
@@ -425,8 +432,10 @@ struct ExchangeStateMachine {
         }
     }
 
-    private mutating func decide(_ outcome: AttemptOutcome, now: Duration, wall: Double,
-                                 random: inout some RandomNumberGenerator) -> RetryDecision {
+    private mutating func decide(
+        _ outcome: AttemptOutcome, now: Duration, wall: Double,
+        random: inout some RandomNumberGenerator
+    ) -> RetryDecision {
         guard let policy = configuration.retry, let budget = configuration.budget else {
             lastGiveUp = .notRetryableCondition
             lastGiveUpCondition = outcome.condition
@@ -445,8 +454,10 @@ struct ExchangeStateMachine {
         return decision
     }
 
-    private mutating func scheduleRetry(after delay: Duration, reason: RetryCondition, disposal: Disposal,
-                                        now: Duration) -> Action {
+    private mutating func scheduleRetry(
+        after delay: Duration, reason: RetryCondition, disposal: Disposal,
+        now: Duration
+    ) -> Action {
         previousDelay = delay
         retryReasons.append(reason)
         state = .backingOff(until: now + delay)
@@ -478,8 +489,9 @@ struct ExchangeStateMachine {
             return failLocally(.tokenUnavailable)
         case .attempting(let attempt):
             if attempt.deadlineIsTotal { return failLocally(.upstreamTimeout) }
-            return attemptFailed(.timeout(detail: "per_try timeout"), disposal: .cancel, now: now, wall: wall,
-                                 random: &random)
+            return attemptFailed(
+                .timeout(detail: "per_try timeout"), disposal: .cancel, now: now, wall: wall,
+                random: &random)
         case .awaitingRefresh(_, let held, let events):
             // The refresh outlived the request's budget: answer with what the upstream said.
             return deliverHeld(held, replay: events, now: now)

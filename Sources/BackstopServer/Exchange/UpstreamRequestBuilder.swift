@@ -73,8 +73,9 @@ enum UpstreamRequestBuilder {
         if case .aws(let credentials) = credential, case .upstream(let upstream, let path) = destination,
             case .awsSigV4(let source) = upstream.auth
         {
-            sign(&headers, signer: source.signer, payload: source.payload, credentials: credentials,
-                 method: head.method.rawValue, path: path, host: hostHeader, body: body, wall: wall)
+            sign(
+                &headers, signer: source.signer, payload: source.payload, credentials: credentials,
+                method: head.method.rawValue, path: path, host: hostHeader, body: body, wall: wall)
         }
         return TransportRequest(
             url: url, method: head.method.rawValue, headers: headers, body: body, connectTimeout: connectTimeout,
@@ -93,7 +94,8 @@ enum UpstreamRequestBuilder {
         switch (signing, body) {
         case (.unsigned, _): payload = .unsigned
         case (.signed, .empty): payload = .signed([UInt8]())
-        case (.signed, .buffered(let buffer)): payload = buffer.withUnsafeReadableBytes { SigV4Signer.Payload.signed($0) }
+        case (.signed, .buffered(let buffer)):
+            payload = buffer.withUnsafeReadableBytes { SigV4Signer.Payload.signed($0) }
         case (.signed, .streaming):
             // Never: the exchange refuses a body it cannot keep (413) when the payload is signed. Were one to stream,
             // the empty body's hash makes the upstream refuse it, rather than take an unsigned body.

@@ -13,7 +13,8 @@ extension ProxyHandler {
         connection.discardRequest()
         if intercepted != nil {
             // Inside an intercepted connection there is nothing further to tunnel to.
-            refuseConnect(.badRequest, host: "-", tunnelResult: .badRequest, detail: "CONNECT inside an intercepted connection")
+            refuseConnect(
+                .badRequest, host: "-", tunnelResult: .badRequest, detail: "CONNECT inside an intercepted connection")
             return
         }
         let decision = snapshot.connectPolicy.decide(authority: head.uri)
@@ -22,11 +23,12 @@ extension ProxyHandler {
         case .refuse: break
         case .tunnel(let target), .intercept(_, let target):
             // Decided before anything is resolved or relayed (docs/reference/config.md#clients).
-            let wanted: ClientTarget = if case .intercept(let index, _) = decision {
-                .upstream(snapshot.upstreams[index].config.name)
-            } else {
-                .unrouted
-            }
+            let wanted: ClientTarget =
+                if case .intercept(let index, _) = decision {
+                    .upstream(snapshot.upstreams[index].config.name)
+                } else {
+                    .unrouted
+                }
             switch clientDecision(head, target: wanted, snapshot: snapshot, context: context) {
             case .allow(let entry): clientEntry = entry
             case nil: break
@@ -40,13 +42,15 @@ extension ProxyHandler {
         }
         switch decision {
         case .refuse(let reason):
-            let result: TunnelMetrics.Result? = switch reason {
-            case .badRequest: .badRequest
-            case .tunnelDenied: .denied
-            default: nil
-            }
-            refuseConnect(reason, host: ConnectTarget.parse(head.uri)?.host ?? "-", tunnelResult: result, detail: nil,
-                          body: reason == .tunnelDenied ? Self.notAllowedBody : nil)
+            let result: TunnelMetrics.Result? =
+                switch reason {
+                case .badRequest: .badRequest
+                case .tunnelDenied: .denied
+                default: nil
+                }
+            refuseConnect(
+                reason, host: ConnectTarget.parse(head.uri)?.host ?? "-", tunnelResult: result, detail: nil,
+                body: reason == .tunnelDenied ? Self.notAllowedBody : nil)
         case .tunnel(let target):
             openTunnel(to: target, snapshot: snapshot, context: context, clientEntry: clientEntry)
         case .intercept(let index, let target):
@@ -58,7 +62,8 @@ extension ProxyHandler {
 
     /// The bodies of the two `tunnel-denied` refusals, which say which rule refused (docs/reference/errors.md).
     static let notAllowedBody = "CONNECT to this host and port is not allowed: no tunnels.allow pattern matches it"
-    static let deniedAddressBody = "CONNECT to this host is not allowed: every address it resolves to is in "
+    static let deniedAddressBody =
+        "CONNECT to this host is not allowed: every address it resolves to is in "
         + "tunnels.deny_addresses"
 
     private func refuseConnect(
@@ -92,13 +97,15 @@ extension ProxyHandler {
             case .failure(let error):
                 let failure = error as? TunnelConnector.Failure ?? .unreachable("\(error)")
                 guard handler.context?.channel.isActive == true else { return }
-                let result: TunnelMetrics.Result = switch failure {
-                case .denied: .denied
-                case .loop: .loopDetected
-                case .unreachable: .unreachable
-                }
-                handler.refuseConnect(failure.reason, host: target.host, tunnelResult: result, detail: failure.detail,
-                                      body: failure.reason == .tunnelDenied ? Self.deniedAddressBody : nil)
+                let result: TunnelMetrics.Result =
+                    switch failure {
+                    case .denied: .denied
+                    case .loop: .loopDetected
+                    case .unreachable: .unreachable
+                    }
+                handler.refuseConnect(
+                    failure.reason, host: target.host, tunnelResult: result, detail: failure.detail,
+                    body: failure.reason == .tunnelDenied ? Self.deniedAddressBody : nil)
             }
         }
     }
@@ -191,13 +198,18 @@ extension ProxyHandler {
         let channel = context.channel
         let headTimer = HeadTimeoutHandler(timeout: snapshot.config.limits.headerTimeout, now: runtime.clock.monotonic)
         do {
-            try handOver(context, to: [
-                observer.makeSNIHandler(channel: channel), observer, headTimer,
-                ByteToMessageHandler(HTTPRequestDecoder(
-                    leftOverBytesStrategy: .dropBytes, limitConfiguration: ProxyServer.decoderLimits(snapshot.config.limits))),
-                ProxyHandler(
-                    runtime: runtime, idleTimeout: connection.idleTimeout, headTimer: headTimer, intercepted: intercepted),
-            ])
+            try handOver(
+                context,
+                to: [
+                    observer.makeSNIHandler(channel: channel), observer, headTimer,
+                    ByteToMessageHandler(
+                        HTTPRequestDecoder(
+                            leftOverBytesStrategy: .dropBytes,
+                            limitConfiguration: ProxyServer.decoderLimits(snapshot.config.limits))),
+                    ProxyHandler(
+                        runtime: runtime, idleTimeout: connection.idleTimeout, headTimer: headTimer,
+                        intercepted: intercepted),
+                ])
             channel.read()
         } catch {
             channel.close(promise: nil)

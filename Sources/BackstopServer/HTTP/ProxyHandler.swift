@@ -67,7 +67,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     func channelActive(context: ChannelHandlerContext) {
         runtime.clientConnected()
         if let address = context.channel.remoteAddress {
-            if case .unixDomainSocket = address { clientAddress = "unix" } else { clientAddress = address.displayString }
+            if case .unixDomainSocket = address {
+                clientAddress = "unix"
+            } else {
+                clientAddress = address.displayString
+            }
         }
         armTimer()
         context.fireChannelActive()
@@ -130,7 +134,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         guard connection.state != .closing, !connection.responseInProgress else { return }
         clientIsHTTP10 = false
         requestIsHead = false
-        logLocalAnswer(.requestTimeout, method: "-", host: "-", path: "-", reason: "request head not complete within limits.header_timeout")
+        logLocalAnswer(
+            .requestTimeout, method: "-", host: "-", path: "-",
+            reason: "request head not complete within limits.header_timeout")
         sendLocalError(.requestTimeout, close: true)
     }
 
@@ -210,7 +216,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         closeAfterResponse = !head.isKeepAlive
         clientIsHTTP10 = head.version.major == 1 && head.version.minor == 0
         requestIsHead = head.method.isHEAD
-        switch RequestAdmission.decide(head, snapshot: snapshot, draining: runtime.isDraining, intercepted: intercepted) {
+        switch RequestAdmission.decide(head, snapshot: snapshot, draining: runtime.isDraining, intercepted: intercepted)
+        {
         case .reject(let reason, let close):
             refuse(reason, head: head, close: close || !head.isKeepAlive)
         case .connect:
@@ -240,7 +247,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
                     path: accepted.target.path, clientEntry: clientEntry),
                 now: now)
             self.exchange = exchange
-            if accepted.framing.hasBody, head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true {
+            if accepted.framing.hasBody,
+                head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true
+            {
                 var interim = context.channel.allocator.buffer(capacity: 32)
                 ResponseHeadWriter.writeStatusLine(&interim, clientIsHTTP10: clientIsHTTP10, status: 100)
                 interim.writeStaticString("\r\n")
@@ -289,9 +298,10 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
         if let tracer = runtime.tracer {
             // A refused request is a request too: its server span, with the reason (docs/reference/operations.md#tracing).
             let now = self.now
-            tracer.startRequest(headers: head.headers, at: now).finish(RequestFacts(
-                head, request, target: target, status: reason.status, upstream: nil, errorReason: reason.rawValue,
-                attempts: 0), at: now)
+            tracer.startRequest(headers: head.headers, at: now).finish(
+                RequestFacts(
+                    head, request, target: target, status: reason.status, upstream: nil, errorReason: reason.rawValue,
+                    attempts: 0), at: now)
         }
         logLocalAnswer(reason, method: request.method, host: request.host, path: request.path)
         sendLocalError(reason, close: close)
@@ -300,10 +310,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
     func logLocalAnswer(
         _ reason: ProxyErrorReason, method: String, host: String, path: String, reason detail: String? = nil
     ) {
-        runtime.logAccess(AccessRecord(
-            request: AccessRecord.Request(client: clientAddress, method: method, host: host, path: path),
-            status: reason.status, error: reason.rawValue, reason: detail, upstream: "-", attempts: 0, retries: [],
-            elapsed: .zero, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
+        runtime.logAccess(
+            AccessRecord(
+                request: AccessRecord.Request(client: clientAddress, method: method, host: host, path: path),
+                status: reason.status, error: reason.rawValue, reason: detail, upstream: "-", attempts: 0, retries: [],
+                elapsed: .zero, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
     }
 
     /// `message` replaces the reason's usual one-line body.

@@ -81,7 +81,9 @@ enum RequestAdmission {
 
     /// A request inside an intercepted connection as the absolute-form `https://host[:port]/…` request it stands for;
     /// nil when it names another host.
-    private static func interceptedTarget(_ target: RequestTarget, _ intercepted: InterceptedConnection) -> RequestTarget? {
+    private static func interceptedTarget(
+        _ target: RequestTarget, _ intercepted: InterceptedConnection
+    ) -> RequestTarget? {
         let connect = intercepted.target
         switch target.form {
         case .origin:
@@ -98,7 +100,9 @@ enum RequestAdmission {
     }
 
     /// The state machine's configuration for an accepted request.
-    static func exchangeConfiguration(_ head: HTTPRequestHead, _ accepted: Accepted, snapshot: ConfigSnapshot)
+    static func exchangeConfiguration(
+        _ head: HTTPRequestHead, _ accepted: Accepted, snapshot: ConfigSnapshot
+    )
         -> ExchangeStateMachine.Configuration
     {
         let upstream = accepted.destination.upstream
@@ -109,9 +113,11 @@ enum RequestAdmission {
         case .none?, nil: credential = .none
         }
         let keyHeader = upstream?.config.retry.retryNonIdempotentWithKey
-        let bodyMustBeKept: Bool = if case .awsSigV4(let source)? = upstream?.auth { source.payload == .signed } else { false }
+        let bodyMustBeKept: Bool =
+            if case .awsSigV4(let source)? = upstream?.auth { source.payload == .signed } else { false }
         return ExchangeStateMachine.Configuration(
-            method: head.method.rawValue, hasBody: accepted.framing.hasBody, declaredLength: accepted.framing.contentLength,
+            method: head.method.rawValue, hasBody: accepted.framing.hasBody,
+            declaredLength: accepted.framing.contentLength,
             retryBuffer: snapshot.config.limits.retryBuffer, maxRequestBody: snapshot.config.limits.maxRequestBody,
             timeouts: upstream?.config.timeouts ?? Timeouts(),
             hasIdempotencyKey: keyHeader.map { head.headers.contains(name: $0) } ?? false, credential: credential,

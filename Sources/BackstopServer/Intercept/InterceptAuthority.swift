@@ -69,7 +69,9 @@ public final class InterceptAuthority: Sendable {
 
     /// The authority for `config`, or nil when no upstream intercepts. Fails with what to do when the root CA is
     /// missing, unreadable or expired.
-    public static func load(config: Config, keychain: FileKeychain?, now: Date = Date()) throws(InterceptSetupError)
+    public static func load(
+        config: Config, keychain: FileKeychain?, now: Date = Date()
+    ) throws(InterceptSetupError)
         -> InterceptAuthority?
     {
         let patterns = config.upstreams.filter(\.intercept).flatMap(\.match.hosts)
@@ -92,7 +94,8 @@ public final class InterceptAuthority: Sendable {
         guard root.certificate.notValidAfter > now else { throw .expiredRoot(entry: entryName) }
         do {
             return try InterceptAuthority(
-                root: root, hostPatterns: patterns, leafLifetime: config.intercept?.leafLifetime ?? InterceptConfig().leafLifetime,
+                root: root, hostPatterns: patterns,
+                leafLifetime: config.intercept?.leafLifetime ?? InterceptConfig().leafLifetime,
                 now: now,
                 loadRoot: {
                     guard let bundle = try keychain.entry(entryName)?.stringValue else {
@@ -111,7 +114,9 @@ public final class InterceptAuthority: Sendable {
     /// The server context for `host`, on `eventLoop`: the cached one, or one minted on the thread pool (with a new
     /// intermediate first when the current one nears its end); handshakes asking for a name being minted share that
     /// minting. Fails at once for a host no pattern permits.
-    func context(forHost host: String, now: Date = Date(), on eventLoop: any EventLoop) -> EventLoopFuture<NIOSSLContext> {
+    func context(
+        forHost host: String, now: Date = Date(), on eventLoop: any EventLoop
+    ) -> EventLoopFuture<NIOSSLContext> {
         guard permits(host) else { return eventLoop.makeFailedFuture(InterceptRefusal.hostNotPermitted(host)) }
         let promise = eventLoop.makePromise(of: NIOSSLContext.self)
         let (lookup, signer) = state.withLockedValue { state in
@@ -135,15 +140,19 @@ public final class InterceptAuthority: Sendable {
     /// A leaf for `host` and its TLS context; a new intermediate too when `signer`'s nears its end. Thread pool.
     private func mint(_ host: String, signer: Signer, now: Date) throws -> (NIOSSLContext, renewed: Signer?) {
         var renewed: Signer?
-        if signer.nearsItsEnd(at: now) { renewed = try Signer(root: try loadRoot(), hostPatterns: hostPatterns, now: now) }
+        if signer.nearsItsEnd(at: now) {
+            renewed = try Signer(root: try loadRoot(), hostPatterns: hostPatterns, now: now)
+        }
         let issuer = renewed ?? signer
-        let leaf = try CertificateMinter.makeLeaf(host: host, issuer: issuer.intermediate, lifetime: leafLifetime, now: now)
+        let leaf = try CertificateMinter.makeLeaf(
+            host: host, issuer: issuer.intermediate, lifetime: leafLifetime, now: now)
         var tls = TLSConfiguration.makeServerConfiguration(
             certificateChain: [
                 .certificate(try NIOSSLCertificate(bytes: CAIdentity.der(leaf.certificate), format: .der)),
                 .certificate(issuer.certificate),
             ],
-            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(leaf.privateKey.derRepresentation), format: .der)))
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(leaf.privateKey.derRepresentation), format: .der))
+        )
         tls.minimumTLSVersion = .tlsv12
         tls.applicationProtocols = ["http/1.1"]
         return (try NIOSSLContext(configuration: tls), renewed)

@@ -42,9 +42,10 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
     /// up reading one). Installs the TLS handler for the agreed name before the buffered bytes are handed on.
     func makeSNIHandler(channel: Channel) -> ByteToMessageHandler<SNIHandler> {
         let loopBound = NIOLoopBound(self, eventLoop: channel.eventLoop)
-        return ByteToMessageHandler(SNIHandler { result in
-            loopBound.value.nameChosen(result, channel: channel)
-        })
+        return ByteToMessageHandler(
+            SNIHandler { result in
+                loopBound.value.nameChosen(result, channel: channel)
+            })
     }
 
     private func nameChosen(_ result: SNIResult, channel: Channel) -> EventLoopFuture<Void> {
@@ -77,17 +78,20 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
         guard self.outcome == .pending else { return }
         self.outcome = outcome
         self.problem = problem
-        let metric: TunnelMetrics.InterceptResult = switch outcome {
-        case .established, .pending: .established
-        case .handshakeFailed: .handshakeFailed
-        case .sniMismatch: .sniMismatch
-        }
+        let metric: TunnelMetrics.InterceptResult =
+            switch outcome {
+            case .established, .pending: .established
+            case .handshakeFailed: .handshakeFailed
+            case .sniMismatch: .sniMismatch
+            }
         runtime.tunnelMetrics.record(metric)
         if outcome != .established {
-            runtime.logger.warning("intercepted connection refused", metadata: [
-                "client": .string(intercepted.client), "host": .string(intercepted.target.host),
-                "result": .string(outcome.rawValue), "problem": .string(problem ?? "-"),
-            ])
+            runtime.logger.warning(
+                "intercepted connection refused",
+                metadata: [
+                    "client": .string(intercepted.client), "host": .string(intercepted.target.host),
+                    "result": .string(outcome.rawValue), "problem": .string(problem ?? "-"),
+                ])
         }
     }
 
@@ -113,8 +117,10 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
 
     func channelInactive(context: ChannelHandlerContext) {
         if outcome == .pending {
-            finish(.handshakeFailed, problem: clientAlert ?? "the connection closed before the TLS handshake ended (by "
-                + "the client, or after limits.client_idle_timeout)")
+            finish(
+                .handshakeFailed,
+                problem: clientAlert ?? "the connection closed before the TLS handshake ended (by "
+                    + "the client, or after limits.client_idle_timeout)")
         }
         if accessLog {
             var metadata: Logger.Metadata = [

@@ -13,6 +13,8 @@ struct InterceptedConnection: CustomStringConvertible, CustomReflectable {
     /// only). Never logged: the description leaves it out.
     var proxyAuthorization: String? = nil
 
-    var description: String { "InterceptedConnection(\(target.host):\(target.port), upstream \(upstreamName), \(client))" }
+    var description: String {
+        "InterceptedConnection(\(target.host):\(target.port), upstream \(upstreamName), \(client))"
+    }
     var customMirror: Mirror { Mirror(self, children: ["description": description]) }
 }

@@ -60,7 +60,8 @@ public struct SystemdNotifier: Sendable {
     /// Sends `WATCHDOG=1` every `interval` from an event loop, so a wedged loop stops the pings.
     public func startWatchdog(on eventLoop: EventLoop, interval: Duration) -> RepeatedTask {
         let notifier = self
-        return eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .nanoseconds(interval.nanosecondsClamped)) { _ in
+        return eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .nanoseconds(interval.nanosecondsClamped)) {
+            _ in
             notifier.notify("WATCHDOG=1")
         }
     }

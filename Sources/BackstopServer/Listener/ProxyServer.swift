@@ -7,10 +7,10 @@ import BackstopTracing
 import BackstopTransport
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -56,7 +56,8 @@ public final class ProxyServer: Sendable {
         self.keychain = keychain
         let transport = CurlMultiTransport()
         self.curl = transport
-        let stores = tokenStores
+        let stores =
+            tokenStores
             ?? keychain.map { KeychainTokenStoreProvider(keychain: $0, logger: logger, metrics: tokenStoreMetrics) }
         self.tokenStores = stores
         self.tracingConfig = config.tracing
@@ -88,7 +89,8 @@ public final class ProxyServer: Sendable {
         let now = Date()
         for item in items {
             var metadata: Logger.Metadata = [
-                "upstream": .string(item.upstream), "target": .string(item.target.rawValue), "entry": .string(item.entry),
+                "upstream": .string(item.upstream), "target": .string(item.target.rawValue),
+                "entry": .string(item.entry),
             ]
             if let problem = item.problem {
                 metadata["problem"] = .string(problem)
@@ -238,8 +240,10 @@ public final class ProxyServer: Sendable {
                     // to the tunnel when the decoder leaves the pipeline.
                     let headTimer = HeadTimeoutHandler(timeout: headTimeout, now: runtime.clock.monotonic)
                     try sync.addHandler(headTimer)
-                    try sync.addHandler(ByteToMessageHandler(
-                        HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits)))
+                    try sync.addHandler(
+                        ByteToMessageHandler(
+                            HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits))
+                    )
                     try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle, headTimer: headTimer))
                 }
             }
@@ -248,7 +252,8 @@ public final class ProxyServer: Sendable {
             case .tcp(let host, let port):
                 return try await bootstrap.bind(host: host, port: port).get()
             case .unix(let path):
-                let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
+                    .get()
                 chmod(path, 0o660)
                 return channel
             }
@@ -262,40 +267,51 @@ public final class ProxyServer: Sendable {
         var out = runtime.metrics.render(
             inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
             keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount)
-        func family(_ name: String, _ type: String, _ help: String) { out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n" }
+        func family(_ name: String, _ type: String, _ help: String) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+        }
         family("backstop_build_info", "gauge", "Always 1; the version is a label.")
         out += "backstop_build_info{version=\"\(ProxyMetrics.escape(BackstopVersion.current))\"} 1\n"
         family("backstop_client_connections", "gauge", "Client connections open now, over every proxy listener.")
         out += "backstop_client_connections \(runtime.openClientConnections)\n"
-        family("backstop_kept_body_bytes", "gauge",
-               "Bytes of request bodies kept in memory for retries now (bounded by limits.buffer_memory).")
+        family(
+            "backstop_kept_body_bytes", "gauge",
+            "Bytes of request bodies kept in memory for retries now (bounded by limits.buffer_memory).")
         out += "backstop_kept_body_bytes \(runtime.keptBodyMemory)\n"
         let reloads = runtime.reloadCounts
         family("backstop_config_reloads_total", "counter", "Config reloads (SIGHUP), by result.")
         out += "backstop_config_reloads_total{result=\"success\"} \(reloads.success)\n"
         out += "backstop_config_reloads_total{result=\"failure\"} \(reloads.failure)\n"
-        family("backstop_config_last_reload_success_timestamp_seconds", "gauge",
-               "When the config was last loaded successfully (start or reload), seconds since the Unix epoch.")
-        out += "backstop_config_last_reload_success_timestamp_seconds \(reloads.lastSuccess > 0 ? reloads.lastSuccess : ProcessMetrics.startTime)\n"
-        family("backstop_token_expiry_timestamp_seconds", "gauge",
-               "When the access token in use expires, seconds since the Unix epoch (absent while none is held or it has no expiry).")
+        family(
+            "backstop_config_last_reload_success_timestamp_seconds", "gauge",
+            "When the config was last loaded successfully (start or reload), seconds since the Unix epoch.")
+        out +=
+            "backstop_config_last_reload_success_timestamp_seconds \(reloads.lastSuccess > 0 ? reloads.lastSuccess : ProcessMetrics.startTime)\n"
+        family(
+            "backstop_token_expiry_timestamp_seconds", "gauge",
+            "When the access token in use expires, seconds since the Unix epoch (absent while none is held or it has no expiry)."
+        )
         for upstream in runtime.snapshot.upstreams {
             guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
-            out += "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
+            out +=
+                "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
         }
         let dropped = runtime.tracer?.queue.dropped ?? (queueFull: 0, exportFailed: 0)
-        family("backstop_spans_dropped_total", "counter",
-               "Trace spans dropped: the export queue was full, or the collector did not accept their batch.")
+        family(
+            "backstop_spans_dropped_total", "counter",
+            "Trace spans dropped: the export queue was full, or the collector did not accept their batch.")
         out += "backstop_spans_dropped_total{reason=\"queue-full\"} \(dropped.queueFull)\n"
         out += "backstop_spans_dropped_total{reason=\"export-failed\"} \(dropped.exportFailed)\n"
         family("backstop_spans_exported_total", "counter", "Trace spans the collector accepted.")
         out += "backstop_spans_exported_total \(runtime.tracer?.queue.exported ?? 0)\n"
-        family("backstop_client_certificate_expiry_seconds", "gauge",
-               "Seconds until a configured client certificate expires (negative once expired), by upstream and target.")
+        family(
+            "backstop_client_certificate_expiry_seconds", "gauge",
+            "Seconds until a configured client certificate expires (negative once expired), by upstream and target.")
         let now = Date()
         for item in clientCertificates.withLockedValue({ $0 }) {
             guard let expiry = item.notValidAfter else { continue }
-            out += "backstop_client_certificate_expiry_seconds{upstream=\"\(ProxyMetrics.escape(item.upstream))\","
+            out +=
+                "backstop_client_certificate_expiry_seconds{upstream=\"\(ProxyMetrics.escape(item.upstream))\","
                 + "target=\"\(item.target.rawValue)\"} \(Int64(expiry.timeIntervalSince(now)))\n"
         }
         return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
@@ -341,7 +357,8 @@ public final class ProxyServer: Sendable {
             switch address {
             case .tcp(let host, let port): return try await bootstrap.bind(host: host, port: port).get()
             case .unix(let path):
-                let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
+                    .get()
                 chmod(path, 0o660)
                 return channel
             }
@@ -384,14 +401,17 @@ extension ProxyServer {
             config, previous: previous, keychain: keychain, stores: tokenStores,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
             counters: tokenRefreshes, tracer: runtime.tracer)
-        runtime.swap(to: ConfigSnapshot(
-            config: config, upstreams: upstreams, intercept: intercept,
-            clients: Self.clientsInForce(config, keychain: keychain, logger: runtime.logger)))
+        runtime.swap(
+            to: ConfigSnapshot(
+                config: config, upstreams: upstreams, intercept: intercept,
+                clients: Self.clientsInForce(config, keychain: keychain, logger: runtime.logger)))
         readClientCertificates(config)
         // Managers that were replaced stop adopting tokens from the store.
         for old in previous {
             guard case .oauth2(let manager, _) = old.auth,
-                !upstreams.contains(where: { if case .oauth2(let kept, _) = $0.auth { kept === manager } else { false } })
+                !upstreams.contains(where: {
+                    if case .oauth2(let kept, _) = $0.auth { kept === manager } else { false }
+                })
             else { continue }
             Task { await manager.stop() }
         }
@@ -417,7 +437,9 @@ extension ProxyServer {
 
     /// `clients` resolved with this host's users and groups and the keychain (docs/reference/config.md#clients);
     /// nil without the section. `run` and every reload call it first and refuse a config it throws for.
-    public static func clientPolicy(for config: Config, keychain: FileKeychain?) throws(ClientPolicyError)
+    public static func clientPolicy(
+        for config: Config, keychain: FileKeychain?
+    ) throws(ClientPolicyError)
         -> ClientAccessPolicy?
     {
         guard let clients = config.clients else { return nil }
@@ -432,7 +454,8 @@ extension ProxyServer {
         do throws(ClientPolicyError) {
             return try clientPolicy(for: config, keychain: keychain)
         } catch {
-            logger.error("clients cannot be resolved; every client is refused", metadata: ["error": .string(error.description)])
+            logger.error(
+                "clients cannot be resolved; every client is refused", metadata: ["error": .string(error.description)])
             return ClientAccessPolicy(entries: [])
         }
     }

@@ -62,7 +62,8 @@ struct AccessRecord {
         }
         let withoutQuery = uri.firstIndex(of: "?").map { String(uri[..<$0]) } ?? uri
         // Never log what could not be parsed as is: control characters, overlong junk.
-        return withoutQuery.utf8.count <= 256 && withoutQuery.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) ? withoutQuery : "-"
+        return withoutQuery.utf8.count <= 256 && withoutQuery.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
+            ? withoutQuery : "-"
     }
 }
 

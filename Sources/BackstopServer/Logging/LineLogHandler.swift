@@ -69,7 +69,8 @@ public struct LineLogHandler: LogHandler {
         case .logfmt:
             return fields.map { "\($0.0)=\(logfmtQuote($0.1))" }.joined(separator: " ") + "\n"
         case .json:
-            return "{" + fields.map { "\(jsonQuote($0.0)):\($0.isNumber ? $0.1 : jsonQuote($0.1))" }.joined(separator: ",")
+            return "{"
+                + fields.map { "\(jsonQuote($0.0)):\($0.isNumber ? $0.1 : jsonQuote($0.1))" }.joined(separator: ",")
                 + "}\n"
         }
     }
@@ -86,7 +87,9 @@ public struct LineLogHandler: LogHandler {
     /// Matching `key` as a word keeps `keychain` or `monkey` readable while `key`, `api_key`, `key_id` are not.
     static func isSensitive(_ key: String) -> Bool {
         let lower = key.lowercased()
-        if ["token", "secret", "password", "credential", "cookie", "authorization"].contains(where: { lower.contains($0) }) {
+        if ["token", "secret", "password", "credential", "cookie", "authorization"].contains(where: {
+            lower.contains($0)
+        }) {
             return true
         }
         let words = lower.split(whereSeparator: { $0 == "_" || $0 == "-" || $0 == "." })

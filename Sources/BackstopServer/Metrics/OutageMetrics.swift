@@ -54,12 +54,13 @@ public final class OutageMetrics: Sendable {
         guard !events.isEmpty else { return }
         counts.withLockedValue { counts in
             for event in events {
-                let (index, state): (Int, EndpointHealth) = switch event {
-                case .ejected(let endpoint, _, _): (endpoint, .ejected)
-                case .probing(let endpoint): (endpoint, .probing)
-                case .probeReleased(let endpoint): (endpoint, .ejected)
-                case .restored(let endpoint): (endpoint, .healthy)
-                }
+                let (index, state): (Int, EndpointHealth) =
+                    switch event {
+                    case .ejected(let endpoint, _, _): (endpoint, .ejected)
+                    case .probing(let endpoint): (endpoint, .probing)
+                    case .probeReleased(let endpoint): (endpoint, .ejected)
+                    case .restored(let endpoint): (endpoint, .healthy)
+                    }
                 guard endpoints.indices.contains(index) else { continue }
                 let series = Series(upstream: upstream, endpoint: endpoints[index])
                 counts.states[series] = state
@@ -105,16 +106,20 @@ public final class OutageMetrics: Sendable {
         family("backstop_fast_failures_total", "counter", "Requests answered at once without an attempt, by reason.")
         for (upstream, values) in c.fastFailures.sorted(by: { $0.key < $1.key }) {
             for (index, reason) in FastFailure.allCases.enumerated() where values[index] > 0 {
-                out += "backstop_fast_failures_total{upstream=\"\(ProxyMetrics.escape(upstream))\",reason=\"\(reason.rawValue)\"} \(values[index])\n"
+                out +=
+                    "backstop_fast_failures_total{upstream=\"\(ProxyMetrics.escape(upstream))\",reason=\"\(reason.rawValue)\"} \(values[index])\n"
             }
         }
         family("backstop_hedges_total", "counter", "Hedged copies sent, by how they ended: won, lost, cancelled.")
         for (upstream, values) in c.hedges.sorted(by: { $0.key < $1.key }) {
             for (index, result) in HedgeResult.allCases.enumerated() where values[index] > 0 {
-                out += "backstop_hedges_total{upstream=\"\(ProxyMetrics.escape(upstream))\",result=\"\(result.rawValue)\"} \(values[index])\n"
+                out +=
+                    "backstop_hedges_total{upstream=\"\(ProxyMetrics.escape(upstream))\",result=\"\(result.rawValue)\"} \(values[index])\n"
             }
         }
-        family("backstop_network_changes_total", "counter", "Links up, addresses and routes added, seen through rtnetlink.")
+        family(
+            "backstop_network_changes_total", "counter", "Links up, addresses and routes added, seen through rtnetlink."
+        )
         out += "backstop_network_changes_total \(networkChanges.load(ordering: .relaxed))\n"
         return out
     }

@@ -1,4 +1,5 @@
 import BackstopCore
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,8 +27,9 @@ enum ProcessMetrics {
         if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 {
             gauge("process_max_fds", "gauge", "The file descriptor limit.", String(limit.rlim_cur))
         }
-        gauge("process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.",
-              format(startTime))
+        gauge(
+            "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.",
+            format(startTime))
         return out
     }
 

@@ -7,7 +7,9 @@ import NIOConcurrencyHelpers
 /// process-global metrics backend, and rendering the exposition format is a few lines.
 public final class ProxyMetrics: Sendable {
     /// Upper bounds (seconds) of the request duration histogram: sub-millisecond proxying to slow upstreams.
-    public static let durationBuckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+    public static let durationBuckets: [Double] = [
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+    ]
 
     struct Histogram {
         var counts = [Int](repeating: 0, count: ProxyMetrics.durationBuckets.count)
@@ -119,7 +121,9 @@ public final class ProxyMetrics: Sendable {
     public func render(
         inflight: Int, tokenRefreshes: [String: [TokenManager.RefreshResult: Int]], keychainWriteErrors: Int = 0
     ) -> String {
-        let s = upstreams.withLockedValue { $0 }.map { (key: $0.key, value: $0.value.snapshot) }.sorted { $0.key < $1.key }
+        let s = upstreams.withLockedValue { $0 }.map { (key: $0.key, value: $0.value.snapshot) }.sorted {
+            $0.key < $1.key
+        }
         var out = ""
         func family(_ name: String, _ type: String, _ help: String) {
             out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
@@ -127,27 +131,36 @@ public final class ProxyMetrics: Sendable {
         func pairs(_ name: String, _ label: String, _ values: (UpstreamCounters) -> [(String, Int)]) {
             for (upstream, counters) in s {
                 for (value, count) in values(counters).sorted(by: { $0.0 < $1.0 }) {
-                    out += "\(name){upstream=\"\(Self.escape(upstream))\",\(label)=\"\(Self.escape(value))\"} \(count)\n"
+                    out +=
+                        "\(name){upstream=\"\(Self.escape(upstream))\",\(label)=\"\(Self.escape(value))\"} \(count)\n"
                 }
             }
         }
         family("backstop_requests_total", "counter", "Client requests answered, by upstream and status code.")
         pairs("backstop_requests_total", "code") { $0.requestsByCode.map { (String($0.key), $0.value) } }
-        family("backstop_upstream_attempts_total", "counter", "Upstream attempts, by outcome (status class or failure).")
+        family(
+            "backstop_upstream_attempts_total", "counter", "Upstream attempts, by outcome (status class or failure).")
         pairs("backstop_upstream_attempts_total", "outcome") { $0.attempts.map { ($0.key, $0.value) } }
         family("backstop_retries_total", "counter", "Retries made, by the retry.on condition that caused them.")
         pairs("backstop_retries_total", "reason") { $0.retries.map { ($0.key, $0.value) } }
-        family("backstop_retry_budget_exhausted_total", "counter", "Retries refused because the retry budget was spent.")
+        family(
+            "backstop_retry_budget_exhausted_total", "counter", "Retries refused because the retry budget was spent.")
         for (upstream, counters) in s where counters.budgetExhausted > 0 {
-            out += "backstop_retry_budget_exhausted_total{upstream=\"\(Self.escape(upstream))\"} \(counters.budgetExhausted)\n"
+            out +=
+                "backstop_retry_budget_exhausted_total{upstream=\"\(Self.escape(upstream))\"} \(counters.budgetExhausted)\n"
         }
-        family("backstop_token_refreshes_total", "counter", "Token refreshes, by result (success, failure, adopted from the keychain).")
+        family(
+            "backstop_token_refreshes_total", "counter",
+            "Token refreshes, by result (success, failure, adopted from the keychain).")
         for (upstream, results) in tokenRefreshes.sorted(by: { $0.key < $1.key }) {
             for (result, count) in results.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                out += "backstop_token_refreshes_total{upstream=\"\(Self.escape(upstream))\",result=\"\(result.rawValue)\"} \(count)\n"
+                out +=
+                    "backstop_token_refreshes_total{upstream=\"\(Self.escape(upstream))\",result=\"\(result.rawValue)\"} \(count)\n"
             }
         }
-        family("backstop_request_duration_seconds", "histogram", "Client request duration, first byte in to last byte out.")
+        family(
+            "backstop_request_duration_seconds", "histogram", "Client request duration, first byte in to last byte out."
+        )
         for (upstream, counters) in s where counters.hasDurations {
             let histogram = counters.durations
             let label = "upstream=\"\(Self.escape(upstream))\""
@@ -160,7 +173,8 @@ public final class ProxyMetrics: Sendable {
             out += "backstop_request_duration_seconds_sum{\(label)} \(histogram.sum)\n"
             out += "backstop_request_duration_seconds_count{\(label)} \(histogram.count)\n"
         }
-        family("backstop_keychain_write_errors_total", "counter", "Failed keychain writes of refreshed tokens (retried).")
+        family(
+            "backstop_keychain_write_errors_total", "counter", "Failed keychain writes of refreshed tokens (retried).")
         out += "backstop_keychain_write_errors_total \(keychainWriteErrors)\n"
         family("backstop_inflight_requests", "gauge", "Client requests being handled now.")
         out += "backstop_inflight_requests \(inflight)\n"

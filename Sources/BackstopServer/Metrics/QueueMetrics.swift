@@ -28,13 +28,15 @@ public final class QueueMetrics: Sendable {
     /// The four families. `queueUpstreams`: the upstreams with `delivery: queue`, shown at 0 when empty (a gauge that
     /// vanishes when a queue drains would read as "no data" on a dashboard). `now`: wall-clock seconds.
     public func render(queueUpstreams: [String], snapshot: QueueSnapshot, spoolBytes: Int, now: Double) -> String {
-        var out = "# HELP backstop_spool_bytes Bytes in the spool: spooled bodies and queued deliveries (spool.max_bytes).\n"
+        var out =
+            "# HELP backstop_spool_bytes Bytes in the spool: spooled bodies and queued deliveries (spool.max_bytes).\n"
         out += "# TYPE backstop_spool_bytes gauge\nbackstop_spool_bytes \(spoolBytes)\n"
         let names = Set(queueUpstreams).union(snapshot.upstreams.keys).sorted()
         out += "# HELP backstop_queue_depth Deliveries waiting to be delivered (not dead letters), by upstream.\n"
         out += "# TYPE backstop_queue_depth gauge\n"
         for name in names {
-            out += "backstop_queue_depth{upstream=\"\(ProxyMetrics.escape(name))\"} \(snapshot.upstreams[name]?.queued ?? 0)\n"
+            out +=
+                "backstop_queue_depth{upstream=\"\(ProxyMetrics.escape(name))\"} \(snapshot.upstreams[name]?.queued ?? 0)\n"
         }
         out += "# HELP backstop_queue_oldest_seconds Age of the oldest delivery waiting, by upstream (0 when none).\n"
         out += "# TYPE backstop_queue_oldest_seconds gauge\n"
@@ -48,7 +50,8 @@ public final class QueueMetrics: Sendable {
         for name in Set(names).union(counts.keys).sorted() {
             let row = counts[name] ?? [Int](repeating: 0, count: Result.allCases.count)
             for (index, result) in Result.allCases.enumerated() {
-                out += "backstop_deliveries_total{upstream=\"\(ProxyMetrics.escape(name))\",result=\"\(result.rawValue)\"} "
+                out +=
+                    "backstop_deliveries_total{upstream=\"\(ProxyMetrics.escape(name))\",result=\"\(result.rawValue)\"} "
                     + "\(row[index])\n"
             }
         }

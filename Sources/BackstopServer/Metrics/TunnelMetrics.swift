@@ -61,7 +61,8 @@ public final class TunnelMetrics: Sendable {
         out += "# TYPE backstop_tunnel_bytes_total counter\n"
         out += "backstop_tunnel_bytes_total{direction=\"up\"} \(bytesUp.load(ordering: .relaxed))\n"
         out += "backstop_tunnel_bytes_total{direction=\"down\"} \(bytesDown.load(ordering: .relaxed))\n"
-        out += "# HELP backstop_intercepted_connections_total Intercepted CONNECTs, by how the client's TLS handshake ended.\n"
+        out +=
+            "# HELP backstop_intercepted_connections_total Intercepted CONNECTs, by how the client's TLS handshake ended.\n"
         out += "# TYPE backstop_intercepted_connections_total counter\n"
         let interceptCounts = intercepts.withLockedValue { $0 }
         for (index, result) in InterceptResult.allCases.enumerated() {

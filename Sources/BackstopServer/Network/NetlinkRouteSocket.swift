@@ -43,7 +43,9 @@ public final class NetlinkRouteSocket: Sendable {
     /// Opens, subscribes and reads the current links and addresses (two dumps, a few milliseconds of blocking reads
     /// on a local socket; at most 2 s each if the kernel did not answer). `receiveBufferSize` is for tests that make
     /// the kernel drop announcements.
-    public static func open(receiveBufferSize: CInt = NetlinkRouteSocket.receiveBuffer) throws(NetlinkSocketError) -> NetlinkRouteSocket {
+    public static func open(
+        receiveBufferSize: CInt = NetlinkRouteSocket.receiveBuffer
+    ) throws(NetlinkSocketError) -> NetlinkRouteSocket {
         let fd = socket(AF_NETLINK, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), netlinkRoute)
         guard fd >= 0 else { throw NetlinkSocketError(step: "socket(AF_NETLINK)", errno: errno) }
         do throws(NetlinkSocketError) {
@@ -51,8 +53,9 @@ public final class NetlinkRouteSocket: Sendable {
             // Best effort: a smaller buffer only makes an overflow (reported as `eventsLost`) likelier.
             _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<CInt>.size))
             var timeout = timeval(tv_sec: 2, tv_usec: 0)
-            try check(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size)),
-                      "setsockopt(SO_RCVTIMEO)")
+            try check(
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size)),
+                "setsockopt(SO_RCVTIMEO)")
             let address = Self.address(groups: Netlink.changeGroups)
             let bound = address.withUnsafeBytes {
                 bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))

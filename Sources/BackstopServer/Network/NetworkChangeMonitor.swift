@@ -81,7 +81,9 @@ public final class NetworkChangeMonitor: Sendable {
         let onChange = self.onChange
         let future = NIOPipeBootstrap(group: eventLoop)
             // One datagram per read, never cut short: a read smaller than the datagram would lose its end.
-            .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: NetlinkRouteSocket.datagramCapacity))
+            .channelOption(
+                .recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: NetlinkRouteSocket.datagramCapacity)
+            )
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(

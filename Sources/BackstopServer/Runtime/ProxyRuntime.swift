@@ -3,8 +3,8 @@ import BackstopStatus
 import BackstopTracing
 import BackstopTransport
 import Logging
-import NIOCore
 import NIOConcurrencyHelpers
+import NIOCore
 import Synchronization
 
 /// Process-wide state shared by every connection: the transport, the current config snapshot, the logger,

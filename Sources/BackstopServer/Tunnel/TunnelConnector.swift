@@ -59,7 +59,9 @@ enum TunnelConnector {
             let answered = eventLoop.makePromise(of: [SocketAddress].self)
             lookup.cascade(to: answered)
             eventLoop.scheduleTask(in: resolveTimeout) {
-                answered.fail(Failure.unreachable("\(host) did not resolve within \(resolveTimeout.nanoseconds / 1_000_000_000) s"))
+                answered.fail(
+                    Failure.unreachable(
+                        "\(host) did not resolve within \(resolveTimeout.nanoseconds / 1_000_000_000) s"))
             }
             resolved = answered.futureResult
         }
@@ -101,8 +103,9 @@ enum TunnelConnector {
             .connect(to: address)
             .map { ($0, address) }
             .flatMapError { error in
-                connectFirst(Array(addresses.dropFirst()), eventLoop: eventLoop,
-                             failures: failures + ["\(address.displayString): \(describe(error))"])
+                connectFirst(
+                    Array(addresses.dropFirst()), eventLoop: eventLoop,
+                    failures: failures + ["\(address.displayString): \(describe(error))"])
             }
     }
 

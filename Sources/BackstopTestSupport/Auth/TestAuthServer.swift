@@ -69,11 +69,15 @@ public final class TestAuthServer: Sendable {
 
     /// Starts the endpoint; `initialRefreshToken` is what the keychain should hold.
     /// With `tls`, the endpoint serves HTTPS with that identity (`tokenURL` is then `https://localhost:PORT/…`).
-    public static func start(initialRefreshToken: String = "refresh-0", tls: TestTLSIdentity? = nil) async throws
+    public static func start(
+        initialRefreshToken: String = "refresh-0", tls: TestTLSIdentity? = nil
+    ) async throws
         -> TestAuthServer
     {
         let box = Box()
-        let origin = try await TestOrigin.start(tls: tls) { request in box.server?.answer(request) ?? .respond(status: 500) }
+        let origin = try await TestOrigin.start(tls: tls) { request in
+            box.server?.answer(request) ?? .respond(status: 500)
+        }
         let server = TestAuthServer(origin: origin, refreshToken: initialRefreshToken)
         box.server = server
         return server
@@ -116,7 +120,8 @@ public final class TestAuthServer: Sendable {
             s.issued += 1
             let token = Self.tokenValue("access", s)
             // updateValue, not subscript assignment: assigning a nil expiry through the subscript would remove the token.
-            s.validAccessTokens.updateValue(s.behaviour.enforcedLifetime.map { ContinuousClock.now + $0 }, forKey: token)
+            s.validAccessTokens.updateValue(
+                s.behaviour.enforcedLifetime.map { ContinuousClock.now + $0 }, forKey: token)
             s.issuedSecrets.append(token)
             return token
         }
@@ -145,7 +150,9 @@ public final class TestAuthServer: Sendable {
         { [self] request in
             isAuthorized(request)
                 ? .text(200, body)
-                : .respond(status: 401, headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")], body: Array("denied".utf8))
+                : .respond(
+                    status: 401, headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")],
+                    body: Array("denied".utf8))
         }
     }
 
@@ -168,8 +175,9 @@ public final class TestAuthServer: Sendable {
             switch checked {
             case .failure(let refusal)?:
                 s.clientAuthFailures.append(refusal.description)
-                return .respond(status: 401, headers: [("Content-Type", "application/json")],
-                                body: Array("{\"error\":\"invalid_client\"}".utf8))
+                return .respond(
+                    status: 401, headers: [("Content-Type", "application/json")],
+                    body: Array("{\"error\":\"invalid_client\"}".utf8))
             case .success(let assertion?)?:
                 // A replayed assertion is refused, as RFC 7523 §3 lets servers do.
                 if s.assertions.contains(where: { $0.jti == assertion.jti }) {
@@ -190,14 +198,16 @@ public final class TestAuthServer: Sendable {
                     s.familyRevoked = true
                     s.validAccessTokens.removeAll()
                 }
-                return .respond(status: 400, headers: [("Content-Type", "application/json")],
-                                body: Array("{\"error\":\"invalid_grant\"}".utf8))
+                return .respond(
+                    status: 400, headers: [("Content-Type", "application/json")],
+                    body: Array("{\"error\":\"invalid_grant\"}".utf8))
             }
             if !s.seeded {
                 s.random = SplitMix64(seed: s.behaviour.seed)
                 s.seeded = true
             }
-            let randomFailure = s.behaviour.failureRate > 0
+            let randomFailure =
+                s.behaviour.failureRate > 0
                 && s.random.unit() < s.behaviour.failureRate
             if s.behaviour.failNext > 0 || randomFailure {
                 if s.behaviour.failNext > 0 { s.behaviour.failNext -= 1 }
@@ -205,15 +215,17 @@ public final class TestAuthServer: Sendable {
                 return .respond(status: 503, body: Array("{\"error\":\"temporarily_unavailable\"}".utf8))
             }
             if s.behaviour.invalidGrant {
-                return .respond(status: 400, headers: [("Content-Type", "application/json")],
-                                body: Array("{\"error\":\"invalid_grant\"}".utf8))
+                return .respond(
+                    status: 400, headers: [("Content-Type", "application/json")],
+                    body: Array("{\"error\":\"invalid_grant\"}".utf8))
             }
             if grant != "refresh_token" && grant != "client_credentials" {
                 return .respond(status: 400, body: Array("{\"error\":\"unsupported_grant_type\"}".utf8))
             }
             s.issued += 1
             let access = Self.tokenValue("access", s)
-            s.validAccessTokens.updateValue(s.behaviour.enforcedLifetime.map { ContinuousClock.now + $0 }, forKey: access)
+            s.validAccessTokens.updateValue(
+                s.behaviour.enforcedLifetime.map { ContinuousClock.now + $0 }, forKey: access)
             s.issuedSecrets.append(access)
             s.grantTimes.append(.now)
             var fields = ["\"\(s.behaviour.accessTokenField)\":\"\(access)\"", "\"token_type\":\"Bearer\""]
@@ -223,8 +235,9 @@ public final class TestAuthServer: Sendable {
                 fields.append("\"\(s.behaviour.refreshTokenField)\":\"\(s.currentRefreshToken)\"")
             }
             if let expires = s.behaviour.expiresIn { fields.append("\"\(s.behaviour.expiresInField)\":\(expires)") }
-            return .respond(status: 200, headers: [("Content-Type", "application/json")],
-                            body: Array("{\(fields.joined(separator: ","))}".utf8))
+            return .respond(
+                status: 200, headers: [("Content-Type", "application/json")],
+                body: Array("{\(fields.joined(separator: ","))}".utf8))
         }
     }
 

@@ -75,16 +75,18 @@ enum TestAssertionVerifier {
         guard key.verifies(signature, over: Array((parts[0] + "." + parts[1]).utf8)) else {
             return .failure("signature does not verify")
         }
-        guard let iss = claims["iss"] as? String, let sub = claims["sub"] as? String, let aud = claims["aud"] as? String,
+        guard let iss = claims["iss"] as? String, let sub = claims["sub"] as? String,
+            let aud = claims["aud"] as? String,
             let jti = claims["jti"] as? String, !jti.isEmpty, let iat = (claims["iat"] as? NSNumber)?.int64Value,
             let exp = (claims["exp"] as? NSNumber)?.int64Value
         else { return .failure("a required claim is missing") }
         guard iss == clientID, sub == clientID else { return .failure("iss/sub is not the client id") }
         guard aud == audience else { return .failure("aud is not the token endpoint") }
         guard exp > now, exp - now <= 300, iat <= now + 5, exp > iat else { return .failure("iat/exp out of range") }
-        return .success(TestVerifiedAssertion(
-            header: header.compactMapValues { $0 as? String }, issuer: iss, subject: sub, audience: aud, jti: jti,
-            issuedAt: iat, expiresAt: exp))
+        return .success(
+            TestVerifiedAssertion(
+                header: header.compactMapValues { $0 as? String }, issuer: iss, subject: sub, audience: aud, jti: jti,
+                issuedAt: iat, expiresAt: exp))
     }
 
     static func base64URL(_ text: Substring) -> [UInt8]? {
@@ -98,5 +100,7 @@ enum TestAssertionVerifier {
 public struct TestAuthRefusal: Error, Sendable, Equatable, ExpressibleByStringInterpolation, CustomStringConvertible {
     public var description: String
     public init(stringLiteral value: String) { description = value }
-    public init(stringInterpolation: DefaultStringInterpolation) { description = String(stringInterpolation: stringInterpolation) }
+    public init(stringInterpolation: DefaultStringInterpolation) {
+        description = String(stringInterpolation: stringInterpolation)
+    }
 }

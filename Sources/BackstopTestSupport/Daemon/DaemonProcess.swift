@@ -59,7 +59,8 @@ public final class DaemonProcess: Sendable {
     public var logPath: String { stderrPath }
 
     /// Waits until `host:port` accepts TCP connections (the daemon bound its listener).
-    public func waitUntilListening(port: Int, host: String = "127.0.0.1", timeout: Duration = .seconds(20)) async throws {
+    public func waitUntilListening(port: Int, host: String = "127.0.0.1", timeout: Duration = .seconds(20)) async throws
+    {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if !process.isRunning {

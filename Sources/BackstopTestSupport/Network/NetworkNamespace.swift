@@ -81,7 +81,9 @@ public final class NetworkNamespace: Sendable {
         let path = "/var/run/netns/\(name)"
         let thread = Thread {
             defer { finished.signal() }
-            let outcome = Result { try Self.enter(path: path); return try body() }
+            let outcome = Result {
+                try Self.enter(path: path); return try body()
+            }
             result.withLockedValue { $0 = outcome }
         }
         thread.start()

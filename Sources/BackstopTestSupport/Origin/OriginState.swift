@@ -1,5 +1,5 @@
-import NIOCore
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// Everything a `TestOrigin` shares between its connections and the test, behind one lock.
 final class OriginState: Sendable {

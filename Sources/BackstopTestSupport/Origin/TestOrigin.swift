@@ -20,8 +20,10 @@ public final class TestOrigin: Sendable {
     private let serverChannel: any Channel
     private let acceptLoop: Task<Void, Never>
 
-    private init(port: Int, baseURL: String, state: OriginState, serverChannel: any Channel,
-                 acceptLoop: Task<Void, Never>) {
+    private init(
+        port: Int, baseURL: String, state: OriginState, serverChannel: any Channel,
+        acceptLoop: Task<Void, Never>
+    ) {
         self.port = port
         self.baseURL = baseURL
         self.state = state
@@ -43,8 +45,9 @@ public final class TestOrigin: Sendable {
         keepsRequests: Bool = true,
         script: @escaping Script
     ) async throws -> TestOrigin {
-        try await start(on: .tcp(host), tls: tls, sendsContinue: sendsContinue, keepsRequests: keepsRequests,
-                        script: script)
+        try await start(
+            on: .tcp(host), tls: tls, sendsContinue: sendsContinue, keepsRequests: keepsRequests,
+            script: script)
     }
 
     /// Starts an origin listening on a unix-domain socket at `unixPath` (`port` is 0, `baseURL` is
@@ -54,7 +57,8 @@ public final class TestOrigin: Sendable {
         sendsContinue: Bool = true,
         script: @escaping Script
     ) async throws -> TestOrigin {
-        try await start(on: .unix(unixPath), tls: nil, sendsContinue: sendsContinue, keepsRequests: true, script: script)
+        try await start(
+            on: .unix(unixPath), tls: nil, sendsContinue: sendsContinue, keepsRequests: true, script: script)
     }
 
     private enum Endpoint {
@@ -92,7 +96,8 @@ public final class TestOrigin: Sendable {
         let port: Int
         switch endpoint {
         case .tcp(let host):
-            server = try await bootstrap
+            server =
+                try await bootstrap
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
                 .bind(host: host, port: 0, childChannelInitializer: initializer)
             guard let bound = server.channel.localAddress?.port else {

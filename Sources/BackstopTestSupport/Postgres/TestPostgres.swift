@@ -55,11 +55,15 @@ public final class TestPostgres: Sendable {
         chmod(directory, 0o700)
         let port = try FreePort.reserveClosedPort()
         let cluster = TestPostgres(port: port, directory: directory, password: password, bin: bin)
-        try await cluster.asServerUser("\(bin)/initdb", [
-            "-D", directory + "/data", "-U", "postgres", "--pwfile=\(directory)/superpw", "--auth-local=trust",
-            "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8",
+        try await cluster.asServerUser(
+            "\(bin)/initdb",
+            [
+                "-D", directory + "/data", "-U", "postgres", "--pwfile=\(directory)/superpw", "--auth-local=trust",
+                "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8",
+            ])
+        try await cluster.pgctl([
+            "start", "-w", "-t", "30", "-l", directory + "/server.log", "-o", cluster.serverOptions,
         ])
-        try await cluster.pgctl(["start", "-w", "-t", "30", "-l", directory + "/server.log", "-o", cluster.serverOptions])
         // One statement per call: CREATE DATABASE cannot run inside the transaction psql wraps around a -c.
         try await cluster.psql("CREATE ROLE \(cluster.user) LOGIN PASSWORD '\(password)'", database: "postgres")
         try await cluster.psql("CREATE DATABASE \(cluster.database) OWNER \(cluster.user)", database: "postgres")
@@ -83,7 +87,9 @@ public final class TestPostgres: Sendable {
         for line in text.split(separator: "\n") {
             if line.contains("'\(first)'") { inside = true; continue }
             if line.contains("'\(second)'") { break }
-            if inside, line.contains(" \(user)@"), line.contains("LOG:"), line.contains("execute") || line.contains("statement:") {
+            if inside, line.contains(" \(user)@"), line.contains("LOG:"),
+                line.contains("execute") || line.contains("statement:")
+            {
                 found.append(String(line))
             }
         }
@@ -98,12 +104,16 @@ public final class TestPostgres: Sendable {
     /// Stops the server at once (`-m fast`) and deletes the cluster.
     public func stop() async {
         _ = try? await pgctl(["stop", "-m", "fast", "-w", "-t", "30"])
-        if ProcessInfo.processInfo.environment["BACKSTOP_KEEP_PG"] != "1" { try? FileManager.default.removeItem(atPath: directory) }
+        if ProcessInfo.processInfo.environment["BACKSTOP_KEEP_PG"] != "1" {
+            try? FileManager.default.removeItem(atPath: directory)
+        }
     }
 
     /// Restarts the server (`-m fast`: every connection is cut, as in a failover).
     public func restart() async throws {
-        try await pgctl(["restart", "-m", "fast", "-w", "-t", "30", "-l", directory + "/server.log", "-o", serverOptions])
+        try await pgctl([
+            "restart", "-m", "fast", "-w", "-t", "30", "-l", directory + "/server.log", "-o", serverOptions,
+        ])
     }
 
     /// Stops the server, leaving the cluster in place (start it again with `resume`).
@@ -116,10 +126,13 @@ public final class TestPostgres: Sendable {
     /// Runs SQL as the superuser over the cluster's unix socket; returns psql's unaligned output.
     @discardableResult
     public func psql(_ sql: String, database: String? = nil) async throws -> String {
-        let result = try await asServerUser("\(bin)/psql", [
-            "-h", directory, "-p", String(port), "-U", "postgres", "-d", database ?? self.database, "-v", "ON_ERROR_STOP=1",
-            "-Atq", "-c", sql,
-        ])
+        let result = try await asServerUser(
+            "\(bin)/psql",
+            [
+                "-h", directory, "-p", String(port), "-U", "postgres", "-d", database ?? self.database, "-v",
+                "ON_ERROR_STOP=1",
+                "-Atq", "-c", sql,
+            ])
         return result.standardOutput
     }
 
@@ -133,7 +146,8 @@ public final class TestPostgres: Sendable {
 
     @discardableResult
     private func asServerUser(_ executable: String, _ arguments: [String]) async throws -> TestProcessResult {
-        let result = getuid() == 0
+        let result =
+            getuid() == 0
             ? try await SpawnedProcess.run("/usr/sbin/runuser", ["-u", "postgres", "--", executable] + arguments)
             : try await SpawnedProcess.run(executable, arguments)
         guard result.status == 0 else {

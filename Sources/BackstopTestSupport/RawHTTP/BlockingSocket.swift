@@ -20,7 +20,9 @@ public final class BlockingSocket {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         inet_pton(AF_INET, host, &address.sin_addr)
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else {
             let code = errno
@@ -66,7 +68,8 @@ public final class BlockingSocket {
     /// Waits up to `timeout` for bytes or a close.
     public func waitForData(timeout: Duration) -> Readiness {
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let milliseconds = Int32(min(Double(timeout.components.seconds) * 1000 + Double(timeout.components.attoseconds) / 1e15, 600_000))
+        let milliseconds = Int32(
+            min(Double(timeout.components.seconds) * 1000 + Double(timeout.components.attoseconds) / 1e15, 600_000))
         let ready = poll(&poller, 1, milliseconds)
         guard ready > 0 else { return .timeout }
         var buffer = [UInt8](repeating: 0, count: 16 * 1024)
@@ -87,7 +90,9 @@ public final class BlockingSocket {
 
     /// Runs `body` on a new thread; the returned function awaits its result (blocking sockets must stay off the
     /// cooperative pool, which the proxy under test shares).
-    public static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) -> @Sendable () async throws -> T {
+    public static func onThread<T: Sendable>(
+        _ body: @escaping @Sendable () throws -> T
+    ) -> @Sendable () async throws -> T {
         let box = ThreadResult<T>()
         let thread = Thread { box.set(Result { try body() }) }
         thread.stackSize = 256 << 10
@@ -98,7 +103,8 @@ public final class BlockingSocket {
 
 /// The result of a thread, awaited once.
 final class ThreadResult<T: Sendable>: Sendable {
-    private let state = NIOLockedValueBox<(result: Result<T, any Error>?, waiter: CheckedContinuation<T, any Error>?)>((nil, nil))
+    private let state = NIOLockedValueBox<(result: Result<T, any Error>?, waiter: CheckedContinuation<T, any Error>?)>(
+        (nil, nil))
 
     func set(_ result: Result<T, any Error>) {
         let waiter = state.withLockedValue { s -> CheckedContinuation<T, any Error>? in

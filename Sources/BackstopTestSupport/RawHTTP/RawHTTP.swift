@@ -80,7 +80,8 @@ public enum RawHTTP {
         for (name, value) in headers {
             text += "\(name): \(value)\r\n"
         }
-        let framed = HeaderLookup.contains("content-length", in: headers)
+        let framed =
+            HeaderLookup.contains("content-length", in: headers)
             || HeaderLookup.contains("transfer-encoding", in: headers)
         if let body, !framed {
             text += "Content-Length: \(body.count)\r\n"
@@ -90,7 +91,9 @@ public enum RawHTTP {
     }
 
     /// A `GET` request for `target`; see `request(_:_:host:headers:body:)`.
-    public static func request(_ target: String, host: String = "localhost", headers: [(String, String)] = [])
+    public static func request(
+        _ target: String, host: String = "localhost", headers: [(String, String)] = []
+    )
         -> [UInt8]
     {
         request("GET", target, host: host, headers: headers)

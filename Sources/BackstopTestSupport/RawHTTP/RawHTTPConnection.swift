@@ -71,7 +71,8 @@ public final class RawHTTPConnection: Sendable {
                 }
             }
         if readDelay.isPositive {
-            bootstrap = bootstrap
+            bootstrap =
+                bootstrap
                 .channelOption(.autoRead, value: false)
                 .channelOption(.maxMessagesPerRead, value: 1)
                 .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: slowReadChunkSize))

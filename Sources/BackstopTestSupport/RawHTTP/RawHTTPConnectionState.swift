@@ -1,5 +1,5 @@
-import NIOCore
 import NIOConcurrencyHelpers
+import NIOCore
 
 /// What the channel handlers have observed on a raw connection, and the tasks waiting on it.
 ///

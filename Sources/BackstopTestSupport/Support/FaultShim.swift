@@ -15,89 +15,89 @@ import Foundation
 /// Paths are read from `/proc/self/fd` (an unnamed `O_TMPFILE` file shows as `DIR/#N (deleted)`).
 public enum FaultShim {
     static let source = #"""
-    #define _GNU_SOURCE
-    #include <dlfcn.h>
-    #include <errno.h>
-    #include <signal.h>
-    #include <stdio.h>
-    #include <stdlib.h>
-    #include <string.h>
-    #include <sys/stat.h>
-    #include <unistd.h>
+        #define _GNU_SOURCE
+        #include <dlfcn.h>
+        #include <errno.h>
+        #include <signal.h>
+        #include <stdio.h>
+        #include <stdlib.h>
+        #include <string.h>
+        #include <sys/stat.h>
+        #include <unistd.h>
 
-    static int renamed = 0;
+        static int renamed = 0;
 
-    static int fd_path_contains(int fd, const char *needle) {
-        char link[64], target[4096];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, target, sizeof target - 1);
-        if (n < 0) return 0;
-        target[n] = 0;
-        return strstr(target, needle) != NULL;
-    }
-
-    static const char *fault_arg(const char *kind) {
-        const char *spec = getenv("BACKSTOP_FAULT");
-        size_t len = strlen(kind);
-        if (!spec || strncmp(spec, kind, len) != 0 || spec[len] != ':') return NULL;
-        return spec + len + 1;
-    }
-
-    static int fault_is(const char *kind) {
-        const char *spec = getenv("BACKSTOP_FAULT");
-        return spec && strcmp(spec, kind) == 0;
-    }
-
-    ssize_t write(int fd, const void *buf, size_t count) {
-        static ssize_t (*real)(int, const void *, size_t);
-        if (!real) real = dlsym(RTLD_NEXT, "write");
-        const char *needle = fault_arg("write");
-        if (needle && fd > 2 && fd_path_contains(fd, needle)) { errno = EIO; return -1; }
-        return real(fd, buf, count);
-    }
-
-    static int syncs = 0;
-
-    static void kill_on_numbered_sync(int fd) {
-        const char *arg = fault_arg("kill-on-fsync-number");
-        if (!arg) return;
-        char *rest;
-        long n = strtol(arg, &rest, 10);
-        if (*rest != ':' || !fd_path_contains(fd, rest + 1)) return;
-        if (__atomic_add_fetch(&syncs, 1, __ATOMIC_SEQ_CST) == n) kill(getpid(), SIGKILL);
-    }
-
-    int fdatasync(int fd) {
-        static int (*real)(int);
-        if (!real) real = dlsym(RTLD_NEXT, "fdatasync");
-        kill_on_numbered_sync(fd);
-        return real(fd);
-    }
-
-    int fsync(int fd) {
-        static int (*real)(int);
-        if (!real) real = dlsym(RTLD_NEXT, "fsync");
-        struct stat st;
-        int is_dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
-        const char *needle;
-        if (!is_dir) kill_on_numbered_sync(fd);
-        if (!is_dir && (needle = fault_arg("fsync")) && fd_path_contains(fd, needle)) { errno = EIO; return -1; }
-        if (!is_dir && (needle = fault_arg("kill-on-fsync")) && fd_path_contains(fd, needle)) kill(getpid(), SIGKILL);
-        if (is_dir && renamed && fault_is("fsync-dir-after-rename")) { errno = EIO; return -1; }
-        return real(fd);
-    }
-
-    int rename(const char *from, const char *to) {
-        static int (*real)(const char *, const char *);
-        if (!real) real = dlsym(RTLD_NEXT, "rename");
-        int rc = real(from, to);
-        if (rc == 0) {
-            renamed = 1;
-            if (fault_is("kill-after-rename")) kill(getpid(), SIGKILL);
+        static int fd_path_contains(int fd, const char *needle) {
+            char link[64], target[4096];
+            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+            ssize_t n = readlink(link, target, sizeof target - 1);
+            if (n < 0) return 0;
+            target[n] = 0;
+            return strstr(target, needle) != NULL;
         }
-        return rc;
-    }
-    """#
+
+        static const char *fault_arg(const char *kind) {
+            const char *spec = getenv("BACKSTOP_FAULT");
+            size_t len = strlen(kind);
+            if (!spec || strncmp(spec, kind, len) != 0 || spec[len] != ':') return NULL;
+            return spec + len + 1;
+        }
+
+        static int fault_is(const char *kind) {
+            const char *spec = getenv("BACKSTOP_FAULT");
+            return spec && strcmp(spec, kind) == 0;
+        }
+
+        ssize_t write(int fd, const void *buf, size_t count) {
+            static ssize_t (*real)(int, const void *, size_t);
+            if (!real) real = dlsym(RTLD_NEXT, "write");
+            const char *needle = fault_arg("write");
+            if (needle && fd > 2 && fd_path_contains(fd, needle)) { errno = EIO; return -1; }
+            return real(fd, buf, count);
+        }
+
+        static int syncs = 0;
+
+        static void kill_on_numbered_sync(int fd) {
+            const char *arg = fault_arg("kill-on-fsync-number");
+            if (!arg) return;
+            char *rest;
+            long n = strtol(arg, &rest, 10);
+            if (*rest != ':' || !fd_path_contains(fd, rest + 1)) return;
+            if (__atomic_add_fetch(&syncs, 1, __ATOMIC_SEQ_CST) == n) kill(getpid(), SIGKILL);
+        }
+
+        int fdatasync(int fd) {
+            static int (*real)(int);
+            if (!real) real = dlsym(RTLD_NEXT, "fdatasync");
+            kill_on_numbered_sync(fd);
+            return real(fd);
+        }
+
+        int fsync(int fd) {
+            static int (*real)(int);
+            if (!real) real = dlsym(RTLD_NEXT, "fsync");
+            struct stat st;
+            int is_dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+            const char *needle;
+            if (!is_dir) kill_on_numbered_sync(fd);
+            if (!is_dir && (needle = fault_arg("fsync")) && fd_path_contains(fd, needle)) { errno = EIO; return -1; }
+            if (!is_dir && (needle = fault_arg("kill-on-fsync")) && fd_path_contains(fd, needle)) kill(getpid(), SIGKILL);
+            if (is_dir && renamed && fault_is("fsync-dir-after-rename")) { errno = EIO; return -1; }
+            return real(fd);
+        }
+
+        int rename(const char *from, const char *to) {
+            static int (*real)(const char *, const char *);
+            if (!real) real = dlsym(RTLD_NEXT, "rename");
+            int rc = real(from, to);
+            if (rc == 0) {
+                renamed = 1;
+                if (fault_is("kill-after-rename")) kill(getpid(), SIGKILL);
+            }
+            return rc;
+        }
+        """#
 
     /// Builds the library once per test process; nil (with the reason) when no C compiler is available.
     public static let library: Result<String, ShimUnavailable> = {

@@ -8,7 +8,9 @@ import Glibc
 /// `/dev/null` and stdout and stderr in files. For commands whose own children outlive them (`pg_ctl start` leaves a
 /// server running): Foundation's `Process` was seen here to miss such a child's exit now and then and wait forever.
 public enum SpawnedProcess {
-    public static func run(_ executable: String, _ arguments: [String], timeout: Duration = .seconds(120)) async throws
+    public static func run(
+        _ executable: String, _ arguments: [String], timeout: Duration = .seconds(120)
+    ) async throws
         -> TestProcessResult
     {
         let directory = NSTemporaryDirectory()
@@ -37,7 +39,9 @@ public enum SpawnedProcess {
         while true {
             let reaped = waitpid(pid, &status, WNOHANG)
             if reaped == pid { break }
-            if reaped < 0 && errno != EINTR { throw SpawnedProcessError("waitpid: \(String(cString: strerror(errno)))") }
+            if reaped < 0 && errno != EINTR {
+                throw SpawnedProcessError("waitpid: \(String(cString: strerror(errno)))")
+            }
             if ContinuousClock.now > deadline {
                 kill(pid, SIGKILL)
                 _ = waitpid(pid, &status, 0)

@@ -53,7 +53,8 @@ extension TestCertificates {
         let certificatePath = base.appendingPathComponent("\(name).pem").path
         let csrPath = base.appendingPathComponent("\(name).csr").path
         let extensionsPath = base.appendingPathComponent("\(name).ext").path
-        let extensions = ca
+        let extensions =
+            ca
             ? "basicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign, cRLSign\n"
             : "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = clientAuth\n"
         try Data(extensions.utf8).write(to: URL(fileURLWithPath: extensionsPath))

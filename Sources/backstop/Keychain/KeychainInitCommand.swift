@@ -24,8 +24,9 @@ struct KeychainInitCommand: ParsableCommand {
         case .createdKeychain:
             KeychainCLI.say("created empty keychain \(section.path) (\(source) already existed)")
         case .openedExisting:
-            KeychainCLI.say("keychain \(section.path) already exists with \(opened.entryCount) "
-                + (opened.entryCount == 1 ? "entry" : "entries") + "; left unchanged")
+            KeychainCLI.say(
+                "keychain \(section.path) already exists with \(opened.entryCount) "
+                    + (opened.entryCount == 1 ? "entry" : "entries") + "; left unchanged")
         }
     }
 }

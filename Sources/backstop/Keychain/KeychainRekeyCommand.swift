@@ -52,9 +52,10 @@ struct KeychainRekeyCommand: ParsableCommand {
             }
             let count = (try? FileKeychain(path: section.path, key: newKey).load().count) ?? 0
             if generated { KeychainCLI.say("created new key file \(path) (mode 0600)") }
-            KeychainCLI.say("re-encrypted keychain \(section.path) (\(count) "
-                + (count == 1 ? "entry" : "entries") + ") under key file \(path); "
-                + "set keychain.key_file to \(path) in \(options.path) before restarting backstop")
+            KeychainCLI.say(
+                "re-encrypted keychain \(section.path) (\(count) "
+                    + (count == 1 ? "entry" : "entries") + ") under key file \(path); "
+                    + "set keychain.key_file to \(path) in \(options.path) before restarting backstop")
         } catch {
             // Only reached before the keychain was replaced (a failure after the rename is a warning above): a key
             // we just made that protects nothing would only confuse the next attempt.

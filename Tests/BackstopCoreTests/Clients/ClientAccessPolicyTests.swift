@@ -44,8 +44,10 @@ struct ClientAccessPolicyTests {
 
     /// The rule as the spec states it, written independently of the implementation: the first matching entry
     /// decides; no match → 407 when a proxy_auth entry exists, else 403.
-    static func expected(_ entries: [ClientAccessPolicy.Entry], _ connection: Connection, _ presented: Presented,
-                         _ target: ClientTarget) -> ClientDecision {
+    static func expected(
+        _ entries: [ClientAccessPolicy.Entry], _ connection: Connection, _ presented: Presented,
+        _ target: ClientTarget
+    ) -> ClientDecision {
         for entry in entries {
             let matched: Bool
             switch entry.name {
@@ -106,13 +108,19 @@ struct ClientAccessPolicyTests {
     func firstMatchDecides() {
         let policy = ClientAccessPolicy(entries: [Self.user, Self.basic])
         // billing presents ci's valid credentials, but its unix entry comes first and does not list `events`.
-        #expect(policy.decide(connection: Connection.billing.facts, proxyAuthorization: Self.right,
-                              target: .upstream("events")) == .deny)
-        #expect(policy.decide(connection: Connection.other.facts, proxyAuthorization: Self.right,
-                              target: .upstream("events")) == .allow(client: "ci"))
-        #expect(policy.decide(connection: Connection.other.facts, proxyAuthorization: nil, target: .unrouted) == .challenge)
-        #expect(ClientAccessPolicy(entries: [Self.user]).decide(
-            connection: Connection.other.facts, proxyAuthorization: Self.right, target: .upstream("api")) == .deny)
+        #expect(
+            policy.decide(
+                connection: Connection.billing.facts, proxyAuthorization: Self.right,
+                target: .upstream("events")) == .deny)
+        #expect(
+            policy.decide(
+                connection: Connection.other.facts, proxyAuthorization: Self.right,
+                target: .upstream("events")) == .allow(client: "ci"))
+        #expect(
+            policy.decide(connection: Connection.other.facts, proxyAuthorization: nil, target: .unrouted) == .challenge)
+        #expect(
+            ClientAccessPolicy(entries: [Self.user]).decide(
+                connection: Connection.other.facts, proxyAuthorization: Self.right, target: .upstream("api")) == .deny)
         #expect(ClientAccessPolicy.challenge.value.hasPrefix("Basic realm="))
     }
 
@@ -131,20 +139,24 @@ struct ClientAccessPolicyTests {
         #expect(policy.challenges)
         #expect("\(policy.entries[2].rule)" == "basic(<redacted>)")
         #expect(throws: ClientPolicyError.unknownUser(client: "x", name: "nobody-here")) {
-            try ClientAccessPolicy.resolve([ClientConfig(name: "x", match: .unixUser(.name("nobody-here")), upstreams: .all)],
-                                           user: { _ in nil }, group: { _ in nil }, secret: { _ in nil })
+            try ClientAccessPolicy.resolve(
+                [ClientConfig(name: "x", match: .unixUser(.name("nobody-here")), upstreams: .all)],
+                user: { _ in nil }, group: { _ in nil }, secret: { _ in nil })
         }
         #expect(throws: ClientPolicyError.unknownGroup(client: "x", name: "g")) {
-            try ClientAccessPolicy.resolve([ClientConfig(name: "x", match: .unixGroup(.name("g")), upstreams: .all)],
-                                           user: { _ in nil }, group: { _ in nil }, secret: { _ in nil })
+            try ClientAccessPolicy.resolve(
+                [ClientConfig(name: "x", match: .unixGroup(.name("g")), upstreams: .all)],
+                user: { _ in nil }, group: { _ in nil }, secret: { _ in nil })
         }
         #expect(throws: ClientPolicyError.missingEntry(client: "x", entry: "gone")) {
-            try ClientAccessPolicy.resolve([ClientConfig(name: "x", match: .proxyAuth(entry: "gone"), upstreams: .all)],
-                                           user: { _ in nil }, group: { _ in nil }, secret: { secrets[$0] })
+            try ClientAccessPolicy.resolve(
+                [ClientConfig(name: "x", match: .proxyAuth(entry: "gone"), upstreams: .all)],
+                user: { _ in nil }, group: { _ in nil }, secret: { secrets[$0] })
         }
         #expect(throws: ClientPolicyError.notCredentials(client: "x", entry: "bad")) {
-            try ClientAccessPolicy.resolve([ClientConfig(name: "x", match: .proxyAuth(entry: "bad"), upstreams: .all)],
-                                           user: { _ in nil }, group: { _ in nil }, secret: { secrets[$0] })
+            try ClientAccessPolicy.resolve(
+                [ClientConfig(name: "x", match: .proxyAuth(entry: "bad"), upstreams: .all)],
+                user: { _ in nil }, group: { _ in nil }, secret: { secrets[$0] })
         }
     }
 }
@@ -161,11 +173,14 @@ struct ProxyAuthorizationTests {
         #expect(ProxyAuthorization.basicCredentials("Basic " + Base64.encode(Array(":".utf8))) == Array(":".utf8))
     }
 
-    @Test("anything else is refused", arguments: [
-        "", "Basic", "Basic ", "Bearer Y2k6cHc=", "Basic\tY2k6cHc=", "BasicY2k6cHc=", "Basic Y2k6cHc", "Basic Y2k6cHc==",
-        "Basic Y2k6cH=w", "Basic Y2k6 cHc=", "Basic " + Base64.encode(Array("nocolon".utf8)), "Basic Y2k6cHd=",
-        "Digest username=\"ci\"", "Basic " + String(repeating: "A", count: 5000),
-    ])
+    @Test(
+        "anything else is refused",
+        arguments: [
+            "", "Basic", "Basic ", "Bearer Y2k6cHc=", "Basic\tY2k6cHc=", "BasicY2k6cHc=", "Basic Y2k6cHc",
+            "Basic Y2k6cHc==",
+            "Basic Y2k6cH=w", "Basic Y2k6 cHc=", "Basic " + Base64.encode(Array("nocolon".utf8)), "Basic Y2k6cHd=",
+            "Digest username=\"ci\"", "Basic " + String(repeating: "A", count: 5000),
+        ])
     func refused(value: String) {
         #expect(ProxyAuthorization.basicCredentials(value) == nil)
     }
@@ -176,8 +191,9 @@ struct ProxyAuthorizationTests {
         for length in 0..<70 {
             let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &random) }
             #expect(Base64.decode(Array(Base64.encode(bytes).utf8)) == bytes)
-            #expect(!Base64.encodeURL(bytes).contains("=") && !Base64.encodeURL(bytes).contains("+")
-                && !Base64.encodeURL(bytes).contains("/"))
+            #expect(
+                !Base64.encodeURL(bytes).contains("=") && !Base64.encodeURL(bytes).contains("+")
+                    && !Base64.encodeURL(bytes).contains("/"))
         }
         #expect(Base64.encode(Array("Man".utf8)) == "TWFu")
         #expect(Base64.encode(Array("Ma".utf8)) == "TWE=")

@@ -1,45 +1,52 @@
-@testable import BackstopCore
 import Testing
+
+@testable import BackstopCore
 
 /// `${NAME}` and `${NAME:-default}` in config values (docs/reference/config.md#environment-variables): expanded
 /// before each value is validated, errors at the value with FILE:LINE:COLUMN.
 @Suite("Config environment variables")
 struct ConfigEnvironmentTests {
-    static func expand(_ text: String, _ variables: [String: String] = ["PORT": "18080", "EMPTY": "", "HOST": "h.test"])
+    static func expand(
+        _ text: String, _ variables: [String: String] = ["PORT": "18080", "EMPTY": "", "HOST": "h.test"]
+    )
         -> Result<String, VariableExpansion.Problem>
     {
         VariableExpansion.expand(text) { variables[$0] }
     }
 
-    @Test("expansion rules", arguments: [
-        ("127.0.0.1:${PORT}", "127.0.0.1:18080"),
-        ("${PORT:-8080}", "18080"),
-        ("${UNSET:-127.0.0.1:8080}", "127.0.0.1:8080"),
-        ("${EMPTY:-d}", "d"),
-        ("${EMPTY}", ""),
-        ("${UNSET:-}", ""),
-        ("http://${HOST}:${PORT}/x", "http://h.test:18080/x"),
-        ("no variables", "no variables"),
-        ("a$b $ $$ $1", "a$b $ $$ $1"),
-        ("$${PORT}", "${PORT}"),
-        ("cost: $$${PORT}", "cost: $${PORT}"),
-        ("${UNSET:-${PORT}", "${PORT"),
-        ("${UNSET:-a:-b}", "a:-b"),
-        ("é${HOST}é", "éh.testé"),
-    ])
+    @Test(
+        "expansion rules",
+        arguments: [
+            ("127.0.0.1:${PORT}", "127.0.0.1:18080"),
+            ("${PORT:-8080}", "18080"),
+            ("${UNSET:-127.0.0.1:8080}", "127.0.0.1:8080"),
+            ("${EMPTY:-d}", "d"),
+            ("${EMPTY}", ""),
+            ("${UNSET:-}", ""),
+            ("http://${HOST}:${PORT}/x", "http://h.test:18080/x"),
+            ("no variables", "no variables"),
+            ("a$b $ $$ $1", "a$b $ $$ $1"),
+            ("$${PORT}", "${PORT}"),
+            ("cost: $$${PORT}", "cost: $${PORT}"),
+            ("${UNSET:-${PORT}", "${PORT"),
+            ("${UNSET:-a:-b}", "a:-b"),
+            ("é${HOST}é", "éh.testé"),
+        ])
     func rules(text: String, expected: String) {
         #expect(Self.expand(text) == .success(expected))
     }
 
-    @Test("what is refused", arguments: [
-        ("${UNSET}", VariableExpansion.Problem.unset("UNSET")),
-        ("${PORT", .malformed("${PORT")),
-        ("${}", .malformed("${}")),
-        ("${1X}", .malformed("${1X}")),
-        ("${PORT-8080}", .malformed("${PORT-8080}")),
-        ("${PORT:?}", .malformed("${PORT:?}")),
-        ("${A B}", .malformed("${A B}")),
-    ])
+    @Test(
+        "what is refused",
+        arguments: [
+            ("${UNSET}", VariableExpansion.Problem.unset("UNSET")),
+            ("${PORT", .malformed("${PORT")),
+            ("${}", .malformed("${}")),
+            ("${1X}", .malformed("${1X}")),
+            ("${PORT-8080}", .malformed("${PORT-8080}")),
+            ("${PORT:?}", .malformed("${PORT:?}")),
+            ("${A B}", .malformed("${A B}")),
+        ])
     func refused(text: String, problem: VariableExpansion.Problem) {
         #expect(Self.expand(text) == .failure(problem))
     }
@@ -57,16 +64,20 @@ struct ConfigEnvironmentTests {
                 retry: {attempts: "${ATTEMPTS:-3}"}
                 timeouts: {total: "${TOTAL:-30s}"}
             """
-        let set = try ConfigLoader.parse(yaml: yaml, file: "t.yaml", baseDirectory: "/", environment: ConfigEnvironment([
-            "BACKSTOP_LISTEN": "127.0.0.1:18080", "BACKSTOP_ADMIN": "[::1]:19901", "ORIGIN_PORT": "19000", "ATTEMPTS": "5",
-            "TOTAL": "1m",
-        ]))
+        let set = try ConfigLoader.parse(
+            yaml: yaml, file: "t.yaml", baseDirectory: "/",
+            environment: ConfigEnvironment([
+                "BACKSTOP_LISTEN": "127.0.0.1:18080", "BACKSTOP_ADMIN": "[::1]:19901", "ORIGIN_PORT": "19000",
+                "ATTEMPTS": "5",
+                "TOTAL": "1m",
+            ]))
         #expect(set.listeners.map(\.address) == [.tcp(host: "127.0.0.1", port: 18080)])
         #expect(set.admin?.address == .tcp(host: "::1", port: 19901))
         #expect(set.upstreams.first?.url == UpstreamURL(scheme: "http", host: "127.0.0.1", port: 19000))
         #expect(set.upstreams.first?.retry.attempts == 5)
         #expect(set.upstreams.first?.timeouts.total == .seconds(60))
-        let defaults = try ConfigLoader.parse(yaml: yaml, file: "t.yaml", baseDirectory: "/", environment: ConfigEnvironment([:]))
+        let defaults = try ConfigLoader.parse(
+            yaml: yaml, file: "t.yaml", baseDirectory: "/", environment: ConfigEnvironment([:]))
         #expect(defaults.listeners.map(\.address) == [.tcp(host: "127.0.0.1", port: 8080)])
         #expect(defaults.admin?.address == .tcp(host: "127.0.0.1", port: 9901))
         #expect(defaults.upstreams.first?.url.port == 9000)
@@ -84,7 +95,8 @@ struct ConfigEnvironmentTests {
                 url: "http://127.0.0.1:${PORT"
             """
         do {
-            _ = try ConfigLoader.parse(yaml: yaml, file: "t.yaml", baseDirectory: "/", environment: ConfigEnvironment([:]))
+            _ = try ConfigLoader.parse(
+                yaml: yaml, file: "t.yaml", baseDirectory: "/", environment: ConfigEnvironment([:]))
             Issue.record("parsed")
         } catch {
             let lines = error.errors.map(\.description)

@@ -11,21 +11,27 @@ struct ConfigSemanticTests {
             + "  - name: b\n    match: \(second)\n    url: http://b\n"
     }
 
-    @Test("duplicates and overlaps are reported at the later node", arguments: [
-        ErrorCase(H + "upstreams:\n  - {name: a, match: {hosts: [x]}, url: http://x}\n"
-                  + "  - {name: a, match: {hosts: [y]}, url: http://y}\n", at: "a,", 2, "duplicate upstream name 'a'"),
-        ErrorCase(two("{hosts: [x.test]}", "{hosts: [y.test, X.test]}"), at: "X.test", "both match host 'x.test'"),
-        ErrorCase(two("{hosts: [\"*.x.test\"]}", "{hosts: [\"*.X.TEST\"]}"), at: "\"*.X", "host '*.x.test'"),
-        ErrorCase(two("{path_prefix: /api}", "{path_prefix: /api/}"), at: "/api/", "path_prefix '/api'"),
-        ErrorCase(two("{hosts: [x], path_prefix: /p}", "{hosts: [y], path_prefix: /p}"), at: "/p}", 2,
-                  "both match path_prefix '/p'"),
-        // hosts and path_prefix are independent ways in: sharing either one is an overlap.
-        ErrorCase(two("{hosts: [x.test]}", "{hosts: [x.test], path_prefix: /api}"), at: "x.test]", 2,
-                  "both match host 'x.test'"),
-        ErrorCase(two("{path_prefix: /api}", "{hosts: [x.test], path_prefix: /api}"), at: "/api}", 2,
-                  "both match path_prefix '/api'"),
-        ErrorCase(two("{path_prefix: /}", "{path_prefix: /}"), at: "/}", 2, "overlaps upstream 'a'"),
-    ])
+    @Test(
+        "duplicates and overlaps are reported at the later node",
+        arguments: [
+            ErrorCase(
+                H + "upstreams:\n  - {name: a, match: {hosts: [x]}, url: http://x}\n"
+                    + "  - {name: a, match: {hosts: [y]}, url: http://y}\n", at: "a,", 2, "duplicate upstream name 'a'"),
+            ErrorCase(two("{hosts: [x.test]}", "{hosts: [y.test, X.test]}"), at: "X.test", "both match host 'x.test'"),
+            ErrorCase(two("{hosts: [\"*.x.test\"]}", "{hosts: [\"*.X.TEST\"]}"), at: "\"*.X", "host '*.x.test'"),
+            ErrorCase(two("{path_prefix: /api}", "{path_prefix: /api/}"), at: "/api/", "path_prefix '/api'"),
+            ErrorCase(
+                two("{hosts: [x], path_prefix: /p}", "{hosts: [y], path_prefix: /p}"), at: "/p}", 2,
+                "both match path_prefix '/p'"),
+            // hosts and path_prefix are independent ways in: sharing either one is an overlap.
+            ErrorCase(
+                two("{hosts: [x.test]}", "{hosts: [x.test], path_prefix: /api}"), at: "x.test]", 2,
+                "both match host 'x.test'"),
+            ErrorCase(
+                two("{path_prefix: /api}", "{hosts: [x.test], path_prefix: /api}"), at: "/api}", 2,
+                "both match path_prefix '/api'"),
+            ErrorCase(two("{path_prefix: /}", "{path_prefix: /}"), at: "/}", 2, "overlaps upstream 'a'"),
+        ])
     func overlaps(c: ErrorCase) { expectSingleError(c) }
 
     @Test("matches that the router can tell apart are not overlaps")
@@ -46,7 +52,8 @@ struct ConfigSemanticTests {
 
     @Test("every error is reported, sorted by position, not just the first")
     func allErrors() {
-        let found = ConfigFixture.errors("""
+        let found = ConfigFixture.errors(
+            """
             version: 3
             listen: [0.0.0.0:80]
             log: {level: loud, format: xml}
@@ -62,8 +69,9 @@ struct ConfigSemanticTests {
                 url: http://a
             """)
         let positions = found.map { "\($0.location.line):\($0.location.column)" }
-        #expect(positions == ["1:10", "2:10", "3:14", "3:28", "4:27", "8:10", "9:23", "9:31", "10:18", "11:11", "12:21"],
-                "\(found)")
+        #expect(
+            positions == ["1:10", "2:10", "3:14", "3:28", "4:27", "8:10", "9:23", "9:31", "10:18", "11:11", "12:21"],
+            "\(found)")
         #expect(found.allSatisfy { $0.location.file == "t.yaml" })
     }
 

@@ -82,8 +82,11 @@ func expectSingleError(_ c: ErrorCase, sourceLocation: Testing.SourceLocation = 
     }
     #expect(found.count == 1, "expected one error, got \(found)", sourceLocation: sourceLocation)
     guard let error = found.first else { return }
-    #expect(error.location == BackstopCore.SourceLocation(file: ConfigFixture.file, line: expected.line,
-                                                         column: expected.column),
-            "got \(error), expected \(expected.line):\(expected.column)", sourceLocation: sourceLocation)
+    #expect(
+        error.location
+            == BackstopCore.SourceLocation(
+                file: ConfigFixture.file, line: expected.line,
+                column: expected.column),
+        "got \(error), expected \(expected.line):\(expected.column)", sourceLocation: sourceLocation)
     #expect(error.message.lowercased().contains(c.word.lowercased()), "got \(error)", sourceLocation: sourceLocation)
 }

@@ -14,8 +14,11 @@ struct ConfigValuesTests {
         #expect(config.admin == nil)
         #expect(config.keychain == nil)
         #expect(config.log == LogConfig(level: .info, format: .logfmt, accessLog: true))
-        #expect(config.limits == Limits(maxRequestBody: 8 << 20, retryBuffer: 1 << 20, maxHeaderBytes: 64 << 10,
-                                        clientIdleTimeout: .seconds(60), maxConnections: 4096))
+        #expect(
+            config.limits
+                == Limits(
+                    maxRequestBody: 8 << 20, retryBuffer: 1 << 20, maxHeaderBytes: 64 << 10,
+                    clientIdleTimeout: .seconds(60), maxConnections: 4096))
         #expect(config.unmatched == .reject)
         let upstream = try #require(config.upstreams.first)
         #expect(upstream.name == "a")
@@ -24,12 +27,18 @@ struct ConfigValuesTests {
         #expect(upstream.tls == TLSConfig(caFile: nil, insecureSkipVerify: false, http2: true))
         #expect(upstream.timeouts == Timeouts(connect: .seconds(2), perTry: .seconds(10), total: .seconds(30)))
         #expect(upstream.retry.attempts == 3)
-        #expect(upstream.retry.on == [.connectFailure, .reset, .timeout, .status(429), .status(502), .status(503),
-                                      .status(504)])
+        #expect(
+            upstream.retry.on == [
+                .connectFailure, .reset, .timeout, .status(429), .status(502), .status(503),
+                .status(504),
+            ])
         #expect(upstream.retry.methods == ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"])
         #expect(upstream.retry.retryNonIdempotentWithKey == "Idempotency-Key")
-        #expect(upstream.retry.backoff == BackoffConfig(strategy: .exponential, base: .milliseconds(100),
-                                                        max: .seconds(10), multiplier: 2, jitter: .full))
+        #expect(
+            upstream.retry.backoff
+                == BackoffConfig(
+                    strategy: .exponential, base: .milliseconds(100),
+                    max: .seconds(10), multiplier: 2, jitter: .full))
         #expect(upstream.retry.retryAfter == RetryAfterConfig(honor: true, max: .seconds(60)))
         #expect(upstream.retry.budget == BudgetConfig(ratio: 0.2, minPerSecond: 10))
         #expect(upstream.auth == .none)
@@ -39,7 +48,8 @@ struct ConfigValuesTests {
 
     @Test("every key is read into the model")
     func everyKey() throws {
-        let config = try ConfigFixture.parse("""
+        let config = try ConfigFixture.parse(
+            """
             version: 1
             listen:
               - "[::1]:9000"
@@ -87,24 +97,33 @@ struct ConfigValuesTests {
                 url: http://[::1]:80
                 auth: {type: static, entry: s/token}
             """)
-        #expect(config.listeners == [
-            ListenerConfig(address: .tcp(host: "::1", port: 9000)),
-            ListenerConfig(address: .unix(path: "/run/p.sock")),
-            ListenerConfig(address: .tcp(host: "0.0.0.0", port: 0), allowRemote: true, allowClients: [
-                CIDR(address: [10, 0, 0, 0], prefixLength: 8),
-                CIDR(address: [0xfd] + Array(repeating: 0, count: 15), prefixLength: 8),
-                CIDR(address: [192, 168, 1, 7], prefixLength: 32),
-            ]),
-            ListenerConfig(address: .tcp(host: "localhost", port: 65535)),
-        ])
-        #expect(config.admin == AdminConfig(address: .tcp(host: "::", port: 9901), allowRemote: true,
-                                            allowClients: [CIDR(address: [10, 1, 0, 0], prefixLength: 16)]))
+        #expect(
+            config.listeners == [
+                ListenerConfig(address: .tcp(host: "::1", port: 9000)),
+                ListenerConfig(address: .unix(path: "/run/p.sock")),
+                ListenerConfig(
+                    address: .tcp(host: "0.0.0.0", port: 0), allowRemote: true,
+                    allowClients: [
+                        CIDR(address: [10, 0, 0, 0], prefixLength: 8),
+                        CIDR(address: [0xfd] + Array(repeating: 0, count: 15), prefixLength: 8),
+                        CIDR(address: [192, 168, 1, 7], prefixLength: 32),
+                    ]),
+                ListenerConfig(address: .tcp(host: "localhost", port: 65535)),
+            ])
+        #expect(
+            config.admin
+                == AdminConfig(
+                    address: .tcp(host: "::", port: 9901), allowRemote: true,
+                    allowClients: [CIDR(address: [10, 1, 0, 0], prefixLength: 16)]))
         #expect(config.log == LogConfig(level: .debug, format: .json, accessLog: false))
         #expect(config.keychain?.path == "/k.bkc")
         #expect(config.keychain?.key == .credential(name: "keychain.key"))
         #expect(config.keychain?.keyLocation == SourceLocation(file: "t.yaml", line: 9, column: 42))
-        #expect(config.limits == Limits(maxRequestBody: 1_000_000, retryBuffer: 524_288, maxHeaderBytes: 2048,
-                                        clientIdleTimeout: .milliseconds(1500), maxConnections: 7))
+        #expect(
+            config.limits
+                == Limits(
+                    maxRequestBody: 1_000_000, retryBuffer: 524_288, maxHeaderBytes: 2048,
+                    clientIdleTimeout: .milliseconds(1500), maxConnections: 7))
         #expect(config.unmatched == .passthrough)
         #expect(config.upstreams.count == 2)
         let api = config.upstreams[0]
@@ -115,29 +134,46 @@ struct ConfigValuesTests {
         #expect(!api.match.stripPrefix)
         #expect(api.url == UpstreamURL(scheme: "https", host: "api.example.com", port: 8443, basePath: "/base"))
         #expect(api.tls == TLSConfig(caFile: "/etc/backstop/ca.pem", insecureSkipVerify: true, http2: false))
-        #expect(api.timeouts == Timeouts(connect: .milliseconds(250), perTry: .seconds(1), total: .seconds(300), idle: .seconds(90)))
-        #expect(api.retry == RetryConfig(
-            attempts: 5, on: [.reset, .status(500)], methods: ["GET", "POST", "M-SEARCH"], retryNonIdempotentWithKey: nil,
-            backoff: BackoffConfig(strategy: .decorrelated, base: .microseconds(50), max: .seconds(3600), multiplier: 1.5,
-                                   jitter: .equal),
-            retryAfter: RetryAfterConfig(honor: false, max: .zero), budget: BudgetConfig(ratio: 0, minPerSecond: 0.5)))
-        #expect(api.auth == .oauth2(OAuth2Config(
-            tokenURL: "https://auth.example.com/token?aud=x", grant: .clientCredentials, requestFormat: .json,
-            clientID: "me", clientSecretEntry: "api/secret", scope: "", keychainPrefix: "api",
-            fields: TokenFields(accessToken: "at", refreshToken: "rt", expiresIn: "ttl"), header: "X-Token", scheme: "",
-            refreshOn: [401, 403], refreshAhead: .zero, clientAuthHeader: .keep,
-            tls: TokenEndpointTLS(caFile: "/etc/backstop/auth-ca.pem"))))
+        #expect(
+            api.timeouts
+                == Timeouts(connect: .milliseconds(250), perTry: .seconds(1), total: .seconds(300), idle: .seconds(90)))
+        #expect(
+            api.retry
+                == RetryConfig(
+                    attempts: 5, on: [.reset, .status(500)], methods: ["GET", "POST", "M-SEARCH"],
+                    retryNonIdempotentWithKey: nil,
+                    backoff: BackoffConfig(
+                        strategy: .decorrelated, base: .microseconds(50), max: .seconds(3600), multiplier: 1.5,
+                        jitter: .equal),
+                    retryAfter: RetryAfterConfig(honor: false, max: .zero),
+                    budget: BudgetConfig(ratio: 0, minPerSecond: 0.5)))
+        #expect(
+            api.auth
+                == .oauth2(
+                    OAuth2Config(
+                        tokenURL: "https://auth.example.com/token?aud=x", grant: .clientCredentials,
+                        requestFormat: .json,
+                        clientID: "me", clientSecretEntry: "api/secret", scope: "", keychainPrefix: "api",
+                        fields: TokenFields(accessToken: "at", refreshToken: "rt", expiresIn: "ttl"), header: "X-Token",
+                        scheme: "",
+                        refreshOn: [401, 403], refreshAhead: .zero, clientAuthHeader: .keep,
+                        tls: TokenEndpointTLS(caFile: "/etc/backstop/auth-ca.pem"))))
         let s = config.upstreams[1]
         #expect(s.match.pathPrefix == "/" && s.match.stripPrefix)
         #expect(s.url == UpstreamURL(scheme: "http", host: "::1", port: 80, basePath: ""))
         #expect(s.url.hostHeader == "[::1]")
-        #expect(s.auth == .staticToken(StaticAuthConfig(entry: "s/token", header: "Authorization", scheme: "Bearer",
-                                                        clientAuthHeader: .replace)))
+        #expect(
+            s.auth
+                == .staticToken(
+                    StaticAuthConfig(
+                        entry: "s/token", header: "Authorization", scheme: "Bearer",
+                        clientAuthHeader: .replace)))
     }
 
     @Test("relative paths resolve against the config's directory")
     func relativePaths() throws {
-        let config = try ConfigFixture.parse("""
+        let config = try ConfigFixture.parse(
+            """
             version: 1
             listen: [127.0.0.1:8080, unix:run/p.sock, "unix:./q.sock"]
             keychain: {path: state/k.bkc, key_file: ././k.key}
@@ -149,8 +185,11 @@ struct ConfigValuesTests {
             """)
         #expect(config.listeners[1].address == .unix(path: "/etc/backstop/run/p.sock"))
         #expect(config.listeners[2].address == .unix(path: "/etc/backstop/q.sock"))
-        #expect(config.keychain == KeychainConfig(path: "/etc/backstop/state/k.bkc", key: .file(path: "/etc/backstop/k.key"),
-                                                  keyLocation: SourceLocation(file: "t.yaml", line: 3, column: 41)))
+        #expect(
+            config.keychain
+                == KeychainConfig(
+                    path: "/etc/backstop/state/k.bkc", key: .file(path: "/etc/backstop/k.key"),
+                    keyLocation: SourceLocation(file: "t.yaml", line: 3, column: 41)))
         #expect(config.upstreams[0].tls.caFile == "/etc/backstop/../ca.pem")
         let root = try ConfigLoader.parse(yaml: "version: 1\nlisten: [unix:p.sock]\n", file: "x", baseDirectory: "/")
         #expect(root.listeners[0].address == .unix(path: "/p.sock"))
@@ -167,7 +206,8 @@ struct ConfigValuesTests {
         #expect(config.sourceFile == file)
         #expect(config.listeners[0].address == .unix(path: dir.path + "/s.sock"))
 
-        let relative = try ConfigLoader.parse(yaml: "version: 1\nlisten: [unix:s.sock]\n", file: "x", baseDirectory: "sub")
+        let relative = try ConfigLoader.parse(
+            yaml: "version: 1\nlisten: [unix:s.sock]\n", file: "x", baseDirectory: "sub")
         let cwd = FileManager.default.currentDirectoryPath
         #expect(relative.listeners[0].address == .unix(path: cwd + "/sub/s.sock"))
     }
@@ -190,8 +230,9 @@ struct ConfigValuesTests {
     @Test("check output format is FILE:LINE:COLUMN: message")
     func errorFormat() {
         do {
-            _ = try ConfigLoader.parse(yaml: "version: 1\nlisten: [127.0.0.1:8080]\nlog: {level: loud}\n",
-                                       file: "/etc/backstop/backstop.yaml", baseDirectory: "/etc/backstop")
+            _ = try ConfigLoader.parse(
+                yaml: "version: 1\nlisten: [127.0.0.1:8080]\nlog: {level: loud}\n",
+                file: "/etc/backstop/backstop.yaml", baseDirectory: "/etc/backstop")
             Issue.record("expected an error")
         } catch {
             #expect(error.description.hasPrefix("/etc/backstop/backstop.yaml:3:14: 'log.level' must be one of"))

@@ -28,7 +28,8 @@ struct DeliveryConfigTests {
         #expect(relative.maxBytes == 1 << 30)
         let at = try #require(ConfigFixture.position(of: "spool}", in: H + S))
         #expect(relative.location == SourceLocation(file: ConfigFixture.file, line: at.line, column: at.column))
-        let absolute = try #require(try ConfigFixture.parse(H + "spool: {dir: /var/lib/b/spool, max_bytes: 10GiB}\n").spool)
+        let absolute = try #require(
+            try ConfigFixture.parse(H + "spool: {dir: /var/lib/b/spool, max_bytes: 10GiB}\n").spool)
         #expect(absolute.directory == "/var/lib/b/spool")
         #expect(absolute.maxBytes == 10 << 30)
         #expect(try ConfigFixture.parse(H + "spool:\n").spool == nil)
@@ -46,23 +47,27 @@ struct DeliveryConfigTests {
         #expect(try ConfigFixture.parse(H + upstream(", delivery: direct")).upstreams.first?.delivery == .direct)
     }
 
-    @Test("bad spool, delivery and queue values are reported where they are written", arguments: [
-        ErrorCase(H + "spool: {max_bytes: 1GiB}\n", at: "{max_bytes", "needs 'dir'"),
-        ErrorCase(H + "spool: {dir: s, max_bytes: 100KiB}\n", at: "100KiB", "at least 1MiB"),
-        ErrorCase(H + "spool: {dir: s, max_bytes: lots}\n", at: "lots", "not a size"),
-        ErrorCase(H + "spool: {dir: s, max_bytes: 4MiB}\n", at: "4MiB", "max_request_body"),
-        ErrorCase(H + "limits: {max_request_body: 2GiB}\nspool: {dir: s}\n", at: "{dir", "max_request_body"),
-        ErrorCase(H + "spool: {dir: \"\"}\n", at: "\"\"", "must not be empty"),
-        ErrorCase(H + "spool: {dir: s, maxbytes: 1GiB}\n", at: "maxbytes", "did you mean 'max_bytes'"),
-        ErrorCase(H + K + S + upstream(", delivery: later"), at: "later", "direct | queue"),
-        ErrorCase(H + K + upstream(", delivery: queue"), at: "queue}", "'spool' section"),
-        ErrorCase(H + S + upstream(", delivery: queue"), at: "queue}", "'keychain' section"),
-        ErrorCase(H + K + S + upstream(", queue: {max_age: 1h}"), at: "queue:", "delivery: queue only"),
-        ErrorCase(H + K + S + upstream(", delivery: queue, queue: {max_age: 0s}"), at: "0s", "above 0"),
-        ErrorCase(H + K + S + upstream(", delivery: queue, queue: {concurrency: 0}"), at: "0}", "between 1 and 1024"),
-        ErrorCase(H + K + S + upstream(", delivery: queue, queue: {max_age: 1h, retries: 3}"), at: "retries",
-                  "unknown key"),
-    ])
+    @Test(
+        "bad spool, delivery and queue values are reported where they are written",
+        arguments: [
+            ErrorCase(H + "spool: {max_bytes: 1GiB}\n", at: "{max_bytes", "needs 'dir'"),
+            ErrorCase(H + "spool: {dir: s, max_bytes: 100KiB}\n", at: "100KiB", "at least 1MiB"),
+            ErrorCase(H + "spool: {dir: s, max_bytes: lots}\n", at: "lots", "not a size"),
+            ErrorCase(H + "spool: {dir: s, max_bytes: 4MiB}\n", at: "4MiB", "max_request_body"),
+            ErrorCase(H + "limits: {max_request_body: 2GiB}\nspool: {dir: s}\n", at: "{dir", "max_request_body"),
+            ErrorCase(H + "spool: {dir: \"\"}\n", at: "\"\"", "must not be empty"),
+            ErrorCase(H + "spool: {dir: s, maxbytes: 1GiB}\n", at: "maxbytes", "did you mean 'max_bytes'"),
+            ErrorCase(H + K + S + upstream(", delivery: later"), at: "later", "direct | queue"),
+            ErrorCase(H + K + upstream(", delivery: queue"), at: "queue}", "'spool' section"),
+            ErrorCase(H + S + upstream(", delivery: queue"), at: "queue}", "'keychain' section"),
+            ErrorCase(H + K + S + upstream(", queue: {max_age: 1h}"), at: "queue:", "delivery: queue only"),
+            ErrorCase(H + K + S + upstream(", delivery: queue, queue: {max_age: 0s}"), at: "0s", "above 0"),
+            ErrorCase(
+                H + K + S + upstream(", delivery: queue, queue: {concurrency: 0}"), at: "0}", "between 1 and 1024"),
+            ErrorCase(
+                H + K + S + upstream(", delivery: queue, queue: {max_age: 1h, retries: 3}"), at: "retries",
+                "unknown key"),
+        ])
     func badValues(c: ErrorCase) { expectSingleError(c) }
 
     @Test("a misspelt delivery value is one error, not also one for its queue section")

@@ -10,18 +10,22 @@ struct TunnelConfigTests {
     @Test("tunnels: patterns with and without ports, defaults for deny_addresses and idle_timeout")
     func tunnelDefaults() throws {
         let config = try ConfigFixture.parse(
-            H + "tunnels:\n  allow: [\"*.GitHub.com:443\", registry.npmjs.org, \"10.1.2.3:8443\", \"[fd00::1]:22\", \"::1\"]\n")
+            H
+                + "tunnels:\n  allow: [\"*.GitHub.com:443\", registry.npmjs.org, \"10.1.2.3:8443\", \"[fd00::1]:22\", \"::1\"]\n"
+        )
         let tunnels = try #require(config.tunnels)
-        #expect(tunnels.allow == [
-            TunnelPattern(host: "*.github.com", port: 443), TunnelPattern(host: "registry.npmjs.org", port: 443),
-            TunnelPattern(host: "10.1.2.3", port: 8443), TunnelPattern(host: "fd00::1", port: 22),
-            TunnelPattern(host: "::1", port: 443),
-        ])
+        #expect(
+            tunnels.allow == [
+                TunnelPattern(host: "*.github.com", port: 443), TunnelPattern(host: "registry.npmjs.org", port: 443),
+                TunnelPattern(host: "10.1.2.3", port: 8443), TunnelPattern(host: "fd00::1", port: 22),
+                TunnelPattern(host: "::1", port: 443),
+            ])
         #expect(tunnels.denyAddresses == TunnelsConfig.defaultDenyAddresses)
-        #expect(tunnels.denyAddresses.map(\.description) == [
-            "127.0.0.0/8", "0:0:0:0:0:0:0:1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
-            "fe80:0:0:0:0:0:0:0/10", "fc00:0:0:0:0:0:0:0/7", "100.64.0.0/10", "0.0.0.0/8", "0:0:0:0:0:0:0:0/128",
-        ])
+        #expect(
+            tunnels.denyAddresses.map(\.description) == [
+                "127.0.0.0/8", "0:0:0:0:0:0:0:1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
+                "fe80:0:0:0:0:0:0:0/10", "fc00:0:0:0:0:0:0:0/7", "100.64.0.0/10", "0.0.0.0/8", "0:0:0:0:0:0:0:0/128",
+            ])
         #expect(tunnels.idleTimeout == .seconds(300))
     }
 
@@ -35,45 +39,56 @@ struct TunnelConfigTests {
 
     @Test("intercept: defaults and values")
     func interceptSection() throws {
-        let config = try ConfigFixture.parse(H + K + "intercept: {leaf_lifetime: 12h}\n"
-            + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: https://a.test, intercept: true}\n")
+        let config = try ConfigFixture.parse(
+            H + K + "intercept: {leaf_lifetime: 12h}\n"
+                + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: https://a.test, intercept: true}\n")
         #expect(config.intercept == InterceptConfig(caEntry: "ca/root", leafLifetime: .seconds(12 * 3600)))
         #expect(config.upstreams.first?.intercept == true)
     }
 
-    @Test("bad tunnels and intercept values are reported where they are written", arguments: [
-        ErrorCase(H + "tunnels:\n  allow: [\"a.test:0\"]\n", at: "\"a.test:0", "HOST[:PORT]"),
-        ErrorCase(H + "tunnels:\n  allow: [\"a.test:99999\"]\n", at: "\"a.test:99999", "HOST[:PORT]"),
-        ErrorCase(H + "tunnels:\n  allow: [\"a b:443\"]\n", at: "\"a b", "HOST[:PORT]"),
-        ErrorCase(H + "tunnels:\n  allow: [\"a.test:443\", a.test]\n", at: "a.test]", "twice"),
-        ErrorCase(H + "tunnels:\n  idle_timeout: 5m\n", at: "idle_timeout", "needs 'allow'"),
-        ErrorCase(H + "tunnels:\n  allow: [a.test]\n  deny_addresses: [10.0.0.0/33]\n", at: "10.0.0.0/33", "not a CIDR"),
-        ErrorCase(H + "tunnels:\n  allow: [a.test]\n  idle_timeout: 0s\n", at: "0s", "above 0"),
-        ErrorCase(H + "tunnels:\n  allow: [a.test]\n  alow: []\n", at: "alow", "alow"),
-        ErrorCase(H + K + "intercept: {leaf_lifetime: 10s}\n", at: "10s", "leaf_lifetime"),
-        ErrorCase(H + "intercept: {}\n", at: "{}", "keychain"),
-    ])
+    @Test(
+        "bad tunnels and intercept values are reported where they are written",
+        arguments: [
+            ErrorCase(H + "tunnels:\n  allow: [\"a.test:0\"]\n", at: "\"a.test:0", "HOST[:PORT]"),
+            ErrorCase(H + "tunnels:\n  allow: [\"a.test:99999\"]\n", at: "\"a.test:99999", "HOST[:PORT]"),
+            ErrorCase(H + "tunnels:\n  allow: [\"a b:443\"]\n", at: "\"a b", "HOST[:PORT]"),
+            ErrorCase(H + "tunnels:\n  allow: [\"a.test:443\", a.test]\n", at: "a.test]", "twice"),
+            ErrorCase(H + "tunnels:\n  idle_timeout: 5m\n", at: "idle_timeout", "needs 'allow'"),
+            ErrorCase(
+                H + "tunnels:\n  allow: [a.test]\n  deny_addresses: [10.0.0.0/33]\n", at: "10.0.0.0/33", "not a CIDR"),
+            ErrorCase(H + "tunnels:\n  allow: [a.test]\n  idle_timeout: 0s\n", at: "0s", "above 0"),
+            ErrorCase(H + "tunnels:\n  allow: [a.test]\n  alow: []\n", at: "alow", "alow"),
+            ErrorCase(H + K + "intercept: {leaf_lifetime: 10s}\n", at: "10s", "leaf_lifetime"),
+            ErrorCase(H + "intercept: {}\n", at: "{}", "keychain"),
+        ])
     func badValues(c: ErrorCase) { expectSingleError(c) }
 
-    @Test("intercept: true needs the intercept section, a keychain, host names, verification on and an https url",
-          arguments: [
-        ErrorCase(H + K + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: https://a.test, intercept: true}\n",
-                  at: "true", "no 'intercept' section"),
-        ErrorCase(H + "intercept: {}\n"
-                  + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: https://a.test, intercept: true}\n",
-                  at: "intercept:", "keychain"),
-        ErrorCase(H + K + "intercept: {}\n"
-                  + "upstreams:\n  - {name: a, match: {path_prefix: /a}, url: https://a.test, intercept: true}\n",
-                  at: "true", "no match.hosts"),
-        ErrorCase(H + K + "intercept: {}\n"
-                  + "upstreams:\n  - {name: a, match: {hosts: [10.0.0.1]}, url: https://a.test, intercept: true}\n",
-                  at: "10.0.0.1", "host names"),
-        ErrorCase(H + K + "intercept: {}\nupstreams:\n  - {name: a, match: {hosts: [a.test]}, url: https://a.test, "
-                  + "tls: {insecure_skip_verify: true}, intercept: true}\n", at: "true}", 2, "insecure_skip_verify"),
-        ErrorCase(H + K + "intercept: {}\n"
-                  + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: http://a.test, intercept: true}\n",
-                  at: "true", "must be https"),
-    ])
+    @Test(
+        "intercept: true needs the intercept section, a keychain, host names, verification on and an https url",
+        arguments: [
+            ErrorCase(
+                H + K + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: https://a.test, intercept: true}\n",
+                at: "true", "no 'intercept' section"),
+            ErrorCase(
+                H + "intercept: {}\n"
+                    + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: https://a.test, intercept: true}\n",
+                at: "intercept:", "keychain"),
+            ErrorCase(
+                H + K + "intercept: {}\n"
+                    + "upstreams:\n  - {name: a, match: {path_prefix: /a}, url: https://a.test, intercept: true}\n",
+                at: "true", "no match.hosts"),
+            ErrorCase(
+                H + K + "intercept: {}\n"
+                    + "upstreams:\n  - {name: a, match: {hosts: [10.0.0.1]}, url: https://a.test, intercept: true}\n",
+                at: "10.0.0.1", "host names"),
+            ErrorCase(
+                H + K + "intercept: {}\nupstreams:\n  - {name: a, match: {hosts: [a.test]}, url: https://a.test, "
+                    + "tls: {insecure_skip_verify: true}, intercept: true}\n", at: "true}", 2, "insecure_skip_verify"),
+            ErrorCase(
+                H + K + "intercept: {}\n"
+                    + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: http://a.test, intercept: true}\n",
+                at: "true", "must be https"),
+        ])
     func interceptRules(c: ErrorCase) {
         // The keychain-less case reports twice (the section and the upstream): check the first, at the section.
         if !c.yaml.contains("keychain:") {
@@ -87,8 +102,9 @@ struct TunnelConfigTests {
 
     @Test("an intercepting upstream with a loopback http url is allowed (a local test origin)")
     func loopbackHTTP() throws {
-        let config = try ConfigFixture.parse(H + K + "intercept: {}\n"
-            + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: http://127.0.0.1:9000, intercept: true}\n")
+        let config = try ConfigFixture.parse(
+            H + K + "intercept: {}\n"
+                + "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: http://127.0.0.1:9000, intercept: true}\n")
         #expect(config.upstreams.first?.intercept == true)
     }
 }

@@ -4,36 +4,47 @@ import Testing
 /// Durations, sizes, CIDRs and IP literals as written in the config.
 @Suite("Config value parsers")
 struct ValueParserTests {
-    @Test("durations", arguments: [
-        ("250ms", Duration.milliseconds(250)), ("2s", .seconds(2)), ("1.5s", .milliseconds(1500)), ("5m", .seconds(300)),
-        ("1h", .seconds(3600)), ("100us", .microseconds(100)), ("100µs", .microseconds(100)), ("7ns", .nanoseconds(7)),
-        ("0s", .zero), ("0ms", .zero), (".5s", .milliseconds(500)), ("2.s", .seconds(2)), (" 3s ", .seconds(3)),
-        ("0.001ms", .microseconds(1)), ("90m", .seconds(5400)), ("24h", .seconds(86400)),
-    ])
+    @Test(
+        "durations",
+        arguments: [
+            ("250ms", Duration.milliseconds(250)), ("2s", .seconds(2)), ("1.5s", .milliseconds(1500)),
+            ("5m", .seconds(300)),
+            ("1h", .seconds(3600)), ("100us", .microseconds(100)), ("100µs", .microseconds(100)),
+            ("7ns", .nanoseconds(7)),
+            ("0s", .zero), ("0ms", .zero), (".5s", .milliseconds(500)), ("2.s", .seconds(2)), (" 3s ", .seconds(3)),
+            ("0.001ms", .microseconds(1)), ("90m", .seconds(5400)), ("24h", .seconds(86400)),
+        ])
     func durations(text: String, value: Duration) {
         #expect(DurationParser.parse(text) == value)
     }
 
-    @Test("malformed durations", arguments: [
-        "", "s", "5", "-1s", "+1s", "1.2.3s", "1 parsec", "∞s", "1e3s", "0x10s", "1d", "1S", "5 m s", "nan s", ".s",
-        "99999999999h", "1sec", "ms",
-    ])
+    @Test(
+        "malformed durations",
+        arguments: [
+            "", "s", "5", "-1s", "+1s", "1.2.3s", "1 parsec", "∞s", "1e3s", "0x10s", "1d", "1S", "5 m s", "nan s", ".s",
+            "99999999999h", "1sec", "ms",
+        ])
     func badDurations(text: String) {
         #expect(DurationParser.parse(text) == nil)
     }
 
-    @Test("sizes", arguments: [
-        ("512KiB", 524_288), ("8MiB", 8_388_608), ("1GiB", 1_073_741_824), ("10KB", 10_000), ("5MB", 5_000_000),
-        ("1GB", 1_000_000_000), ("1048576", 1_048_576), ("0", 0), ("100B", 100), ("1.5MiB", 1_572_864),
-        ("64 KiB", 65_536),
-    ])
+    @Test(
+        "sizes",
+        arguments: [
+            ("512KiB", 524_288), ("8MiB", 8_388_608), ("1GiB", 1_073_741_824), ("10KB", 10_000), ("5MB", 5_000_000),
+            ("1GB", 1_000_000_000), ("1048576", 1_048_576), ("0", 0), ("100B", 100), ("1.5MiB", 1_572_864),
+            ("64 KiB", 65_536),
+        ])
     func sizes(text: String, value: Int) {
         #expect(SizeParser.parse(text) == value)
     }
 
-    @Test("malformed sizes", arguments: [
-        "", "lots", "-1", "1.5.5MiB", "99999999999999999GiB", "1kib", "1TiB", "MiB", "1e6", "0x10", "1.5", "12345678901234567",
-    ])
+    @Test(
+        "malformed sizes",
+        arguments: [
+            "", "lots", "-1", "1.5.5MiB", "99999999999999999GiB", "1kib", "1TiB", "MiB", "1e6", "0x10", "1.5",
+            "12345678901234567",
+        ])
     func badSizes(text: String) {
         #expect(SizeParser.parse(text) == nil)
     }
@@ -45,9 +56,14 @@ struct ValueParserTests {
         #expect(CIDRParser.parse("0.0.0.0/0") == CIDR(address: [0, 0, 0, 0], prefixLength: 0))
         #expect(CIDRParser.parse("::1/128")?.address == Array(repeating: 0, count: 15) + [1])
         #expect(CIDRParser.parse("fd00::/8") == CIDR(address: [0xfd] + Array(repeating: 0, count: 15), prefixLength: 8))
-        #expect(CIDRParser.parse("::ffff:10.1.2.3/128")?.address == Array(repeating: 0, count: 10) + [255, 255, 10, 1, 2, 3])
-        for bad in ["10.0.0.0/33", "::/129", "10.0.0/8", "10.0.0.0/", "10.0.0.0/8/8", "300.0.0.0/8", "010.0.0.0/8", "x/8",
-                    "1:2:3:4:5:6:7:8:9/64", "1::2::3/64", "10.0.0.0/-1"] {
+        #expect(
+            CIDRParser.parse("::ffff:10.1.2.3/128")?.address == Array(repeating: 0, count: 10) + [
+                255, 255, 10, 1, 2, 3,
+            ])
+        for bad in [
+            "10.0.0.0/33", "::/129", "10.0.0/8", "10.0.0.0/", "10.0.0.0/8/8", "300.0.0.0/8", "010.0.0.0/8", "x/8",
+            "1:2:3:4:5:6:7:8:9/64", "1::2::3/64", "10.0.0.0/-1",
+        ] {
             #expect(CIDRParser.parse(bad) == nil, "\(bad)")
         }
         #expect(IPAddressParser.parse("1:2:3:4:5:6:7:8") == [0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7, 0, 8])

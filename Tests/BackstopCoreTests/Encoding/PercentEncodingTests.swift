@@ -21,7 +21,8 @@ struct PercentEncodingTests {
         let all = Array(UInt8.min...UInt8.max)
         var encoded: [UInt8] = []
         PercentEncoding.encode(all, into: &encoded)
-        #expect(encoded.allSatisfy { PercentEncoding.isUnreserved($0) || $0 == UInt8(ascii: "%") || Hex.value($0) != nil })
+        #expect(
+            encoded.allSatisfy { PercentEncoding.isUnreserved($0) || $0 == UInt8(ascii: "%") || Hex.value($0) != nil })
         #expect(encoded.count == 66 + 3 * 190, "66 unreserved bytes kept, 190 as %XX")
         #expect(PercentEncoding.decode(encoded) == all)
     }

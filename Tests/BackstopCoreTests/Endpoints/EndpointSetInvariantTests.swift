@@ -30,13 +30,16 @@ struct EndpointSetInvariantTests {
         var ejectionCount: [Int]
     }
 
-    static let policy = EndpointPolicy(failures: 2, openFor: .seconds(10), maxOpenFor: .seconds(40),
-                                       maxInflight: 10, probeTimeout: .seconds(5))
+    static let policy = EndpointPolicy(
+        failures: 2, openFor: .seconds(10), maxOpenFor: .seconds(40),
+        maxInflight: 10, probeTimeout: .seconds(5))
 
-    @Test("every short sequence keeps the promises", arguments: [
-        (1, BalanceMode.failover, 6), (2, BalanceMode.failover, 6), (2, BalanceMode.roundRobin, 6),
-        (3, BalanceMode.roundRobin, 5),
-    ])
+    @Test(
+        "every short sequence keeps the promises",
+        arguments: [
+            (1, BalanceMode.failover, 6), (2, BalanceMode.failover, 6), (2, BalanceMode.roundRobin, 6),
+            (3, BalanceMode.roundRobin, 5),
+        ])
     func everyShortSequence(endpoints: Int, balance: BalanceMode, length: Int) {
         var policy = Self.policy
         policy.balance = balance
@@ -68,7 +71,9 @@ struct EndpointSetInvariantTests {
         var before = model.set
         _ = before.expirePermits(now: model.now)
         let healthBefore = before.health
-        let due = healthBefore.indices.map { healthBefore[$0] == .ejected && before.nextProbe(endpoint: $0)! <= model.now }
+        let due = healthBefore.indices.map {
+            healthBefore[$0] == .ejected && before.nextProbe(endpoint: $0)! <= model.now
+        }
         var events: [EndpointEvent] = []
         switch op {
         case .choose, .chooseElsewhere:
@@ -127,14 +132,18 @@ struct EndpointSetInvariantTests {
                 model.ejectionCount[e] = ejection
                 model.failuresInARow[e] = 0
             case .restored(let e):
-                guard health[e] == .healthy, healthBefore[e] == .probing else { return "restored from \(healthBefore[e])" }
+                guard health[e] == .healthy, healthBefore[e] == .probing else {
+                    return "restored from \(healthBefore[e])"
+                }
                 model.lastEjection[e] = nil
                 model.ejectionCount[e] = 0
                 model.failuresInARow[e] = 0
             case .probing(let e):
                 guard health[e] == .probing else { return "probing event but \(health[e])" }
             case .probeReleased(let e):
-                guard health[e] == .ejected, model.set.nextProbe(endpoint: e) == model.now else { return "released badly" }
+                guard health[e] == .ejected, model.set.nextProbe(endpoint: e) == model.now else {
+                    return "released badly"
+                }
             }
         }
         // At most one valid permit per endpoint, held by exactly the endpoints that are probing.

@@ -9,8 +9,9 @@ struct EndpointSetTests {
     static func policy(
         _ balance: BalanceMode = .failover, failures: Int = 2, maxInflight: Int = 2
     ) -> EndpointPolicy {
-        EndpointPolicy(balance: balance, failures: failures, openFor: .seconds(10), maxInflight: maxInflight,
-                       probeTimeout: .seconds(5))
+        EndpointPolicy(
+            balance: balance, failures: failures, openFor: .seconds(10), maxInflight: maxInflight,
+            probeTimeout: .seconds(5))
     }
 
     static func t(_ seconds: Double) -> Duration { .milliseconds(Int64((seconds * 1000).rounded())) }
@@ -62,149 +63,207 @@ struct EndpointSetTests {
 
     static let cases: [Case] = [
         // choosing among healthy endpoints
-        Case(name: "failover takes the first healthy endpoint", steps: [
-            .choose(at: 0, attempt(0)), .choose(at: 0, attempt(0)),
-        ], health: [.healthy, .healthy]),
-        Case(name: "a retry avoids the endpoint that just failed", steps: [
-            .choose(avoiding: [0], at: 0, attempt(1)),
-        ], health: [.healthy, .healthy]),
-        Case(name: "avoiding every candidate falls back to the first of them", steps: [
-            .choose(avoiding: [1, 0], at: 0, attempt(0)),
-        ], health: [.healthy, .healthy]),
-        Case(name: "a single endpoint is chosen again even when avoided", endpoints: 1, steps: [
-            .choose(avoiding: [0], at: 0, attempt(0)),
-        ], health: [.healthy]),
-        Case(name: "round robin takes each endpoint in turn", endpoints: 3, policy: policy(.roundRobin), steps: [
-            .choose(at: 0, attempt(0)), .choose(at: 0, attempt(1)), .choose(at: 0, attempt(2)),
-            .choose(at: 0, attempt(0)),
-        ], health: [.healthy, .healthy, .healthy]),
-        Case(name: "round robin goes on after an avoided endpoint", endpoints: 3, policy: policy(.roundRobin), steps: [
-            .choose(avoiding: [0], at: 0, attempt(1)), .choose(at: 0, attempt(2)),
-            .choose(avoiding: [0, 1], at: 0, attempt(2)),
-        ], health: [.healthy, .healthy, .healthy]),
-        Case(name: "round robin skips an ejected endpoint", endpoints: 3, policy: policy(.roundRobin),
-             steps: ejectFirst + [
+        Case(
+            name: "failover takes the first healthy endpoint",
+            steps: [
+                .choose(at: 0, attempt(0)), .choose(at: 0, attempt(0)),
+            ], health: [.healthy, .healthy]),
+        Case(
+            name: "a retry avoids the endpoint that just failed",
+            steps: [
+                .choose(avoiding: [0], at: 0, attempt(1))
+            ], health: [.healthy, .healthy]),
+        Case(
+            name: "avoiding every candidate falls back to the first of them",
+            steps: [
+                .choose(avoiding: [1, 0], at: 0, attempt(0))
+            ], health: [.healthy, .healthy]),
+        Case(
+            name: "a single endpoint is chosen again even when avoided", endpoints: 1,
+            steps: [
+                .choose(avoiding: [0], at: 0, attempt(0))
+            ], health: [.healthy]),
+        Case(
+            name: "round robin takes each endpoint in turn", endpoints: 3, policy: policy(.roundRobin),
+            steps: [
+                .choose(at: 0, attempt(0)), .choose(at: 0, attempt(1)), .choose(at: 0, attempt(2)),
+                .choose(at: 0, attempt(0)),
+            ], health: [.healthy, .healthy, .healthy]),
+        Case(
+            name: "round robin goes on after an avoided endpoint", endpoints: 3, policy: policy(.roundRobin),
+            steps: [
+                .choose(avoiding: [0], at: 0, attempt(1)), .choose(at: 0, attempt(2)),
+                .choose(avoiding: [0, 1], at: 0, attempt(2)),
+            ], health: [.healthy, .healthy, .healthy]),
+        Case(
+            name: "round robin skips an ejected endpoint", endpoints: 3, policy: policy(.roundRobin),
+            steps: ejectFirst + [
                 .choose(at: 1, attempt(1)), .choose(at: 1, attempt(2)), .choose(at: 1, attempt(1)),
-             ], health: [.ejected, .healthy, .healthy]),
+            ], health: [.ejected, .healthy, .healthy]),
 
         // counting failures while healthy
-        Case(name: "one failure short of circuit.failures ejects nothing", steps: [
-            .report(.failure, ticket(0), at: 0, []), .choose(at: 0, attempt(0)),
-        ], health: [.healthy, .healthy]),
-        Case(name: "a success starts the count over", steps: [
-            .report(.failure, ticket(0), at: 0, []), .report(.success, ticket(0), at: 0, []),
-            .report(.failure, ticket(0), at: 0, []), .choose(at: 0, attempt(0)),
-        ], health: [.healthy, .healthy]),
-        Case(name: "an abandoned attempt neither counts nor resets", steps: [
-            .report(.failure, ticket(0), at: 0, []), .report(.abandoned, ticket(0), at: 0, []),
-            .report(.failure, ticket(0), at: 0, [ejected(0, 10, 1)]),
-        ], health: [.ejected, .healthy]),
-        Case(name: "failures of one endpoint do not count against another", steps: [
-            .report(.failure, ticket(0), at: 0, []), .report(.failure, ticket(1), at: 0, []),
-            .report(.success, ticket(1), at: 0, []), .report(.failure, ticket(1), at: 0, []),
-        ], health: [.healthy, .healthy]),
-        Case(name: "failures: 0 never ejects", endpoints: 1, policy: policy(failures: 0),
-             steps: Array(repeating: .report(.failure, ticket(0), at: 0, []), count: 50) + [.choose(at: 0, attempt(0))],
-             health: [.healthy]),
-        Case(name: "failures: 1 ejects on the first failure", endpoints: 1, policy: policy(failures: 1), steps: [
-            .report(.failure, ticket(0), at: 0, [ejected(0, 10, 1)]),
-        ], health: [.ejected]),
+        Case(
+            name: "one failure short of circuit.failures ejects nothing",
+            steps: [
+                .report(.failure, ticket(0), at: 0, []), .choose(at: 0, attempt(0)),
+            ], health: [.healthy, .healthy]),
+        Case(
+            name: "a success starts the count over",
+            steps: [
+                .report(.failure, ticket(0), at: 0, []), .report(.success, ticket(0), at: 0, []),
+                .report(.failure, ticket(0), at: 0, []), .choose(at: 0, attempt(0)),
+            ], health: [.healthy, .healthy]),
+        Case(
+            name: "an abandoned attempt neither counts nor resets",
+            steps: [
+                .report(.failure, ticket(0), at: 0, []), .report(.abandoned, ticket(0), at: 0, []),
+                .report(.failure, ticket(0), at: 0, [ejected(0, 10, 1)]),
+            ], health: [.ejected, .healthy]),
+        Case(
+            name: "failures of one endpoint do not count against another",
+            steps: [
+                .report(.failure, ticket(0), at: 0, []), .report(.failure, ticket(1), at: 0, []),
+                .report(.success, ticket(1), at: 0, []), .report(.failure, ticket(1), at: 0, []),
+            ], health: [.healthy, .healthy]),
+        Case(
+            name: "failures: 0 never ejects", endpoints: 1, policy: policy(failures: 0),
+            steps: Array(repeating: .report(.failure, ticket(0), at: 0, []), count: 50) + [.choose(at: 0, attempt(0))],
+            health: [.healthy]),
+        Case(
+            name: "failures: 1 ejects on the first failure", endpoints: 1, policy: policy(failures: 1),
+            steps: [
+                .report(.failure, ticket(0), at: 0, [ejected(0, 10, 1)])
+            ], health: [.ejected]),
 
         // ejected
-        Case(name: "an ejected endpoint is passed over until open_for has passed", steps: ejectFirst + [
-            .choose(at: 9.999, attempt(1)),
-        ], health: [.ejected, .healthy]),
-        Case(name: "reports of attempts that started before the ejection change nothing", steps: ejectFirst + [
-            .report(.failure, ticket(0), at: 1, []), .report(.success, ticket(0), at: 1, []),
-            .choose(at: 1, attempt(1)),
-        ], health: [.ejected, .healthy]),
-        Case(name: "every endpoint ejected: circuit open until the earliest probe, rounded up", steps: ejectFirst + [
-            .report(.failure, ticket(1), at: 4.5, []),
-            .report(.failure, ticket(1), at: 4.5, [ejected(1, 10, 1)]),
-            .choose(at: 4.5, open(6)), .choose(at: 9.001, open(1)),
-        ], health: [.ejected, .ejected]),
-        Case(name: "single endpoint: a classic circuit breaker", endpoints: 1, steps: ejectFirst + [
-            .choose(at: 0, open(10)), .choose(at: 0.5, open(10)), .choose(at: 9, open(1)),
-        ], health: [.ejected]),
+        Case(
+            name: "an ejected endpoint is passed over until open_for has passed",
+            steps: ejectFirst + [
+                .choose(at: 9.999, attempt(1))
+            ], health: [.ejected, .healthy]),
+        Case(
+            name: "reports of attempts that started before the ejection change nothing",
+            steps: ejectFirst + [
+                .report(.failure, ticket(0), at: 1, []), .report(.success, ticket(0), at: 1, []),
+                .choose(at: 1, attempt(1)),
+            ], health: [.ejected, .healthy]),
+        Case(
+            name: "every endpoint ejected: circuit open until the earliest probe, rounded up",
+            steps: ejectFirst + [
+                .report(.failure, ticket(1), at: 4.5, []),
+                .report(.failure, ticket(1), at: 4.5, [ejected(1, 10, 1)]),
+                .choose(at: 4.5, open(6)), .choose(at: 9.001, open(1)),
+            ], health: [.ejected, .ejected]),
+        Case(
+            name: "single endpoint: a classic circuit breaker", endpoints: 1,
+            steps: ejectFirst + [
+                .choose(at: 0, open(10)), .choose(at: 0.5, open(10)), .choose(at: 9, open(1)),
+            ], health: [.ejected]),
 
         // probing
-        Case(name: "failover probes the first endpoint once its open_for has passed", steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .choose(at: 10, attempt(1)),
-        ], health: [.probing, .healthy]),
-        Case(name: "a retry avoiding the due endpoint does not probe it", steps: ejectFirst + [
-            .choose(avoiding: [0], at: 10, attempt(1)),
-        ], health: [.ejected, .healthy]),
-        Case(name: "only one probe at a time", endpoints: 1, steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .choose(at: 10, open(1)), .choose(at: 12, open(1)),
-        ], health: [.probing]),
-        Case(name: "a probe that succeeds restores the endpoint and resets the doubling", endpoints: 1, steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .report(.success, ticket(0, probe: 1), at: 10.2, [.restored(endpoint: 0)]),
-            .choose(at: 10.2, attempt(0)),
-            .report(.failure, ticket(0), at: 11, []),
-            .report(.failure, ticket(0), at: 11, [ejected(0, 10, 1)]),
-        ], health: [.ejected]),
-        Case(name: "a probe that fails ejects again for twice as long", endpoints: 1, steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 1), at: 10.5, [ejected(0, 20, 2)]),
-            .choose(at: 30.4, open(1)),
-            .choose(at: 30.5, attempt(0, probe: 2, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 2), at: 31, [ejected(0, 40, 3)]),
-        ], health: [.ejected]),
-        Case(name: "a cancelled probe leaves the next request to probe at once", endpoints: 1, steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .report(.abandoned, ticket(0, probe: 1), at: 11, [.probeReleased(endpoint: 0)]),
-            .choose(at: 11, attempt(0, probe: 2, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 2), at: 12, [ejected(0, 20, 2)]),
-        ], health: [.ejected]),
-        Case(name: "a probe that hangs past per_try fails when the permit expires", endpoints: 1, steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .choose(at: 14.999, open(1)),
-            .choose(at: 15, open(20, events: [ejected(0, 20, 2)])),
-            .report(.success, ticket(0, probe: 1), at: 16, []),
-        ], health: [.ejected]),
-        Case(name: "an expired permit is reclaimed by any call", steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .report(.success, ticket(1), at: 15, [ejected(0, 20, 2)]),
-            .expire(at: 40, []),
-        ], health: [.ejected, .healthy]),
-        Case(name: "expirePermits on its own", steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .expire(at: 14, []), .expire(at: 15, [ejected(0, 20, 2)]),
-        ], health: [.ejected, .healthy]),
-        Case(name: "a report with a stale or foreign permit is ignored", endpoints: 1, steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .report(.success, ticket(0, probe: 7), at: 10, []),
-            .report(.failure, ticket(0), at: 10, []),
-            .report(.success, ticket(0, probe: 1), at: 10, [.restored(endpoint: 0)]),
-            .report(.failure, ticket(0, probe: 1), at: 10, []),
-        ], health: [.healthy]),
-        Case(name: "an unknown endpoint index is ignored", endpoints: 1, steps: [
-            .report(.failure, ticket(3), at: 0, []), .report(.failure, ticket(-1), at: 0, []),
-        ], health: [.healthy]),
-        Case(name: "one endpoint probing, the other ejected: retry in a second", steps: ejectFirst + [
-            .report(.failure, ticket(1), at: 1, []),
-            .report(.failure, ticket(1), at: 1, [ejected(1, 10, 1)]),
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .choose(at: 10, open(1)),
-            .choose(at: 11, attempt(1, probe: 2, events: [.probing(endpoint: 1)])),
-        ], health: [.probing, .probing]),
-        Case(name: "doubling stops at 5 minutes", endpoints: 1, steps: ejectFirst + [
-            .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 1), at: 10, [ejected(0, 20, 2)]),
-            .choose(at: 30, attempt(0, probe: 2, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 2), at: 30, [ejected(0, 40, 3)]),
-            .choose(at: 70, attempt(0, probe: 3, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 3), at: 70, [ejected(0, 80, 4)]),
-            .choose(at: 150, attempt(0, probe: 4, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 4), at: 150, [ejected(0, 160, 5)]),
-            .choose(at: 310, attempt(0, probe: 5, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 5), at: 310, [ejected(0, 300, 6)]),
-            .choose(at: 610, attempt(0, probe: 6, events: [.probing(endpoint: 0)])),
-            .report(.failure, ticket(0, probe: 6), at: 610, [ejected(0, 300, 7)]),
-        ], health: [.ejected]),
+        Case(
+            name: "failover probes the first endpoint once its open_for has passed",
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .choose(at: 10, attempt(1)),
+            ], health: [.probing, .healthy]),
+        Case(
+            name: "a retry avoiding the due endpoint does not probe it",
+            steps: ejectFirst + [
+                .choose(avoiding: [0], at: 10, attempt(1))
+            ], health: [.ejected, .healthy]),
+        Case(
+            name: "only one probe at a time", endpoints: 1,
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .choose(at: 10, open(1)), .choose(at: 12, open(1)),
+            ], health: [.probing]),
+        Case(
+            name: "a probe that succeeds restores the endpoint and resets the doubling", endpoints: 1,
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .report(.success, ticket(0, probe: 1), at: 10.2, [.restored(endpoint: 0)]),
+                .choose(at: 10.2, attempt(0)),
+                .report(.failure, ticket(0), at: 11, []),
+                .report(.failure, ticket(0), at: 11, [ejected(0, 10, 1)]),
+            ], health: [.ejected]),
+        Case(
+            name: "a probe that fails ejects again for twice as long", endpoints: 1,
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 1), at: 10.5, [ejected(0, 20, 2)]),
+                .choose(at: 30.4, open(1)),
+                .choose(at: 30.5, attempt(0, probe: 2, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 2), at: 31, [ejected(0, 40, 3)]),
+            ], health: [.ejected]),
+        Case(
+            name: "a cancelled probe leaves the next request to probe at once", endpoints: 1,
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .report(.abandoned, ticket(0, probe: 1), at: 11, [.probeReleased(endpoint: 0)]),
+                .choose(at: 11, attempt(0, probe: 2, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 2), at: 12, [ejected(0, 20, 2)]),
+            ], health: [.ejected]),
+        Case(
+            name: "a probe that hangs past per_try fails when the permit expires", endpoints: 1,
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .choose(at: 14.999, open(1)),
+                .choose(at: 15, open(20, events: [ejected(0, 20, 2)])),
+                .report(.success, ticket(0, probe: 1), at: 16, []),
+            ], health: [.ejected]),
+        Case(
+            name: "an expired permit is reclaimed by any call",
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .report(.success, ticket(1), at: 15, [ejected(0, 20, 2)]),
+                .expire(at: 40, []),
+            ], health: [.ejected, .healthy]),
+        Case(
+            name: "expirePermits on its own",
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .expire(at: 14, []), .expire(at: 15, [ejected(0, 20, 2)]),
+            ], health: [.ejected, .healthy]),
+        Case(
+            name: "a report with a stale or foreign permit is ignored", endpoints: 1,
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .report(.success, ticket(0, probe: 7), at: 10, []),
+                .report(.failure, ticket(0), at: 10, []),
+                .report(.success, ticket(0, probe: 1), at: 10, [.restored(endpoint: 0)]),
+                .report(.failure, ticket(0, probe: 1), at: 10, []),
+            ], health: [.healthy]),
+        Case(
+            name: "an unknown endpoint index is ignored", endpoints: 1,
+            steps: [
+                .report(.failure, ticket(3), at: 0, []), .report(.failure, ticket(-1), at: 0, []),
+            ], health: [.healthy]),
+        Case(
+            name: "one endpoint probing, the other ejected: retry in a second",
+            steps: ejectFirst + [
+                .report(.failure, ticket(1), at: 1, []),
+                .report(.failure, ticket(1), at: 1, [ejected(1, 10, 1)]),
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .choose(at: 10, open(1)),
+                .choose(at: 11, attempt(1, probe: 2, events: [.probing(endpoint: 1)])),
+            ], health: [.probing, .probing]),
+        Case(
+            name: "doubling stops at 5 minutes", endpoints: 1,
+            steps: ejectFirst + [
+                .choose(at: 10, attempt(0, probe: 1, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 1), at: 10, [ejected(0, 20, 2)]),
+                .choose(at: 30, attempt(0, probe: 2, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 2), at: 30, [ejected(0, 40, 3)]),
+                .choose(at: 70, attempt(0, probe: 3, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 3), at: 70, [ejected(0, 80, 4)]),
+                .choose(at: 150, attempt(0, probe: 4, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 4), at: 150, [ejected(0, 160, 5)]),
+                .choose(at: 310, attempt(0, probe: 5, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 5), at: 310, [ejected(0, 300, 6)]),
+                .choose(at: 610, attempt(0, probe: 6, events: [.probing(endpoint: 0)])),
+                .report(.failure, ticket(0, probe: 6), at: 610, [ejected(0, 300, 7)]),
+            ], health: [.ejected]),
     ]
 
     @Test("each transition", arguments: cases)
@@ -230,7 +289,9 @@ struct EndpointSetTests {
             (1, .seconds(10)), (2, .seconds(20)), (3, .seconds(40)), (4, .seconds(80)), (5, .seconds(160)),
             (6, .seconds(300)), (7, .seconds(300)), (1000, .seconds(300)), (.max, .seconds(300)),
         ]
-        for (ejection, expected) in table { #expect(set.openFor(ejection: ejection) == expected, "ejection \(ejection)") }
+        for (ejection, expected) in table {
+            #expect(set.openFor(ejection: ejection) == expected, "ejection \(ejection)")
+        }
         let long = EndpointSet(endpointCount: 1, policy: EndpointPolicy(openFor: .seconds(200)))
         #expect([1, 2, 3].map { long.openFor(ejection: $0) } == [.seconds(200), .seconds(300), .seconds(300)])
     }
@@ -257,8 +318,11 @@ struct EndpointSetTests {
             timeouts: Timeouts(perTry: .seconds(4)))
         let set = EndpointSet(upstream: upstream)
         #expect(set.endpointCount == 2)
-        #expect(set.policy == EndpointPolicy(balance: .roundRobin, failures: 3, openFor: .seconds(7),
-                                             maxOpenFor: .seconds(300), maxInflight: 9, probeTimeout: .seconds(4)))
+        #expect(
+            set.policy
+                == EndpointPolicy(
+                    balance: .roundRobin, failures: 3, openFor: .seconds(7),
+                    maxOpenFor: .seconds(300), maxInflight: 9, probeTimeout: .seconds(4)))
     }
 
     @Test("next probe times and counters for the status page")

@@ -51,17 +51,26 @@ struct RequestFramingTests {
 @Suite("Response framing")
 struct ResponseFramingTests {
     @Test func bodylessResponses() {
-        #expect(ResponseFraming.decide(requestIsHEAD: true, status: 200, contentLength: 10, clientIsHTTP10: false) == .bodyless)
-        for status in [101, 103, 204, 304] {
-            #expect(ResponseFraming.decide(requestIsHEAD: false, status: status, contentLength: nil, clientIsHTTP10: false)
+        #expect(
+            ResponseFraming.decide(requestIsHEAD: true, status: 200, contentLength: 10, clientIsHTTP10: false)
                 == .bodyless)
+        for status in [101, 103, 204, 304] {
+            #expect(
+                ResponseFraming.decide(requestIsHEAD: false, status: status, contentLength: nil, clientIsHTTP10: false)
+                    == .bodyless)
         }
     }
 
     @Test func lengthThenChunkedThenClose() {
-        #expect(ResponseFraming.decide(requestIsHEAD: false, status: 200, contentLength: 0, clientIsHTTP10: true) == .contentLength(0))
-        #expect(ResponseFraming.decide(requestIsHEAD: false, status: 404, contentLength: 9, clientIsHTTP10: false) == .contentLength(9))
-        #expect(ResponseFraming.decide(requestIsHEAD: false, status: 200, contentLength: nil, clientIsHTTP10: false) == .chunked)
+        #expect(
+            ResponseFraming.decide(requestIsHEAD: false, status: 200, contentLength: 0, clientIsHTTP10: true)
+                == .contentLength(0))
+        #expect(
+            ResponseFraming.decide(requestIsHEAD: false, status: 404, contentLength: 9, clientIsHTTP10: false)
+                == .contentLength(9))
+        #expect(
+            ResponseFraming.decide(requestIsHEAD: false, status: 200, contentLength: nil, clientIsHTTP10: false)
+                == .chunked)
         let close = ResponseFraming.decide(requestIsHEAD: false, status: 200, contentLength: nil, clientIsHTTP10: true)
         #expect(close == .closeDelimited)
         #expect(close.endsConnection)
@@ -85,8 +94,10 @@ struct UpstreamHeadParserTests {
     private func fieldText(_ head: UpstreamResponseHead) -> String { String(decoding: head.fields, as: UTF8.self) }
 
     @Test func aPlainHead() throws {
-        let heads = parse(["HTTP/1.1 200 OK\r\n", "Content-Type: text/plain\r\n", "Content-Length: 5\r\n",
-                           "X-A:  spaced \t\r\n", "\r\n"])
+        let heads = parse([
+            "HTTP/1.1 200 OK\r\n", "Content-Type: text/plain\r\n", "Content-Length: 5\r\n",
+            "X-A:  spaced \t\r\n", "\r\n",
+        ])
         let head = try #require(heads.first)
         #expect(heads.count == 1)
         #expect(head.status == 200)
@@ -97,13 +108,14 @@ struct UpstreamHeadParserTests {
     }
 
     @Test func hopByHopFramingViaAndOwnFieldsAreTakenOut() throws {
-        let head = try #require(parse([
-            "HTTP/2 503\r\n", "Connection: keep-alive, X-Private\r\n", "Keep-Alive: timeout=5\r\n",
-            "Transfer-Encoding: chunked\r\n", "X-Private: secret\r\n", "Proxy-Authenticate: Basic\r\n",
-            "Upgrade: h2c\r\n", "TE: trailers\r\n", "Trailer: X\r\n", "Via: 1.1 edge\r\n", "via: 2 cdn\r\n",
-            "X-Backstop-Attempts: 9\r\n", "X-Backstop-Error: forged\r\n", "Retry-After: 7\r\n",
-            "X-RateLimit-Reset: 30\r\n", "Server: o\r\n", "\r\n",
-        ]).first)
+        let head = try #require(
+            parse([
+                "HTTP/2 503\r\n", "Connection: keep-alive, X-Private\r\n", "Keep-Alive: timeout=5\r\n",
+                "Transfer-Encoding: chunked\r\n", "X-Private: secret\r\n", "Proxy-Authenticate: Basic\r\n",
+                "Upgrade: h2c\r\n", "TE: trailers\r\n", "Trailer: X\r\n", "Via: 1.1 edge\r\n", "via: 2 cdn\r\n",
+                "X-Backstop-Attempts: 9\r\n", "X-Backstop-Error: forged\r\n", "Retry-After: 7\r\n",
+                "X-RateLimit-Reset: 30\r\n", "Server: o\r\n", "\r\n",
+            ]).first)
         #expect(head.status == 503)
         #expect(head.version == "2")
         #expect(head.via == "1.1 edge, 2 cdn")
@@ -127,8 +139,11 @@ struct UpstreamHeadParserTests {
     }
 
     @Test func obsFoldJoinsWithASpace() throws {
-        let head = try #require(parse(["HTTP/1.1 200 OK\r\n", "X-Long: a\r\n", "  b\r\n", "\tc\r\n", "Via: 1.1 a\r\n",
-                                       " (comment)\r\n", "\r\n"]).first)
+        let head = try #require(
+            parse([
+                "HTTP/1.1 200 OK\r\n", "X-Long: a\r\n", "  b\r\n", "\tc\r\n", "Via: 1.1 a\r\n",
+                " (comment)\r\n", "\r\n",
+            ]).first)
         #expect(fieldText(head) == "X-Long: a b c\r\n")
         #expect(head.via == "1.1 a (comment)")
     }
@@ -153,42 +168,47 @@ struct UpstreamHeadParserTests {
         #expect(head.contentLength == nil)
     }
 
-    @Test("framing two parsers could read differently is flagged, never silently resolved", arguments: [
-        (["Content-Length: 5", "Transfer-Encoding: chunked"], "both Content-Length and Transfer-Encoding"),
-        (["Transfer-Encoding: chunked", "Content-Length: 5"], "both Content-Length and Transfer-Encoding"),
-        (["Content-Length: 5", "Content-Length: 82"], "differing Content-Length values"),
-        (["Content-Length: 5, 82"], "differing Content-Length values"),
-        (["Content-Length: 5,"], "malformed Content-Length"),
-        (["Content-Length: -5"], "malformed Content-Length"),
-        (["Content-Length: abc"], "malformed Content-Length"),
-        (["Content-Length: "], "malformed Content-Length"),
-        (["Content-Length: 99999999999999999999"], "malformed Content-Length"),
-        (["Content-Length: 5\u{1}"], "malformed Content-Length"),
-        (["Content-Length: 5", " 82"], "malformed Content-Length"),
-        (["Transfer-Encoding: gzip, chunked"], "unsupported Transfer-Encoding"),
-        (["Transfer-Encoding: chunked", "Transfer-Encoding: chunked"], "unsupported Transfer-Encoding"),
-        (["Transfer-Encoding: chunked,"], "unsupported Transfer-Encoding"),
-        (["Transfer-Encoding: identity"], "unsupported Transfer-Encoding"),
-    ])
+    @Test(
+        "framing two parsers could read differently is flagged, never silently resolved",
+        arguments: [
+            (["Content-Length: 5", "Transfer-Encoding: chunked"], "both Content-Length and Transfer-Encoding"),
+            (["Transfer-Encoding: chunked", "Content-Length: 5"], "both Content-Length and Transfer-Encoding"),
+            (["Content-Length: 5", "Content-Length: 82"], "differing Content-Length values"),
+            (["Content-Length: 5, 82"], "differing Content-Length values"),
+            (["Content-Length: 5,"], "malformed Content-Length"),
+            (["Content-Length: -5"], "malformed Content-Length"),
+            (["Content-Length: abc"], "malformed Content-Length"),
+            (["Content-Length: "], "malformed Content-Length"),
+            (["Content-Length: 99999999999999999999"], "malformed Content-Length"),
+            (["Content-Length: 5\u{1}"], "malformed Content-Length"),
+            (["Content-Length: 5", " 82"], "malformed Content-Length"),
+            (["Transfer-Encoding: gzip, chunked"], "unsupported Transfer-Encoding"),
+            (["Transfer-Encoding: chunked", "Transfer-Encoding: chunked"], "unsupported Transfer-Encoding"),
+            (["Transfer-Encoding: chunked,"], "unsupported Transfer-Encoding"),
+            (["Transfer-Encoding: identity"], "unsupported Transfer-Encoding"),
+        ])
     func untrustworthyFraming(lines: [String], problem: String) throws {
         let head = try #require(parse(["HTTP/1.1 200 OK\r\n"] + lines.map { $0 + "\r\n" } + ["\r\n"]).first)
         #expect(head.framingProblem == problem)
     }
 
-    @Test("sound framing is not flagged", arguments: [
-        [], ["Content-Length: 5"], ["Content-Length: 5, 5"], ["Content-Length: 5", "content-length: 5"],
-        ["Transfer-Encoding: chunked"], ["Transfer-Encoding:  Chunked "],
-    ])
+    @Test(
+        "sound framing is not flagged",
+        arguments: [
+            [], ["Content-Length: 5"], ["Content-Length: 5, 5"], ["Content-Length: 5", "content-length: 5"],
+            ["Transfer-Encoding: chunked"], ["Transfer-Encoding:  Chunked "],
+        ])
     func soundFraming(lines: [String]) throws {
         let head = try #require(parse(["HTTP/1.1 200 OK\r\n"] + lines.map { $0 + "\r\n" } + ["\r\n"]).first)
         #expect(head.framingProblem == nil)
     }
 
     @Test func anInterimHeadsFramingDoesNotCarryOver() throws {
-        let head = try #require(parse([
-            "HTTP/1.1 100 Continue\r\n", "Content-Length: 9\r\n", "\r\n", "HTTP/1.1 200 OK\r\n",
-            "Transfer-Encoding: chunked\r\n", "\r\n",
-        ]).first)
+        let head = try #require(
+            parse([
+                "HTTP/1.1 100 Continue\r\n", "Content-Length: 9\r\n", "\r\n", "HTTP/1.1 200 OK\r\n",
+                "Transfer-Encoding: chunked\r\n", "\r\n",
+            ]).first)
         #expect(head.framingProblem == nil)
     }
 

@@ -1,5 +1,6 @@
-@testable import BackstopCore
 import Testing
+
+@testable import BackstopCore
 
 /// `HeadLatencyWindow` with exact times: the buckets, the nearest-rank 95th percentile, the one-minute window and
 /// the hedge delay derived from it.
@@ -62,10 +63,12 @@ struct HeadLatencyWindowTests {
         #expect(window.hedgeDelay(.p95, now: .seconds(1000)) == .microseconds(114_688))
     }
 
-    @Test("nearest rank: the 95th of 100 samples decides", arguments: [
-        (95, 5, Duration.microseconds(10_240)), (94, 6, Duration.microseconds(1_048_576)),
-        (19, 1, Duration.microseconds(10_240)), (18, 2, Duration.microseconds(1_048_576)),
-    ])
+    @Test(
+        "nearest rank: the 95th of 100 samples decides",
+        arguments: [
+            (95, 5, Duration.microseconds(10_240)), (94, 6, Duration.microseconds(1_048_576)),
+            (19, 1, Duration.microseconds(10_240)), (18, 2, Duration.microseconds(1_048_576)),
+        ])
     func nearestRank(fast: Int, slow: Int, expected: Duration) {
         var window = Self.window([(.milliseconds(10), fast), (.seconds(1), slow)])
         #expect(window.p95(now: .seconds(1000)) == expected)

@@ -72,143 +72,160 @@ struct NetlinkChangeDecoderTests {
     @Test("a link that comes up is a change once; staying up, going down and statistics are not")
     func linkTransitions() {
         let upRunning = NL.up | NL.running
-        #expect(Self.changes([
-            NL.link(3, flags: NL.up, name: "eth0"),  // up, no carrier yet
-            NL.link(3, flags: upRunning),  // carrier: the kernel sends ifi_change 0 for it
-            NL.link(3, flags: upRunning),  // a statistics or attribute update
-            NL.link(3, flags: 0),  // down
-            NL.link(3, flags: upRunning, name: "eth1"),  // up again, renamed
-        ]) == [[], [.linkUp(index: 3, name: "eth0")], [], [], [.linkUp(index: 3, name: "eth1")]])
+        #expect(
+            Self.changes([
+                NL.link(3, flags: NL.up, name: "eth0"),  // up, no carrier yet
+                NL.link(3, flags: upRunning),  // carrier: the kernel sends ifi_change 0 for it
+                NL.link(3, flags: upRunning),  // a statistics or attribute update
+                NL.link(3, flags: 0),  // down
+                NL.link(3, flags: upRunning, name: "eth1"),  // up again, renamed
+            ]) == [[], [.linkUp(index: 3, name: "eth0")], [], [], [.linkUp(index: 3, name: "eth1")]])
     }
 
     @Test("an unknown link already usable counts; loopback never does")
     func unknownAndLoopback() {
-        #expect(Self.changes([
-            NL.link(7, flags: NL.up | NL.running, name: "wg0"),
-            NL.link(1, flags: NL.up | NL.running | NL.loopback, name: "lo"),
-        ]) == [[.linkUp(index: 7, name: "wg0")], []])
+        #expect(
+            Self.changes([
+                NL.link(7, flags: NL.up | NL.running, name: "wg0"),
+                NL.link(1, flags: NL.up | NL.running | NL.loopback, name: "lo"),
+            ]) == [[.linkUp(index: 7, name: "wg0")], []])
     }
 
     @Test("dump replies teach the state without reporting it")
     func dumpSeeds() {
         var decoder = NetlinkChangeDecoder()
-        let dump = NL.link(2, flags: NL.up | NL.running, name: "eth0", dump: true)
+        let dump =
+            NL.link(2, flags: NL.up | NL.running, name: "eth0", dump: true)
             + NL.address(2, [10, 0, 0, 2], prefix: 24, dump: true) + NL.message(3, Array(repeating: 0, count: 4))
         let result = decoder.decode(dump)
         #expect(result == NetlinkDecodeResult(changes: [], dumpDone: true))
         #expect(decoder.usableLinks == 1)
         // The same link and address announced again: nothing new.
-        #expect(Self.changes([NL.link(2, flags: NL.up | NL.running), NL.address(2, [10, 0, 0, 2], prefix: 24)],
-                             decoder: &decoder) == [[], []])
+        #expect(
+            Self.changes(
+                [NL.link(2, flags: NL.up | NL.running), NL.address(2, [10, 0, 0, 2], prefix: 24)],
+                decoder: &decoder) == [[], []])
     }
 
     @Test("bridge port announcements (AF_BRIDGE) are not the link's own")
     func bridgeFamily() {
         var decoder = NetlinkChangeDecoder()
-        #expect(Self.changes([
-            NL.link(4, flags: NL.up | NL.running, name: "veth0", family: 7),
-            NL.link(4, flags: NL.up | NL.running, name: "veth0", family: 7, type: 17),
-        ], decoder: &decoder) == [[], []])
+        #expect(
+            Self.changes(
+                [
+                    NL.link(4, flags: NL.up | NL.running, name: "veth0", family: 7),
+                    NL.link(4, flags: NL.up | NL.running, name: "veth0", family: 7, type: 17),
+                ], decoder: &decoder) == [[], []])
         #expect(decoder.usableLinks == 0)
     }
 
     @Test("a deleted link is forgotten, with its addresses")
     func deletedLink() {
-        #expect(Self.changes([
-            NL.link(5, flags: NL.up | NL.running, name: "usb0"),
-            NL.address(5, [192, 168, 1, 9], prefix: 24),
-            NL.link(5, flags: 0, type: 17),
-            NL.link(5, flags: NL.up | NL.running),
-            NL.address(5, [192, 168, 1, 9], prefix: 24),
-        ]) == [
-            [.linkUp(index: 5, name: "usb0")], [.addressAdded(Self.cidr([192, 168, 1, 9], 24), index: 5)], [],
-            [.linkUp(index: 5, name: "")], [.addressAdded(Self.cidr([192, 168, 1, 9], 24), index: 5)],
-        ])
+        #expect(
+            Self.changes([
+                NL.link(5, flags: NL.up | NL.running, name: "usb0"),
+                NL.address(5, [192, 168, 1, 9], prefix: 24),
+                NL.link(5, flags: 0, type: 17),
+                NL.link(5, flags: NL.up | NL.running),
+                NL.address(5, [192, 168, 1, 9], prefix: 24),
+            ]) == [
+                [.linkUp(index: 5, name: "usb0")], [.addressAdded(Self.cidr([192, 168, 1, 9], 24), index: 5)], [],
+                [.linkUp(index: 5, name: "")], [.addressAdded(Self.cidr([192, 168, 1, 9], 24), index: 5)],
+            ])
     }
 
     @Test("addresses: new ones count, refreshes do not, removal makes the next one new")
     func addresses() {
         let a = Self.cidr([10, 1, 2, 3], 16)
-        #expect(Self.changes([
-            NL.address(2, [10, 1, 2, 3], prefix: 16),
-            NL.address(2, [10, 1, 2, 3], prefix: 16),  // lifetime refresh
-            NL.address(3, [10, 1, 2, 3], prefix: 16),  // same address on another link
-            NL.address(2, [10, 1, 2, 3], prefix: 24),  // another prefix length
-            NL.address(2, [10, 1, 2, 3], prefix: 16, type: 21),
-            NL.address(2, [10, 1, 2, 3], prefix: 16),
-        ]) == [
-            [.addressAdded(a, index: 2)], [], [.addressAdded(a, index: 3)],
-            [.addressAdded(Self.cidr([10, 1, 2, 3], 24), index: 2)], [], [.addressAdded(a, index: 2)],
-        ])
+        #expect(
+            Self.changes([
+                NL.address(2, [10, 1, 2, 3], prefix: 16),
+                NL.address(2, [10, 1, 2, 3], prefix: 16),  // lifetime refresh
+                NL.address(3, [10, 1, 2, 3], prefix: 16),  // same address on another link
+                NL.address(2, [10, 1, 2, 3], prefix: 24),  // another prefix length
+                NL.address(2, [10, 1, 2, 3], prefix: 16, type: 21),
+                NL.address(2, [10, 1, 2, 3], prefix: 16),
+            ]) == [
+                [.addressAdded(a, index: 2)], [], [.addressAdded(a, index: 3)],
+                [.addressAdded(Self.cidr([10, 1, 2, 3], 24), index: 2)], [], [.addressAdded(a, index: 2)],
+            ])
     }
 
     @Test("an IPv6 address counts once duplicate address detection is over")
     func tentative() {
-        #expect(Self.changes([
-            NL.address(2, Self.v6, prefix: 64, flags: 0x40),
-            NL.address(2, Self.v6, prefix: 64, flags: 0x00),
-            NL.address(2, Self.v6, prefix: 64, flags: 0x00),
-        ]) == [[], [.addressAdded(Self.cidr(Self.v6, 64), index: 2)], []])
+        #expect(
+            Self.changes([
+                NL.address(2, Self.v6, prefix: 64, flags: 0x40),
+                NL.address(2, Self.v6, prefix: 64, flags: 0x00),
+                NL.address(2, Self.v6, prefix: 64, flags: 0x00),
+            ]) == [[], [.addressAdded(Self.cidr(Self.v6, 64), index: 2)], []])
         // IFA_FLAGS (32 bits) is what counts when present; a failed detection never counts.
-        #expect(Self.changes([
-            NL.address(2, Self.v6, prefix: 64, flags: 0, extendedFlags: 0x40),
-            NL.address(2, Self.v6, prefix: 64, flags: 0x40, extendedFlags: 0x100),
-            NL.address(3, Self.v6, prefix: 64, flags: 0x08),
-        ]) == [[], [.addressAdded(Self.cidr(Self.v6, 64), index: 2)], []])
+        #expect(
+            Self.changes([
+                NL.address(2, Self.v6, prefix: 64, flags: 0, extendedFlags: 0x40),
+                NL.address(2, Self.v6, prefix: 64, flags: 0x40, extendedFlags: 0x100),
+                NL.address(3, Self.v6, prefix: 64, flags: 0x08),
+            ]) == [[], [.addressAdded(Self.cidr(Self.v6, 64), index: 2)], []])
     }
 
     @Test("host-scoped addresses, other families and cut attributes are not changes")
     func unusableAddresses() {
         var decoder = NetlinkChangeDecoder()
-        #expect(Self.changes([
-            NL.address(1, [127, 0, 0, 1], prefix: 8, scope: 254),
-            NL.address(9, [8], prefix: 8, family: 45),  // AF_MCTP: one-byte addresses
-        ], decoder: &decoder) == [[], []])
+        #expect(
+            Self.changes(
+                [
+                    NL.address(1, [127, 0, 0, 1], prefix: 8, scope: 254),
+                    NL.address(9, [8], prefix: 8, family: 45),  // AF_MCTP: one-byte addresses
+                ], decoder: &decoder) == [[], []])
         let short = decoder.decode(NL.address(2, [10, 0], prefix: 8, family: 2))
         #expect(short == NetlinkDecodeResult(malformed: true))
     }
 
     @Test("a point-to-point address is told apart by its peer")
     func pointToPoint() {
-        #expect(Self.changes([
-            NL.address(6, [10, 8, 0, 1], prefix: 32, peer: [10, 8, 0, 2]),
-            NL.address(6, [10, 8, 0, 1], prefix: 32, peer: [10, 8, 0, 3]),
-            NL.address(6, [10, 8, 0, 1], prefix: 32, peer: [10, 8, 0, 2]),
-        ]) == [
-            [.addressAdded(Self.cidr([10, 8, 0, 1], 32), index: 6)],
-            [.addressAdded(Self.cidr([10, 8, 0, 1], 32), index: 6)], [],
-        ])
+        #expect(
+            Self.changes([
+                NL.address(6, [10, 8, 0, 1], prefix: 32, peer: [10, 8, 0, 2]),
+                NL.address(6, [10, 8, 0, 1], prefix: 32, peer: [10, 8, 0, 3]),
+                NL.address(6, [10, 8, 0, 1], prefix: 32, peer: [10, 8, 0, 2]),
+            ]) == [
+                [.addressAdded(Self.cidr([10, 8, 0, 1], 32), index: 6)],
+                [.addressAdded(Self.cidr([10, 8, 0, 1], 32), index: 6)], [],
+            ])
     }
 
     @Test("unicast routes added count every time; others do not")
     func routes() {
-        #expect(Self.changes([
-            NL.route(interface: 2),  // default route, no RTA_DST
-            NL.route(family: 10, destination: Self.v6, length: 32),
-            NL.route(interface: 2),  // announced again: routes are not remembered
-            NL.route(destination: [10, 0, 0, 0], length: 8, flags: 0x200),  // cloned (cache)
-            NL.route(destination: [10, 0, 0, 1], length: 32, type: 2),  // RTN_LOCAL
-            NL.route(family: 10, destination: [0xff] + Array(repeating: 0, count: 15), length: 8, type: 5),
-            NL.route(destination: [10, 0, 0, 0], length: 8, messageType: 25),  // removed
-            NL.route(destination: [10, 0, 0, 0], length: 8, dump: true),
-            NL.route(family: 7, destination: [1, 2, 3, 4], length: 8),
-            NL.route(destination: [10, 9, 0, 0], length: 99),  // length clamped to the family's width
-        ]) == [
-            [.routeAdded(Self.cidr([0, 0, 0, 0], 0), index: 2)], [.routeAdded(Self.cidr(Self.v6, 32), index: nil)],
-            [.routeAdded(Self.cidr([0, 0, 0, 0], 0), index: 2)], [], [], [], [], [], [],
-            [.routeAdded(Self.cidr([10, 9, 0, 0], 32), index: nil)],
-        ])
+        #expect(
+            Self.changes([
+                NL.route(interface: 2),  // default route, no RTA_DST
+                NL.route(family: 10, destination: Self.v6, length: 32),
+                NL.route(interface: 2),  // announced again: routes are not remembered
+                NL.route(destination: [10, 0, 0, 0], length: 8, flags: 0x200),  // cloned (cache)
+                NL.route(destination: [10, 0, 0, 1], length: 32, type: 2),  // RTN_LOCAL
+                NL.route(family: 10, destination: [0xff] + Array(repeating: 0, count: 15), length: 8, type: 5),
+                NL.route(destination: [10, 0, 0, 0], length: 8, messageType: 25),  // removed
+                NL.route(destination: [10, 0, 0, 0], length: 8, dump: true),
+                NL.route(family: 7, destination: [1, 2, 3, 4], length: 8),
+                NL.route(destination: [10, 9, 0, 0], length: 99),  // length clamped to the family's width
+            ]) == [
+                [.routeAdded(Self.cidr([0, 0, 0, 0], 0), index: 2)], [.routeAdded(Self.cidr(Self.v6, 32), index: nil)],
+                [.routeAdded(Self.cidr([0, 0, 0, 0], 0), index: 2)], [], [], [], [], [], [],
+                [.routeAdded(Self.cidr([10, 9, 0, 0], 32), index: nil)],
+            ])
     }
 
     @Test("several messages in one datagram, in order")
     func batched() {
         var decoder = NetlinkChangeDecoder()
-        let datagram = NL.link(2, flags: NL.up | NL.running, name: "eth0") + NL.address(2, [10, 0, 0, 2], prefix: 24)
+        let datagram =
+            NL.link(2, flags: NL.up | NL.running, name: "eth0") + NL.address(2, [10, 0, 0, 2], prefix: 24)
             + NL.route(destination: [10, 0, 0, 0], length: 24, interface: 2)
-        #expect(decoder.decode(datagram).changes == [
-            .linkUp(index: 2, name: "eth0"), .addressAdded(Self.cidr([10, 0, 0, 2], 24), index: 2),
-            .routeAdded(Self.cidr([10, 0, 0, 0], 24), index: 2),
-        ])
+        #expect(
+            decoder.decode(datagram).changes == [
+                .linkUp(index: 2, name: "eth0"), .addressAdded(Self.cidr([10, 0, 0, 2], 24), index: 2),
+                .routeAdded(Self.cidr([10, 0, 0, 0], 24), index: 2),
+            ])
     }
 
     @Test("control messages: done, errors, acknowledgements, overrun")
@@ -262,9 +279,10 @@ struct NetlinkChangeDecoderTests {
 
     @Test("a dump request is a header and an AF_UNSPEC rtgenmsg")
     func dumpRequest() {
-        #expect(Netlink.dumpRequest(type: Netlink.getLink, sequence: 1)
-            == NL.bytes(UInt32(20)) + NL.bytes(UInt16(18)) + NL.bytes(UInt16(0x301)) + NL.bytes(UInt32(1))
-            + NL.bytes(UInt32(0)) + [0, 0, 0, 0])
+        #expect(
+            Netlink.dumpRequest(type: Netlink.getLink, sequence: 1)
+                == NL.bytes(UInt32(20)) + NL.bytes(UInt16(18)) + NL.bytes(UInt16(0x301)) + NL.bytes(UInt32(1))
+                + NL.bytes(UInt32(0)) + [0, 0, 0, 0])
         #expect(Netlink.changeGroups == 0x551)
     }
 
@@ -272,10 +290,15 @@ struct NetlinkChangeDecoderTests {
     func descriptions() {
         #expect(NetworkChange.linkUp(index: 3, name: "eth0").description == "link 3 (eth0) up")
         #expect(NetworkChange.linkUp(index: 3, name: "").description == "link 3 up")
-        #expect(NetworkChange.addressAdded(Self.cidr([10, 0, 0, 2], 24), index: 3).description
-            == "address 10.0.0.2/24 added on link 3")
-        #expect(NetworkChange.routeAdded(Self.cidr([0, 0, 0, 0], 0), index: 2).description == "route 0.0.0.0/0 added on link 2")
-        #expect(NetworkChange.routeAdded(Self.cidr(Self.v6, 32), index: nil).description == "route 2001:db8:0:0:0:0:0:1/32 added")
+        #expect(
+            NetworkChange.addressAdded(Self.cidr([10, 0, 0, 2], 24), index: 3).description
+                == "address 10.0.0.2/24 added on link 3")
+        #expect(
+            NetworkChange.routeAdded(Self.cidr([0, 0, 0, 0], 0), index: 2).description
+                == "route 0.0.0.0/0 added on link 2")
+        #expect(
+            NetworkChange.routeAdded(Self.cidr(Self.v6, 32), index: nil).description
+                == "route 2001:db8:0:0:0:0:0:1/32 added")
         #expect(NetworkChange.eventsLost.description == "netlink notifications lost")
     }
 }

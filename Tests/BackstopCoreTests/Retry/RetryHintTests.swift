@@ -293,16 +293,19 @@ struct RetryHintPrecedenceTests {
         #expect(RetryHint.parse(retryAfter: "5", rateLimitReset: "30", nowWall: now2023) == .wait(.seconds(5)))
         #expect(RetryHint.parse(retryAfter: "0", rateLimitReset: "30", nowWall: now2023) == .wait(.zero))
         // A past date is a usable hint (zero), so it still wins; an absurd one is no hint and falls through.
-        #expect(RetryHint.parse(retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT", rateLimitReset: "30", nowWall: now2023)
-            == .wait(.zero))
-        #expect(RetryHint.parse(retryAfter: "9999999999", rateLimitReset: "30", nowWall: now2023) == .wait(.seconds(30)))
+        #expect(
+            RetryHint.parse(retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT", rateLimitReset: "30", nowWall: now2023)
+                == .wait(.zero))
+        #expect(
+            RetryHint.parse(retryAfter: "9999999999", rateLimitReset: "30", nowWall: now2023) == .wait(.seconds(30)))
     }
 
     @Test(arguments: ["abc", "", "-1", "1.5", "Sun, 06 Nov 1994 25:00:00 GMT"])
     func unusableRetryAfterFallsThroughToRateLimitReset(retryAfter: String) {
         #expect(RetryHint.parse(retryAfter: retryAfter, rateLimitReset: "30", nowWall: now2023) == .wait(.seconds(30)))
-        #expect(RetryHint.parse(retryAfter: retryAfter, rateLimitReset: "1700000012", nowWall: now2023)
-            == .wait(.seconds(12)))
+        #expect(
+            RetryHint.parse(retryAfter: retryAfter, rateLimitReset: "1700000012", nowWall: now2023)
+                == .wait(.seconds(12)))
         #expect(RetryHint.parse(retryAfter: retryAfter, rateLimitReset: nil, nowWall: now2023) == .none)
         #expect(RetryHint.parse(retryAfter: retryAfter, rateLimitReset: "-3", nowWall: now2023) == .none)
     }

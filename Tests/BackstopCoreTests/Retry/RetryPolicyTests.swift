@@ -92,8 +92,9 @@ struct RetryPolicyTests {
     @Test func theConditionCheckComesFirst() {
         // Attempts exhausted, POST, unreplayable body: still "not retryable" for a 500.
         let p = policy(attempts: 1)
-        #expect(decide(p, attempt: 5, status(500), request("POST", replayable: false))
-            == .giveUp(.notRetryableCondition))
+        #expect(
+            decide(p, attempt: 5, status(500), request("POST", replayable: false))
+                == .giveUp(.notRetryableCondition))
     }
 
     // MARK: attempts
@@ -119,7 +120,8 @@ struct RetryPolicyTests {
     func idempotentMethodsAreRetriedOnEveryCondition(method: String) {
         for outcome in [AttemptOutcome.connectFailure, .reset, .timeout, status(503)] {
             #expect(decide(policy(), outcome, request(method)) != .giveUp(.methodNotRetryable), "\(method)")
-            if case .retry = decide(policy(), outcome, request(method)) {} else {
+            if case .retry = decide(policy(), outcome, request(method)) {
+            } else {
                 Issue.record("\(method) \(outcome) not retried")
             }
         }
@@ -135,7 +137,8 @@ struct RetryPolicyTests {
     @Test(arguments: ["POST", "PATCH"])
     func nonIdempotentMethodsWithTheKeyHeaderAreRetried(method: String) {
         for outcome in [AttemptOutcome.reset, .timeout, status(503)] {
-            if case .retry = decide(policy(), outcome, request(method, key: true)) {} else {
+            if case .retry = decide(policy(), outcome, request(method, key: true)) {
+            } else {
                 Issue.record("\(method) with key, \(outcome) not retried")
             }
         }
@@ -150,12 +153,15 @@ struct RetryPolicyTests {
 
     @Test(arguments: ["POST", "PATCH"])
     func aConnectFailureIsRetriedForEveryMethod(method: String) {
-        #expect(decide(policy(), .connectFailure, request(method))
-            == .retry(after: .seconds(1), reason: .connectFailure))
-        #expect(decide(policy(key: nil), .connectFailure, request(method))
-            == .retry(after: .seconds(1), reason: .connectFailure))
-        #expect(decide(policy(methods: []), .connectFailure, request(method))
-            == .retry(after: .seconds(1), reason: .connectFailure))
+        #expect(
+            decide(policy(), .connectFailure, request(method))
+                == .retry(after: .seconds(1), reason: .connectFailure))
+        #expect(
+            decide(policy(key: nil), .connectFailure, request(method))
+                == .retry(after: .seconds(1), reason: .connectFailure))
+        #expect(
+            decide(policy(methods: []), .connectFailure, request(method))
+                == .retry(after: .seconds(1), reason: .connectFailure))
     }
 
     @Test func theMethodsListIsConfigurable() {
@@ -176,8 +182,9 @@ struct RetryPolicyTests {
     @Test func anUnreplayableBodyIsNeverRetried() {
         for outcome in [AttemptOutcome.connectFailure, .reset, .timeout, status(503)] {
             #expect(decide(policy(), outcome, request("PUT", replayable: false)) == .giveUp(.bodyNotReplayable))
-            #expect(decide(policy(), outcome, request("POST", key: true, replayable: false))
-                == .giveUp(.bodyNotReplayable))
+            #expect(
+                decide(policy(), outcome, request("POST", key: true, replayable: false))
+                    == .giveUp(.bodyNotReplayable))
         }
         #expect(decide(policy(), .connectFailure, request("POST", replayable: false)) == .giveUp(.bodyNotReplayable))
     }
@@ -187,8 +194,9 @@ struct RetryPolicyTests {
     @Test func theBackoffUsesTheAttemptNumberAsTheRetryNumber() {
         let p = policy(
             attempts: 10,
-            backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), multiplier: 2,
-                                   jitter: .none),
+            backoff: BackoffConfig(
+                strategy: .exponential, base: .seconds(1), max: .seconds(10), multiplier: 2,
+                jitter: .none),
             total: .seconds(100))
         let waits = (1...6).map { decide(p, attempt: $0, status(503)) }
         #expect(waits == [1, 2, 4, 8, 10, 10].map { RetryDecision.retry(after: .seconds($0), reason: .status(503)) })
@@ -204,8 +212,9 @@ struct RetryPolicyTests {
         let p = policy(backoff: BackoffConfig(strategy: .decorrelated, base: .seconds(1), max: .seconds(20)))
         #expect(decide(p, status(503)) == .retry(after: .seconds(2), reason: .status(503)))
         // previous 4 s → uniform [1, 12], half → 6.5 s.
-        #expect(decide(p, attempt: 2, status(503), previousDelay: .seconds(4))
-            == .retry(after: .milliseconds(6500), reason: .status(503)))
+        #expect(
+            decide(p, attempt: 2, status(503), previousDelay: .seconds(4))
+                == .retry(after: .milliseconds(6500), reason: .status(503)))
     }
 
     @Test func retryAfterReplacesTheBackoff() {
@@ -220,18 +229,21 @@ struct RetryPolicyTests {
     @Test func anHTTPDateHintUsesTheWallClock() {
         let p = policy()
         let date = "Sun, 06 Nov 1994 08:49:37 GMT"
-        #expect(decide(p, status(503, retryAfter: date), nowWall: 784_111_777 - 20)
-            == .retry(after: .seconds(20), reason: .status(503)))
-        #expect(decide(p, status(503, retryAfter: date), nowWall: wallNow)
-            == .retry(after: .zero, reason: .status(503)))
+        #expect(
+            decide(p, status(503, retryAfter: date), nowWall: 784_111_777 - 20)
+                == .retry(after: .seconds(20), reason: .status(503)))
+        #expect(
+            decide(p, status(503, retryAfter: date), nowWall: wallNow)
+                == .retry(after: .zero, reason: .status(503)))
     }
 
     @Test(arguments: ["abc", "-1", "+1", "1.5", "5.5", "", "  ", "\u{B2}", "Sun, 06 Nov 1994 25:00:00 GMT"])
     func anUnusableRetryAfterFallsBackToTheRateLimitResetOrTheBackoff(value: String) {
         let p = policy()
         #expect(decide(p, status(503, retryAfter: value)) == .retry(after: .seconds(1), reason: .status(503)))
-        #expect(decide(p, status(503, retryAfter: value, reset: "4"))
-            == .retry(after: .seconds(4), reason: .status(503)))
+        #expect(
+            decide(p, status(503, retryAfter: value, reset: "4"))
+                == .retry(after: .seconds(4), reason: .status(503)))
     }
 
     @Test(arguments: ["abc", "-1", "", "1e3", ".5", "-1700000030"])
@@ -245,8 +257,9 @@ struct RetryPolicyTests {
         #expect(decide(p, status(503, retryAfter: "61")) == .giveUp(.retryAfterTooLong))
         #expect(decide(p, status(429, reset: "60.5")) == .giveUp(.retryAfterTooLong))
         #expect(decide(p, status(429, reset: "1700003600")) == .giveUp(.retryAfterTooLong))
-        #expect(decide(p, status(503, retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT"), nowWall: 784_111_777 - 3600)
-            == .giveUp(.retryAfterTooLong))
+        #expect(
+            decide(p, status(503, retryAfter: "Sun, 06 Nov 1994 08:49:37 GMT"), nowWall: 784_111_777 - 3600)
+                == .giveUp(.retryAfterTooLong))
     }
 
     @Test(arguments: [
@@ -262,8 +275,9 @@ struct RetryPolicyTests {
     func absurdHintsCountAsNoHintAndTheBackoffApplies(outcome: AttemptOutcome) {
         // docs/reference/behaviour.md: `9999999999` and friends count as "no hint": the constant 1 s backoff, never an overflow.
         #expect(decide(policy(), outcome) == .retry(after: .seconds(1), reason: outcome.condition))
-        #expect(decide(policy(retryAfterMax: .seconds(86400 * 365), total: .seconds(86400 * 365)), outcome)
-            == .retry(after: .seconds(1), reason: outcome.condition))
+        #expect(
+            decide(policy(retryAfterMax: .seconds(86400 * 365), total: .seconds(86400 * 365)), outcome)
+                == .retry(after: .seconds(1), reason: outcome.condition))
     }
 
     @Test(arguments: [
@@ -290,13 +304,15 @@ struct RetryPolicyTests {
     @Test func theWaitMustEndBeforeTheTotalTimeout() {
         let p = policy(total: .seconds(30))
         #expect(decide(p, status(503), elapsed: .seconds(28)) == .retry(after: .seconds(1), reason: .status(503)))
-        #expect(decide(p, status(503), elapsed: .milliseconds(28_999))
-            == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(
+            decide(p, status(503), elapsed: .milliseconds(28_999))
+                == .retry(after: .seconds(1), reason: .status(503)))
         #expect(decide(p, status(503), elapsed: .seconds(29)) == .giveUp(.deadlineExceeded))
         #expect(decide(p, .connectFailure, elapsed: .seconds(45)) == .giveUp(.deadlineExceeded))
         #expect(decide(p, status(503, retryAfter: "30")) == .giveUp(.deadlineExceeded))
-        #expect(decide(p, status(503, retryAfter: "29"), elapsed: .milliseconds(999))
-            == .retry(after: .seconds(29), reason: .status(503)))
+        #expect(
+            decide(p, status(503, retryAfter: "29"), elapsed: .milliseconds(999))
+                == .retry(after: .seconds(29), reason: .status(503)))
         #expect(decide(p, status(503, retryAfter: "29"), elapsed: .seconds(1)) == .giveUp(.deadlineExceeded))
     }
 
@@ -311,13 +327,15 @@ struct RetryPolicyTests {
         // 0.1 per second → one retry per 10 s window.
         var budget = RetryBudget(BudgetConfig(ratio: 0, minPerSecond: 0.1))
         let p = policy()
-        #expect(decide(p, status(503), now: .seconds(50), budget: &budget)
-            == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(
+            decide(p, status(503), now: .seconds(50), budget: &budget)
+                == .retry(after: .seconds(1), reason: .status(503)))
         #expect(decide(p, status(503), now: .seconds(50), budget: &budget) == .giveUp(.budgetExhausted))
         #expect(decide(p, .connectFailure, now: .milliseconds(59_999), budget: &budget) == .giveUp(.budgetExhausted))
         // Ten seconds on, the retry taken at 50 s has left the window.
-        #expect(decide(p, .connectFailure, now: .seconds(60), budget: &budget)
-            == .retry(after: .seconds(1), reason: .connectFailure))
+        #expect(
+            decide(p, .connectFailure, now: .seconds(60), budget: &budget)
+                == .retry(after: .seconds(1), reason: .connectFailure))
     }
 
     @Test func aBudgetWithNoRoomRefusesEveryOtherwiseValidRetry() {
@@ -334,8 +352,9 @@ struct RetryPolicyTests {
         #expect(decide(p, status(500), now: now, budget: &budget) == .giveUp(.notRetryableCondition))
         #expect(decide(p, attempt: 3, status(503), now: now, budget: &budget) == .giveUp(.attemptsExhausted))
         #expect(decide(p, .reset, request("POST"), now: now, budget: &budget) == .giveUp(.methodNotRetryable))
-        #expect(decide(p, .reset, request("PUT", replayable: false), now: now, budget: &budget)
-            == .giveUp(.bodyNotReplayable))
+        #expect(
+            decide(p, .reset, request("PUT", replayable: false), now: now, budget: &budget)
+                == .giveUp(.bodyNotReplayable))
         #expect(decide(p, status(429, retryAfter: "11"), now: now, budget: &budget) == .giveUp(.retryAfterTooLong))
         #expect(decide(p, status(503), elapsed: .seconds(29), now: now, budget: &budget) == .giveUp(.deadlineExceeded))
         #expect(budget.retriesInWindow(now: now) == 0)
@@ -349,8 +368,9 @@ struct RetryPolicyTests {
         var budget = RetryBudget(BudgetConfig(ratio: 0.2, minPerSecond: 0))
         let p = policy()
         for _ in 0..<10 { budget.recordRequest(now: .seconds(3)) }
-        #expect(decide(p, status(503), now: .seconds(3), budget: &budget)
-            == .retry(after: .seconds(1), reason: .status(503)))
+        #expect(
+            decide(p, status(503), now: .seconds(3), budget: &budget)
+                == .retry(after: .seconds(1), reason: .status(503)))
         #expect(decide(p, .timeout, now: .seconds(4), budget: &budget) == .retry(after: .seconds(1), reason: .timeout))
         #expect(decide(p, .timeout, now: .seconds(5), budget: &budget) == .giveUp(.budgetExhausted))
     }
@@ -423,7 +443,8 @@ struct RetryPolicyTests {
     // MARK: random source
 
     @Test func aHintDrawsNothingFromTheRandomSource() {
-        let p = policy(backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), jitter: .full))
+        let p = policy(
+            backoff: BackoffConfig(strategy: .exponential, base: .seconds(1), max: .seconds(10), jitter: .full))
         var budget = generousBudget()
         var rng = ScriptedRandom(ScriptedRandom.half)
         let hinted = p.decide(
@@ -515,18 +536,20 @@ struct RetryPolicyTests {
         #expect(decide(p, attempt: 1, .timeout, elapsed: .seconds(2)) == .retry(after: .seconds(1), reason: .timeout))
         #expect(decide(p, attempt: 2, .timeout, elapsed: .seconds(5)) == .retry(after: .seconds(2), reason: .timeout))
         #expect(decide(p, attempt: 3, .timeout, elapsed: .seconds(9)) == .giveUp(.deadlineExceeded))
-        #expect(decide(p, attempt: 3, .timeout, elapsed: .milliseconds(7_999))
-            == .retry(after: .seconds(4), reason: .timeout))
+        #expect(
+            decide(p, attempt: 3, .timeout, elapsed: .milliseconds(7_999))
+                == .retry(after: .seconds(4), reason: .timeout))
         #expect(decide(p, attempt: 3, .timeout, elapsed: .seconds(8)) == .giveUp(.deadlineExceeded))
     }
 
     // MARK: misc
 
     @Test func giveUpReasonsHaveStableNames() {
-        #expect(GiveUpReason.allCases.map(\.rawValue) == [
-            "not-retryable", "attempts-exhausted", "method-not-retryable", "body-not-replayable",
-            "retry-after-too-long", "deadline-exceeded", "budget-exhausted",
-        ])
+        #expect(
+            GiveUpReason.allCases.map(\.rawValue) == [
+                "not-retryable", "attempts-exhausted", "method-not-retryable", "body-not-replayable",
+                "retry-after-too-long", "deadline-exceeded", "budget-exhausted",
+            ])
     }
 
     @Test func thePolicyBuildsItsBackoffFromTheConfig() {

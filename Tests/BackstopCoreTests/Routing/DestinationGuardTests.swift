@@ -15,8 +15,9 @@ struct DestinationGuardTests {
         ],
         localAddresses: [ip("10.1.2.3"), ip("fd00::5")])
 
-    @Test("a connection to one of Backstop's own listeners is a loop, for upstreams and passthrough alike",
-          arguments: [false, true])
+    @Test(
+        "a connection to one of Backstop's own listeners is a loop, for upstreams and passthrough alike",
+        arguments: [false, true])
     func loops(passthrough: Bool) {
         #expect(guardian.check(address: Self.ip("127.0.0.1"), port: 8080, passthrough: passthrough) == .loop)
         #expect(guardian.check(address: Self.ip("::ffff:127.0.0.1"), port: 8080, passthrough: passthrough) == .loop)
@@ -33,8 +34,10 @@ struct DestinationGuardTests {
 
     @Test("passthrough never reaches link-local or metadata addresses; configured upstreams may")
     func linkLocal() {
-        for address in ["169.254.169.254", "169.254.0.1", "::ffff:169.254.169.254", "fe80::1", "febf::1",
-                        "fd00:ec2::254", "100.100.100.200"] {
+        for address in [
+            "169.254.169.254", "169.254.0.1", "::ffff:169.254.169.254", "fe80::1", "febf::1",
+            "fd00:ec2::254", "100.100.100.200",
+        ] {
             #expect(guardian.check(address: Self.ip(address), port: 80, passthrough: true) == .denied, "\(address)")
             #expect(guardian.check(address: Self.ip(address), port: 80, passthrough: false) == .allow, "\(address)")
         }

@@ -4,14 +4,19 @@ import Testing
 /// Every rule of `Router` (docs/reference/behaviour.md#routing).
 @Suite("Router")
 struct RouterTests {
-    private static func upstream(_ name: String, hosts: [String] = [], prefix: String? = nil, strip: Bool = true,
-                                 base: String = "") -> UpstreamConfig {
-        UpstreamConfig(name: name, match: MatchConfig(hosts: hosts, pathPrefix: prefix, stripPrefix: strip),
-                       url: UpstreamURL(scheme: "https", host: "\(name).upstream", basePath: base))
+    private static func upstream(
+        _ name: String, hosts: [String] = [], prefix: String? = nil, strip: Bool = true,
+        base: String = ""
+    ) -> UpstreamConfig {
+        UpstreamConfig(
+            name: name, match: MatchConfig(hosts: hosts, pathPrefix: prefix, stripPrefix: strip),
+            url: UpstreamURL(scheme: "https", host: "\(name).upstream", basePath: base))
     }
 
-    private func route(_ router: Router, _ uri: String, host: String? = nil,
-                       sourceLocation: Testing.SourceLocation = #_sourceLocation) -> RouteDecision? {
+    private func route(
+        _ router: Router, _ uri: String, host: String? = nil,
+        sourceLocation: Testing.SourceLocation = #_sourceLocation
+    ) -> RouteDecision? {
         guard let target = RequestTarget.parse(uri) else {
             Issue.record("unparsable fixture \(uri)", sourceLocation: sourceLocation)
             return nil
@@ -21,9 +26,10 @@ struct RouterTests {
 
     @Test("absolute form matches on the URL host, only against upstreams with hosts; Host header ignored")
     func absoluteForm() {
-        let router = Router(upstreams: [
-            Self.upstream("p", prefix: "/api"), Self.upstream("h", hosts: ["h.test"], base: "/v2"),
-        ], unmatched: .reject)
+        let router = Router(
+            upstreams: [
+                Self.upstream("p", prefix: "/api"), Self.upstream("h", hosts: ["h.test"], base: "/v2"),
+            ], unmatched: .reject)
         #expect(route(router, "http://h.test/x?q=1") == .upstream(index: 1, path: "/v2/x?q=1"))
         #expect(route(router, "http://H.TEST:8080/x") == .upstream(index: 1, path: "/v2/x"))
         #expect(route(router, "https://h.test/x") == .upstream(index: 1, path: "/v2/x"))
@@ -55,14 +61,15 @@ struct RouterTests {
 
     @Test("the reference example upstream serves an HTTP_PROXY client and an app whose base URL is Backstop")
     func referenceExample() throws {
-        let config = try ConfigLoader.parse(yaml: """
-            version: 1
-            listen: [127.0.0.1:8080]
-            upstreams:
-              - name: api
-                match: {hosts: [api.example.com, "*.api.example.com"], path_prefix: /api, strip_prefix: true}
-                url: https://api.example.com/v2
-            """, file: "t.yaml", baseDirectory: "/")
+        let config = try ConfigLoader.parse(
+            yaml: """
+                version: 1
+                listen: [127.0.0.1:8080]
+                upstreams:
+                  - name: api
+                    match: {hosts: [api.example.com, "*.api.example.com"], path_prefix: /api, strip_prefix: true}
+                    url: https://api.example.com/v2
+                """, file: "t.yaml", baseDirectory: "/")
         let router = Router(upstreams: config.upstreams, unmatched: config.unmatched)
         // curl -x http://127.0.0.1:8080 http://api.example.com/v2/users
         #expect(route(router, "http://api.example.com/v2/users") == .upstream(index: 0, path: "/v2/v2/users"))
@@ -73,10 +80,12 @@ struct RouterTests {
 
     @Test("origin form: longest prefix wins, at a segment boundary; strip_prefix; base path join")
     func prefixes() {
-        let router = Router(upstreams: [
-            Self.upstream("short", prefix: "/api"), Self.upstream("long", prefix: "/api/v2", base: "/base"),
-            Self.upstream("keep", prefix: "/keep", strip: false, base: "/k"), Self.upstream("root", prefix: "/", base: "/r"),
-        ], unmatched: .reject)
+        let router = Router(
+            upstreams: [
+                Self.upstream("short", prefix: "/api"), Self.upstream("long", prefix: "/api/v2", base: "/base"),
+                Self.upstream("keep", prefix: "/keep", strip: false, base: "/k"),
+                Self.upstream("root", prefix: "/", base: "/r"),
+            ], unmatched: .reject)
         #expect(route(router, "/api/x") == .upstream(index: 0, path: "/x"))
         #expect(route(router, "/api/x/") == .upstream(index: 0, path: "/x/"))
         #expect(route(router, "/api") == .upstream(index: 0, path: "/"))
@@ -95,8 +104,9 @@ struct RouterTests {
 
     @Test("the root prefix is never stripped; no base and nothing left joins to /")
     func rootJoin() {
-        let router = Router(upstreams: [Self.upstream("a", prefix: "/a"), Self.upstream("r", prefix: "/")],
-                            unmatched: .reject)
+        let router = Router(
+            upstreams: [Self.upstream("a", prefix: "/a"), Self.upstream("r", prefix: "/")],
+            unmatched: .reject)
         #expect(route(router, "/a") == .upstream(index: 0, path: "/"))
         #expect(route(router, "/a?") == .upstream(index: 0, path: "/?"))
         #expect(route(router, "/") == .upstream(index: 1, path: "/"))
@@ -105,8 +115,11 @@ struct RouterTests {
 
     @Test("the query is kept byte for byte")
     func queryBytes() {
-        let router = Router(upstreams: [Self.upstream("a", hosts: ["a.test"], prefix: nil, base: "/b"),
-                                        Self.upstream("p", prefix: "/p")], unmatched: .passthrough)
+        let router = Router(
+            upstreams: [
+                Self.upstream("a", hosts: ["a.test"], prefix: nil, base: "/b"),
+                Self.upstream("p", prefix: "/p"),
+            ], unmatched: .passthrough)
         let query = "a=%20&b=&&c=%2F?d=%C3%A9;e"
         #expect(route(router, "http://a.test/x?\(query)") == .upstream(index: 0, path: "/b/x?\(query)"))
         #expect(route(router, "/p/x?\(query)") == .upstream(index: 1, path: "/x?\(query)"))
@@ -118,10 +131,11 @@ struct RouterTests {
 
     @Test("origin form falls back to the Host header: port ignored, case-insensitive, exact beats wildcard")
     func hostHeader() {
-        let router = Router(upstreams: [
-            Self.upstream("wild", hosts: ["*.a.com"]), Self.upstream("exact", hosts: ["x.a.com"]),
-            Self.upstream("deeper", hosts: ["*.y.a.com"]), Self.upstream("v6", hosts: ["::1", "10.0.0.1"]),
-        ], unmatched: .reject)
+        let router = Router(
+            upstreams: [
+                Self.upstream("wild", hosts: ["*.a.com"]), Self.upstream("exact", hosts: ["x.a.com"]),
+                Self.upstream("deeper", hosts: ["*.y.a.com"]), Self.upstream("v6", hosts: ["::1", "10.0.0.1"]),
+            ], unmatched: .reject)
         #expect(route(router, "/p", host: "X.A.COM:8443") == .upstream(index: 1, path: "/p"))
         #expect(route(router, "/p", host: "y.a.com") == .upstream(index: 0, path: "/p"))
         #expect(route(router, "/p", host: "z.x.a.com") == .upstream(index: 0, path: "/p"))
@@ -140,12 +154,13 @@ struct RouterTests {
 
     @Test("precedence: origin form tries every prefix before any Host match; absolute form ignores prefixes")
     func precedence() {
-        let router = Router(upstreams: [
-            Self.upstream("byhost", hosts: ["h.test"], base: "/host"),
-            Self.upstream("byprefix", prefix: "/api", base: "/prefix"),
-            Self.upstream("wildprefix", hosts: ["*.h.test"], prefix: "/api", base: "/wp"),
-            Self.upstream("wild", hosts: ["*.h.test"], base: "/w"),
-        ], unmatched: .reject)
+        let router = Router(
+            upstreams: [
+                Self.upstream("byhost", hosts: ["h.test"], base: "/host"),
+                Self.upstream("byprefix", prefix: "/api", base: "/prefix"),
+                Self.upstream("wildprefix", hosts: ["*.h.test"], prefix: "/api", base: "/wp"),
+                Self.upstream("wild", hosts: ["*.h.test"], base: "/w"),
+            ], unmatched: .reject)
         // Same prefix on two upstreams is a config error; here the first listed wins the tie.
         #expect(route(router, "/api/x", host: "h.test") == .upstream(index: 1, path: "/prefix/x"))
         #expect(route(router, "/api/x", host: "a.h.test") == .upstream(index: 1, path: "/prefix/x"))
@@ -158,10 +173,11 @@ struct RouterTests {
 
     @Test("strip_prefix false keeps the prefix; absolute form never strips")
     func stripFalse() {
-        let router = Router(upstreams: [
-            Self.upstream("k", hosts: ["k.test"], prefix: "/api", strip: false, base: "/b"),
-            Self.upstream("s", hosts: ["s.test"], prefix: "/sapi", strip: true, base: "/c"),
-        ], unmatched: .reject)
+        let router = Router(
+            upstreams: [
+                Self.upstream("k", hosts: ["k.test"], prefix: "/api", strip: false, base: "/b"),
+                Self.upstream("s", hosts: ["s.test"], prefix: "/sapi", strip: true, base: "/c"),
+            ], unmatched: .reject)
         #expect(route(router, "http://k.test/api/x?y") == .upstream(index: 0, path: "/b/api/x?y"))
         #expect(route(router, "/api/x?y", host: "k.test") == .upstream(index: 0, path: "/b/api/x?y"))
         #expect(route(router, "/sapi/x?y") == .upstream(index: 1, path: "/c/x?y"))
@@ -192,19 +208,22 @@ struct RouterTests {
         #expect(route(router, "http://h.test/x") == .noRoute)
         #expect(route(router, "*") == .noRoute)
         #expect(route(router, "h.test:443") == .noRoute)
-        #expect(Router(upstreams: [], unmatched: .reject).route(target: RequestTarget(form: .origin, path: "/", query: nil),
-                                                             hostHeader: "h") == .noRoute)
+        #expect(
+            Router(upstreams: [], unmatched: .reject).route(
+                target: RequestTarget(form: .origin, path: "/", query: nil),
+                hostHeader: "h") == .noRoute)
     }
 
     @Test("routes built from a parsed config")
     func fromConfig() throws {
-        let config = try ConfigLoader.parse(yaml: """
-            version: 1
-            listen: [127.0.0.1:0]
-            upstreams:
-              - {name: api, match: {hosts: [api.test], path_prefix: /api/}, url: "https://api.test/v2/"}
-              - {name: web, match: {hosts: ["*.Web.test"]}, url: "http://[::1]:9000"}
-            """, file: "t.yaml", baseDirectory: "/")
+        let config = try ConfigLoader.parse(
+            yaml: """
+                version: 1
+                listen: [127.0.0.1:0]
+                upstreams:
+                  - {name: api, match: {hosts: [api.test], path_prefix: /api/}, url: "https://api.test/v2/"}
+                  - {name: web, match: {hosts: ["*.Web.test"]}, url: "http://[::1]:9000"}
+                """, file: "t.yaml", baseDirectory: "/")
         let router = Router(upstreams: config.upstreams, unmatched: config.unmatched)
         #expect(route(router, "/api/users?id=1", host: "api.test") == .upstream(index: 0, path: "/v2/users?id=1"))
         #expect(route(router, "/x", host: "www.web.test") == .upstream(index: 1, path: "/x"))

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import BackstopCore
 
 /// `TLSAlertScanner`: the plaintext alert of a TLS 1.3 client that rejects the leaf, found in the client's record
@@ -51,7 +52,8 @@ struct TLSAlertScannerTests {
 
     @Test("BoringSSL's error text gives its reason names, never the build paths")
     func reasons() {
-        let text = "handshakeFailed(NIOSSL.BoringSSLError.sslError([Error: 268435568 error:10000070:SSL routines:"
+        let text =
+            "handshakeFailed(NIOSSL.BoringSSLError.sslError([Error: 268435568 error:10000070:SSL routines:"
             + "OPENSSL_internal:BAD_PACKET_LENGTH at /work/main/.build/checkouts/swift-nio-ssl/Sources/CNIOBoringSSL/ssl/"
             + "ssl_aead_ctx.cc:242, Error: 268435595 error:1000008b:SSL routines:OPENSSL_internal:"
             + "DECRYPTION_FAILED_OR_BAD_RECORD_MAC at /work/main/.build/x.cc:1, Error: 1 error:1:SSL routines:"

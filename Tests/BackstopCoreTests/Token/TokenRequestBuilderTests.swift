@@ -15,7 +15,9 @@ struct TokenRequestBuilderTests {
             clientSecretEntry: "api/client_secret", scope: scope, keychainPrefix: "api")
     }
 
-    static func body(_ config: OAuth2Config, refreshToken: String? = refreshToken, secret: String? = secret) throws
+    static func body(
+        _ config: OAuth2Config, refreshToken: String? = refreshToken, secret: String? = secret
+    ) throws
         -> String
     {
         let request = try TokenRequestBuilder.build(config: config, refreshToken: refreshToken, clientSecret: secret)
@@ -151,16 +153,18 @@ struct TokenClientAuthTests {
     func privateKeyJWT() throws {
         let form = try TokenRequestBuilder.build(
             config: Self.config(.privateKeyJWT), refreshToken: nil, clientSecret: "ignored", clientAssertion: "h.c.s")
-        #expect(String(decoding: form.body, as: UTF8.self) == "grant_type=client_credentials&scope=read"
-            + "&client_id=my+client%3A1&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type"
-            + "%3Ajwt-bearer&client_assertion=h.c.s")
+        #expect(
+            String(decoding: form.body, as: UTF8.self) == "grant_type=client_credentials&scope=read"
+                + "&client_id=my+client%3A1&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type"
+                + "%3Ajwt-bearer&client_assertion=h.c.s")
         #expect(form.headers.map(\.name) == ["Content-Type", "Accept"])
         let json = try TokenRequestBuilder.build(
             config: Self.config(.privateKeyJWT, format: .json), refreshToken: nil, clientSecret: nil,
             clientAssertion: "h.c.s")
-        #expect(String(decoding: json.body, as: UTF8.self) == #"{"grant_type":"client_credentials","scope":"read","#
-            + #""client_id":"my client:1","client_assertion_type":"urn:ietf:params:oauth:client-assertion-type:jwt-bearer","#
-            + #""client_assertion":"h.c.s"}"#)
+        #expect(
+            String(decoding: json.body, as: UTF8.self) == #"{"grant_type":"client_credentials","scope":"read","#
+                + #""client_id":"my client:1","client_assertion_type":"urn:ietf:params:oauth:client-assertion-type:jwt-bearer","#
+                + #""client_assertion":"h.c.s"}"#)
         #expect(throws: TokenRequestError.missingClientAssertion) {
             try TokenRequestBuilder.build(config: Self.config(.privateKeyJWT), refreshToken: nil, clientSecret: nil)
         }
@@ -170,13 +174,16 @@ struct TokenClientAuthTests {
     func tlsClientAuth() throws {
         let request = try TokenRequestBuilder.build(
             config: Self.config(.tlsClientAuth), refreshToken: nil, clientSecret: "not-sent")
-        #expect(String(decoding: request.body, as: UTF8.self)
-            == "grant_type=client_credentials&scope=read&client_id=my+client%3A1")
+        #expect(
+            String(decoding: request.body, as: UTF8.self)
+                == "grant_type=client_credentials&scope=read&client_id=my+client%3A1")
     }
 
     @Test("JSON object writer: strings escaped, integers bare, order kept")
     func jsonWriter() {
-        let bytes = JSONObjectWriter.object([("b", .string("q\"\n")), ("a", .integer(-5)), ("c", .integer(1_700_000_000))])
+        let bytes = JSONObjectWriter.object([
+            ("b", .string("q\"\n")), ("a", .integer(-5)), ("c", .integer(1_700_000_000)),
+        ])
         #expect(String(decoding: bytes, as: UTF8.self) == #"{"b":"q\"\n","a":-5,"c":1700000000}"#)
     }
 }

@@ -14,7 +14,9 @@ struct TokenResponseParserTests {
     static let max = TokenResponseParser.maxExpiresIn
     static let camel = TokenFields(accessToken: "accessToken", refreshToken: "refreshToken", expiresIn: "expiresIn")
 
-    static func ok(_ access: String, _ refresh: String? = nil, _ expires: Double? = nil)
+    static func ok(
+        _ access: String, _ refresh: String? = nil, _ expires: Double? = nil
+    )
         -> Result<TokenResponse, TokenResponseError>
     {
         .success(TokenResponse(accessToken: access, refreshToken: refresh, expiresIn: expires))
@@ -149,10 +151,12 @@ struct TokenResponseParserTests {
     }
 
     @Test func deepNestingIsRejectedWithoutCrashing() {
-        let deep = #"{"access_token":"A","x":"# + String(repeating: "[", count: 100_000)
+        let deep =
+            #"{"access_token":"A","x":"# + String(repeating: "[", count: 100_000)
             + String(repeating: "]", count: 100_000) + "}"
         #expect(throws: TokenResponseError.notJSON) { try TokenResponseParser.parse(tokenBytes(deep)) }
-        let allowed = #"{"access_token":"A","x":"# + String(repeating: "[", count: 60)
+        let allowed =
+            #"{"access_token":"A","x":"# + String(repeating: "[", count: 60)
             + String(repeating: "]", count: 60) + "}"
         #expect((try? TokenResponseParser.parse(tokenBytes(allowed)))?.accessToken == "A")
     }
@@ -186,23 +190,24 @@ struct TokenResponseParserTests {
         }
     }
 
-    @Test(arguments: [
-        (#"{"error":"invalid_grant","error_description":"revoked"}"#, "invalid_grant"),
-        (#"{"error":"invalid_client"}"#, "invalid_client"),
-        (#"{"error":"slow down please!"}"#, "slow down please!"),
-        (#"{"error":"a\nb"}"#, nil),
-        (#"{"error":"a\"b"}"#, nil),
-        (#"{"error":"a\\b"}"#, nil),
-        (#"{"error":"é"}"#, nil),
-        (#"{"error":""}"#, nil),
-        (#"{"error":7}"#, nil),
-        (#"{"error_description":"x"}"#, nil),
-        (#"{"access_token":"A"}"#, nil),
-        ("not json", nil),
-        (#"["invalid_grant"]"#, nil),
-        (#"{"error":""# + String(repeating: "x", count: 64) + #""}"#, String(repeating: "x", count: 64)),
-        (#"{"error":""# + String(repeating: "x", count: 65) + #""}"#, nil),
-    ] as [(String, String?)])
+    @Test(
+        arguments: [
+            (#"{"error":"invalid_grant","error_description":"revoked"}"#, "invalid_grant"),
+            (#"{"error":"invalid_client"}"#, "invalid_client"),
+            (#"{"error":"slow down please!"}"#, "slow down please!"),
+            (#"{"error":"a\nb"}"#, nil),
+            (#"{"error":"a\"b"}"#, nil),
+            (#"{"error":"a\\b"}"#, nil),
+            (#"{"error":"é"}"#, nil),
+            (#"{"error":""}"#, nil),
+            (#"{"error":7}"#, nil),
+            (#"{"error_description":"x"}"#, nil),
+            (#"{"access_token":"A"}"#, nil),
+            ("not json", nil),
+            (#"["invalid_grant"]"#, nil),
+            (#"{"error":""# + String(repeating: "x", count: 64) + #""}"#, String(repeating: "x", count: 64)),
+            (#"{"error":""# + String(repeating: "x", count: 65) + #""}"#, nil),
+        ] as [(String, String?)])
     func oauthErrorCode(body: String, expected: String?) {
         #expect(TokenResponseParser.oauthErrorCode(tokenBytes(body)) == expected)
     }

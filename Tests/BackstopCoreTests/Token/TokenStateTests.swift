@@ -7,7 +7,9 @@ struct TokenStateTests {
     static let configuration = TokenState.Configuration(refreshAhead: .seconds(60), failureCooldown: .seconds(5))
 
     /// A state holding a valid token (generation 1) with the given expiry, obtained at `now`, jitter 0.
-    static func validState(expiry: Double?, now: Double = 0, configuration: TokenState.Configuration = configuration)
+    static func validState(
+        expiry: Double?, now: Double = 0, configuration: TokenState.Configuration = configuration
+    )
         -> (TokenState, ManagedToken)
     {
         var state = TokenState(configuration: configuration)

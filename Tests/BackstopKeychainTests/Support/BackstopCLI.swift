@@ -32,7 +32,8 @@ enum BackstopCLI {
     }
 
     /// `environment` is added to the test runner's own.
-    static func start(_ arguments: [String], stdin: [UInt8] = [], environment: [String: String] = [:]) throws -> Process {
+    static func start(_ arguments: [String], stdin: [UInt8] = [], environment: [String: String] = [:]) throws -> Process
+    {
         // A child that exits without reading all of stdin must cost an EPIPE, not a SIGPIPE of the test runner.
         signal(SIGPIPE, SIG_IGN)
         let process = Process()
@@ -66,4 +67,3 @@ enum BackstopCLI {
             stderr: String(decoding: err, as: UTF8.self), killedBySignal: process.terminationReason == .uncaughtSignal)
     }
 }
-

@@ -16,7 +16,8 @@ enum QueueProbe {
     /// Body sizes the large-body test spools: 8 and 32 MiB, and 256 MiB with `BACKSTOP_BIG_BODIES=1` (about four
     /// minutes in a debug build, so not in every CI run; the memory bound it checks is the same at every size).
     static let bigBodySizes: [Int] =
-        ProcessInfo.processInfo.environment["BACKSTOP_BIG_BODIES"] == "1" ? [8 << 20, 32 << 20, 256 << 20] : [8 << 20, 32 << 20]
+        ProcessInfo.processInfo.environment["BACKSTOP_BIG_BODIES"] == "1"
+        ? [8 << 20, 32 << 20, 256 << 20] : [8 << 20, 32 << 20]
 
     /// A running probe whose stdout is read line by line.
     final class Running {
@@ -27,7 +28,9 @@ enum QueueProbe {
         private(set) var lines: [String] = []
 
         /// Runs the probe, or `executable` (`unshare`, which then runs the probe).
-        init(_ arguments: [String], environment: [String: String] = [:], executable: String = QueueProbe.executable) throws {
+        init(
+            _ arguments: [String], environment: [String: String] = [:], executable: String = QueueProbe.executable
+        ) throws {
             process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = arguments
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
@@ -82,7 +85,9 @@ enum QueueProbe {
     }
 
     /// Runs the probe to completion and returns its last line parsed as JSON.
-    static func run(_ arguments: [String], executable: String = QueueProbe.executable, timeout: Duration = .seconds(300))
+    static func run(
+        _ arguments: [String], executable: String = QueueProbe.executable, timeout: Duration = .seconds(300)
+    )
         throws -> (json: [String: Any], stderr: String)
     {
         let running = try Running(arguments, executable: executable)
