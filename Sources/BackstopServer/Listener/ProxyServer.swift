@@ -27,8 +27,8 @@ public final class ProxyServer: Sendable {
     private let ready = NIOLockedValueBox(false)
     /// The `tracing` section read at start (a reload does not change it).
     public let tracingConfig: TracingConfig?
-    /// The span exporter's loop, while `tracing` is on.
-    private let exportTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    /// The span exporter and the token managers' store watchers, run by `run()`.
+    private let background = BackgroundWork()
     /// The client certificates the config names, as read at start and on the last reload.
     private let clientCertificates = NIOLockedValueBox<[ClientCertificateInventory.Item]>([])
 
@@ -69,7 +69,7 @@ public final class ProxyServer: Sendable {
         let upstreams = Self.makeUpstreams(
             config, previous: [], keychain: keychain, stores: stores,
             fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
-            counters: tokenRefreshes, tracer: tracer)
+            counters: tokenRefreshes, tracer: tracer, background: background)
         self.runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
@@ -130,10 +130,14 @@ public final class ProxyServer: Sendable {
         }
         updateDestinationGuard()
         if let queue = runtime.tracer?.queue {
-            exportTask.withLockedValue { $0 = Task { await queue.run() } }
+            background.spawn { await queue.run() }
         }
         ready.withLockedValue { $0 = true }
     }
+
+    /// Runs the server's background work (the span exporter, token managers adopting what other instances store)
+    /// until `drainAndStop` has finished. Call it alongside `start()`: `backstop run` runs it in its service group.
+    public func run() async { await background.run() }
 
     /// The tracer of a `tracing` section: spans POSTed to its collector through the shared transport, ids seeded
     /// from the system's random source (docs/reference/operations.md#tracing).
@@ -181,25 +185,20 @@ public final class ProxyServer: Sendable {
             try? await channel.close()
             if case .unix(let path) = listener.address { unlink(path) }
         }
-        let deadline = ContinuousClock.now + timeout
-        while runtime.inflightRequests > 0 && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
+        let runtime = self.runtime
+        _ = await withTimeLimit(timeout) { await runtime.waitUntilNoRequests() }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
         if let queue = runtime.tracer?.queue {
             // The last spans get one try, bounded: a collector that is down must not hold the drain.
             queue.shutdown()
-            let exportDeadline = ContinuousClock.now + OTLPHTTPSender.callTimeout
-            while !queue.isFinished && ContinuousClock.now < exportDeadline {
-                try? await Task.sleep(for: .milliseconds(20))
-            }
-            exportTask.withLockedValue { $0?.cancel() }
+            _ = await withTimeLimit(OTLPHTTPSender.callTimeout) { await queue.waitUntilFinished() }
         }
         for upstream in runtime.snapshot.upstreams {
             if case .oauth2(let manager, _) = upstream.auth { await manager.stop() }
         }
-        await tokenStores?.shutdown()
         await curl.shutdown()
+        // What still runs (an export the collector never answered) is cancelled; `run()` returns.
+        background.finish()
         try? await group.shutdownGracefully()
     }
 
@@ -400,7 +399,7 @@ extension ProxyServer {
         let upstreams = Self.makeUpstreams(
             config, previous: previous, keychain: keychain, stores: tokenStores,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
-            counters: tokenRefreshes, tracer: runtime.tracer)
+            counters: tokenRefreshes, tracer: runtime.tracer, background: background)
         runtime.swap(
             to: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
@@ -413,7 +412,7 @@ extension ProxyServer {
                     if case .oauth2(let kept, _) = $0.auth { kept === manager } else { false }
                 })
             else { continue }
-            Task { await manager.stop() }
+            await manager.stop()
         }
 
         let current = channels.withLockedValue { $0 }
@@ -462,7 +461,8 @@ extension ProxyServer {
 
     static func makeUpstreams(
         _ config: Config, previous: [UpstreamRuntime], keychain: FileKeychain?, stores: (any TokenStoreProvider)?,
-        fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters, tracer: Tracer?
+        fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters, tracer: Tracer?,
+        background: BackgroundWork
     ) -> [UpstreamRuntime] {
         config.upstreams.map { upstream in
             let old = previous.first { $0.config.name == upstream.name }
@@ -490,7 +490,7 @@ extension ProxyServer {
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, store: stores.store(forPrefix: oauth.keychainPrefix),
                     secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters, tracer: tracer)
-                Task { await manager.start() }
+                background.spawn { await manager.run() }
                 auth = .oauth2(manager, oauth)
             }
             return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget, clientIdentity: identity)

@@ -96,5 +96,14 @@ public final class ProxyRuntime: Sendable {
     /// Requests currently being handled.
     public var inflightRequests: Int { inflight.load(ordering: .acquiring) }
     func requestStarted() { inflight.add(1, ordering: .relaxed) }
-    func requestFinished() { inflight.subtract(1, ordering: .relaxed) }
+    func requestFinished() {
+        if inflight.subtract(1, ordering: .relaxed).newValue == 0 { idle.resumeAll() }
+    }
+
+    /// Tasks waiting for the last request in flight to finish (the drain).
+    private let idle = ConditionWaiters()
+
+    /// Returns once no request is in flight (at once when none is), or when the task is cancelled: what a drain
+    /// waits for (docs/reference/operations.md#signals-reload-and-drain).
+    public func waitUntilNoRequests() async { await idle.wait { inflightRequests == 0 } }
 }
