@@ -263,57 +263,56 @@ public final class ProxyServer: Sendable {
 
     /// The `/metrics` page: request and retry metrics, server state, token expiries, process metrics.
     public func metricsText() -> String {
-        var out = runtime.metrics.render(
-            inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
-            keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount)
-        func family(_ name: String, _ type: String, _ help: String) {
-            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-        }
-        family("backstop_build_info", "gauge", "Always 1; the version is a label.")
-        out += "backstop_build_info{version=\"\(ProxyMetrics.escape(BackstopVersion.current))\"} 1\n"
-        family("backstop_client_connections", "gauge", "Client connections open now, over every proxy listener.")
-        out += "backstop_client_connections \(runtime.openClientConnections)\n"
-        family(
-            "backstop_kept_body_bytes", "gauge",
+        var out = PrometheusText()
+        out.family("backstop_build_info", .gauge, "Always 1; the version is a label.")
+        out.sample("backstop_build_info", ["version": BackstopVersion.current], 1)
+        out.family("backstop_client_connections", .gauge, "Client connections open now, over every proxy listener.")
+        out.sample("backstop_client_connections", runtime.openClientConnections)
+        out.family(
+            "backstop_kept_body_bytes", .gauge,
             "Bytes of request bodies kept in memory for retries now (bounded by limits.buffer_memory).")
-        out += "backstop_kept_body_bytes \(runtime.keptBodyMemory)\n"
+        out.sample("backstop_kept_body_bytes", runtime.keptBodyMemory)
         let reloads = runtime.reloadCounts
-        family("backstop_config_reloads_total", "counter", "Config reloads (SIGHUP), by result.")
-        out += "backstop_config_reloads_total{result=\"success\"} \(reloads.success)\n"
-        out += "backstop_config_reloads_total{result=\"failure\"} \(reloads.failure)\n"
-        family(
-            "backstop_config_last_reload_success_timestamp_seconds", "gauge",
+        out.family("backstop_config_reloads_total", .counter, "Config reloads (SIGHUP), by result.")
+        out.sample("backstop_config_reloads_total", ["result": "success"], reloads.success)
+        out.sample("backstop_config_reloads_total", ["result": "failure"], reloads.failure)
+        out.family(
+            "backstop_config_last_reload_success_timestamp_seconds", .gauge,
             "When the config was last loaded successfully (start or reload), seconds since the Unix epoch.")
-        out +=
-            "backstop_config_last_reload_success_timestamp_seconds \(reloads.lastSuccess > 0 ? reloads.lastSuccess : ProcessMetrics.startTime)\n"
-        family(
-            "backstop_token_expiry_timestamp_seconds", "gauge",
+        out.sample(
+            "backstop_config_last_reload_success_timestamp_seconds",
+            reloads.lastSuccess > 0 ? reloads.lastSuccess : ProcessMetrics.startTime)
+        out.family(
+            "backstop_token_expiry_timestamp_seconds", .gauge,
             "When the access token in use expires, seconds since the Unix epoch (absent while none is held or it has no expiry)."
         )
         for upstream in runtime.snapshot.upstreams {
             guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
-            out +=
-                "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
+            out.sample("backstop_token_expiry_timestamp_seconds", ["upstream": upstream.config.name], expiry)
         }
         let dropped = runtime.tracer?.queue.dropped ?? (queueFull: 0, exportFailed: 0)
-        family(
-            "backstop_spans_dropped_total", "counter",
+        out.family(
+            "backstop_spans_dropped_total", .counter,
             "Trace spans dropped: the export queue was full, or the collector did not accept their batch.")
-        out += "backstop_spans_dropped_total{reason=\"queue-full\"} \(dropped.queueFull)\n"
-        out += "backstop_spans_dropped_total{reason=\"export-failed\"} \(dropped.exportFailed)\n"
-        family("backstop_spans_exported_total", "counter", "Trace spans the collector accepted.")
-        out += "backstop_spans_exported_total \(runtime.tracer?.queue.exported ?? 0)\n"
-        family(
-            "backstop_client_certificate_expiry_seconds", "gauge",
+        out.sample("backstop_spans_dropped_total", ["reason": "queue-full"], dropped.queueFull)
+        out.sample("backstop_spans_dropped_total", ["reason": "export-failed"], dropped.exportFailed)
+        out.family("backstop_spans_exported_total", .counter, "Trace spans the collector accepted.")
+        out.sample("backstop_spans_exported_total", runtime.tracer?.queue.exported ?? 0)
+        out.family(
+            "backstop_client_certificate_expiry_seconds", .gauge,
             "Seconds until a configured client certificate expires (negative once expired), by upstream and target.")
         let now = Date()
         for item in clientCertificates.withLockedValue({ $0 }) {
             guard let expiry = item.notValidAfter else { continue }
-            out +=
-                "backstop_client_certificate_expiry_seconds{upstream=\"\(ProxyMetrics.escape(item.upstream))\","
-                + "target=\"\(item.target.rawValue)\"} \(Int64(expiry.timeIntervalSince(now)))\n"
+            out.sample(
+                "backstop_client_certificate_expiry_seconds",
+                ["upstream": item.upstream, "target": item.target.rawValue],
+                Int64(expiry.timeIntervalSince(now)))
         }
-        return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
+        return runtime.metrics.render(
+            inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
+            keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount) + out.text + runtime.tunnelMetrics.render()
+            + tokenStoreMetrics.render() + ProcessMetrics.render()
     }
 
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap, the idle
