@@ -103,7 +103,7 @@ let package = Package(
         ),
         .target(
             name: "BackstopStatus",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["BackstopCore", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
             name: "BackstopServer",

@@ -44,7 +44,7 @@ enum TokensCLI {
 
     static func time(_ seconds: Double?) -> String {
         guard let seconds else { return "-" }
-        return ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: seconds))
+        return ISO8601Time.format(epochSeconds: seconds)
     }
 }
 

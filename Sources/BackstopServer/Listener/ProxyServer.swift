@@ -96,7 +96,7 @@ public final class ProxyServer: Sendable {
                 metadata["problem"] = .string(problem)
                 runtime.logger.warning("client certificate unusable", metadata: metadata)
             } else if let expiry = item.notValidAfter, item.expiresSoon(now: now) {
-                metadata["not_after"] = .string(ISO8601DateFormatter().string(from: expiry))
+                metadata["not_after"] = .string(ISO8601Time.format(epochSeconds: expiry.timeIntervalSince1970))
                 metadata["days_left"] = .stringConvertible(Int((expiry.timeIntervalSince(now) / 86_400).rounded(.down)))
                 runtime.logger.warning("client certificate expires soon", metadata: metadata)
             }
