@@ -38,7 +38,7 @@ struct HandleConfiguration {
     func configure(_ easy: CurlEasy, for transfer: CurlTransfer) throws(CurlSetupError) {
         let request = transfer.request
         let context = Unmanaged.passUnretained(transfer).toOpaque()
-        try easy.setURL(request.url, target: RequestTarget(request.url))
+        try easy.setURL(request.url, target: UpstreamURLParts(request.url))
         try easy.set(CURLOPT_PRIVATE, pointer: context)
         try easy.set(CURLOPT_HEADERDATA, pointer: context)
         try easy.set(CURLOPT_WRITEDATA, pointer: context)
