@@ -205,7 +205,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
+        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport", "BackstopCore"]),
         .testTarget(
             name: "BackstopTracingTests",
             dependencies: [
