@@ -97,12 +97,14 @@ public func withTimeLimit(_ limit: Duration, _ operation: @escaping @Sendable ()
 }
 
 /// Work that runs in the background for as long as its owner does, as child tasks of `run()` (never unstructured
-/// tasks): `spawn` hands a job to `run`, and `finish` cancels the jobs still running and lets `run` return once they
-/// have. Jobs spawned before `run` starts wait for it.
+/// tasks): `spawn` hands a job to `run`, and `finish` cancels the jobs still running and waits for `run` to return.
+/// Jobs spawned before `run` starts wait for it.
 public final class BackgroundWork: Sendable {
     public typealias Job = @Sendable () async -> Void
     private let jobs: AsyncStream<Job>
     private let queue: AsyncStream<Job>.Continuation
+    private let started = Atomic<Bool>(false)
+    private let ended = OnceFlag()
 
     public init() {
         (jobs, queue) = AsyncStream.makeStream(of: Job.self)
@@ -111,14 +113,20 @@ public final class BackgroundWork: Sendable {
     /// Runs `job` as a child of `run()`; dropped after `finish()`.
     public func spawn(_ job: @escaping Job) { queue.yield(job) }
 
-    /// Cancels what still runs; `run()` returns once it has ended.
-    public func finish() { queue.finish() }
+    /// Cancels what still runs and returns once `run()` has returned (at once when it never started: a `run()`
+    /// started later returns at once).
+    public func finish() async {
+        queue.finish()
+        if started.load(ordering: .acquiring) { await ended.wait() }
+    }
 
     /// Runs every job spawned until `finish()` (call once; cancelling it cancels the jobs too).
     public func run() async {
+        started.store(true, ordering: .releasing)
         await withDiscardingTaskGroup { group in
             for await job in jobs { group.addTask(operation: job) }
             group.cancelAll()
         }
+        ended.set()
     }
 }

@@ -136,7 +136,7 @@ public final class ProxyServer: Sendable {
     }
 
     /// Runs the server's background work (the span exporter, token managers adopting what other instances store)
-    /// until `drainAndStop` has finished. Call it alongside `start()`: `backstop run` runs it in its service group.
+    /// until `drainAndStop` ends it. Call it alongside `start()`: `backstop run` runs it in its service group.
     public func run() async { await background.run() }
 
     /// The tracer of a `tracing` section: spans POSTed to its collector through the shared transport, ids seeded
@@ -196,9 +196,10 @@ public final class ProxyServer: Sendable {
         for upstream in runtime.snapshot.upstreams {
             if case .oauth2(let manager, _) = upstream.auth { await manager.stop() }
         }
+        // What still runs (an export the collector never answered) is cancelled while the transport and the event
+        // loops it needs to end are still up; `run()` returns.
+        await background.finish()
         await curl.shutdown()
-        // What still runs (an export the collector never answered) is cancelled; `run()` returns.
-        background.finish()
         try? await group.shutdownGracefully()
     }
 

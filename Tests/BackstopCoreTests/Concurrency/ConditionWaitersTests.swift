@@ -83,7 +83,7 @@ struct ConditionWaitersTests {
         #expect(await withTimeLimit(.seconds(10)) { await flag.wait() })
     }
 
-    @Test("background work runs jobs spawned before and after run starts; finish cancels the rest and run returns")
+    @Test("background work runs jobs spawned before and after run starts; finish cancels the rest and waits for run")
     func backgroundWork() async {
         let work = BackgroundWork()
         let started = Counter()
@@ -99,11 +99,22 @@ struct ConditionWaitersTests {
                 group.addTask { await work.run() }
                 work.spawn(job)
                 await startedWaiters.wait { started.value == 2 }
-                work.finish()
+                await work.finish()
             }
         }
         #expect(ended)
         let startedJobs = started.value
         #expect(startedJobs == 2)
+    }
+
+    @Test("finish returns at once when run never started, and a run started after it returns at once")
+    func finishBeforeRun() async {
+        let work = BackgroundWork()
+        work.spawn { await ConditionWaiters().wait { false } }
+        let ended = await withTimeLimit(.seconds(10)) {
+            await work.finish()
+            await work.run()
+        }
+        #expect(ended)
     }
 }
