@@ -7,7 +7,7 @@
 #
 #   bash bench/peers.sh                  # plain HTTP origin, 3 rounds x 10 s, c=32 and c=256 (~6 min)
 #   bash bench/peers.sh --tls            # the origin speaks TLS (CA made for the run), every proxy verifies it;
-#                                        # the origin offers h2 and http/1.1 by ALPN (nginx proxies HTTP/1.1 only)
+#                                        # h2 and http/1.1 offered by ALPN (nginx and, by default, Backstop take 1.1)
 #   bash bench/peers.sh --tls --h1       # TLS origin offering HTTP/1.1 only
 #   bash bench/peers.sh --realistic      # requests as apps send them: 12 app-like headers (~700 bytes) from the
 #                                        # client, a 1 KiB bearer token injected by every proxy (combines with --tls)
