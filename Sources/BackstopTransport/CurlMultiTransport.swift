@@ -44,6 +44,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     private var handles: EasyHandles
     /// Transfers with events to hand over at the end of this loop turn.
     private var dirty: [CurlTransfer] = []
+    /// `flushDirty`'s scratch: the event loops of this turn's transfers and the deliveries for each.
+    private var flushLoops: [any EventLoop] = []
+    private var flushBatches: [[CurlTransfer.Delivery]] = []
     /// When curl wants `CURL_SOCKET_TIMEOUT` handled next (monotonic ms), or nil for no timer.
     private var timerDeadline: Int64?
 
@@ -221,9 +224,31 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         }
     }
 
+    /// Hands the turn's events to the requesters' event loops: one `execute` per loop, however many of its
+    /// transfers have events (each `execute` allocates a task and takes the loop's two task-queue locks, which the
+    /// loop's thread takes too; docs/performance.md#threads-and-hops).
     private func flushDirty() {
         guard !dirty.isEmpty else { return }
-        for transfer in dirty { transfer.flush() }
+        if dirty.count == 1 {
+            let delivery = dirty[0].takePending()
+            dirty[0].eventLoop.execute { delivery.hand() }
+        } else {
+            // Usually one loop (the default); a linear search over a handful beats hashing.
+            for transfer in dirty {
+                let delivery = transfer.takePending()
+                if let index = flushLoops.firstIndex(where: { $0 === transfer.eventLoop }) {
+                    flushBatches[index].append(delivery)
+                } else {
+                    flushLoops.append(transfer.eventLoop)
+                    flushBatches.append([delivery])
+                }
+            }
+            for (loop, batch) in zip(flushLoops, flushBatches) {
+                loop.execute { for delivery in batch { delivery.hand() } }
+            }
+            flushLoops.removeAll(keepingCapacity: true)
+            flushBatches.removeAll(keepingCapacity: true)
+        }
         dirty.removeAll(keepingCapacity: true)
     }
 
