@@ -314,7 +314,8 @@ public final class ProxyServer: Sendable {
                 "backstop_client_certificate_expiry_seconds{upstream=\"\(ProxyMetrics.escape(item.upstream))\","
                 + "target=\"\(item.target.rawValue)\"} \(Int64(expiry.timeIntervalSince(now)))\n"
         }
-        return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
+        return out + runtime.tunnelMetrics.render() + runtime.upgradeMetrics.render() + tokenStoreMetrics.render()
+            + ProcessMetrics.render()
     }
 
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap, the idle
