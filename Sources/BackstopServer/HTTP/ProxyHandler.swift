@@ -234,6 +234,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler, Exchang
                 refuse(.proxyAuthRequired, head: head, close: accepted.framing.hasBody || !head.isKeepAlive)
                 return
             }
+            if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
             let exchange = Exchange(
                 configuration: configuration, head: head,

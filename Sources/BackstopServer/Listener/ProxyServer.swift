@@ -313,7 +313,7 @@ public final class ProxyServer: Sendable {
         return runtime.metrics.render(
             inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
             keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount) + out.text + runtime.tunnelMetrics.render()
-            + tokenStoreMetrics.render() + ProcessMetrics.render()
+            + runtime.upgradeMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
     }
 
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap, the idle

@@ -16,6 +16,7 @@ public final class ProxyRuntime: Sendable {
     public let clock: any BackstopClock
     public let metrics = ProxyMetrics()
     public let tunnelMetrics = TunnelMetrics()
+    public let upgradeMetrics = UpgradeMetrics()
     /// The last failed requests, for the status page.
     public let failures = FailureLog()
     /// Starts request and refresh traces; nil without `tracing` (docs/reference/operations.md#tracing).
