@@ -122,13 +122,15 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         }
     }
 
-    /// Runs the pool (PostgreSQL's `PostgresClient` service), the listener and the table check until the task is
-    /// cancelled, then ends every subscription.
+    /// Runs the pool (PostgreSQL's `PostgresClient` service) and the listener (which checks the table first) until
+    /// the task is cancelled, then ends every subscription.
     public func run() async {
         await withDiscardingTaskGroup { group in
             group.addTask { await self.client.run() }
-            group.addTask { await self.listenForChanges() }
-            group.addTask { _ = try? await self.ensureTable() }
+            group.addTask {
+                _ = try? await self.ensureTable()
+                await self.listenForChanges()
+            }
         }
         subscribers.withLockedValue { all in
             for continuation in all.values.flatMap({ $0 }) { continuation.finish() }
