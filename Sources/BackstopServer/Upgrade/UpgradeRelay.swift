@@ -74,6 +74,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     private var lastActivity: Duration
     private var endReason = "closed"
     private var random = SystemRandomNumberGenerator()
+    private var ended = false
 
     init(request: Request, runtime: ProxyRuntime, opener: any ConnectionOpening, eventLoop: EventLoop) {
         let snapshot = runtime.snapshot
@@ -218,9 +219,10 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         let built = UpstreamRequestBuilder.request(
             head: request.head, destination: .upstream(upstream, path: request.path), credential: credential,
             body: .empty, mayResend: true, connectTimeout: upstream.config.timeouts.connect, wall: wall)
-        guard let head = Self.handshake(built, target: request.path, upgrade: request.upgrade, context: context) else {
+        guard let head = Self.handshake(built, target: request.path, upgrade: request.upgrade) else {
+            // Only the credential can carry such a byte (the client's fields were parsed): nothing is sent.
             machine.clientGone()
-            answerLocally(.badRequest)
+            answerLocally(.tokenUnavailable, detail: "the credential would split the handshake head")
             return
         }
         generation += 1
@@ -237,9 +239,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The handshake's request head: the built request's fields (every one checked for CR, LF and NUL, which
     /// would split the head: a credential from a token endpoint is not ours to trust), then the upgrade's own.
-    static func handshake(
-        _ built: TransportRequest, target: String, upgrade: String, context: ChannelHandlerContext?
-    ) -> ByteBuffer? {
+    static func handshake(_ built: TransportRequest, target: String, upgrade: String) -> ByteBuffer? {
         var text = "\(built.method) \(target.isEmpty ? "/" : target) HTTP/1.1\r\n"
         for (name, value) in built.headers {
             guard !name.utf8.contains(where: Self.breaksLine), !value.utf8.contains(where: Self.breaksLine) else {
@@ -490,7 +490,6 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// The client's channel closed: everything stops, once.
-    private var ended = false
     private func end() {
         guard !ended else { return }
         ended = true
