@@ -27,6 +27,19 @@ struct PostgresStoreTests {
         return backend
     }
 
+    /// Waits (20 s at most) until PostgreSQL shows `count` sessions whose last statement was a `LISTEN`: the
+    /// backends' listeners are connected then.
+    static func waitForListeners(_ pg: TestPostgres, atLeast count: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            let listening = try await pg.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle' AND query ILIKE 'LISTEN %'")
+            if let n = Int(listening.trimmingCharacters(in: .whitespacesAndNewlines)), n >= count { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("fewer than \(count) token store listeners connected within 20 s")
+    }
+
     /// Runs `body` while every backend runs (their pools, listeners and table checks).
     static func running(_ backends: [PostgresTokenBackend], _ body: () async throws -> Void) async throws {
         guard let first = backends.first else { return try await body() }
@@ -54,8 +67,8 @@ struct PostgresStoreTests {
                 let storeB = b.store(forPrefix: "api")
                 let changes = try #require(storeB.changes())
                 let before = storeB.revision
-                // Let B's listener connect before A writes.
-                try await Task.sleep(for: .milliseconds(300))
+                // B's listener must be connected before A writes: a notification sent earlier reaches nobody.
+                try await Self.waitForListeners(pg, atLeast: 2)
 
                 let tokens = StoredTokens(
                     accessToken: "access-secret-1", refreshToken: "refresh-secret-1", expiresAt: 2e9)
