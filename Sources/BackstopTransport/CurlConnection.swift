@@ -61,8 +61,11 @@ public protocol ConnectionHandle: AnyObject, Sendable {
 /// freed with the connection) and stays in the transport's multi handle until the connection ends: curl finds the
 /// connection of a `CONNECT_ONLY` handle through that multi handle, and `curl_multi_remove_handle` closes it.
 ///
-/// `@unchecked Sendable`: the `var`s are read and written on the transport thread only (`ConnectionDriver`); what
-/// other threads call (`send`, `setReceiving`, `close`) only submits commands to the transport's locked queue.
+/// `@unchecked Sendable`, safe because: the `let`s never change (`request`, `eventLoop` and `sink` are Sendable;
+/// `transport` owns every connection and ends them before it goes); the `var`s are read and written on the
+/// transport thread only (`ConnectionDriver`), and the connection reaches that thread through the transport's
+/// locked command queue (`.open`), whose lock orders the initialiser's writes before the thread's reads; what other
+/// threads call (`send`, `setReceiving`, `close`) touches no `var`: it only submits commands to that queue.
 public final class CurlConnection: ConnectionHandle, @unchecked Sendable {
     let request: ConnectionRequest
     let eventLoop: EventLoop

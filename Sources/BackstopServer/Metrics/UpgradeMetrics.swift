@@ -4,7 +4,6 @@ import Synchronization
 /// Counters for upgraded requests (WebSocket, docs/reference/operations.md#metrics): handshakes by how they ended,
 /// relays open now, and bytes each way through them. Atomics: a relay counts its bytes as they pass.
 public final class UpgradeMetrics: Sendable {
-    private let requestedCount = Atomic<Int>(0)
     private let switchedCount = Atomic<Int>(0)
     private let notSwitchedCount = Atomic<Int>(0)
     private let failedCount = Atomic<Int>(0)
@@ -14,7 +13,6 @@ public final class UpgradeMetrics: Sendable {
 
     public init() {}
 
-    func requested() { requestedCount.add(1, ordering: .relaxed) }
     /// The upstream answered `101`: a relay opened.
     func switched() {
         switchedCount.add(1, ordering: .relaxed)

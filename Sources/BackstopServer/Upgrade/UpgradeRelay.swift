@@ -112,7 +112,6 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The handler is in the pipeline: the handshake begins.
     func start() {
-        runtime.upgradeMetrics.requested()
         acquireCredential()
     }
 
