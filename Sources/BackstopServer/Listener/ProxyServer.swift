@@ -29,6 +29,8 @@ public final class ProxyServer: Sendable {
     public let tracingConfig: TracingConfig?
     /// The span exporter and the token managers' store watchers, run by `run()`.
     private let background = BackgroundWork()
+    /// Reads the host's rtnetlink announcements once `start()` ran (nil before, or when no socket could be opened).
+    let networkMonitor = NIOLockedValueBox<NetworkChangeMonitor?>(nil)
     /// The client certificates the config names, as read at start and on the last reload.
     private let clientCertificates = NIOLockedValueBox<[ClientCertificateInventory.Item]>([])
 
@@ -66,15 +68,17 @@ public final class ProxyServer: Sendable {
             tracer = Self.makeTracer(
                 tracing, fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger)
         }
+        let clock = SystemClock()
+        let outage = OutageMetrics()
         let upstreams = Self.makeUpstreams(
             config, previous: [], keychain: keychain, stores: stores,
             fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
-            counters: tokenRefreshes, tracer: tracer, background: background)
+            counters: tokenRefreshes, tracer: tracer, background: background, clock: clock, outage: outage)
         self.runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
                 clients: Self.clientsInForce(config, keychain: keychain, logger: logger)),
-            transport: transport, logger: logger, tracer: tracer)
+            transport: transport, logger: logger, clock: clock, tracer: tracer, outageMetrics: outage)
         self.channels = NIOLockedValueBox([])
         self.adminChannel = NIOLockedValueBox(nil)
         readClientCertificates(config)
@@ -132,6 +136,7 @@ public final class ProxyServer: Sendable {
         if let queue = runtime.tracer?.queue {
             background.spawn { await queue.run() }
         }
+        await watchNetworkChanges()
         ready.withLockedValue { $0 = true }
     }
 
@@ -188,6 +193,7 @@ public final class ProxyServer: Sendable {
         let runtime = self.runtime
         _ = await withTimeLimit(timeout) { await runtime.waitUntilNoRequests() }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
+        if let monitor = networkMonitor.withLockedValue({ $0 }) { try? await monitor.stop().get() }
         if let queue = runtime.tracer?.queue {
             // The last spans get one try, bounded: a collector that is down must not hold the drain.
             queue.shutdown()
@@ -399,7 +405,8 @@ extension ProxyServer {
         let upstreams = Self.makeUpstreams(
             config, previous: previous, keychain: keychain, stores: tokenStores,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
-            counters: tokenRefreshes, tracer: runtime.tracer, background: background)
+            counters: tokenRefreshes, tracer: runtime.tracer, background: background, clock: runtime.clock,
+            outage: runtime.outageMetrics)
         runtime.swap(
             to: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
@@ -462,15 +469,18 @@ extension ProxyServer {
     static func makeUpstreams(
         _ config: Config, previous: [UpstreamRuntime], keychain: FileKeychain?, stores: (any TokenStoreProvider)?,
         fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters, tracer: Tracer?,
-        background: BackgroundWork
+        background: BackgroundWork, clock: any BackstopClock, outage: OutageMetrics
     ) -> [UpstreamRuntime] {
         config.upstreams.map { upstream in
             let old = previous.first { $0.config.name == upstream.name }
+            let health = UpstreamHealth.carried(
+                old?.health, for: upstream, clock: clock, metrics: outage, logger: logger)
             // Read at every start and reload, so a rotated entry is presented from the reload on; a problem is
             // logged by `readClientCertificates`.
             let identity = upstream.tls.clientCertEntry.map { TokenClientCredentials.clientIdentity($0, keychain) }
             if let old, old.config.auth == upstream.auth {
-                return UpstreamRuntime(config: upstream, auth: old.auth, budget: old.budget, clientIdentity: identity)
+                return UpstreamRuntime(
+                    config: upstream, auth: old.auth, budget: old.budget, clientIdentity: identity, health: health)
             }
             let auth: AuthRuntime
             switch upstream.auth {
@@ -493,7 +503,8 @@ extension ProxyServer {
                 background.spawn { await manager.run() }
                 auth = .oauth2(manager, oauth)
             }
-            return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget, clientIdentity: identity)
+            return UpstreamRuntime(
+                config: upstream, auth: auth, budget: old?.budget, clientIdentity: identity, health: health)
         }
     }
 }

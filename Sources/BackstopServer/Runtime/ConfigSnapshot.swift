@@ -1,5 +1,6 @@
 import BackstopCore
 import BackstopTransport
+import Logging
 import NIOConcurrencyHelpers
 
 /// One immutable view of the configuration and everything derived from it. Requests keep the snapshot they
@@ -28,7 +29,8 @@ public final class ConfigSnapshot: Sendable {
     }
 }
 
-/// Per-upstream live state that outlives single requests: TLS options, the token source, the retry budget.
+/// Per-upstream live state that outlives single requests: TLS options, the token source, the retry budget, the
+/// endpoints' health.
 public final class UpstreamRuntime: Sendable {
     public let config: UpstreamConfig
     /// The `tls` section, with the client certificate of `tls.client_cert_entry` as read at start or reload.
@@ -43,12 +45,22 @@ public final class UpstreamRuntime: Sendable {
     let hostHeader: String
     /// Shared by every request to this upstream (and kept across reloads while the budget settings stay).
     let budget: SharedRetryBudget
+    /// Ejections, probes, requests in progress and time to head, shared by every request to this upstream (and kept
+    /// across reloads that leave its endpoints and `circuit` as they were).
+    public let health: UpstreamHealth
 
-    /// `clientIdentity`: what `tls.client_cert_entry` holds (nil when the upstream has none).
+    /// `clientIdentity`: what `tls.client_cert_entry` holds (nil when the upstream has none). `health` defaults to a
+    /// fresh one on the system clock whose metrics and log lines go nowhere (unit tests of other parts).
     init(
         config: UpstreamConfig, auth: AuthRuntime, budget: SharedRetryBudget? = nil,
-        clientIdentity: Result<TransportClientIdentity, TokenClientCredentials.CredentialProblem>? = nil
+        clientIdentity: Result<TransportClientIdentity, TokenClientCredentials.CredentialProblem>? = nil,
+        health: UpstreamHealth? = nil
     ) {
+        self.health =
+            health
+            ?? UpstreamHealth(
+                upstream: config, clock: SystemClock(), metrics: OutageMetrics(),
+                logger: Logger(label: "backstop", factory: { _ in SwiftLogNoOpLogHandler() }))
         self.config = config
         var tls = TransportTLSOptions(config.tls)
         if case .success(let identity) = clientIdentity { tls.clientIdentity = identity }

@@ -17,6 +17,11 @@ public final class ProxyRuntime: Sendable {
     public let metrics = ProxyMetrics()
     public let tunnelMetrics = TunnelMetrics()
     public let upgradeMetrics = UpgradeMetrics()
+    /// Endpoint states, ejections, fast failures, hedges and network changes (docs/reference/operations.md#metrics).
+    public let outageMetrics: OutageMetrics
+    /// Fires when the host's network changes (a link up, an address or a route added), for attempts waiting out a
+    /// backoff for want of a network (docs/reference/behaviour.md#the-network-coming-back).
+    public let networkReturn = NetworkReturnSignal()
     /// The last failed requests, for the status page.
     public let failures = FailureLog()
     /// Starts request and refresh traces; nil without `tracing` (docs/reference/operations.md#tracing).
@@ -29,9 +34,10 @@ public final class ProxyRuntime: Sendable {
 
     public init(
         snapshot: ConfigSnapshot, transport: any TransferStarting, logger: Logger,
-        clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil
+        clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil, outageMetrics: OutageMetrics = OutageMetrics()
     ) {
         self.tracer = tracer
+        self.outageMetrics = outageMetrics
         self.current = NIOLockedValueBox(snapshot)
         self.transport = transport
         self.logger = logger

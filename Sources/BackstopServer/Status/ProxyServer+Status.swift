@@ -36,12 +36,19 @@ extension ProxyServer {
         let budget = RetryBudgetStatus(
             retriesLeft: upstream.budget.withBudget { $0.retriesLeft(now: now) }, ratio: upstream.budget.config.ratio,
             minPerSecond: upstream.budget.config.minPerSecond, exhaustedTotal: counters.budgetExhausted)
-        // One endpoint per upstream until several endpoints and circuits exist (docs/reference/behaviour.md): its
-        // `url`, taking requests.
-        let endpoints = [EndpointStatus(url: upstream.origin, state: .healthy)]
+        let health = upstream.health
+        let details = health.endpointDetails
+        let endpoints = details.indices.map { index in
+            let row = details[index]
+            return EndpointStatus(
+                url: health.key(index), state: EndpointState(row.health),
+                consecutiveFailures: health.policy.failures > 0 ? row.failuresInARow : nil,
+                probeInSeconds: row.nextProbeIn.map { max(0, $0.seconds) })
+        }
         return UpstreamStatus(
             name: name, requestsPerSecond: rates.perSecond, successRatio: rates.successRatio,
-            attemptsPerRequest: rates.attemptsPerRequest, retryBudget: budget, circuit: .closed, endpoints: endpoints,
+            attemptsPerRequest: rates.attemptsPerRequest, retryBudget: budget,
+            circuit: CircuitState(details.map(\.health)), endpoints: endpoints,
             token: tokenStatus(upstream, wall: wall))
     }
 
@@ -58,6 +65,30 @@ extension ProxyServer {
             return TokenStatus(
                 kind: "oauth2", present: manager.holdsToken, expiresInSeconds: manager.currentExpiry.map { $0 - wall },
                 lastRefresh: last.map { RefreshStatus(at: $0.at, outcome: $0.result.rawValue) })
+        }
+    }
+}
+
+extension EndpointState {
+    init(_ health: EndpointHealth) {
+        switch health {
+        case .healthy: self = .healthy
+        case .ejected: self = .ejected
+        case .probing: self = .probing
+        }
+    }
+}
+
+extension CircuitState {
+    /// `open` when no endpoint is healthy (requests fail fast), `half-open` while one is probed or ejected, else
+    /// `closed` (docs/reference/operations.md#status-page).
+    init(_ health: [EndpointHealth]) {
+        if !health.contains(.healthy) {
+            self = .open
+        } else if health.allSatisfy({ $0 == .healthy }) {
+            self = .closed
+        } else {
+            self = .halfOpen
         }
     }
 }
