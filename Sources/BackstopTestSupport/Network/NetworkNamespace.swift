@@ -12,7 +12,8 @@ public final class NetworkNamespace: Sendable {
     public let clientAddress: String
     /// The namespace's end of the veth pair.
     public let interface: String
-    private let hostInterface: String
+    /// The host's end of the veth pair.
+    public let hostInterface: String
 
     /// Whether namespaces can be created here (root with CAP_NET_ADMIN and iproute2).
     public static let isAvailable: Bool = {
@@ -105,8 +106,11 @@ public final class NetworkNamespace: Sendable {
         }
     }
 
-    /// Deletes the namespace and the veth pair.
-    public func remove() { Self.remove(name: name, hostInterface: hostInterface) }
+    /// Deletes the namespace, the veth pair and the host route `takeRouteAway` may have left.
+    public func remove() {
+        Self.remove(name: name, hostInterface: hostInterface)
+        _ = try? TestProcess.runBlocking("/usr/sbin/ip", ["route", "del", "\(clientAddress)/32"])
+    }
 
     private static func remove(name: String, hostInterface: String) {
         _ = try? TestProcess.runBlocking("/usr/sbin/ip", ["link", "del", hostInterface])

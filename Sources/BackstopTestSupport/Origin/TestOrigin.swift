@@ -61,9 +61,20 @@ public final class TestOrigin: Sendable {
             on: .unix(unixPath), tls: nil, sendsContinue: sendsContinue, keepsRequests: true, script: script)
     }
 
+    /// Starts an origin on a TCP socket that is already bound and listening (one opened inside a test network
+    /// namespace: `NetworkNamespace.startOrigin`); it owns the descriptor from now on. `host` is the bound address,
+    /// for `baseURL`.
+    public static func start(
+        listeningSocket descriptor: CInt, host: String, script: @escaping Script
+    ) async throws -> TestOrigin {
+        try await start(
+            on: .socket(descriptor, host: host), tls: nil, sendsContinue: true, keepsRequests: true, script: script)
+    }
+
     private enum Endpoint {
         case tcp(String)
         case unix(String)
+        case socket(CInt, host: String)
     }
 
     private static func start(
@@ -108,6 +119,16 @@ public final class TestOrigin: Sendable {
         case .unix(let path):
             server = try await bootstrap.bind(unixDomainSocketPath: path, childChannelInitializer: initializer)
             port = 0
+        case .socket(let descriptor, _):
+            server =
+                try await bootstrap
+                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .bind(descriptor, childChannelInitializer: initializer)
+            guard let bound = server.channel.localAddress?.port else {
+                try? await server.channel.close()
+                throw TestOriginError.noLocalAddress
+            }
+            port = bound
         }
         let acceptLoop = Task<Void, Never> {
             _ = try? await server.executeThenClose { inbound in
@@ -129,7 +150,7 @@ public final class TestOrigin: Sendable {
         switch endpoint {
         case .tcp(let host) where host == "127.0.0.1":
             baseURL = tls == nil ? "http://127.0.0.1:\(port)" : "https://localhost:\(port)"
-        case .tcp(let host):
+        case .tcp(let host), .socket(_, let host):
             baseURL = (tls == nil ? "http://" : "https://") + (host.contains(":") ? "[\(host)]" : host) + ":\(port)"
         case .unix:
             baseURL = "http://localhost"
