@@ -63,7 +63,7 @@ enum FailureClassification {
             return .tlsVerificationFailed(detail: detail)
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY,
             CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER:
-            return .connectFailure(detail: detail)
+            return .connectFailure(detail: detail, network: noUsableNetwork(facts))
         case CURLE_OPERATION_TIMEDOUT:
             return facts.connected ? .timeout(detail: detail) : .connectFailure(detail: detail)
         case CURLE_ABORTED_BY_CALLBACK:

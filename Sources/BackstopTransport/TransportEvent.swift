@@ -3,8 +3,10 @@ import NIOCore
 
 /// Why an attempt failed below HTTP, in the terms of `retry.on` (docs/reference/config.md#retry).
 public enum TransportFailure: Error, Sendable, Equatable {
-    /// Nothing reached the upstream (refused, unresolvable, connect timeout, TLS handshake failure).
-    case connectFailure(detail: String)
+    /// Nothing reached the upstream (refused, unresolvable, connect timeout, TLS handshake failure). `network` says
+    /// when the cause was this host having no usable network: the retry's backoff then races the network coming
+    /// back (docs/reference/behaviour.md#the-network-coming-back).
+    case connectFailure(detail: String, network: NoUsableNetwork? = nil)
     /// The upstream's certificate did not verify (unknown issuer, expired, wrong name, pinned key mismatch).
     /// Nothing reached the upstream, and a retry would fail the same way: not a `retry.on` condition
     /// (docs/reference/behaviour.md#when-an-attempt-fails).
@@ -29,7 +31,8 @@ public enum TransportFailure: Error, Sendable, Equatable {
     /// address tried, where known.
     public var detail: String {
         switch self {
-        case .connectFailure(let d), .tlsVerificationFailed(let d), .reset(let d), .timeout(let d), .badResponse(let d),
+        case .connectFailure(let d, _), .tlsVerificationFailed(let d), .reset(let d), .timeout(let d),
+            .badResponse(let d),
             .loopDetected(let d),
             .destinationDenied(let d):
             d

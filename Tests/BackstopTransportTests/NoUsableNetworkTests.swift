@@ -43,4 +43,17 @@ struct NoUsableNetworkTests {
         #expect(
             NoUsableNetwork.allCases.map(\.rawValue) == ["network-unreachable", "host-unreachable", "name-resolution"])
     }
+
+    @Test("the connect failure carries the cause; other failures carry none")
+    func carried() {
+        let unreachable = FailureClassification.failure(
+            CurlFailureFacts(code: CURLE_COULDNT_CONNECT, osErrno: Int(EHOSTUNREACH)))
+        #expect(unreachable == .connectFailure(detail: unreachable.detail, network: .hostUnreachable))
+        #expect(unreachable.label == "connect-failure")
+        let refused = FailureClassification.failure(
+            CurlFailureFacts(code: CURLE_COULDNT_CONNECT, osErrno: Int(ECONNREFUSED)))
+        #expect(refused == .connectFailure(detail: refused.detail, network: nil))
+        let resolution = FailureClassification.failure(CurlFailureFacts(code: CURLE_COULDNT_RESOLVE_HOST))
+        #expect(resolution == .connectFailure(detail: resolution.detail, network: .nameResolution))
+    }
 }

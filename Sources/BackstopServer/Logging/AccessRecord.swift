@@ -31,6 +31,9 @@ struct AccessRecord {
     var elapsed: Duration
     /// Response body bytes sent to the client.
     var bytes: Int
+    /// The endpoint whose response was delivered, or whose attempt failed last (`scheme://host:port`); nil when no
+    /// attempt was made (docs/reference/operations.md#logs).
+    var endpoint: String? = nil
 
     /// The metadata of the `request` log line.
     var metadata: Logger.Metadata {
@@ -46,6 +49,7 @@ struct AccessRecord {
             "bytes": .stringConvertible(bytes),
         ]
         if let entry = request.clientEntry { metadata["client_entry"] = .string(entry) }
+        if let endpoint { metadata["endpoint"] = .string(endpoint) }
         if let error { metadata["error"] = .string(error) }
         if let reason { metadata["reason"] = .string(reason) }
         if !retries.isEmpty { metadata["retries"] = .string(retries.joined(separator: ",")) }

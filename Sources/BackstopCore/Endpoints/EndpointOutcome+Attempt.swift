@@ -1,0 +1,27 @@
+extension EndpointOutcome {
+    /// How an attempt that ended as `outcome` counts for its endpoint (docs/reference/behaviour.md#endpoints-and-ejection):
+    /// a `retry.on` condition is a failure, a response head that is not one is a success, and anything else tells
+    /// nothing about the endpoint: nil (cancelled, a certificate that did not verify, the client's body failing) or a
+    /// connect failure, reset or timeout the upstream's `retry.on` leaves out.
+    public init(_ outcome: AttemptOutcome?, retryOn: Set<RetryCondition>) {
+        guard let outcome else {
+            self = .abandoned
+            return
+        }
+        if retryOn.contains(outcome.condition) {
+            self = .failure
+        } else if case .response = outcome {
+            self = .success
+        } else {
+            self = .abandoned
+        }
+    }
+}
+
+extension HedgeConfig {
+    /// Whether a request may be hedged (docs/reference/behaviour.md#hedging): hedging is on, its method is listed,
+    /// and its body is empty or fully kept (so every copy sends the same bytes).
+    public func applies(method: String, bodyReplayable: Bool) -> Bool {
+        max > 0 && bodyReplayable && methods.contains(method)
+    }
+}
