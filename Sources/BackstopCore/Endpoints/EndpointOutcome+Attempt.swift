@@ -25,3 +25,18 @@ extension HedgeConfig {
         max > 0 && bodyReplayable && methods.contains(method)
     }
 }
+
+/// How one attempt ended for the endpoint it was given, as the request's machine decided it: what its executor hands
+/// to the upstream's shared endpoint set.
+public struct EndpointReport: Sendable, Equatable {
+    public var ticket: EndpointTicket
+    public var outcome: EndpointOutcome
+    /// The failure's name (`503`, `connect-failure`, …) for the `endpoint ejected` line; nil for a success.
+    public var reason: String?
+
+    public init(ticket: EndpointTicket, outcome: EndpointOutcome, reason: String? = nil) {
+        self.ticket = ticket
+        self.outcome = outcome
+        self.reason = reason
+    }
+}

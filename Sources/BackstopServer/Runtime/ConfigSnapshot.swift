@@ -40,9 +40,12 @@ public final class UpstreamRuntime: Sendable {
     let clientCertificateUnusable: Bool
     let auth: AuthRuntime
     let retryPolicy: RetryPolicy
-    /// `scheme://host[:port]` and the `Host` value, computed once rather than per request.
+    /// `scheme://host[:port]` and the `Host` value of the first endpoint, computed once rather than per request.
     let origin: String
     let hostHeader: String
+    /// The same for each endpoint, in config order: where an attempt given endpoint `i` goes.
+    let endpointOrigins: [String]
+    let endpointHostHeaders: [String]
     /// Shared by every request to this upstream (and kept across reloads while the budget settings stay).
     let budget: SharedRetryBudget
     /// Ejections, probes, requests in progress and time to head, shared by every request to this upstream (and kept
@@ -70,6 +73,8 @@ public final class UpstreamRuntime: Sendable {
         self.retryPolicy = RetryPolicy(config: config.retry, timeouts: config.timeouts)
         self.origin = config.url.origin
         self.hostHeader = config.url.hostHeader
+        self.endpointOrigins = config.endpoints.map(\.origin)
+        self.endpointHostHeaders = config.endpoints.map(\.hostHeader)
         if let budget, budget.config == config.retry.budget {
             self.budget = budget
         } else {
