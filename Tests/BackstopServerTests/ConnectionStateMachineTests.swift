@@ -569,6 +569,15 @@ struct ConnectionStateMachineTests {
             return actions
         }
 
+        /// An event of the latest attempt's transfer (`stale`: of the one before it).
+        mutating func transport(_ event: TransportEvent, stale: Bool = false) -> [Action] {
+            let (now, generation) = (self.now, stale ? self.generation - 1 : self.generation)
+            var random = self.random
+            return run {
+                $0.transportEvent(event, generation: generation, now: now, wall: 0, random: &random, into: &$1)
+            }
+        }
+
         /// A request part, sent only in an order the decoder can produce.
         mutating func part(_ part: HTTPServerRequestPart) -> [Action] {
             switch part {
@@ -594,71 +603,12 @@ struct ConnectionStateMachineTests {
         ("CONNECT", { d in d.part(.head(request(.CONNECT, "a:443"))) }),
         ("body", { d in d.part(.body(ok)) }),
         ("end", { d in d.part(.end(nil)) }),
-        (
-            "upstream head",
-            { d in
-                let (now, generation) = (d.now, d.generation)
-                var random = d.random
-                return d.run {
-                    $0.transportEvent(
-                        .head(upstream(200)), generation: generation, now: now, wall: 0, random: &random, into: &$1)
-                }
-            }
-        ),
-        (
-            "upstream 503",
-            { d in
-                let (now, generation) = (d.now, d.generation)
-                var random = d.random
-                return d.run {
-                    $0.transportEvent(
-                        .head(upstream(503)), generation: generation, now: now, wall: 0, random: &random, into: &$1)
-                }
-            }
-        ),
-        (
-            "upstream body",
-            { d in
-                let (now, generation) = (d.now, d.generation)
-                var random = d.random
-                return d.run {
-                    $0.transportEvent(.body(ok), generation: generation, now: now, wall: 0, random: &random, into: &$1)
-                }
-            }
-        ),
-        (
-            "upstream end",
-            { d in
-                let (now, generation) = (d.now, d.generation)
-                var random = d.random
-                return d.run {
-                    $0.transportEvent(.end, generation: generation, now: now, wall: 0, random: &random, into: &$1)
-                }
-            }
-        ),
-        (
-            "upstream reset",
-            { d in
-                let (now, generation) = (d.now, d.generation)
-                var random = d.random
-                return d.run {
-                    $0.transportEvent(
-                        .failure(.reset(detail: "r")), generation: generation, now: now, wall: 0, random: &random,
-                        into: &$1)
-                }
-            }
-        ),
-        (
-            "stale head",
-            { d in
-                let (now, generation) = (d.now, d.generation - 1)
-                var random = d.random
-                return d.run {
-                    $0.transportEvent(
-                        .head(upstream(200)), generation: generation, now: now, wall: 0, random: &random, into: &$1)
-                }
-            }
-        ),
+        ("upstream head", { d in d.transport(.head(upstream(200))) }),
+        ("upstream 503", { d in d.transport(.head(upstream(503))) }),
+        ("upstream body", { d in d.transport(.body(ok)) }),
+        ("upstream end", { d in d.transport(.end) }),
+        ("upstream reset", { d in d.transport(.failure(.reset(detail: "r"))) }),
+        ("stale head", { d in d.transport(.head(upstream(200)), stale: true) }),
         (
             "batch end",
             { d in d.run { [generation = d.generation] in $0.transportBatchEnded(generation: generation, into: &$1) } }
