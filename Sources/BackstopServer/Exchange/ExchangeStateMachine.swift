@@ -332,14 +332,17 @@ struct ExchangeStateMachine: Equatable {
         case done
     }
 
-    let configuration: Configuration
+    /// Boxed: it never changes, and inline it made every copy of the machine (each event of the connection's
+    /// machine takes its state out and puts it back) copy it too.
+    private let configurationBox: ConfigurationBox
+    var configuration: Configuration { configurationBox.value }
     let startedAt: Duration
     private(set) var state: State
 
     /// `firstGeneration`: the generation of this exchange's first attempt, above every earlier one on the
     /// connection (so that a late event of an earlier request's attempt is stale here too).
     init(configuration: Configuration, now: Duration, firstGeneration: Int = 1) {
-        self.configuration = configuration
+        self.configurationBox = ConfigurationBox(configuration)
         self.startedAt = now
         self.state = .receivingBody(Progress(nextGeneration: firstGeneration))
     }
@@ -846,4 +849,11 @@ extension ExchangeStateMachine.State {
             }
         }
     }
+}
+
+/// `ExchangeStateMachine.configuration`, held by reference; compared by value.
+final class ConfigurationBox: Equatable {
+    let value: ExchangeStateMachine.Configuration
+    init(_ value: ExchangeStateMachine.Configuration) { self.value = value }
+    static func == (lhs: ConfigurationBox, rhs: ConfigurationBox) -> Bool { lhs === rhs || lhs.value == rhs.value }
 }

@@ -93,6 +93,9 @@ struct ConnectionStateMachine {
         case active(Active)
         case upgrading
         case closing
+        /// Held only inside a mutator while it changes the active request's payload taken out of the state, so that
+        /// the payload's buffers are uniquely referenced (no copy on write); never seen outside one.
+        case placeholder
     }
 
     /// How an admitted head is handled: `RequestAdmission`'s decision, with what the exchange needs.
@@ -225,7 +228,7 @@ extension ConnectionStateMachine {
     /// A request part was decoded.
     mutating func partArrived(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
         switch state {
-        case .closing, .upgrading:
+        case .closing, .upgrading, .placeholder:
             return
         case .active(let active) where active.request == .admitting || active.request == .ended || !queued.isEmpty:
             queued.append(part)
@@ -284,27 +287,25 @@ extension ConnectionStateMachine {
 
     private mutating func bodyArrived(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
         guard case .active(var active) = state else { return }
+        state = .placeholder
         if active.request.lastPart != nil { active.request = active.request.withLastPart(now) }
-        guard case .receiving = active.request, var exchange = active.exchange else {
+        guard case .receiving = active.request, active.exchange != nil else {
             state = .active(active)
             return
         }
-        let action = exchange.bodyReceived(count: buffer.readableBytes, now: now)
-        active.exchange = exchange
+        let action = active.exchange!.bodyReceived(count: buffer.readableBytes, now: now)
         state = .active(active)
         perform(action, body: buffer, now: now, into: &actions)
     }
 
     private mutating func endArrived(now: Duration, into actions: inout [Action]) {
         guard case .active(var active) = state else { return }
+        state = .placeholder
         let forwarded: Bool = if case .receiving = active.request { true } else { false }
         active.request = .ended
+        let action = forwarded && active.exchange != nil ? active.exchange!.bodyEnded(now: now) : nil
         state = .active(active)
-        if forwarded, var exchange = active.exchange {
-            let action = exchange.bodyEnded(now: now)
-            setExchange(exchange)
-            perform(action, body: nil, now: now, into: &actions)
-        }
+        if let action { perform(action, body: nil, now: now, into: &actions) }
         requestMayBeDone(now: now, into: &actions)
     }
 
@@ -316,9 +317,9 @@ extension ConnectionStateMachine {
     /// `part`, asked to be kept (`.storeBody`), does not fit `limits.buffer_memory`: the body streams instead,
     /// `part` after what was kept.
     mutating func bufferDenied(_ part: ByteBuffer, now: Duration, into actions: inout [Action]) {
-        guard case .active(var active) = state, var exchange = active.exchange else { return }
-        let action = exchange.bufferDenied(now: now)
-        active.exchange = exchange
+        guard case .active(var active) = state, active.exchange != nil else { return }
+        state = .placeholder
+        let action = active.exchange!.bufferDenied(now: now)
         state = .active(active)
         perform(action, body: part, now: now, into: &actions)
     }
@@ -368,8 +369,10 @@ extension ConnectionStateMachine {
         case .end:
             // The framing counter is the connection's: a body that ended short of its announced length is cut
             // (the client would wait for the rest, or read the next response as body).
-            guard case .active(let active) = state, let exchange = active.exchange else { return }
-            if exchange.relayingGeneration == generation, case .writing(let relay) = active.response, relay.fellShort {
+            guard case .active(let active) = state, active.exchange != nil else { return }
+            if active.exchange?.relayingGeneration == generation, case .writing(let relay) = active.response,
+                relay.fellShort
+            {
                 withExchange(now: now, into: &actions) { $0.framingBroken(.bodyShorterThanAnnounced) }
             } else {
                 withExchange(now: now, into: &actions) { $0.responseEnded(generation: generation) }
@@ -389,15 +392,9 @@ extension ConnectionStateMachine {
 
     /// The client socket drained: the response is making progress.
     mutating func clientWritable(now: Duration) {
-        guard case .active(var active) = state, var exchange = active.exchange else { return }
-        exchange.clientWritable(now: now)
-        active.exchange = exchange
-        state = .active(active)
-    }
-
-    private mutating func setExchange(_ exchange: Exchange) {
-        guard case .active(var active) = state else { return }
-        active.exchange = exchange
+        guard case .active(var active) = state, active.exchange != nil else { return }
+        state = .placeholder
+        active.exchange!.clientWritable(now: now)
         state = .active(active)
     }
 
@@ -405,9 +402,9 @@ extension ConnectionStateMachine {
     private mutating func withExchange(
         now: Duration, into actions: inout [Action], _ event: (inout Exchange) -> Exchange.Action
     ) {
-        guard case .active(var active) = state, var exchange = active.exchange else { return }
-        let action = event(&exchange)
-        active.exchange = exchange
+        guard case .active(var active) = state, active.exchange != nil else { return }
+        state = .placeholder
+        let action = event(&active.exchange!)
         state = .active(active)
         perform(action, body: nil, now: now, into: &actions)
     }
@@ -498,6 +495,8 @@ extension ConnectionStateMachine {
 
     private mutating func relay(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
         guard case .active(var active) = state, case .writing(var relay) = active.response else { return }
+        state = .placeholder
+        active.response = .pending
         let outcome = relay.relay(buffer)
         active.response = .writing(relay)
         state = .active(active)
@@ -574,7 +573,7 @@ extension ConnectionStateMachine {
         _ reason: ProxyErrorReason, close: Bool, message: String? = nil, now: Duration, into actions: inout [Action]
     ) {
         switch state {
-        case .closing, .idle:
+        case .closing, .idle, .placeholder:
             return
         case .upgrading:
             state = .active(
@@ -593,7 +592,7 @@ extension ConnectionStateMachine {
     /// response is under way: the client reads it first.
     mutating func headTimedOut(now: Duration, into actions: inout [Action]) {
         switch state {
-        case .closing: return
+        case .closing, .placeholder: return
         case .active(let active) where active.response != .pending: return
         case .idle, .upgrading, .active: break
         }
@@ -608,7 +607,7 @@ extension ConnectionStateMachine {
     mutating func parseFailed(_ reason: ProxyErrorReason, now: Duration, into actions: inout [Action]) {
         endExchange(into: &actions)
         switch state {
-        case .closing:
+        case .closing, .placeholder:
             return
         case .active(let active) where active.response != .pending:
             close()
@@ -678,7 +677,7 @@ extension ConnectionStateMachine {
     private mutating func drainQueue(now: Duration, into actions: inout [Action]) {
         while !queued.isEmpty {
             switch state {
-            case .closing, .upgrading:
+            case .closing, .upgrading, .placeholder:
                 queued.removeAll()
                 return
             case .active(let active) where active.request == .admitting || active.request == .ended:
@@ -724,7 +723,7 @@ extension ConnectionStateMachine {
             guard let exchange = active.exchange?.nextDeadline else { return stall }
             guard let stall else { return exchange }
             return min(stall, exchange)
-        case .upgrading, .closing:
+        case .upgrading, .closing, .placeholder:
             return nil
         }
     }
