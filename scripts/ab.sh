@@ -8,10 +8,12 @@
 #   CONNS="32 256" AB_PORT_BASE=18600 bash scripts/ab.sh ...
 #   AB_TLS=1 bash scripts/ab.sh ...     # the origin speaks TLS (a CA made for the run; the proxy verifies it)
 #   AB_TLS=1 AB_H1=1 bash scripts/ab.sh ...   # ... offering HTTP/1.1 only
+#   AB_REALISTIC=1 ...                  # app-like request heads and a 1 KiB bearer token injected (auth: static)
+#   AB_HTTP2=true|false ...             # the upstream's `tls.http2` (unset: the default)
 #   AB_RAMP=1 ...                       # warm up at the first concurrency only: each later one is measured from the
 #                                       # ramp up to it (new upstream connections, TLS handshakes), as bench/peers.sh does
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,13p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,15p' "$0"; exit 2; }
 A=$(readlink -f "$1"); B=$(readlink -f "$2"); ROUNDS=${3:-3}; DUR=${4:-8s}
 CONNS=${CONNS:-"32 256"}; BASE=${AB_PORT_BASE:-18600}
 for tool in wrk nginx; do command -v $tool >/dev/null || { echo "ab.sh: $tool not found (apt-get install $tool)" >&2; exit 2; }; done
@@ -21,6 +23,9 @@ cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wai
 trap cleanup EXIT
 ORIGIN=$BASE PROXY=$((BASE + 1))
 source "$(dirname "${BASH_SOURCE[0]}")/lib/ab-origin.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/realistic.sh"
+export REALISTIC=${AB_REALISTIC:-0} WRK_REALISTIC=${AB_REALISTIC:-0} PROXY_HTTP2=${AB_HTTP2:-}
+REPORT=$(dirname "${BASH_SOURCE[0]}")/../bench/wrk_report.lua
 start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${AB_TLS:-0}" "${AB_H1:-0}" \
   || { echo "ab.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")
@@ -31,14 +36,18 @@ echo "| binary | c | round | req/s | p99 | CPU µs/req |" > "$WORK/rounds.md"
 for round in $(seq 1 "$ROUNDS"); do
   for which in A B; do
     bin=$A; [ $which = B ] && bin=$B
+    if [ "$REALISTIC" = 1 ]; then
+      rm -f "$WORK"/keychain/*
+      seed_realistic_keychain "$bin" "$WORK/proxy.yaml" || { echo "ab.sh: $bin cannot make the keychain" >&2; exit 2; }
+    fi
     "$bin" run --config "$WORK/proxy.yaml" 2>>"$WORK/proxy-$which.log" & pid=$!
     wait_port $PROXY
     warm=1
     for c in $CONNS; do
-      [ "$warm" = 1 ] && wrk -t1 -c"$c" -d1s -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
+      [ "$warm" = 1 ] && wrk -t1 -c"$c" -d1s -s "$REPORT" -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/" >/dev/null 2>&1
       [ "${AB_RAMP:-0}" = 1 ] && warm=0
       before=$(cpu_ticks $pid)
-      out=$(wrk -t1 -c"$c" -d"$DUR" --latency -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/")
+      out=$(wrk -t1 -c"$c" -d"$DUR" --latency -s "$REPORT" -H "Host: 127.0.0.1:$PROXY" "http://127.0.0.1:$PROXY/")
       after=$(cpu_ticks $pid)
       reqs=$(printf '%s\n' "$out" | awk '/requests in/ {print $1}')
       rps=$(printf '%s\n' "$out" | awk '/Requests\/sec/ {print $2}')

@@ -8,12 +8,13 @@
 #   CONNS=32 DUR=10s bash scripts/instructions.sh OLD NEW
 #   IR_TLS=1 bash scripts/instructions.sh ...                # TLS origin offering h2 (CA made for the run)
 #   IR_TLS=1 IR_H1=1 bash scripts/instructions.sh ...        # ... offering HTTP/1.1 only
+#   IR_TLS=1 IR_HTTP2=false bash scripts/instructions.sh ... # origin offering h2, Backstop set to `tls.http2: false`
 #   IR_REALISTIC=1 bash scripts/instructions.sh ...          # app-like request heads (12 headers, ~700 bytes) and a
 #                                                            # 1 KiB bearer token injected (auth: static)
 #   IR_TRACING=1 bash scripts/instructions.sh ...            # tracing on at sample_ratio 1, spans exported to
 #                                                            # scripts/otlp-receiver.py (needs opentelemetry-proto)
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,10p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
 for tool in wrk nginx valgrind callgrind_control strip; do
   command -v $tool >/dev/null || { echo "instructions.sh: $tool not found (apt-get install wrk nginx valgrind)" >&2; exit 2; }
 done
@@ -30,6 +31,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/ab-origin.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/realistic.sh"
 REPORT=$(dirname "${BASH_SOURCE[0]}")/../bench/wrk_report.lua
 export REALISTIC=${IR_REALISTIC:-0} WRK_REALISTIC=${IR_REALISTIC:-0}
+export PROXY_HTTP2=${IR_HTTP2:-}
 start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${IR_TLS:-0}" "${IR_H1:-0}" \
   || { echo "instructions.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")

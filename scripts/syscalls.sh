@@ -6,8 +6,9 @@
 #
 #   bash scripts/syscalls.sh BINARY [BINARY ...]              # plain origin, c=32, 5 s
 #   IR_TLS=1 [IR_H1=1] IR_REALISTIC=1 CONNS=256 bash scripts/syscalls.sh ...
+#   IR_TLS=1 IR_HTTP2=true|false bash scripts/syscalls.sh ... # Backstop's `tls.http2` (unset: the default)
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,10p' "$0"; exit 2; }
 for tool in wrk nginx perf; do
   command -v $tool >/dev/null || { echo "syscalls.sh: $tool not found (apt-get install wrk nginx linux-perf)" >&2; exit 2; }
 done
@@ -21,6 +22,7 @@ source "$HERE/lib/ab-origin.sh"
 source "$HERE/lib/realistic.sh"
 REPORT=$HERE/../bench/wrk_report.lua
 export REALISTIC=${IR_REALISTIC:-0} WRK_REALISTIC=${IR_REALISTIC:-0}
+export PROXY_HTTP2=${IR_HTTP2:-}
 start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${IR_TLS:-0}" "${IR_H1:-0}" \
   || { echo "syscalls.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")

@@ -42,6 +42,10 @@ import CFuzzing
 /// - `tls-alert`: what an intercepted client sends before its handshake ends → `TLSAlertScanner` (the first byte
 ///   says where to split the rest, fed in two reads), which must find the same alert as when fed at once; and
 ///   `TLSAlertScanner.reasonNames` over the bytes as text, whose names hold only `A-Z 0-9 _`.
+/// - `upgrade-response`: an upstream's answer to an upgrade request, raw bytes from its connection →
+///   `UpgradeResponseReader` (the first byte says where to split the rest into two reads), which must answer as
+///   when fed at once; a head must pass `checkClientBound`, its `Upgrade` value must hold no CR, LF or NUL, and
+///   the bytes after the head must be the input's tail.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
@@ -54,6 +58,7 @@ enum FuzzTarget: String, CaseIterable {
     case sigv4
     case netlink
     case tlsAlert = "tls-alert"
+    case upgradeResponse = "upgrade-response"
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -82,6 +87,7 @@ enum FuzzTarget: String, CaseIterable {
         case .sigv4: Self.sigv4(bytes)
         case .netlink: Self.netlink(bytes)
         case .tlsAlert: Self.tlsAlert(bytes)
+        case .upgradeResponse: Self.upgradeResponse(bytes)
         }
     }
 
@@ -323,6 +329,24 @@ extension FuzzTarget {
             checkClientBound(head)
             start = index + 1
         }
+    }
+
+    static func upgradeResponse(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let input = Array(bytes.dropFirst())
+        let split = input.isEmpty ? 0 : Int(first) % (input.count + 1)
+        var whole = UpgradeResponseReader()
+        let once = whole.feed(input)
+        var parts = UpgradeResponseReader()
+        var twice = parts.feed(input[..<split])
+        if case .needMore = twice { twice = parts.feed(input[split...]) }
+        precondition(once == twice, "split reads answer differently")
+        guard case .head(let response) = once else { return }
+        checkClientBound(response.head)
+        precondition(
+            !(response.upgrade ?? "").utf8.contains { $0 == 0x0D || $0 == 0x0A || $0 == 0x00 },
+            "Upgrade value with CR, LF or NUL")
+        precondition(input.suffix(response.rest.count).elementsEqual(response.rest), "rest is not the input's tail")
     }
 
     /// What reaches the client's head: `Name: value\r\n` lines with a token name and no CR, LF or NUL inside,

@@ -43,7 +43,6 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// One direct connection, made only to say why the pool has none (`unreachableReason`).
     private let probeConfiguration: PostgresConnection.Configuration
     private let quiet = Logger(label: "backstop.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
-    private let tasks = NIOLockedValueBox<[Task<Void, Never>]>([])
     private let subscribers = NIOLockedValueBox<[String: [AsyncStream<StoredTokens>.Continuation]]>([:])
     /// Per prefix: the newest row version this process has read or written (the store's revision). Only a row
     /// newer than this is a change worth telling the token manager about.
@@ -60,8 +59,8 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// The notification channel: the table's name (a plain identifier, checked by the config loader).
     var channel: String { config.table }
 
-    /// Starts the pool and the listener. Never fails for an unreachable database: the store then answers
-    /// `unavailable` until it is back (requests keep using tokens they hold); the first problem is logged.
+    /// Sets up the pool and the listener, which `run()` runs. Never fails for an unreachable database: the store then
+    /// answers `unavailable` until it is back (requests keep using tokens they hold); the first problem is logged.
     /// `versions` is the keychain that keeps this instance's high-water marks (nil: in memory only, for tests).
     public init(
         config: PostgresStoreConfig, password: String?, sealer: RecordSealer, logger: Logger,
@@ -123,21 +122,16 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         }
     }
 
-    /// Runs the pool and the listener until `shutdown`.
-    public func start() {
-        let run = Task { await client.run() }
-        let listen = Task { await listenForChanges() }
-        tasks.withLockedValue { $0 += [run, listen] }
-        Task { _ = try? await ensureTable() }
-    }
-
-    public func shutdown() async {
-        let running = tasks.withLockedValue { tasks in
-            defer { tasks = [] }
-            return tasks
+    /// Runs the pool (PostgreSQL's `PostgresClient` service) and the listener (which checks the table first) until
+    /// the task is cancelled, then ends every subscription.
+    public func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.client.run() }
+            group.addTask {
+                _ = try? await self.ensureTable()
+                await self.listenForChanges()
+            }
         }
-        for task in running { task.cancel() }
-        for task in running { await task.value }
         subscribers.withLockedValue { all in
             for continuation in all.values.flatMap({ $0 }) { continuation.finish() }
             all = [:]

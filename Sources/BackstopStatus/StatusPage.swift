@@ -1,3 +1,4 @@
+import BackstopCore
 import Crypto
 import Foundation
 
@@ -191,7 +192,7 @@ public enum StatusPage {
     /// ISO 8601 in UTC, whole seconds (`2026-11-25T18:59:55Z`), as `keychain list` writes times.
     static func formatTime(_ epochSeconds: Double) -> String {
         guard epochSeconds.isFinite else { return "–" }
-        return Date(timeIntervalSince1970: epochSeconds.rounded(.down)).formatted(.iso8601)
+        return ISO8601Time.format(epochSeconds: epochSeconds)
     }
 
     /// `45s`, `12m 5s`, `3h 4m`, `2d 1h`.

@@ -1,3 +1,5 @@
+import BackstopCore
+
 /// Turns the facts of a request, an attempt or a refresh into span names, attributes and status, after
 /// OpenTelemetry's HTTP semantic conventions (v1.26 stable names) plus the `backstop.*` attributes. Pure: the
 /// tests compare whole attribute lists.
@@ -100,33 +102,17 @@ public enum SpanAttributes {
         return String(url[..<mark])
     }
 
-    /// Host and port of an absolute `http(s)://` URL (the scheme's port when none is written).
+    /// Host and port of an absolute `http(s)://` URL (the scheme's port when none is written), as the request
+    /// target parser (`RequestTarget`) reads it.
     public static func hostAndPort(_ url: String) -> (String, Int)? {
-        let https = url.hasPrefix("https://")
-        guard https || url.hasPrefix("http://") else { return nil }
-        let rest = url.dropFirst(https ? 8 : 7)
-        guard let (host, port) = split(authority: rest.prefix { $0 != "/" && $0 != "?" }) else { return nil }
-        return (host, port ?? (https ? 443 : 80))
+        guard let target = RequestTarget.parse(url), case .absolute(let scheme, let host, let port) = target.form
+        else { return nil }
+        return (host, port ?? (scheme == "https" ? 443 : 80))
     }
 
-    /// `host[:port]` or `[v6][:port]` (a `Host` header, a socket address as NIO prints it) as host and port; nil
-    /// when a port is written but is not a number.
+    /// `host[:port]` or `[v6][:port]` (a `Host` header, a socket address as NIO prints it) as host and port, as
+    /// `RequestTarget.parseAuthority` reads it; nil when malformed.
     public static func split(authority: Substring) -> (String, Int?)? {
-        var host = authority
-        var port: Int?
-        if authority.hasPrefix("[") {
-            guard let close = authority.firstIndex(of: "]") else { return nil }
-            host = authority[authority.index(after: authority.startIndex)..<close]
-            let after = authority[authority.index(after: close)...]
-            if after.hasPrefix(":") {
-                guard let p = Int(after.dropFirst()) else { return nil }
-                port = p
-            }
-        } else if let colon = authority.lastIndex(of: ":") {
-            host = authority[..<colon]
-            guard let p = Int(authority[authority.index(after: colon)...]) else { return nil }
-            port = p
-        }
-        return (String(host), port)
+        RequestTarget.parseAuthority(String(authority)).map { ($0.host, $0.port) }
     }
 }

@@ -1,3 +1,4 @@
+import BackstopCore
 import Logging
 import Synchronization
 
@@ -9,7 +10,7 @@ public protocol SpanBatchSending: Sendable {
 }
 
 /// The bounded queue between the request path and the collector. `submit` never waits: it appends under a lock,
-/// or drops and counts when the queue is full. `run` (a background task) takes the queue in batches every
+/// or drops and counts when the queue is full. `run` (the server's background work) takes the queue in batches every
 /// `interval`, or as soon as a batch is full, encodes them and sends them one at a time. A batch the collector
 /// did not accept is dropped and counted: a collector that is slow or down costs requests nothing.
 public final class SpanExportQueue: Sendable {
@@ -27,10 +28,10 @@ public final class SpanExportQueue: Sendable {
         var exported = 0
         var failing = false
         var stopped = false
-        var finished = false
     }
 
     private let state = Mutex(State())
+    private let finished = OnceFlag()
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
 
@@ -76,23 +77,28 @@ public final class SpanExportQueue: Sendable {
 
     /// The export loop, until `shutdown` (then it sends what is left once and returns).
     public func run() async {
-        let ticker = Task { [wake, interval] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                wake.yield()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [wake, interval] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    wake.yield()
+                }
             }
-        }
-        defer { ticker.cancel() }
-        for await _ in wakes {
-            await exportPending()
-            if state.withLock({ $0.stopped }) { break }
+            for await _ in wakes {
+                await exportPending()
+                if state.withLock({ $0.stopped }) { break }
+            }
+            group.cancelAll()
         }
         await exportPending()
-        state.withLock { $0.finished = true }
+        finished.set()
     }
 
     /// True once `run` returned after `shutdown`.
-    public var isFinished: Bool { state.withLock { $0.finished } }
+    public var isFinished: Bool { finished.isSet }
+
+    /// Returns once `run` returned after `shutdown` (or when the task is cancelled).
+    public func waitUntilFinished() async { await finished.wait() }
 
     /// Stops accepting spans and lets `run` send what is queued and return.
     public func shutdown() {

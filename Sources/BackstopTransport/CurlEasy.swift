@@ -102,7 +102,7 @@ final class CurlEasy {
     /// Sets where the request goes: through the handle's own URL handle when `target` allows (only the path and
     /// query change between requests to the same endpoint; curl 7.88 parses and prints the whole URL back per
     /// transfer otherwise), else the whole `url` through `CURLOPT_URL`.
-    func setURL(_ url: String, target: RequestTarget?) throws(CurlSetupError) {
+    func setURL(_ url: String, target: UpstreamURLParts?) throws(CurlSetupError) {
         guard let target else {
             // CURLOPT_CURLU takes precedence over CURLOPT_URL: unset it first.
             try set(CURLOPT_CURLU, pointer: nil)
@@ -176,7 +176,7 @@ final class CurlURL {
     deinit { curl_url_cleanup(raw) }
 
     /// Sets the path and the query (nil: none); false when curl refuses either (never for the targets
-    /// `RequestTarget` lets through: printable ASCII, so nothing to decode or reject).
+    /// `UpstreamURLParts` lets through: printable ASCII, so nothing to decode or reject).
     func set(path: Substring, query: Substring?) -> Bool {
         guard Self.withCString(path, { curl_url_set(raw, CURLUPART_PATH, $0, 0) }) == CURLUE_OK else { return false }
         guard let query else { return curl_url_set(raw, CURLUPART_QUERY, nil, 0) == CURLUE_OK }

@@ -42,8 +42,13 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     // Transport thread only.
     private var table = TransferTable<TransferKey>()
     private var handles: EasyHandles
+    /// Raw connections (`CurlConnection`: upgraded requests): started, driven and ended on this thread.
+    let connections: ConnectionDriver
     /// Transfers with events to hand over at the end of this loop turn.
     private var dirty: [CurlTransfer] = []
+    /// `flushDirty`'s scratch: the event loops of this turn's transfers and the deliveries for each.
+    private var flushLoops: [any EventLoop] = []
+    private var flushBatches: [[CurlTransfer.Delivery]] = []
     /// When curl wants `CURL_SOCKET_TIMEOUT` handled next (monotonic ms), or nil for no timer.
     private var timerDeadline: Int64?
 
@@ -71,6 +76,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         handles = EasyHandles(
             configuration: HandleConfiguration(
                 share: CurlShare(), closeContext: Unmanaged.passUnretained(sockets).toOpaque()))
+        connections = ConnectionDriver(
+            multi: multi, sockets: sockets, destinations: destinations, configuration: handles.configuration,
+            allocator: allocator)
         let context = Unmanaged.passUnretained(self).toOpaque()
         do throws(CurlSetupError) {
             try multi.set(CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
@@ -178,11 +186,14 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 let fd = readyFDs[i]
                 if fd == commands.wakeFD {
                     commands.drainWake()
+                } else if connections.socketReady(fd, mask: readyMasks[i]) {
+                    continue
                 } else if sockets.eventArrived(fd) {
                     socketAction(fd, readyMasks[i])
                 }
             }
         }
+        connections.stopAll()
         flushDirty()
         // Teardown order: every easy handle before the multi handle (the table let go of the transfers' handles in
         // `stop`; the idle ones go here), then the multi handle, which closes the cached connections through the
@@ -221,9 +232,32 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         }
     }
 
+    /// Hands the turn's events to the requesters' event loops: one `execute` per loop, however many of its
+    /// transfers have events (each `execute` allocates a task and takes the loop's two task-queue locks, which the
+    /// loop's thread takes too; docs/performance.md#threads-and-hops).
     private func flushDirty() {
+        connections.flush()
         guard !dirty.isEmpty else { return }
-        for transfer in dirty { transfer.flush() }
+        if dirty.count == 1 {
+            let delivery = dirty[0].takePending()
+            dirty[0].eventLoop.execute { delivery.hand() }
+        } else {
+            // Usually one loop (the default); a linear search over a handful beats hashing.
+            for transfer in dirty {
+                let delivery = transfer.takePending()
+                if let index = flushLoops.firstIndex(where: { $0 === transfer.eventLoop }) {
+                    flushBatches[index].append(delivery)
+                } else {
+                    flushLoops.append(transfer.eventLoop)
+                    flushBatches.append([delivery])
+                }
+            }
+            for (loop, batch) in zip(flushLoops, flushBatches) {
+                loop.execute { for delivery in batch { delivery.hand() } }
+            }
+            flushLoops.removeAll(keepingCapacity: true)
+            flushBatches.removeAll(keepingCapacity: true)
+        }
         dirty.removeAll(keepingCapacity: true)
     }
 
@@ -232,6 +266,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         while let message = curl_multi_info_read(multi.raw, &remaining) {
             // CURLMSG_DONE is the only message libcurl 7.88 sends; each carries the easy handle it is about.
             guard bs_msg_is_done(message) != 0, let raw = message.pointee.easy_handle else { continue }
+            if connections.completed(raw, code: bs_msg_result(message)) { continue }
             var context: UnsafeMutableRawPointer?
             // CURLINFO_PRIVATE cannot fail on a valid handle; every handle added carries its transfer.
             guard bs_easy_getinfo_pointer(raw, CURLINFO_PRIVATE, &context) == CURLE_OK, let context else {
@@ -272,6 +307,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             table.abandon(TransferKey(transfer), deadline: deadline)
         case .stop:
             for action in table.stop() { perform(action) }
+        case .connection(let command):
+            connections.perform(command)
         }
     }
 
@@ -366,15 +403,10 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         _ address: UnsafeMutablePointer<curl_sockaddr>, for transfer: CurlTransfer
     ) -> curl_socket_t {
         assertOnTransportThread()
-        let verdict = destinations.check(address, passthrough: transfer.request.passthrough)
+        let (fd, verdict) = destinations.openSocket(
+            address, passthrough: transfer.request.passthrough, sockets: sockets)
         if let tried = verdict.address { transfer.lastAddress = tried }
-        if let refusal = verdict.refusal {
-            transfer.refusal = refusal
-            return bs_socket_bad()
-        }
-        // A failed socket() returns -1, which is CURL_SOCKET_BAD: curl fails the connect with its errno.
-        let fd = bs_open_socket(address)
-        if fd >= 0 { sockets.opened(fd) }
+        if let refusal = verdict.refusal { transfer.refusal = refusal }
         return fd
     }
 

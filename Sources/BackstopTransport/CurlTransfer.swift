@@ -100,13 +100,19 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         }
     }
 
-    /// Hands the pending events to the requester's event loop in one hop.
-    func flush() {
+    /// One turn's events of a transfer and where they go, run on the requester's event loop.
+    struct Delivery: Sendable {
+        let sink: @Sendable ([TransportEvent]) -> Void
+        let events: [TransportEvent]
+
+        func hand() { sink(events) }
+    }
+
+    /// Takes the pending events for the transport to hand over (it batches them per event loop).
+    func takePending() -> Delivery {
         assertOnTransportThread()
-        let events = pending
-        pending = []
-        let sink = self.sink
-        eventLoop.execute { sink(events) }
+        defer { pending = [] }
+        return Delivery(sink: sink, events: pending)
     }
 
     /// Header callback: one line at a time, including the status line and the blank line ending the head.

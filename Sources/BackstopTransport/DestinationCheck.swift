@@ -21,6 +21,19 @@ struct DestinationCheck: Sendable {
         self.rules.withLockedValue { $0 = rules }
     }
 
+    /// The open-socket callback of a transfer or a raw connection: checks `address`, and opens the socket when it
+    /// is allowed (`sockets` learns its number). The fd is CURL_SOCKET_BAD when refused or when socket() failed
+    /// (curl then fails the connect with its errno).
+    func openSocket(
+        _ address: UnsafeMutablePointer<curl_sockaddr>, passthrough: Bool, sockets: SocketWatch
+    ) -> (fd: curl_socket_t, verdict: Verdict) {
+        let verdict = check(address, passthrough: passthrough)
+        if verdict.refusal != nil { return (bs_socket_bad(), verdict) }
+        let fd = bs_open_socket(address)
+        if fd >= 0 { sockets.opened(fd) }
+        return (fd, verdict)
+    }
+
     func check(_ address: UnsafeMutablePointer<curl_sockaddr>, passthrough: Bool) -> Verdict {
         var bytes = [UInt8](repeating: 0, count: 16)
         var port: Int32 = 0

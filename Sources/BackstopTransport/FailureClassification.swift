@@ -76,6 +76,32 @@ enum FailureClassification {
         }
     }
 
+    /// Why the transfer failed for want of a usable network on this host; nil when the failure says nothing about
+    /// this host's network.
+    ///
+    /// What libcurl 7.88 reports, measured in a network namespace: no route at all → `CURLE_COULDNT_CONNECT` with
+    /// `ENETUNREACH`, at once; an `unreachable` route → `EHOSTUNREACH` at once; a route whose neighbour never
+    /// answers (the link lost its carrier) → `EHOSTUNREACH` after about 3 s, or a connect timeout first
+    /// (`CURLE_OPERATION_TIMEDOUT`, not classified: a slow upstream looks the same); a `prohibit` route `EACCES`
+    /// and a `blackhole` route `EINVAL` (policy, not a missing network: nil). A name that does not resolve is
+    /// `CURLE_COULDNT_RESOLVE_HOST` with errno 0 whether the resolver was unreachable or the name does not exist
+    /// (curl's threaded resolver passes on neither the resolver's errno nor `EAI_AGAIN`), so every resolution
+    /// failure counts: the only effect is that a network change may end its backoff early.
+    static func noUsableNetwork(_ facts: CurlFailureFacts) -> NoUsableNetwork? {
+        switch facts.code {
+        case CURLE_COULDNT_RESOLVE_HOST:
+            return .nameResolution
+        case CURLE_COULDNT_CONNECT:
+            switch Int32(clamping: facts.osErrno) {
+            case ENETUNREACH, ENETDOWN: return .networkUnreachable
+            case EHOSTUNREACH: return .hostUnreachable
+            default: return nil
+            }
+        default:
+            return nil
+        }
+    }
+
     /// Whether the request failed the way a closed keep-alive connection fails (`StaleConnection`), not counting
     /// an earlier resend (the transfer table knows that).
     static func lookedStale(_ facts: CurlFailureFacts) -> Bool {

@@ -15,18 +15,13 @@ struct HandleConfiguration {
     /// next (docs/performance.md#choices-that-keep-a-request-cheap).
     func setFixedOptions(_ easy: CurlEasy) throws(CurlSetupError) {
         try easy.set(CURLOPT_PATH_AS_IS, 1)
-        try easy.set(CURLOPT_NOSIGNAL, 1)
         // The client decides about redirects; following one would carry an injected token to another host.
         try easy.set(CURLOPT_FOLLOWLOCATION, 0)
-        // Never read proxy settings from the daemon's environment: HTTP_PROXY pointing at ourselves would loop.
-        try easy.set(CURLOPT_PROXY, "")
-        try easy.set(CURLOPT_NOPROXY, "*")
         try easy.set(CURLOPT_HTTP_CONTENT_DECODING, 0)
-        try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
-        try easy.set(CURLOPT_TCP_NODELAY, 1)
-        if let share { try easy.set(CURLOPT_SHARE, pointer: share.raw) }
-        try easy.setSocketCallbacks(
-            open: CurlTrampolines.openSocket, close: CurlTrampolines.closeSocket, closeContext: closeContext)
+        // HTTP/1.1 unless the upstream asks for h2 (`tls.http2`): cheaper per request through libcurl 7.88, and
+        // no slower at high concurrency (docs/performance.md#http11-or-http2-to-tls-upstreams).
+        try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
+        try setConnectionOptions(easy, open: CurlTrampolines.openSocket)
         try easy.set(CURLOPT_HEADERFUNCTION, callback: CurlTrampolines.header)
         try easy.set(CURLOPT_WRITEFUNCTION, callback: CurlTrampolines.write)
         try easy.set(CURLOPT_READFUNCTION, callback: CurlTrampolines.read)
@@ -38,7 +33,7 @@ struct HandleConfiguration {
     func configure(_ easy: CurlEasy, for transfer: CurlTransfer) throws(CurlSetupError) {
         let request = transfer.request
         let context = Unmanaged.passUnretained(transfer).toOpaque()
-        try easy.setURL(request.url, target: RequestTarget(request.url))
+        try easy.setURL(request.url, target: UpstreamURLParts(request.url))
         try easy.set(CURLOPT_PRIVATE, pointer: context)
         try easy.set(CURLOPT_HEADERDATA, pointer: context)
         try easy.set(CURLOPT_WRITEDATA, pointer: context)
@@ -48,18 +43,8 @@ struct HandleConfiguration {
         try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
         // Non-default TLS options stay on the handle: it goes back to the idle group of these options
         // (`EasyHandles` resets a handle before it serves other options).
-        if let caFile = request.tls.caFile { try easy.set(CURLOPT_CAINFO, caFile) }
-        if request.tls.insecureSkipVerify {
-            try easy.set(CURLOPT_SSL_VERIFYPEER, 0)
-            try easy.set(CURLOPT_SSL_VERIFYHOST, 0)
-        }
-        if !request.tls.http2 { try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)) }
-        if let identity = request.tls.clientIdentity {
-            try easy.set(CURLOPT_SSLCERTTYPE, "PEM")
-            try easy.set(CURLOPT_SSLCERT_BLOB, blob: identity.certificateChainPEM)
-            try easy.set(CURLOPT_SSLKEYTYPE, "PEM")
-            try easy.set(CURLOPT_SSLKEY_BLOB, blob: identity.privateKeyPEM)
-        }
+        try setTLSOptions(easy, request.tls)
+        if request.tls.http2 { try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)) }
 
         let method = request.method
         let sendsBody: Bool
@@ -93,6 +78,51 @@ struct HandleConfiguration {
             try easy.set(CURLOPT_INFILESIZE_LARGE, offset: -1)
         }
         try easy.setHeaders(CurlHeaderList(request.headers))
+    }
+
+    /// Every option of a raw connection's handle (`CurlConnection`, docs/reference/behaviour.md#upgrades): a fresh
+    /// handle used once, so nothing needs setting back. `CONNECT_ONLY` stops curl after the connection (and TLS) is
+    /// made; HTTP/1.1 only, so ALPN cannot settle on HTTP/2, whose bytes Backstop would not be writing.
+    func configureConnection(_ easy: CurlEasy, for connection: CurlConnection) throws(CurlSetupError) {
+        let request = connection.request
+        let context = Unmanaged.passUnretained(connection).toOpaque()
+        try setConnectionOptions(easy, open: CurlTrampolines.openConnectionSocket)
+        try easy.set(CURLOPT_CONNECT_ONLY, 1)
+        try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
+        // A connection of its own: never an idle keep-alive connection of the transfers.
+        try easy.set(CURLOPT_FRESH_CONNECT, 1)
+        try easy.set(CURLOPT_OPENSOCKETDATA, pointer: context)
+        try easy.set(CURLOPT_PRIVATE, pointer: context)
+        try easy.setURL(request.url, target: nil)
+        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
+        try setTLSOptions(easy, request.tls)
+    }
+
+    /// How every handle connects, transfer or raw connection: no signals, no proxy from the environment
+    /// (`HTTP_PROXY` pointing at ourselves would loop), no Nagle, the shared TLS sessions, and sockets opened and
+    /// closed by the transport (`open` checks the destination).
+    private func setConnectionOptions(_ easy: CurlEasy, open: bs_curl_opensocket_callback) throws(CurlSetupError) {
+        try easy.set(CURLOPT_NOSIGNAL, 1)
+        try easy.set(CURLOPT_PROXY, "")
+        try easy.set(CURLOPT_NOPROXY, "*")
+        try easy.set(CURLOPT_TCP_NODELAY, 1)
+        if let share { try easy.set(CURLOPT_SHARE, pointer: share.raw) }
+        try easy.setSocketCallbacks(open: open, close: CurlTrampolines.closeSocket, closeContext: closeContext)
+    }
+
+    /// The options of `tls` that differ from curl's defaults: CA file, verification off, client certificate.
+    private func setTLSOptions(_ easy: CurlEasy, _ tls: TransportTLSOptions) throws(CurlSetupError) {
+        if let caFile = tls.caFile { try easy.set(CURLOPT_CAINFO, caFile) }
+        if tls.insecureSkipVerify {
+            try easy.set(CURLOPT_SSL_VERIFYPEER, 0)
+            try easy.set(CURLOPT_SSL_VERIFYHOST, 0)
+        }
+        if let identity = tls.clientIdentity {
+            try easy.set(CURLOPT_SSLCERTTYPE, "PEM")
+            try easy.set(CURLOPT_SSLCERT_BLOB, blob: identity.certificateChainPEM)
+            try easy.set(CURLOPT_SSLKEYTYPE, "PEM")
+            try easy.set(CURLOPT_SSLKEY_BLOB, blob: identity.privateKeyPEM)
+        }
     }
 
     /// Before a stale-connection resend: the next connection must be a new one (`configure` sets the option

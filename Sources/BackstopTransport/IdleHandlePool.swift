@@ -1,7 +1,7 @@
 /// Idle easy handles kept for reuse, grouped by the TLS options they were last configured with
 /// (docs/performance.md#choices-that-keep-a-request-cheap). A handle whose CA file or disabled verification has no "default" to set back
 /// would need `curl_easy_reset` (and every fixed option again) before serving another kind of request; kept in its
-/// own group, it serves the next request of its kind as it is. A handle pinned to HTTP/1.1 (`tls.http2: false`) is
+/// own group, it serves the next request of its kind as it is. A handle offering HTTP/2 (`tls.http2: true`) is
 /// grouped the same way, so the default path never sets the HTTP version. Pure: the transport owns the handles.
 struct IdleHandlePool<Handle> {
     /// What `take` found.

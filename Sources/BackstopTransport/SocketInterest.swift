@@ -69,6 +69,19 @@ struct SocketInterest {
         return action
     }
 
+    /// A raw connection (`CurlConnection`) took `fd` over from curl and wants `what` (0: nothing). curl no longer
+    /// watches it; events on it go to the connection, which the transport finds by socket before asking here.
+    mutating func relayWants(_ fd: Int32, _ what: Int32) -> Action {
+        var entry = self[fd]
+        defer { self[fd] = entry }
+        entry.wanted = false
+        if entry.registered == what { return .none }
+        let previous = entry.registered
+        entry.registered = what
+        if what == 0 { return .delete }
+        return previous == 0 ? .add(what) : .modify(what)
+    }
+
     /// epoll reported `fd` ready. Returns true when curl wants the event; false when the socket is parked, in
     /// which case it is now unregistered and the caller deletes it from epoll.
     mutating func eventArrived(_ fd: Int32) -> Bool {

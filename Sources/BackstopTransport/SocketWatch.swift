@@ -41,6 +41,19 @@ final class SocketWatch {
         }
     }
 
+    /// A raw connection's interest in its socket (`SocketInterest.relayWants`).
+    func relayWants(_ fd: Int32, _ what: Int32) {
+        switch interest.relayWants(fd, what) {
+        case .none: return
+        case .delete: unwatch(fd)
+        case .add(let events), .modify(let events):
+            if bs_epoll_watch(epollFD, fd, events, 0) != 0 {
+                noteFailure(fd)
+                interest.registrationFailed(fd)
+            }
+        }
+    }
+
     /// The transport opened `fd` for curl (`CURLOPT_OPENSOCKETFUNCTION`).
     func opened(_ fd: Int32) { interest.opened(fd) }
 

@@ -10,6 +10,8 @@ enum TransportCommand {
     case resumeReceive(CurlTransfer)
     case resumeSend(CurlTransfer)
     case abandon(CurlTransfer, deadlineMS: Int64)
+    /// A raw connection's command (`ConnectionDriver`).
+    case connection(ConnectionCommand)
     case stop
 }
 

@@ -40,12 +40,12 @@ public struct TransportRequest: Sendable {
 public struct TransportTLSOptions: Sendable, Hashable {
     public var caFile: String?
     public var insecureSkipVerify: Bool
-    /// HTTP/2 offered by ALPN (curl's `CURL_HTTP_VERSION_2TLS`); false offers HTTP/1.1 only.
+    /// HTTP/2 offered by ALPN (curl's `CURL_HTTP_VERSION_2TLS`); false (the default) offers HTTP/1.1 only.
     public var http2: Bool
     /// A client certificate to present (mutual TLS); nil: none.
     public var clientIdentity: TransportClientIdentity?
     public init(
-        caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true,
+        caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = false,
         clientIdentity: TransportClientIdentity? = nil
     ) {
         self.caFile = caFile
@@ -54,9 +54,9 @@ public struct TransportTLSOptions: Sendable, Hashable {
         self.clientIdentity = clientIdentity
     }
 
-    /// No CA file, verification on, HTTP/2 offered and no client certificate: what an idle handle has with only its
+    /// No CA file, verification on, HTTP/1.1 only and no client certificate: what an idle handle has with only its
     /// fixed options set.
-    var isDefault: Bool { caFile == nil && !insecureSkipVerify && http2 && clientIdentity == nil }
+    var isDefault: Bool { caFile == nil && !insecureSkipVerify && !http2 && clientIdentity == nil }
 
     /// An upstream's `tls` section.
     public init(_ tls: TLSConfig) {

@@ -191,4 +191,12 @@ static inline int64_t bs_monotonic_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* CURLINFO_ACTIVESOCKET takes a curl_socket_t (an int), not a long. CURL_SOCKET_BAD when the handle has no
+ * connection (any more). */
+static inline curl_socket_t bs_easy_active_socket(CURL *h) {
+    curl_socket_t fd = CURL_SOCKET_BAD;
+    if (curl_easy_getinfo(h, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK) return CURL_SOCKET_BAD;
+    return fd;
+}
+
 #endif

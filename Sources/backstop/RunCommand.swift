@@ -2,16 +2,18 @@ import ArgumentParser
 import BackstopCore
 import BackstopKeychain
 import BackstopServer
-import Dispatch
 import Foundation
 import Logging
 import NIOCore
+import ServiceLifecycle
+import UnixSignals
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// `backstop run`: serve until SIGTERM/SIGINT (graceful drain); SIGHUP reloads the config.
+/// `backstop run`: serve until SIGTERM/SIGINT (graceful drain); SIGHUP reloads the config. The token store and the
+/// daemon run as services of a swift-service-lifecycle `ServiceGroup`.
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "run", abstract: "Run the daemon in the foreground.")
     @OptionGroup var options: ConfigOption
@@ -85,6 +87,10 @@ struct RunCommand: AsyncParsableCommand {
         let server = ProxyServer(
             config: config, logger: logger, keychain: keychain, intercept: intercept, tokenStores: tokenStores,
             tokenStoreMetrics: storeMetrics)
+        // Ignored until the sequence has registered, so an early SIGHUP or SIGTERM cannot kill the daemon with the
+        // default action; from then on each arrives in `signals`.
+        for number in [SIGTERM, SIGINT, SIGHUP] { signal(number, SIG_IGN) }
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup)
         do {
             try await server.start()
         } catch {
@@ -102,10 +108,7 @@ struct RunCommand: AsyncParsableCommand {
 
         let environment = ProcessInfo.processInfo.environment
         let notifier = SystemdNotifier(environment: environment)
-        let summary = { (config: Config) in
-            "STATUS=serving \(config.upstreams.count) upstream(s) on \(config.listeners.count) listener(s)"
-        }
-        notifier.notify("READY=1\n" + summary(config))
+        notifier.notify("READY=1\n" + DaemonService.status(config))
         let released = StartupMemory.releaseStartupCode()
         logger.trace(
             "memory pages used only during startup handed back to the kernel",
@@ -117,49 +120,78 @@ struct RunCommand: AsyncParsableCommand {
             watchdog = notifier.startWatchdog(on: server.anyEventLoop, interval: interval)
         }
 
-        let signals = SignalWaiter()
-        while true {
-            let signal = await signals.next()
-            if signal == SIGHUP {
-                notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(SystemdNotifier.monotonicMicroseconds())")
-                let active =
-                    await Reloader.reload(path: configPath, server: server, logger: logger, logSettings: logSettings)
-                    ?? config
-                notifier.notify("READY=1\n" + summary(active))
-                continue
-            }
-            logger.notice("draining", metadata: ["signal": .stringConvertible(signal)])
-            notifier.notify("STOPPING=1\nSTATUS=draining")
-            watchdog?.cancel()
-            await server.drainAndStop(timeout: drain)
-            logger.notice("stopped")
-            return
+        // The daemon drains first; the token store (and its PostgreSQL client) stops after it, in reverse order.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if let tokenStores {
+            services.append(
+                .init(service: TokenStoreService(provider: tokenStores), successTerminationBehavior: .ignore))
         }
+        services.append(
+            .init(
+                service: DaemonService(
+                    server: server, signals: signals, configPath: configPath, drainTimeout: drain,
+                    logger: logger, logSettings: logSettings, notifier: notifier, watchdog: watchdog),
+                successTerminationBehavior: .gracefullyShutdownGroup))
+        // The group's own lines (debug) are not the daemon's documented ones.
+        let quiet = Logger(label: "backstop.lifecycle") { _ in SwiftLogNoOpLogHandler() }
+        try await ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: quiet)).run()
+        logger.notice("stopped")
     }
 }
 
-/// Turns SIGTERM, SIGINT and SIGHUP into an async sequence of signal numbers.
-final class SignalWaiter {
-    private let stream: AsyncStream<Int32>
-    private let sources: [DispatchSourceSignal]
+/// `backstop run` once the listeners are bound: the server's background work, a reload per SIGHUP, and on SIGTERM
+/// or SIGINT the drain (docs/reference/operations.md#signals-reload-and-drain).
+struct DaemonService: Service {
+    let server: ProxyServer
+    let signals: UnixSignalsSequence
+    let configPath: String
+    let drainTimeout: Duration
+    let logger: Logger
+    let logSettings: LogSettings
+    let notifier: SystemdNotifier
+    let watchdog: RepeatedTask?
 
-    init() {
-        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
-        self.stream = stream
-        var sources: [DispatchSourceSignal] = []
-        for sig in [SIGTERM, SIGINT, SIGHUP] {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { continuation.yield(sig) }
-            source.resume()
-            sources.append(source)
-        }
-        self.sources = sources
+    /// The systemd `STATUS=` line while serving `config`.
+    static func status(_ config: Config) -> String {
+        "STATUS=serving \(config.upstreams.count) upstream(s) on \(config.listeners.count) listener(s)"
     }
 
-    func next() async -> Int32 {
-        var iterator = stream.makeAsyncIterator()
-        return await iterator.next() ?? SIGTERM
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask { await server.run() }
+            await serveUntilDrained()
+        }
+    }
+
+    /// Reloads on SIGHUP until SIGTERM, SIGINT or the group's graceful shutdown, then drains.
+    private func serveUntilDrained() async {
+        var stoppedBy: UnixSignal?
+        for await signal in signals.cancelOnGracefulShutdown() {
+            guard signal == .sighup else {
+                stoppedBy = signal
+                break
+            }
+            notifier.notify("RELOADING=1\nMONOTONIC_USEC=\(SystemdNotifier.monotonicMicroseconds())")
+            let active =
+                await Reloader.reload(path: configPath, server: server, logger: logger, logSettings: logSettings)
+                ?? server.runtime.snapshot.config
+            notifier.notify("READY=1\n" + Self.status(active))
+        }
+        var metadata: Logger.Metadata = [:]
+        if let stoppedBy { metadata["signal"] = .stringConvertible(stoppedBy.rawValue) }
+        logger.notice("draining", metadata: metadata)
+        notifier.notify("STOPPING=1\nSTATUS=draining")
+        watchdog?.cancel()
+        await server.drainAndStop(timeout: drainTimeout)
+    }
+}
+
+/// The token store's background work (connections, listeners) for as long as the service group runs.
+struct TokenStoreService: Service {
+    let provider: any TokenStoreProvider
+
+    func run() async {
+        await cancelWhenGracefulShutdown { [provider] in await provider.run() }
     }
 }
 

@@ -6,8 +6,8 @@ import Logging
 
 /// Opens the configured token store (docs/reference/token-store.md) for `run`, `tokens` and `check --online`.
 enum TokenStoreStartup {
-    /// The provider for `config`: the keychain's (nil without a keychain), or a started PostgreSQL backend, whose
-    /// password comes from the keychain. An unreachable database is not an error here: the store reports it per
+    /// The provider for `config`: the keychain's (nil without a keychain), or a PostgreSQL backend (which serves
+    /// while its `run()` runs), whose password comes from the keychain. An unreachable database is not an error here: the store reports it per
     /// operation and reconnects by itself.
     static func open(
         config: Config, keychain: FileKeychain?, logger: Logger, metrics: TokenStoreMetrics
@@ -32,7 +32,6 @@ enum TokenStoreStartup {
                 let backend = try PostgresTokenBackend(
                     config: store, password: password, sealer: RecordSealer(keychain: keychain), logger: logger,
                     metrics: metrics, versions: keychain)
-                backend.start()
                 return backend
             } catch {
                 throw .store(error.description)

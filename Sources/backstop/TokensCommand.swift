@@ -18,7 +18,7 @@ struct TokensCommand: ParsableCommand {
 enum TokensCLI {
     static let quiet = Logger(label: "backstop-cli") { _ in SwiftLogNoOpLogHandler() }
 
-    static func withStores<T>(
+    static func withStores<T: Sendable>(
         _ options: ConfigOption, _ body: (Config, any TokenStoreProvider) async throws -> T
     ) async throws -> T {
         let config = try options.loadConfig()
@@ -32,14 +32,7 @@ enum TokensCLI {
             throw KeychainCLI.fail(error.description)
         }
         guard let provider = opened else { throw KeychainCLI.fail("no token store") }
-        do {
-            let result = try await body(config, provider)
-            await provider.shutdown()
-            return result
-        } catch {
-            await provider.shutdown()
-            throw error
-        }
+        return try await provider.withRunning { try await body(config, provider) }
     }
 
     static func oauth2Upstreams(_ config: Config) -> [(name: String, prefix: String)] {
@@ -51,7 +44,7 @@ enum TokensCLI {
 
     static func time(_ seconds: Double?) -> String {
         guard let seconds else { return "-" }
-        return ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: seconds))
+        return ISO8601Time.format(epochSeconds: seconds)
     }
 }
 

@@ -127,3 +127,28 @@ struct SocketInterestTests {
         }
     }
 }
+
+@Suite("Socket interest of raw connections")
+struct RelaySocketInterestTests {
+    @Test func aConnectionTakesOverAParkedSocketAndLetsGoOfIt() {
+        var interest = SocketInterest()
+        interest.opened(9)
+        // curl connects (output), then the connect-only transfer ends: parked for input.
+        #expect(actions(&interest, 9, [output, remove]) == [.add(output), .modify(input)])
+        // The connection wants input (already registered), then both, then nothing.
+        #expect(interest.relayWants(9, input) == .none)
+        #expect(interest.relayWants(9, both) == .modify(both))
+        #expect(interest.relayWants(9, 0) == .delete)
+        #expect(interest.relayWants(9, 0) == .none)
+        #expect(interest.relayWants(9, input) == .add(input))
+    }
+
+    @Test func closingResetsWhatTheConnectionWatched() {
+        var interest = SocketInterest()
+        interest.opened(4)
+        #expect(interest.relayWants(4, both) == .add(both))
+        interest.closed(4)
+        interest.opened(4)
+        #expect(actions(&interest, 4, [output]) == [.add(output)])
+    }
+}

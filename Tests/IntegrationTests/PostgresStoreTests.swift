@@ -24,8 +24,26 @@ struct PostgresStoreTests {
                 tls: .disable, table: table),
             password: pg.password, sealer: RecordSealer(keychainKey: key), logger: quiet, metrics: TokenStoreMetrics(),
             instanceID: instance)
-        backend.start()
         return backend
+    }
+
+    /// Waits (20 s at most) until PostgreSQL shows `count` sessions whose last statement was a `LISTEN`: the
+    /// backends' listeners are connected then.
+    static func waitForListeners(_ pg: TestPostgres, atLeast count: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            let listening = try await pg.psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle' AND query ILIKE 'LISTEN %'")
+            if let n = Int(listening.trimmingCharacters(in: .whitespacesAndNewlines)), n >= count { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("fewer than \(count) token store listeners connected within 20 s")
+    }
+
+    /// Runs `body` while every backend runs (their pools, listeners and table checks).
+    static func running(_ backends: [PostgresTokenBackend], _ body: () async throws -> Void) async throws {
+        guard let first = backends.first else { return try await body() }
+        try await first.withRunning { try await running(Array(backends.dropFirst()), body) }
     }
 
     static func withCluster(_ body: (TestPostgres) async throws -> Void) async throws {
@@ -44,35 +62,36 @@ struct PostgresStoreTests {
             let key = KeychainKey.generate()
             let a = try Self.backend(pg, key: key, instance: "a")
             let b = try Self.backend(pg, key: key, instance: "b")
-            let storeA = a.store(forPrefix: "api")
-            let storeB = b.store(forPrefix: "api")
-            let changes = try #require(storeB.changes())
-            let before = storeB.revision
-            // Let B's listener connect before A writes.
-            try await Task.sleep(for: .milliseconds(300))
+            try await Self.running([a, b]) {
+                let storeA = a.store(forPrefix: "api")
+                let storeB = b.store(forPrefix: "api")
+                let changes = try #require(storeB.changes())
+                let before = storeB.revision
+                // B's listener must be connected before A writes: a notification sent earlier reaches nobody.
+                try await Self.waitForListeners(pg, atLeast: 2)
 
-            let tokens = StoredTokens(accessToken: "access-secret-1", refreshToken: "refresh-secret-1", expiresAt: 2e9)
-            let (result, failure) = try await storeA.withRefreshLock { stored in
-                LockedDecision(result: stored, store: tokens)
+                let tokens = StoredTokens(
+                    accessToken: "access-secret-1", refreshToken: "refresh-secret-1", expiresAt: 2e9)
+                let (result, failure) = try await storeA.withRefreshLock { stored in
+                    LockedDecision(result: stored, store: tokens)
+                }
+                #expect(result == StoredTokens())
+                #expect(failure == nil)
+
+                var iterator = changes.makeAsyncIterator()
+                let seen = await iterator.next()
+                #expect(seen == tokens)
+                #expect(storeB.revision != before)
+                let (underLock, _) = try await storeB.withRefreshLock { stored in LockedDecision(result: stored) }
+                #expect(underLock == tokens)
+                #expect(try await storeB.load() == tokens)
+
+                let dump = try await pg.psql(
+                    "SELECT prefix, encode(sealed, 'escape'), version, refreshed_by FROM backstop_tokens")
+                #expect(dump.contains("api|"))
+                #expect(dump.hasSuffix("|1|a\n"), "\(dump)")
+                #expect(!dump.contains("secret"), "no plaintext token in the table")
             }
-            #expect(result == StoredTokens())
-            #expect(failure == nil)
-
-            var iterator = changes.makeAsyncIterator()
-            let seen = await iterator.next()
-            #expect(seen == tokens)
-            #expect(storeB.revision != before)
-            let (underLock, _) = try await storeB.withRefreshLock { stored in LockedDecision(result: stored) }
-            #expect(underLock == tokens)
-            #expect(try await storeB.load() == tokens)
-
-            let dump = try await pg.psql(
-                "SELECT prefix, encode(sealed, 'escape'), version, refreshed_by FROM backstop_tokens")
-            #expect(dump.contains("api|"))
-            #expect(dump.hasSuffix("|1|a\n"), "\(dump)")
-            #expect(!dump.contains("secret"), "no plaintext token in the table")
-            await a.shutdown()
-            await b.shutdown()
         }
     }
 
@@ -80,23 +99,23 @@ struct PostgresStoreTests {
     func tamperedRow() async throws {
         try await Self.withCluster { pg in
             let a = try Self.backend(pg, key: KeychainKey.generate(), instance: "a")
-            let store = a.store(forPrefix: "api")
-            _ = try await store.withRefreshLock { _ in
-                LockedDecision(result: 0, store: StoredTokens(accessToken: "x", refreshToken: "y", expiresAt: nil))
-            }
             let other = try Self.backend(pg, key: KeychainKey.generate(), instance: "b")
-            await #expect(throws: TokenStoreError.self) { try await other.store(forPrefix: "api").load() }
-            try await pg.psql("UPDATE backstop_tokens SET sealed = overlay(sealed placing '\\x00'::bytea from 20)")
-            do {
-                _ = try await store.load()
-                Issue.record("an altered row must not load")
-            } catch {
-                guard case TokenStoreError.unreadable(let why) = error else { Issue.record("\(error)"); return }
-                #expect(why.contains("cannot be opened with this keychain key"))
-                #expect(why.contains("backstop tokens seed"))
+            try await Self.running([a, other]) {
+                let store = a.store(forPrefix: "api")
+                _ = try await store.withRefreshLock { _ in
+                    LockedDecision(result: 0, store: StoredTokens(accessToken: "x", refreshToken: "y", expiresAt: nil))
+                }
+                await #expect(throws: TokenStoreError.self) { try await other.store(forPrefix: "api").load() }
+                try await pg.psql("UPDATE backstop_tokens SET sealed = overlay(sealed placing '\\x00'::bytea from 20)")
+                do {
+                    _ = try await store.load()
+                    Issue.record("an altered row must not load")
+                } catch {
+                    guard case TokenStoreError.unreadable(let why) = error else { Issue.record("\(error)"); return }
+                    #expect(why.contains("cannot be opened with this keychain key"))
+                    #expect(why.contains("backstop tokens seed"))
+                }
             }
-            await a.shutdown()
-            await other.shutdown()
         }
     }
 
@@ -104,26 +123,27 @@ struct PostgresStoreTests {
     func databaseDown() async throws {
         try await Self.withCluster { pg in
             let a = try Self.backend(pg, key: KeychainKey.generate(), instance: "a")
-            let store = a.store(forPrefix: "api")
-            _ = try await store.load()
-            try await pg.pause()
-            let started = ContinuousClock.now
-            do {
-                _ = try await store.withRefreshLock { _ in LockedDecision(result: 0) }
-                Issue.record("a refresh without the database must fail")
-            } catch {
-                guard case TokenStoreError.unavailable = error else { Issue.record("\(error)"); return }
+            try await Self.running([a]) {
+                let store = a.store(forPrefix: "api")
+                _ = try await store.load()
+                try await pg.pause()
+                let started = ContinuousClock.now
+                do {
+                    _ = try await store.withRefreshLock { _ in LockedDecision(result: 0) }
+                    Issue.record("a refresh without the database must fail")
+                } catch {
+                    guard case TokenStoreError.unavailable = error else { Issue.record("\(error)"); return }
+                }
+                #expect(ContinuousClock.now - started < .seconds(15))
+                try await pg.resume()
+                let deadline = ContinuousClock.now + .seconds(30)
+                var recovered = false
+                while ContinuousClock.now < deadline && !recovered {
+                    recovered = (try? await store.load()) != nil
+                    if !recovered { try await Task.sleep(for: .milliseconds(200)) }
+                }
+                #expect(recovered)
             }
-            #expect(ContinuousClock.now - started < .seconds(15))
-            try await pg.resume()
-            let deadline = ContinuousClock.now + .seconds(30)
-            var recovered = false
-            while ContinuousClock.now < deadline && !recovered {
-                recovered = (try? await store.load()) != nil
-                if !recovered { try await Task.sleep(for: .milliseconds(200)) }
-            }
-            #expect(recovered)
-            await a.shutdown()
         }
     }
 
@@ -132,14 +152,15 @@ struct PostgresStoreTests {
         try await Self.withCluster { pg in
             let key = KeychainKey.generate()
             let backends = try (0..<6).map { try Self.backend(pg, key: key, instance: "i\($0)") }
-            let outcomes = await withTaskGroup(of: Bool.self) { group in
-                for backend in backends {
-                    group.addTask { (try? await backend.store(forPrefix: "api").load()) != nil }
+            try await Self.running(backends) {
+                let outcomes = await withTaskGroup(of: Bool.self) { group in
+                    for backend in backends {
+                        group.addTask { (try? await backend.store(forPrefix: "api").load()) != nil }
+                    }
+                    return await group.reduce(into: [Bool]()) { $0.append($1) }
                 }
-                return await group.reduce(into: [Bool]()) { $0.append($1) }
+                #expect(outcomes == Array(repeating: true, count: 6))
             }
-            #expect(outcomes == Array(repeating: true, count: 6))
-            for backend in backends { await backend.shutdown() }
         }
     }
 }

@@ -17,21 +17,21 @@ struct PostgresTableNameTests {
             let key = KeychainKey.generate()
             let a = try PostgresStoreTests.backend(pg, key: key, instance: "a", table: table)
             let b = try PostgresStoreTests.backend(pg, key: key, instance: "b", table: table)
-            let storeA = a.store(forPrefix: "api")
-            let storeB = b.store(forPrefix: "api")
-            let changes = try #require(storeB.changes())
-            let tokens = StoredTokens(accessToken: "access-1", refreshToken: "refresh-1", expiresAt: 2e9)
-            let (_, failure) = try await storeA.withRefreshLock { _ in LockedDecision(result: (), store: tokens) }
-            #expect(failure == nil)
-            var iterator = changes.makeAsyncIterator()
-            #expect(await iterator.next() == tokens)
-            let (underLock, _) = try await storeB.withRefreshLock { stored in LockedDecision(result: stored) }
-            #expect(underLock == tokens)
-            let status = try await storeB.status()
-            #expect(status.hasAccessToken && status.hasRefreshToken)
-            #expect(await a.check().isEmpty)
-            await a.shutdown()
-            await b.shutdown()
+            try await PostgresStoreTests.running([a, b]) {
+                let storeA = a.store(forPrefix: "api")
+                let storeB = b.store(forPrefix: "api")
+                let changes = try #require(storeB.changes())
+                let tokens = StoredTokens(accessToken: "access-1", refreshToken: "refresh-1", expiresAt: 2e9)
+                let (_, failure) = try await storeA.withRefreshLock { _ in LockedDecision(result: (), store: tokens) }
+                #expect(failure == nil)
+                var iterator = changes.makeAsyncIterator()
+                #expect(await iterator.next() == tokens)
+                let (underLock, _) = try await storeB.withRefreshLock { stored in LockedDecision(result: stored) }
+                #expect(underLock == tokens)
+                let status = try await storeB.status()
+                #expect(status.hasAccessToken && status.hasRefreshToken)
+                #expect(await a.check().isEmpty)
+            }
         }
     }
 }

@@ -10,6 +10,8 @@ import NIOConcurrencyHelpers
 struct ProxyHarness {
     let server: ProxyServer
     let port: Int
+    /// `server.run()` (the token managers' watchers, the span exporter), as `backstop run` runs it; ends after `stop`.
+    let background: Task<Void, Never>
 
     /// Starts a proxy from YAML (listener `127.0.0.1:0` is added unless the YAML has a `listen:` section).
     static func start(
@@ -27,8 +29,12 @@ struct ProxyHarness {
         let intercept = try InterceptAuthority.load(config: config, keychain: keychain)
         let server = ProxyServer(config: config, logger: logger, keychain: keychain, intercept: intercept)
         try await server.start()
-        guard let port = server.boundAddresses.first?.port else { throw HarnessError.noPort }
-        return ProxyHarness(server: server, port: port)
+        let background = Task { await server.run() }
+        guard let port = server.boundAddresses.first?.port else {
+            await server.drainAndStop(timeout: .zero)
+            throw HarnessError.noPort
+        }
+        return ProxyHarness(server: server, port: port, background: background)
     }
 
     /// The config `start` would serve for `yaml` (the same listener added).
@@ -45,7 +51,10 @@ struct ProxyHarness {
         await server.reload(config: config, intercept: try InterceptAuthority.load(config: config, keychain: keychain))
     }
 
-    func stop() async { await server.drainAndStop(timeout: .seconds(2)) }
+    func stop() async {
+        await server.drainAndStop(timeout: .seconds(2))
+        await background.value
+    }
 
     /// One request through the proxy on a fresh connection.
     func send(_ request: [UInt8], timeout: Duration = .seconds(15)) async throws -> RawHTTPResponse {

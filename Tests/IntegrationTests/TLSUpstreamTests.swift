@@ -81,7 +81,8 @@ struct TLSUpstreamTests {
         try await origin.shutdown()
     }
 
-    @Test("tls.http2: false offers HTTP/1.1 only; by default h2 is offered and taken when the upstream accepts it")
+    @Test(
+        "by default and with tls.http2: false HTTP/1.1 only is offered; tls.http2: true offers h2, taken when accepted")
     func http2Offer() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
@@ -92,11 +93,16 @@ struct TLSUpstreamTests {
             applicationProtocols: ["h2", "http/1.1"])
         // One origin each: curl shares connections between upstreams with the same host and port, and a request
         // that offers h2 may ride an HTTP/1.1 connection another one opened.
+        let defaultOrigin = try await TestOrigin.start(tls: identity) { request in .text(200, "h1 \(request.uri)") }
         let pinnedOrigin = try await TestOrigin.start(tls: identity) { request in .text(200, "h1 \(request.uri)") }
         let offeredOrigin = try await TestOrigin.start(tls: identity) { request in .text(200, "h1 \(request.uri)") }
         let proxy = try await ProxyHarness.start(
             """
             upstreams:
+              - name: default
+                match: {hosts: [default.test]}
+                url: https://localhost:\(defaultOrigin.port)
+                tls: {ca_file: \(certificates.caCertPath)}
               - name: pinned
                 match: {hosts: [pinned.test]}
                 url: https://localhost:\(pinnedOrigin.port)
@@ -105,20 +111,25 @@ struct TLSUpstreamTests {
                 match: {hosts: [offered.test]}
                 url: https://localhost:\(offeredOrigin.port)
                 retry: {attempts: 1}
-                tls: {ca_file: \(certificates.caCertPath)}
+                tls: {ca_file: \(certificates.caCertPath), http2: true}
             """)
-        // Alternating on reused easy handles: the HTTP/1.1 pin must neither leak to nor be lost between requests.
+        // Alternating on reused easy handles: neither setting may leak to or be lost between requests.
         for round in 1...2 {
+            let byDefault = try await proxy.get("http://default.test/d\(round)", host: "default.test")
+            #expect(byDefault.status == 200)
+            #expect(byDefault.bodyString == "h1 /d\(round)")
             let pinned = try await proxy.get("http://pinned.test/p\(round)", host: "pinned.test")
             #expect(pinned.status == 200)
             #expect(pinned.bodyString == "h1 /p\(round)")
             let offered = try await proxy.get("http://offered.test/o\(round)", host: "offered.test")
             #expect(offered.status == 502)
         }
+        #expect(defaultOrigin.requests.map(\.uri) == ["/d1", "/d2"])
         #expect(pinnedOrigin.requests.map(\.uri) == ["/p1", "/p2"])
         // Whatever the origin made of the h2 preface, no request reached it as HTTP/1.1.
         #expect(offeredOrigin.requests.map(\.uri).filter { $0.hasPrefix("/") }.isEmpty)
         await proxy.stop()
+        try await defaultOrigin.shutdown()
         try await pinnedOrigin.shutdown()
         try await offeredOrigin.shutdown()
     }

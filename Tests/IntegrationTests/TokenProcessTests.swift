@@ -18,16 +18,8 @@ struct TokenProcessTests {
         listen: [127.0.0.1:\(port)]
         log: {level: \(level)}
         \(keychainSection(directory: directory))
-        upstreams:
-          - name: api
-            match: {hosts: [api.test]}
-            url: \(origin.baseURL)
-            retry: {attempts: 1}
-            auth:
-              type: oauth2
-              token_url: \(auth.tokenURL)
-              keychain_prefix: api
-              refresh_ahead: \(refreshAhead)
+        \(OAuth2TestConfig.upstreams(
+            originURL: origin.baseURL, tokenURL: auth.tokenURL, authLines: ["refresh_ahead: \(refreshAhead)"]))
         """.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }

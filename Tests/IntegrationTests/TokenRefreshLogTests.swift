@@ -21,16 +21,8 @@ extension TokenRefreshTests {
         let yaml = """
             log: {level: debug, access_log: true}
             \(keychainSection(directory: directory))
-            upstreams:
-              - name: api
-                match: {hosts: [api.test]}
-                url: \(origin.baseURL)
-                retry: {attempts: 1}
-                auth:
-                  type: oauth2
-                  token_url: \(tokenURL?(auth) ?? auth.tokenURL)
-                  keychain_prefix: api
-                  \(extra)
+            \(OAuth2TestConfig.upstreams(
+                originURL: origin.baseURL, tokenURL: tokenURL?(auth) ?? auth.tokenURL, authLines: [extra]))
             """
         let proxy = try await ProxyHarness.start(yaml, keychain: keychain, capture: capture)
         var failure: (any Error)?

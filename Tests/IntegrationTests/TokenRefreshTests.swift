@@ -18,15 +18,7 @@ struct TokenRefreshTests {
     static func config(origin: TestOrigin, auth: TestAuthServer, directory: String, extra: String = "") -> String {
         """
         \(keychainSection(directory: directory))
-        upstreams:
-          - name: api
-            match: {hosts: [api.test]}
-            url: \(origin.baseURL)
-            retry: {attempts: 1}
-            auth:
-              type: oauth2
-              token_url: \(auth.tokenURL)
-              keychain_prefix: api
+        \(OAuth2TestConfig.upstreams(originURL: origin.baseURL, tokenURL: auth.tokenURL))
         \(extra)
         """
     }

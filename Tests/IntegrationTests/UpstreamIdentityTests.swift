@@ -38,18 +38,9 @@ struct UpstreamIdentityTests {
     ) -> String {
         """
         \(keychainSection(directory: directory))
-        upstreams:
-          - name: api
-            match: {hosts: [api.test]}
-            url: \(origin.baseURL)
-            retry: {attempts: 1}
-            auth:
-              type: oauth2
-              token_url: \(auth.tokenURL)
-              grant: client_credentials
-              client_id: backstop
-              keychain_prefix: \(prefix)
-        \(authLines.split(separator: "\n").map { "      " + $0 }.joined(separator: "\n"))
+        \(OAuth2TestConfig.upstreams(
+            originURL: origin.baseURL, tokenURL: auth.tokenURL, prefix: prefix,
+            authLines: ["grant: client_credentials", "client_id: backstop"] + authLines.split(separator: "\n").map(String.init)))
         """
     }
 

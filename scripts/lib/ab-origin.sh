@@ -8,6 +8,7 @@
 #   ORIGIN_KEEPALIVE_TIMEOUT: how long the origin keeps an idle connection (nginx's default, 75s, unless set).
 #   REALISTIC=1: the upstream injects a 1 KiB bearer token (`auth: static` from a keychain in WORK/keychain; seed it
 #   with `seed_realistic_keychain BIN WORK/proxy.yaml` from scripts/lib/realistic.sh before starting a binary).
+#   PROXY_HTTP2=true|false: the upstream's `tls.http2` (unset: the default).
 #   TRACING_ENDPOINT=URL: a `tracing` section exporting every request's spans there (sample_ratio 1).
 start_ab_origin() {
   local work=$1 origin=$2 proxy=$3 tls=$4 h1=$5
@@ -20,7 +21,7 @@ start_ab_origin() {
     listen_flags="ssl http2"  # h2 offered by ALPN, as most TLS APIs do
     [ "$h1" = 1 ] && listen_flags="ssl"
     tls_directives="ssl_certificate $work/origin.pem; ssl_certificate_key $work/origin.key; ssl_session_cache shared:SSL:10m;"
-    upstream_tls=", tls: {ca_file: \"$work/ca.pem\"}"
+    upstream_tls=", tls: {ca_file: \"$work/ca.pem\"${PROXY_HTTP2:+, http2: $PROXY_HTTP2}}"
   fi
   if [ "${REALISTIC:-0}" = 1 ]; then
     mkdir -p "$work/keychain"

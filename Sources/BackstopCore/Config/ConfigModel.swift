@@ -410,12 +410,12 @@ public struct TLSConfig: Sendable, Equatable {
     /// Absolute path of a CA bundle; nil means the system default.
     public var caFile: String?
     public var insecureSkipVerify: Bool
-    /// Offer HTTP/2 by ALPN (`tls.http2`); false pins the upstream connections to HTTP/1.1.
+    /// Offer HTTP/2 by ALPN (`tls.http2`); false (the default) keeps the upstream connections to HTTP/1.1.
     public var http2: Bool
     /// Keychain entry holding the client certificate chain and its private key (PEM) presented to the upstream.
     public var clientCertEntry: String?
     public init(
-        caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = true, clientCertEntry: String? = nil
+        caFile: String? = nil, insecureSkipVerify: Bool = false, http2: Bool = false, clientCertEntry: String? = nil
     ) {
         self.caFile = caFile
         self.insecureSkipVerify = insecureSkipVerify

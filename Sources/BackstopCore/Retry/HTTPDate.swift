@@ -84,7 +84,7 @@ public enum HTTPDate {
     /// even across a century (in 2095, `05` is 2105).
     static func fullYear(twoDigits yy: Int, nowWall: Double?) -> Int {
         guard let nowWall, nowWall.isFinite, abs(nowWall) < 1e15 else { return yy < 70 ? 2000 + yy : 1900 + yy }
-        let currentYear = civilYear(epochDays: Int((nowWall / 86400).rounded(.down)))
+        let currentYear = CivilDate.date(days: Int((nowWall / 86400).rounded(.down))).year
         let century = currentYear - ((currentYear % 100) + 100) % 100
         var year = century + yy
         if year > currentYear + 50 { year -= 100 } else if year <= currentYear - 50 { year += 100 }
@@ -108,7 +108,7 @@ public enum HTTPDate {
             let s = number(hms[2], digits: 2...2), h < 24, m < 60, s <= 60,
             (1600...9999).contains(year), (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day)
         else { return nil }
-        let days = daysFromCivil(year: year, month: month, day: day)
+        let days = CivilDate.days(year: year, month: month, day: day)
         return Double(days) * 86400 + Double(h * 3600 + m * 60 + s - offsetSeconds)
     }
 
@@ -118,28 +118,5 @@ public enum HTTPDate {
         case 4, 6, 9, 11: 30
         default: 31
         }
-    }
-
-    /// Days since 1970-01-01 (Howard Hinnant's `days_from_civil`).
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146097 + doe - 719468
-    }
-
-    /// The proleptic Gregorian year of a day counted from 1970-01-01 (Hinnant's `civil_from_days`, year only).
-    static func civilYear(epochDays: Int) -> Int {
-        let z = epochDays + 719468
-        let era = (z >= 0 ? z : z - 146096) / 146097
-        let doe = z - era * 146097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return yoe + era * 400 + (month <= 2 ? 1 : 0)
     }
 }

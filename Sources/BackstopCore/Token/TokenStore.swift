@@ -130,10 +130,20 @@ public protocol TokenStoreProvider: Sendable {
     func store(forPrefix prefix: String) -> any TokenStore
     /// Where tokens live, for logs.
     var location: String { get }
-    /// Stops whatever the stores run in the background (connections, listeners).
-    func shutdown() async
+    /// Runs what the stores need in the background (connections, listeners) until the task is cancelled; the
+    /// stores answer only while it runs. `backstop run` runs it in its service group; the default needs nothing.
+    func run() async
 }
 
 extension TokenStoreProvider {
-    public func shutdown() async {}
+    public func run() async {}
+
+    /// Runs `body` while `run()` serves the stores, then stops `run()` (short-lived commands, tests).
+    public func withRunning<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await self.run() }
+            defer { group.cancelAll() }
+            return try await body()
+        }
+    }
 }

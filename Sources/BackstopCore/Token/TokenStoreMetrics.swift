@@ -40,31 +40,34 @@ public final class TokenStoreMetrics: Sendable {
     /// Prometheus text for the three families (empty families are still described).
     public func render() -> String {
         let snapshot = state.withLock { $0 }
-        var out =
-            "# HELP backstop_token_store_operations_total Token store operations, by store, operation and result.\n"
-        out += "# TYPE backstop_token_store_operations_total counter\n"
+        var out = PrometheusText()
+        out.family(
+            "backstop_token_store_operations_total", .counter, "Token store operations, by store, operation and result."
+        )
         let keys = snapshot.counts.keys.sorted {
             ($0.store, $0.operation, $0.ok ? 1 : 0) < ($1.store, $1.operation, $1.ok ? 1 : 0)
         }
         for key in keys {
-            out +=
-                "backstop_token_store_operations_total{store=\"\(key.store)\",operation=\"\(key.operation)\","
-                + "result=\"\(key.ok ? "ok" : "error")\"} \(snapshot.counts[key] ?? 0)\n"
+            out.sample(
+                "backstop_token_store_operations_total",
+                ["store": key.store, "operation": key.operation, "result": key.ok ? "ok" : "error"],
+                snapshot.counts[key] ?? 0)
         }
-        out += "# HELP backstop_token_store_operation_seconds Time token store operations took.\n"
-        out += "# TYPE backstop_token_store_operation_seconds summary\n"
+        out.family("backstop_token_store_operation_seconds", .summary, "Time token store operations took.")
         for key in keys {
-            let labels = "store=\"\(key.store)\",operation=\"\(key.operation)\",result=\"\(key.ok ? "ok" : "error")\""
-            out += "backstop_token_store_operation_seconds_sum{\(labels)} \(snapshot.seconds[key] ?? 0)\n"
-            out += "backstop_token_store_operation_seconds_count{\(labels)} \(snapshot.counts[key] ?? 0)\n"
+            let labels: KeyValuePairs = [
+                "store": key.store, "operation": key.operation, "result": key.ok ? "ok" : "error",
+            ]
+            out.sample("backstop_token_store_operation_seconds_sum", labels, snapshot.seconds[key] ?? 0)
+            out.sample("backstop_token_store_operation_seconds_count", labels, snapshot.counts[key] ?? 0)
         }
-        out += "# HELP backstop_token_store_lock_wait_seconds Time refreshes waited for the store's refresh lock.\n"
-        out += "# TYPE backstop_token_store_lock_wait_seconds summary\n"
+        out.family(
+            "backstop_token_store_lock_wait_seconds", .summary, "Time refreshes waited for the store's refresh lock.")
         for store in snapshot.lockWaits.keys.sorted() {
             let wait = snapshot.lockWaits[store]!
-            out += "backstop_token_store_lock_wait_seconds_sum{store=\"\(store)\"} \(wait.seconds)\n"
-            out += "backstop_token_store_lock_wait_seconds_count{store=\"\(store)\"} \(wait.count)\n"
+            out.sample("backstop_token_store_lock_wait_seconds_sum", ["store": store], wait.seconds)
+            out.sample("backstop_token_store_lock_wait_seconds_count", ["store": store], wait.count)
         }
-        return out
+        return out.text
     }
 }

@@ -92,8 +92,13 @@ public final class FileKeychain: Sendable {
     public func withExclusiveLock<T>(
         isolation: isolated (any Actor)? = #isolation, _ body: (KeychainLockedSession) async throws -> T
     ) async throws -> T {
-        let fd = try await FileLock.acquire(path: lockPath)
-        defer { FileLock.release(fd) }
+        let lock: FileLock
+        do throws(FileLock.Failure) {
+            lock = try await FileLock.acquire(path: lockPath)
+        } catch {
+            throw error.keychainError(path: lockPath)
+        }
+        defer { lock.release() }
         let session = KeychainLockedSession(keychain: self, entries: try load())
         defer { session.invalidate() }
         return try await body(session)
@@ -134,7 +139,14 @@ public final class FileKeychain: Sendable {
     }
 
     func locked<T>(wait: Bool, _ body: () throws(KeychainError) -> T) throws(KeychainError) -> T {
-        try FileLock.withLock(path: lockPath, wait: wait, body).get()
+        let lock: FileLock
+        do throws(FileLock.Failure) {
+            lock = try FileLock(path: lockPath, wait: wait)
+        } catch {
+            throw error.keychainError(path: lockPath)
+        }
+        defer { lock.release() }
+        return try body()
     }
 
     /// Must be called with the lock held: stale temporaries are only known to be abandoned while nobody else

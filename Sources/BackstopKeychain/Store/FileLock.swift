@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -8,54 +9,71 @@ import Musl
 import Darwin
 #endif
 
-/// An exclusive `flock` on a sidecar lock file.
+/// An exclusive `flock` on a sidecar lock file, held until `release()` (or until the value goes away): the
+/// keychain's read-modify-write lock and the queue spool's owner lock.
 ///
 /// The lock file is created once (mode 0600) and never deleted: deleting it would let two processes lock two
 /// different inodes under the same name. `flock` locks belong to an open file description, not to a thread, and
 /// every acquisition opens its own, so the lock also serializes threads and tasks of one process, and a task may
 /// hold it across suspension points and release it from any thread.
-enum FileLock {
-    /// Opens the lock file and locks it; returns the descriptor to pass to `release`.
-    static func acquire(path: String, wait: Bool) throws(KeychainError) -> Int32 {
-        let fd = try Posix.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, 0o600)
+public final class FileLock: Sendable {
+    /// Why the lock was not taken.
+    public enum Failure: Error, Equatable {
+        /// Another holder has it (only without waiting).
+        case busy
+        /// `open` or `flock` failed with `errno`.
+        case system(operation: String, errno: Int32)
+    }
+
+    private let descriptor: Mutex<Int32>
+
+    /// Opens (creating) the lock file at `path` and locks it; without `wait`, throws `busy` when it is held.
+    public init(path: String, wait: Bool) throws(Failure) {
+        var fd: Int32
+        repeat {
+            fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        } while fd < 0 && errno == EINTR
+        guard fd >= 0 else { throw .system(operation: "open", errno: errno) }
         while flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0 {
             let code = errno
             if code == EINTR { continue }
             close(fd)
-            if code == EWOULDBLOCK { throw .lockBusy(path: path) }
-            throw .io(operation: "lock", path: path, errno: code)
+            throw code == EWOULDBLOCK ? .busy : .system(operation: "lock", errno: code)
         }
-        return fd
+        descriptor = Mutex(fd)
     }
 
     /// Waits for the lock on a thread of its own, so that a blocking `flock` never stalls the cooperative pool.
-    /// Not cancellable while waiting: the lock is only ever held for one keychain read-modify-write.
-    static func acquire(path: String) async throws(KeychainError) -> Int32 {
-        let result: Result<Int32, KeychainError> = await withCheckedContinuation { continuation in
+    /// Not cancellable while waiting: the keychain holds it only for one read-modify-write.
+    public static func acquire(path: String) async throws(Failure) -> FileLock {
+        let result: Result<FileLock, Failure> = await withCheckedContinuation { continuation in
             let thread = Thread {
-                let result = Result { () throws(KeychainError) in try acquire(path: path, wait: true) }
-                continuation.resume(returning: result)
+                continuation.resume(returning: Result { () throws(Failure) in try FileLock(path: path, wait: true) })
             }
-            thread.name = "backstop-keychain-lock"
+            thread.name = "backstop-file-lock"
             thread.start()
         }
         return try result.get()
     }
 
-    /// Closing the descriptor releases the lock.
-    static func release(_ fd: Int32) {
-        close(fd)
+    /// Releases the lock (closing the descriptor); later calls do nothing.
+    public func release() {
+        let held = descriptor.withLock { fd in
+            defer { fd = -1 }
+            return fd
+        }
+        if held >= 0 { close(held) }
     }
 
-    static func withLock<T, E: Error>(
-        path: String, wait: Bool, _ body: () throws(E) -> T
-    ) throws(KeychainError) -> Result<T, E> {
-        let fd = try acquire(path: path, wait: wait)
-        defer { release(fd) }
-        do {
-            return .success(try body())
-        } catch {
-            return .failure(error)
+    deinit { release() }
+}
+
+extension FileLock.Failure {
+    /// The keychain's error for this failure on the lock file at `path`.
+    func keychainError(path: String) -> KeychainError {
+        switch self {
+        case .busy: .lockBusy(path: path)
+        case .system(let operation, let errno): .io(operation: operation, path: path, errno: errno)
         }
     }
 }

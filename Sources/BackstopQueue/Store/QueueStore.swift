@@ -38,7 +38,9 @@ public final class QueueStore: Sendable {
     private let budget: SpoolBudget
     private let clock: any BackstopClock
     private let newID: @Sendable () -> DeliveryID
-    private let ownerLock: OwnerLock?
+    /// `queue.lock`, held while the owning store is open: a second daemon on the same spool is refused instead of
+    /// delivering the same rows.
+    private let ownerLock: FileLock?
     /// Stored bytes currently reserved in `budget` for committed rows.
     private let accounted = Mutex(0)
     /// Rows claimed and not yet settled, by upstream.
@@ -46,7 +48,7 @@ public final class QueueStore: Sendable {
 
     private init(
         path: String, database: GroupCommit, threadPool: NIOThreadPool, sealer: RecordSealer, budget: SpoolBudget,
-        clock: any BackstopClock, newID: @escaping @Sendable () -> DeliveryID, ownerLock: OwnerLock?
+        clock: any BackstopClock, newID: @escaping @Sendable () -> DeliveryID, ownerLock: FileLock?
     ) {
         self.path = path
         self.database = database
@@ -67,7 +69,7 @@ public final class QueueStore: Sendable {
     ) async throws(QueueError) -> QueueStore {
         let path = directory + "/" + fileName
         try makeDirectory(directory)
-        let ownerLock = owner ? try OwnerLock(path: directory + "/" + lockFileName) : nil
+        let ownerLock = owner ? try lockOwnership(directory + "/" + lockFileName) : nil
         try createPrivately(path)
         let threadPool = NIOThreadPool(numberOfThreads: 1)
         threadPool.start()
@@ -453,6 +455,19 @@ public final class QueueStore: Sendable {
         }
     }
 
+    /// Takes `queue.lock` without waiting: the spool has one owner.
+    private static func lockOwnership(_ path: String) throws(QueueError) -> FileLock {
+        do throws(FileLock.Failure) {
+            return try FileLock(path: path, wait: false)
+        } catch {
+            switch error {
+            case .busy: throw .storage(path: path, detail: "another backstop process delivers from this spool.dir")
+            case .system(let operation, let code):
+                throw .storage(path: path, detail: "cannot \(operation): \(String(cString: strerror(code)))")
+            }
+        }
+    }
+
     /// Creates the database file with mode 0600 before SQLite opens it (SQLite would use the umask, and gives its
     /// `-wal` and `-shm` files the main file's mode).
     private static func createPrivately(_ path: String) throws(QueueError) {
@@ -503,38 +518,6 @@ enum Schema {
         // Whatever happened before (a file from an older version, a hand edit), start from the real total.
         "UPDATE totals SET bytes = (SELECT coalesce(sum(size), 0) FROM deliveries) WHERE id = 0",
     ]
-}
-
-/// An exclusive `flock` on `queue.lock`, held while the owning store is open: a second daemon on the same spool is
-/// refused instead of delivering the same rows.
-final class OwnerLock: Sendable {
-    private let fd: Mutex<Int32>
-
-    init(path: String) throws(QueueError) {
-        let fd = openPrivate(path)
-        guard fd >= 0 else { throw .storage(path: path, detail: "cannot open: \(String(cString: strerror(errno)))") }
-        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
-            let code = errno
-            if code == EINTR { continue }
-            closeDescriptor(fd)
-            if code == EWOULDBLOCK {
-                throw .storage(path: path, detail: "another backstop process delivers from this spool.dir")
-            }
-            throw .storage(path: path, detail: "cannot lock: \(String(cString: strerror(code)))")
-        }
-        self.fd = Mutex(fd)
-    }
-
-    /// Closing the descriptor releases the lock.
-    func release() {
-        let held = fd.withLock { value in
-            defer { value = -1 }
-            return value
-        }
-        if held >= 0 { closeDescriptor(held) }
-    }
-
-    deinit { release() }
 }
 
 /// Opens or creates `path` for reading and writing, mode 0600, never through a symbolic link. (A free function:

@@ -42,7 +42,6 @@ public actor TokenManager {
         didSet { publishFastPath() }
     }
     private var refresh: Task<Void, Never>?
-    private var watcher: Task<Void, Never>?
     /// The per-request fast path, so a valid token costs a lock, not an actor hop (and never the store).
     private let fastPath = NIOLockedValueBox(FastPath())
     private var random = SystemRandomNumberGenerator()
@@ -52,6 +51,8 @@ public actor TokenManager {
     /// The timer stopped because the upstream was idle: the fast path stays closed until a request comes.
     private var idle = false
     private var stopped = false
+    /// Set by `stop()`: ends `run()`.
+    private let stopping = OnceFlag()
 
     /// What requests read without the actor: the current token and until when it may be used that way (its
     /// proactive refresh point or expiry; nil token: ask the actor), and when a request last asked.
@@ -79,22 +80,28 @@ public actor TokenManager {
         self.state = TokenState(configuration: TokenState.Configuration(config))
     }
 
-    /// Adopts tokens other instances store (stores that can tell only), for as long as the manager is in use.
-    func start() {
-        guard !stopped, watcher == nil, let changes = store.changes() else { return }
-        watcher = Task { [weak self] in
-            for await tokens in changes {
-                guard let self else { return }
-                await self.storeChanged(tokens)
+    /// Adopts tokens other instances store (stores that can tell only) until `stop()`: the server runs it as
+    /// background work (`ProxyServer.run`).
+    func run() async {
+        guard !stopped, let changes = store.changes() else { return }
+        let stopping = self.stopping
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [weak self] in
+                for await tokens in changes {
+                    guard let self else { return }
+                    await self.storeChanged(tokens)
+                }
             }
+            group.addTask { await stopping.wait() }
+            await group.next()
+            group.cancelAll()
         }
     }
 
     /// Stops adopting and the proactive-refresh timer (the manager is being replaced or the server stops).
     func stop() {
         stopped = true
-        watcher?.cancel()
-        watcher = nil
+        stopping.set()
         timer?.cancel()
         timer = nil
         timerDue = nil

@@ -1,5 +1,6 @@
 import BackstopCore
 import BackstopTransport
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// A whole response collected in memory (token endpoint calls: small bodies).
@@ -17,22 +18,51 @@ struct TransportFetcher: Sendable {
     /// Token responses are small; anything larger than this is refused rather than buffered.
     static let maxBody = 1 << 20
 
+    /// Cancelling the calling task ends the call at once with `cancelled` (the server's drain cancels an export the
+    /// collector never answers before it stops the event loops).
     func fetch(
         _ request: TransportRequest, timeout: Duration, maxBody: Int = TransportFetcher.maxBody,
         timeoutDetail: String = "token endpoint timed out"
     ) async -> Result<FetchedResponse, TransportFailure> {
-        await withCheckedContinuation { continuation in
-            eventLoop.execute {
-                let collector = ResponseCollector(continuation: continuation, maxBody: maxBody)
-                let bound = NIOLoopBound(collector, eventLoop: eventLoop)
-                let transfer = transport.start(request, on: eventLoop) { events in bound.value.handle(events) }
-                collector.transfer = transfer
-                eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(timeout.nanosecondsClamped)) {
-                    collector.finish(.failure(.timeout(detail: timeoutDetail)))
+        let call = NIOLockedValueBox(FetchCall.notStarted)
+        let eventLoop = self.eventLoop
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                eventLoop.execute {
+                    let collector = ResponseCollector(continuation: continuation, maxBody: maxBody)
+                    let bound = NIOLoopBound(collector, eventLoop: eventLoop)
+                    let cancelled = call.withLockedValue { call in
+                        if case .cancelled = call { return true }
+                        call = .running(bound)
+                        return false
+                    }
+                    guard !cancelled else {
+                        collector.finish(.failure(.cancelled))
+                        return
+                    }
+                    let transfer = transport.start(request, on: eventLoop) { events in bound.value.handle(events) }
+                    collector.transfer = transfer
+                    eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(timeout.nanosecondsClamped)) {
+                        collector.finish(.failure(.timeout(detail: timeoutDetail)))
+                    }
                 }
             }
+        } onCancel: {
+            let running = call.withLockedValue { call -> NIOLoopBound<ResponseCollector>? in
+                if case .running(let bound) = call { return bound }
+                call = .cancelled
+                return nil
+            }
+            if let running { eventLoop.execute { running.value.finish(.failure(.cancelled)) } }
         }
     }
+}
+
+/// Where a `fetch` is, for its cancellation handler.
+private enum FetchCall {
+    case notStarted
+    case running(NIOLoopBound<ResponseCollector>)
+    case cancelled
 }
 
 /// Event-loop-confined accumulator for one fetched response; resumes its continuation exactly once.

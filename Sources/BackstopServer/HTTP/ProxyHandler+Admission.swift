@@ -30,6 +30,7 @@ extension ProxyHandler {
                 refuse(.proxyAuthRequired, head: head, close: accepted.framing.hasBody)
                 return
             }
+            if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
             exchange = Exchange(
                 head: head, target: accepted.target, destination: accepted.destination, configuration: configuration,

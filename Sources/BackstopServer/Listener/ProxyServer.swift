@@ -27,8 +27,8 @@ public final class ProxyServer: Sendable {
     private let ready = NIOLockedValueBox(false)
     /// The `tracing` section read at start (a reload does not change it).
     public let tracingConfig: TracingConfig?
-    /// The span exporter's loop, while `tracing` is on.
-    private let exportTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    /// The span exporter and the token managers' store watchers, run by `run()`.
+    private let background = BackgroundWork()
     /// The client certificates the config names, as read at start and on the last reload.
     private let clientCertificates = NIOLockedValueBox<[ClientCertificateInventory.Item]>([])
 
@@ -69,7 +69,7 @@ public final class ProxyServer: Sendable {
         let upstreams = Self.makeUpstreams(
             config, previous: [], keychain: keychain, stores: stores,
             fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
-            counters: tokenRefreshes, tracer: tracer)
+            counters: tokenRefreshes, tracer: tracer, background: background)
         self.runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
@@ -96,7 +96,7 @@ public final class ProxyServer: Sendable {
                 metadata["problem"] = .string(problem)
                 runtime.logger.warning("client certificate unusable", metadata: metadata)
             } else if let expiry = item.notValidAfter, item.expiresSoon(now: now) {
-                metadata["not_after"] = .string(ISO8601DateFormatter().string(from: expiry))
+                metadata["not_after"] = .string(ISO8601Time.format(epochSeconds: expiry.timeIntervalSince1970))
                 metadata["days_left"] = .stringConvertible(Int((expiry.timeIntervalSince(now) / 86_400).rounded(.down)))
                 runtime.logger.warning("client certificate expires soon", metadata: metadata)
             }
@@ -130,10 +130,14 @@ public final class ProxyServer: Sendable {
         }
         updateDestinationGuard()
         if let queue = runtime.tracer?.queue {
-            exportTask.withLockedValue { $0 = Task { await queue.run() } }
+            background.spawn { await queue.run() }
         }
         ready.withLockedValue { $0 = true }
     }
+
+    /// Runs the server's background work (the span exporter, token managers adopting what other instances store)
+    /// until `drainAndStop` ends it. Call it alongside `start()`: `backstop run` runs it in its service group.
+    public func run() async { await background.run() }
 
     /// The tracer of a `tracing` section: spans POSTed to its collector through the shared transport, ids seeded
     /// from the system's random source (docs/reference/operations.md#tracing).
@@ -181,24 +185,20 @@ public final class ProxyServer: Sendable {
             try? await channel.close()
             if case .unix(let path) = listener.address { unlink(path) }
         }
-        let deadline = ContinuousClock.now + timeout
-        while runtime.inflightRequests > 0 && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
+        let runtime = self.runtime
+        _ = await withTimeLimit(timeout) { await runtime.waitUntilNoRequests() }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
         if let queue = runtime.tracer?.queue {
             // The last spans get one try, bounded: a collector that is down must not hold the drain.
             queue.shutdown()
-            let exportDeadline = ContinuousClock.now + OTLPHTTPSender.callTimeout
-            while !queue.isFinished && ContinuousClock.now < exportDeadline {
-                try? await Task.sleep(for: .milliseconds(20))
-            }
-            exportTask.withLockedValue { $0?.cancel() }
+            _ = await withTimeLimit(OTLPHTTPSender.callTimeout) { await queue.waitUntilFinished() }
         }
         for upstream in runtime.snapshot.upstreams {
             if case .oauth2(let manager, _) = upstream.auth { await manager.stop() }
         }
-        await tokenStores?.shutdown()
+        // What still runs (an export the collector never answered) is cancelled while the transport and the event
+        // loops it needs to end are still up; `run()` returns.
+        await background.finish()
         await curl.shutdown()
         try? await group.shutdownGracefully()
     }
@@ -264,57 +264,56 @@ public final class ProxyServer: Sendable {
 
     /// The `/metrics` page: request and retry metrics, server state, token expiries, process metrics.
     public func metricsText() -> String {
-        var out = runtime.metrics.render(
-            inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
-            keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount)
-        func family(_ name: String, _ type: String, _ help: String) {
-            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-        }
-        family("backstop_build_info", "gauge", "Always 1; the version is a label.")
-        out += "backstop_build_info{version=\"\(ProxyMetrics.escape(BackstopVersion.current))\"} 1\n"
-        family("backstop_client_connections", "gauge", "Client connections open now, over every proxy listener.")
-        out += "backstop_client_connections \(runtime.openClientConnections)\n"
-        family(
-            "backstop_kept_body_bytes", "gauge",
+        var out = PrometheusText()
+        out.family("backstop_build_info", .gauge, "Always 1; the version is a label.")
+        out.sample("backstop_build_info", ["version": BackstopVersion.current], 1)
+        out.family("backstop_client_connections", .gauge, "Client connections open now, over every proxy listener.")
+        out.sample("backstop_client_connections", runtime.openClientConnections)
+        out.family(
+            "backstop_kept_body_bytes", .gauge,
             "Bytes of request bodies kept in memory for retries now (bounded by limits.buffer_memory).")
-        out += "backstop_kept_body_bytes \(runtime.keptBodyMemory)\n"
+        out.sample("backstop_kept_body_bytes", runtime.keptBodyMemory)
         let reloads = runtime.reloadCounts
-        family("backstop_config_reloads_total", "counter", "Config reloads (SIGHUP), by result.")
-        out += "backstop_config_reloads_total{result=\"success\"} \(reloads.success)\n"
-        out += "backstop_config_reloads_total{result=\"failure\"} \(reloads.failure)\n"
-        family(
-            "backstop_config_last_reload_success_timestamp_seconds", "gauge",
+        out.family("backstop_config_reloads_total", .counter, "Config reloads (SIGHUP), by result.")
+        out.sample("backstop_config_reloads_total", ["result": "success"], reloads.success)
+        out.sample("backstop_config_reloads_total", ["result": "failure"], reloads.failure)
+        out.family(
+            "backstop_config_last_reload_success_timestamp_seconds", .gauge,
             "When the config was last loaded successfully (start or reload), seconds since the Unix epoch.")
-        out +=
-            "backstop_config_last_reload_success_timestamp_seconds \(reloads.lastSuccess > 0 ? reloads.lastSuccess : ProcessMetrics.startTime)\n"
-        family(
-            "backstop_token_expiry_timestamp_seconds", "gauge",
+        out.sample(
+            "backstop_config_last_reload_success_timestamp_seconds",
+            reloads.lastSuccess > 0 ? reloads.lastSuccess : ProcessMetrics.startTime)
+        out.family(
+            "backstop_token_expiry_timestamp_seconds", .gauge,
             "When the access token in use expires, seconds since the Unix epoch (absent while none is held or it has no expiry)."
         )
         for upstream in runtime.snapshot.upstreams {
             guard case .oauth2(let manager, _) = upstream.auth, let expiry = manager.currentExpiry else { continue }
-            out +=
-                "backstop_token_expiry_timestamp_seconds{upstream=\"\(ProxyMetrics.escape(upstream.config.name))\"} \(expiry)\n"
+            out.sample("backstop_token_expiry_timestamp_seconds", ["upstream": upstream.config.name], expiry)
         }
         let dropped = runtime.tracer?.queue.dropped ?? (queueFull: 0, exportFailed: 0)
-        family(
-            "backstop_spans_dropped_total", "counter",
+        out.family(
+            "backstop_spans_dropped_total", .counter,
             "Trace spans dropped: the export queue was full, or the collector did not accept their batch.")
-        out += "backstop_spans_dropped_total{reason=\"queue-full\"} \(dropped.queueFull)\n"
-        out += "backstop_spans_dropped_total{reason=\"export-failed\"} \(dropped.exportFailed)\n"
-        family("backstop_spans_exported_total", "counter", "Trace spans the collector accepted.")
-        out += "backstop_spans_exported_total \(runtime.tracer?.queue.exported ?? 0)\n"
-        family(
-            "backstop_client_certificate_expiry_seconds", "gauge",
+        out.sample("backstop_spans_dropped_total", ["reason": "queue-full"], dropped.queueFull)
+        out.sample("backstop_spans_dropped_total", ["reason": "export-failed"], dropped.exportFailed)
+        out.family("backstop_spans_exported_total", .counter, "Trace spans the collector accepted.")
+        out.sample("backstop_spans_exported_total", runtime.tracer?.queue.exported ?? 0)
+        out.family(
+            "backstop_client_certificate_expiry_seconds", .gauge,
             "Seconds until a configured client certificate expires (negative once expired), by upstream and target.")
         let now = Date()
         for item in clientCertificates.withLockedValue({ $0 }) {
             guard let expiry = item.notValidAfter else { continue }
-            out +=
-                "backstop_client_certificate_expiry_seconds{upstream=\"\(ProxyMetrics.escape(item.upstream))\","
-                + "target=\"\(item.target.rawValue)\"} \(Int64(expiry.timeIntervalSince(now)))\n"
+            out.sample(
+                "backstop_client_certificate_expiry_seconds",
+                ["upstream": item.upstream, "target": item.target.rawValue],
+                Int64(expiry.timeIntervalSince(now)))
         }
-        return out + runtime.tunnelMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
+        return runtime.metrics.render(
+            inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
+            keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount) + out.text + runtime.tunnelMetrics.render()
+            + runtime.upgradeMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
     }
 
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap, the idle
@@ -400,7 +399,7 @@ extension ProxyServer {
         let upstreams = Self.makeUpstreams(
             config, previous: previous, keychain: keychain, stores: tokenStores,
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
-            counters: tokenRefreshes, tracer: runtime.tracer)
+            counters: tokenRefreshes, tracer: runtime.tracer, background: background)
         runtime.swap(
             to: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
@@ -413,7 +412,7 @@ extension ProxyServer {
                     if case .oauth2(let kept, _) = $0.auth { kept === manager } else { false }
                 })
             else { continue }
-            Task { await manager.stop() }
+            await manager.stop()
         }
 
         let current = channels.withLockedValue { $0 }
@@ -462,7 +461,8 @@ extension ProxyServer {
 
     static func makeUpstreams(
         _ config: Config, previous: [UpstreamRuntime], keychain: FileKeychain?, stores: (any TokenStoreProvider)?,
-        fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters, tracer: Tracer?
+        fetcher: TransportFetcher, logger: Logger, counters: TokenRefreshCounters, tracer: Tracer?,
+        background: BackgroundWork
     ) -> [UpstreamRuntime] {
         config.upstreams.map { upstream in
             let old = previous.first { $0.config.name == upstream.name }
@@ -490,7 +490,7 @@ extension ProxyServer {
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, store: stores.store(forPrefix: oauth.keychainPrefix),
                     secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters, tracer: tracer)
-                Task { await manager.start() }
+                background.spawn { await manager.run() }
                 auth = .oauth2(manager, oauth)
             }
             return UpstreamRuntime(config: upstream, auth: auth, budget: old?.budget, clientIdentity: identity)

@@ -158,16 +158,7 @@ public struct LineLogHandler: LogHandler {
     static func timestamp() -> String {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        var t = now.tv_sec
-        var parts = tm()
-        gmtime_r(&t, &parts)
-        func pad(_ v: Int32, _ width: Int = 2) -> String {
-            let s = String(v)
-            return String(repeating: "0", count: max(0, width - s.count)) + s
-        }
-        let millis = pad(Int32(now.tv_nsec / 1_000_000), 3)
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1))-\(pad(parts.tm_mday))T"
-            + "\(pad(parts.tm_hour)):\(pad(parts.tm_min)):\(pad(parts.tm_sec)).\(millis)Z"
+        return ISO8601Time.format(seconds: Int64(now.tv_sec), milliseconds: Int(now.tv_nsec / 1_000_000))
     }
 }
 

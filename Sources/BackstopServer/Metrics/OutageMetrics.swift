@@ -88,39 +88,35 @@ public final class OutageMetrics: Sendable {
 
     func render() -> String {
         let c = counts.withLockedValue { $0 }
-        var out = ""
-        func family(_ name: String, _ type: String, _ help: String) {
-            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-        }
-        func labels(_ series: Series) -> String {
-            "upstream=\"\(ProxyMetrics.escape(series.upstream))\",endpoint=\"\(ProxyMetrics.escape(series.endpoint))\""
-        }
-        family("backstop_endpoint_state", "gauge", "Each endpoint's state: 0 healthy, 1 ejected, 2 probing.")
+        var out = PrometheusText()
+        out.family("backstop_endpoint_state", .gauge, "Each endpoint's state: 0 healthy, 1 ejected, 2 probing.")
         for (series, state) in c.states.sorted(by: { $0.key < $1.key }) {
-            out += "backstop_endpoint_state{\(labels(series))} \(state.rawValue)\n"
+            out.sample(
+                "backstop_endpoint_state", ["upstream": series.upstream, "endpoint": series.endpoint], state.rawValue)
         }
-        family("backstop_ejections_total", "counter", "Endpoint ejections, after failures in a row or a failed probe.")
+        out.family(
+            "backstop_ejections_total", .counter, "Endpoint ejections, after failures in a row or a failed probe.")
         for (series, count) in c.ejections.sorted(by: { $0.key < $1.key }) {
-            out += "backstop_ejections_total{\(labels(series))} \(count)\n"
+            out.sample("backstop_ejections_total", ["upstream": series.upstream, "endpoint": series.endpoint], count)
         }
-        family("backstop_fast_failures_total", "counter", "Requests answered at once without an attempt, by reason.")
+        out.family(
+            "backstop_fast_failures_total", .counter, "Requests answered at once without an attempt, by reason.")
         for (upstream, values) in c.fastFailures.sorted(by: { $0.key < $1.key }) {
             for (index, reason) in FastFailure.allCases.enumerated() where values[index] > 0 {
-                out +=
-                    "backstop_fast_failures_total{upstream=\"\(ProxyMetrics.escape(upstream))\",reason=\"\(reason.rawValue)\"} \(values[index])\n"
+                out.sample(
+                    "backstop_fast_failures_total", ["upstream": upstream, "reason": reason.rawValue], values[index])
             }
         }
-        family("backstop_hedges_total", "counter", "Hedged copies sent, by how they ended: won, lost, cancelled.")
+        out.family("backstop_hedges_total", .counter, "Hedged copies sent, by how they ended: won, lost, cancelled.")
         for (upstream, values) in c.hedges.sorted(by: { $0.key < $1.key }) {
             for (index, result) in HedgeResult.allCases.enumerated() where values[index] > 0 {
-                out +=
-                    "backstop_hedges_total{upstream=\"\(ProxyMetrics.escape(upstream))\",result=\"\(result.rawValue)\"} \(values[index])\n"
+                out.sample("backstop_hedges_total", ["upstream": upstream, "result": result.rawValue], values[index])
             }
         }
-        family(
-            "backstop_network_changes_total", "counter", "Links up, addresses and routes added, seen through rtnetlink."
+        out.family(
+            "backstop_network_changes_total", .counter, "Links up, addresses and routes added, seen through rtnetlink."
         )
-        out += "backstop_network_changes_total \(networkChanges.load(ordering: .relaxed))\n"
-        return out
+        out.sample("backstop_network_changes_total", networkChanges.load(ordering: .relaxed))
+        return out.text
     }
 }

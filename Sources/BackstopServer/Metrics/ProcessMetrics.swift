@@ -10,27 +10,28 @@ enum ProcessMetrics {
     static let startTime: Double = SystemClock().wall()
 
     static func render() -> String {
-        var out = ""
-        func gauge(_ name: String, _ type: String, _ help: String, _ value: String) {
-            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(value)\n"
+        var out = PrometheusText()
+        func gauge(_ name: String, _ kind: PrometheusText.Kind, _ help: String, _ value: String) {
+            out.family(name, kind, help)
+            out.sample(name, value)
         }
         if let cpu = cpuSeconds() {
-            gauge("process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.", format(cpu))
+            gauge("process_cpu_seconds_total", .counter, "User and system CPU time spent, in seconds.", format(cpu))
         }
         if let rss = residentBytes() {
-            gauge("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", String(rss))
+            gauge("process_resident_memory_bytes", .gauge, "Resident memory size in bytes.", String(rss))
         }
         if let fds = openFileDescriptors() {
-            gauge("process_open_fds", "gauge", "Open file descriptors.", String(fds))
+            gauge("process_open_fds", .gauge, "Open file descriptors.", String(fds))
         }
         var limit = rlimit()
         if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 {
-            gauge("process_max_fds", "gauge", "The file descriptor limit.", String(limit.rlim_cur))
+            gauge("process_max_fds", .gauge, "The file descriptor limit.", String(limit.rlim_cur))
         }
         gauge(
-            "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.",
+            "process_start_time_seconds", .gauge, "Start time of the process since the Unix epoch, in seconds.",
             format(startTime))
-        return out
+        return out.text
     }
 
     /// utime + stime from `/proc/self/stat` (fields 14 and 15, after the parenthesised command name).

@@ -1,3 +1,4 @@
+import BackstopCore
 import BackstopStatus
 import NIOConcurrencyHelpers
 
@@ -124,73 +125,55 @@ public final class ProxyMetrics: Sendable {
         let s = upstreams.withLockedValue { $0 }.map { (key: $0.key, value: $0.value.snapshot) }.sorted {
             $0.key < $1.key
         }
-        var out = ""
-        func family(_ name: String, _ type: String, _ help: String) {
-            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-        }
+        var out = PrometheusText()
         func pairs(_ name: String, _ label: String, _ values: (UpstreamCounters) -> [(String, Int)]) {
             for (upstream, counters) in s {
                 for (value, count) in values(counters).sorted(by: { $0.0 < $1.0 }) {
-                    out +=
-                        "\(name){upstream=\"\(Self.escape(upstream))\",\(label)=\"\(Self.escape(value))\"} \(count)\n"
+                    out.sample(name, ["upstream": upstream, label: value], count)
                 }
             }
         }
-        family("backstop_requests_total", "counter", "Client requests answered, by upstream and status code.")
+        out.family("backstop_requests_total", .counter, "Client requests answered, by upstream and status code.")
         pairs("backstop_requests_total", "code") { $0.requestsByCode.map { (String($0.key), $0.value) } }
-        family(
-            "backstop_upstream_attempts_total", "counter", "Upstream attempts, by outcome (status class or failure).")
+        out.family(
+            "backstop_upstream_attempts_total", .counter, "Upstream attempts, by outcome (status class or failure).")
         pairs("backstop_upstream_attempts_total", "outcome") { $0.attempts.map { ($0.key, $0.value) } }
-        family("backstop_retries_total", "counter", "Retries made, by the retry.on condition that caused them.")
+        out.family("backstop_retries_total", .counter, "Retries made, by the retry.on condition that caused them.")
         pairs("backstop_retries_total", "reason") { $0.retries.map { ($0.key, $0.value) } }
-        family(
-            "backstop_retry_budget_exhausted_total", "counter", "Retries refused because the retry budget was spent.")
+        out.family(
+            "backstop_retry_budget_exhausted_total", .counter, "Retries refused because the retry budget was spent.")
         for (upstream, counters) in s where counters.budgetExhausted > 0 {
-            out +=
-                "backstop_retry_budget_exhausted_total{upstream=\"\(Self.escape(upstream))\"} \(counters.budgetExhausted)\n"
+            out.sample("backstop_retry_budget_exhausted_total", ["upstream": upstream], counters.budgetExhausted)
         }
-        family(
-            "backstop_token_refreshes_total", "counter",
+        out.family(
+            "backstop_token_refreshes_total", .counter,
             "Token refreshes, by result (success, failure, adopted from the keychain).")
         for (upstream, results) in tokenRefreshes.sorted(by: { $0.key < $1.key }) {
             for (result, count) in results.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                out +=
-                    "backstop_token_refreshes_total{upstream=\"\(Self.escape(upstream))\",result=\"\(result.rawValue)\"} \(count)\n"
+                out.sample("backstop_token_refreshes_total", ["upstream": upstream, "result": result.rawValue], count)
             }
         }
-        family(
-            "backstop_request_duration_seconds", "histogram", "Client request duration, first byte in to last byte out."
+        out.family(
+            "backstop_request_duration_seconds", .histogram, "Client request duration, first byte in to last byte out."
         )
         for (upstream, counters) in s where counters.hasDurations {
             let histogram = counters.durations
-            let label = "upstream=\"\(Self.escape(upstream))\""
             var cumulative = 0
             for (index, bound) in Self.durationBuckets.enumerated() {
                 cumulative += histogram.counts[index]
-                out += "backstop_request_duration_seconds_bucket{\(label),le=\"\(bound)\"} \(cumulative)\n"
+                out.sample(
+                    "backstop_request_duration_seconds_bucket", ["upstream": upstream, "le": "\(bound)"], cumulative)
             }
-            out += "backstop_request_duration_seconds_bucket{\(label),le=\"+Inf\"} \(histogram.count)\n"
-            out += "backstop_request_duration_seconds_sum{\(label)} \(histogram.sum)\n"
-            out += "backstop_request_duration_seconds_count{\(label)} \(histogram.count)\n"
+            out.sample(
+                "backstop_request_duration_seconds_bucket", ["upstream": upstream, "le": "+Inf"], histogram.count)
+            out.sample("backstop_request_duration_seconds_sum", ["upstream": upstream], histogram.sum)
+            out.sample("backstop_request_duration_seconds_count", ["upstream": upstream], histogram.count)
         }
-        family(
-            "backstop_keychain_write_errors_total", "counter", "Failed keychain writes of refreshed tokens (retried).")
-        out += "backstop_keychain_write_errors_total \(keychainWriteErrors)\n"
-        family("backstop_inflight_requests", "gauge", "Client requests being handled now.")
-        out += "backstop_inflight_requests \(inflight)\n"
-        return out
-    }
-
-    static func escape(_ value: String) -> String {
-        var out = ""
-        for ch in value {
-            switch ch {
-            case "\\": out += "\\\\"
-            case "\"": out += "\\\""
-            case "\n": out += "\\n"
-            default: out.append(ch)
-            }
-        }
-        return out
+        out.family(
+            "backstop_keychain_write_errors_total", .counter, "Failed keychain writes of refreshed tokens (retried).")
+        out.sample("backstop_keychain_write_errors_total", keychainWriteErrors)
+        out.family("backstop_inflight_requests", .gauge, "Client requests being handled now.")
+        out.sample("backstop_inflight_requests", inflight)
+        return out.text
     }
 }

@@ -1,3 +1,4 @@
+import BackstopCore
 import BackstopQueue
 import NIOConcurrencyHelpers
 
@@ -28,33 +29,31 @@ public final class QueueMetrics: Sendable {
     /// The four families. `queueUpstreams`: the upstreams with `delivery: queue`, shown at 0 when empty (a gauge that
     /// vanishes when a queue drains would read as "no data" on a dashboard). `now`: wall-clock seconds.
     public func render(queueUpstreams: [String], snapshot: QueueSnapshot, spoolBytes: Int, now: Double) -> String {
-        var out =
-            "# HELP backstop_spool_bytes Bytes in the spool: spooled bodies and queued deliveries (spool.max_bytes).\n"
-        out += "# TYPE backstop_spool_bytes gauge\nbackstop_spool_bytes \(spoolBytes)\n"
+        var out = PrometheusText()
+        out.family(
+            "backstop_spool_bytes", .gauge,
+            "Bytes in the spool: spooled bodies and queued deliveries (spool.max_bytes).")
+        out.sample("backstop_spool_bytes", spoolBytes)
         let names = Set(queueUpstreams).union(snapshot.upstreams.keys).sorted()
-        out += "# HELP backstop_queue_depth Deliveries waiting to be delivered (not dead letters), by upstream.\n"
-        out += "# TYPE backstop_queue_depth gauge\n"
+        out.family(
+            "backstop_queue_depth", .gauge, "Deliveries waiting to be delivered (not dead letters), by upstream.")
         for name in names {
-            out +=
-                "backstop_queue_depth{upstream=\"\(ProxyMetrics.escape(name))\"} \(snapshot.upstreams[name]?.queued ?? 0)\n"
+            out.sample("backstop_queue_depth", ["upstream": name], snapshot.upstreams[name]?.queued ?? 0)
         }
-        out += "# HELP backstop_queue_oldest_seconds Age of the oldest delivery waiting, by upstream (0 when none).\n"
-        out += "# TYPE backstop_queue_oldest_seconds gauge\n"
+        out.family(
+            "backstop_queue_oldest_seconds", .gauge, "Age of the oldest delivery waiting, by upstream (0 when none).")
         for name in names {
             let age = snapshot.upstreams[name]?.oldestQueuedAt.map { max(0, now - $0) } ?? 0
-            out += "backstop_queue_oldest_seconds{upstream=\"\(ProxyMetrics.escape(name))\"} \(age)\n"
+            out.sample("backstop_queue_oldest_seconds", ["upstream": name], age)
         }
-        out += "# HELP backstop_deliveries_total Queued deliveries finished, by result (delivered, dead).\n"
-        out += "# TYPE backstop_deliveries_total counter\n"
+        out.family("backstop_deliveries_total", .counter, "Queued deliveries finished, by result (delivered, dead).")
         let counts = finished.withLockedValue { $0 }
         for name in Set(names).union(counts.keys).sorted() {
             let row = counts[name] ?? [Int](repeating: 0, count: Result.allCases.count)
             for (index, result) in Result.allCases.enumerated() {
-                out +=
-                    "backstop_deliveries_total{upstream=\"\(ProxyMetrics.escape(name))\",result=\"\(result.rawValue)\"} "
-                    + "\(row[index])\n"
+                out.sample("backstop_deliveries_total", ["upstream": name, "result": result.rawValue], row[index])
             }
         }
-        return out
+        return out.text
     }
 }

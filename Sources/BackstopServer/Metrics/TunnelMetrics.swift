@@ -1,3 +1,4 @@
+import BackstopCore
 import NIOConcurrencyHelpers
 import Synchronization
 
@@ -49,25 +50,25 @@ public final class TunnelMetrics: Sendable {
     public var openTunnels: Int { open.load(ordering: .relaxed) }
 
     func render() -> String {
-        var out = "# HELP backstop_tunnels_open Blind CONNECT tunnels open now.\n# TYPE backstop_tunnels_open gauge\n"
-        out += "backstop_tunnels_open \(open.load(ordering: .relaxed))\n"
-        out += "# HELP backstop_tunnels_total Blind CONNECT tunnels asked for, by result.\n"
-        out += "# TYPE backstop_tunnels_total counter\n"
+        var out = PrometheusText()
+        out.family("backstop_tunnels_open", .gauge, "Blind CONNECT tunnels open now.")
+        out.sample("backstop_tunnels_open", open.load(ordering: .relaxed))
+        out.family("backstop_tunnels_total", .counter, "Blind CONNECT tunnels asked for, by result.")
         let resultCounts = results.withLockedValue { $0 }
         for (index, result) in Result.allCases.enumerated() {
-            out += "backstop_tunnels_total{result=\"\(result.rawValue)\"} \(resultCounts[index])\n"
+            out.sample("backstop_tunnels_total", ["result": result.rawValue], resultCounts[index])
         }
-        out += "# HELP backstop_tunnel_bytes_total Bytes carried by blind tunnels: up (client to upstream), down.\n"
-        out += "# TYPE backstop_tunnel_bytes_total counter\n"
-        out += "backstop_tunnel_bytes_total{direction=\"up\"} \(bytesUp.load(ordering: .relaxed))\n"
-        out += "backstop_tunnel_bytes_total{direction=\"down\"} \(bytesDown.load(ordering: .relaxed))\n"
-        out +=
-            "# HELP backstop_intercepted_connections_total Intercepted CONNECTs, by how the client's TLS handshake ended.\n"
-        out += "# TYPE backstop_intercepted_connections_total counter\n"
+        out.family(
+            "backstop_tunnel_bytes_total", .counter, "Bytes carried by blind tunnels: up (client to upstream), down.")
+        out.sample("backstop_tunnel_bytes_total", ["direction": "up"], bytesUp.load(ordering: .relaxed))
+        out.sample("backstop_tunnel_bytes_total", ["direction": "down"], bytesDown.load(ordering: .relaxed))
+        out.family(
+            "backstop_intercepted_connections_total", .counter,
+            "Intercepted CONNECTs, by how the client's TLS handshake ended.")
         let interceptCounts = intercepts.withLockedValue { $0 }
         for (index, result) in InterceptResult.allCases.enumerated() {
-            out += "backstop_intercepted_connections_total{result=\"\(result.rawValue)\"} \(interceptCounts[index])\n"
+            out.sample("backstop_intercepted_connections_total", ["result": result.rawValue], interceptCounts[index])
         }
-        return out
+        return out.text
     }
 }

@@ -16,6 +16,7 @@ public final class ProxyRuntime: Sendable {
     public let clock: any BackstopClock
     public let metrics = ProxyMetrics()
     public let tunnelMetrics = TunnelMetrics()
+    public let upgradeMetrics = UpgradeMetrics()
     /// The last failed requests, for the status page.
     public let failures = FailureLog()
     /// Starts request and refresh traces; nil without `tracing` (docs/reference/operations.md#tracing).
@@ -96,5 +97,14 @@ public final class ProxyRuntime: Sendable {
     /// Requests currently being handled.
     public var inflightRequests: Int { inflight.load(ordering: .acquiring) }
     func requestStarted() { inflight.add(1, ordering: .relaxed) }
-    func requestFinished() { inflight.subtract(1, ordering: .relaxed) }
+    func requestFinished() {
+        if inflight.subtract(1, ordering: .relaxed).newValue == 0 { idle.resumeAll() }
+    }
+
+    /// Tasks waiting for the last request in flight to finish (the drain).
+    private let idle = ConditionWaiters()
+
+    /// Returns once no request is in flight (at once when none is), or when the task is cancelled: what a drain
+    /// waits for (docs/reference/operations.md#signals-reload-and-drain).
+    public func waitUntilNoRequests() async { await idle.wait { inflightRequests == 0 } }
 }

@@ -65,6 +65,9 @@ public final class BlockingSocket {
     /// Forgets the bytes read so far (the next response starts empty).
     public func clear() { received.removeAll() }
 
+    /// Forgets the first `count` bytes read (a response head), keeping what followed it.
+    public func forget(_ count: Int) { received.removeFirst(min(count, received.count)) }
+
     /// Waits up to `timeout` for bytes or a close.
     public func waitForData(timeout: Duration) -> Readiness {
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)

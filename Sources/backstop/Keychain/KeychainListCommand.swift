@@ -1,4 +1,5 @@
 import ArgumentParser
+import BackstopCore
 import BackstopKeychain
 import Foundation
 
@@ -17,7 +18,8 @@ struct KeychainListCommand: ParsableCommand {
         let entries = try KeychainCLI.run { () throws(KeychainError) in try keychain.load() }
         var output = ""
         for name in entries.keys.sorted() {
-            output += name + "\t" + entries[name]!.updated.formatted(.iso8601) + "\n"
+            output +=
+                name + "\t" + ISO8601Time.format(epochSeconds: entries[name]!.updated.timeIntervalSince1970) + "\n"
         }
         FileHandle.standardOutput.write(Data(output.utf8))
     }

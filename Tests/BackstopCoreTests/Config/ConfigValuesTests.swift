@@ -24,7 +24,7 @@ struct ConfigValuesTests {
         #expect(upstream.name == "a")
         #expect(upstream.match.hosts == ["a.test"] && upstream.match.pathPrefix == nil && upstream.match.stripPrefix)
         #expect(upstream.url == UpstreamURL(scheme: "http", host: "a.test", port: nil, basePath: ""))
-        #expect(upstream.tls == TLSConfig(caFile: nil, insecureSkipVerify: false, http2: true))
+        #expect(upstream.tls == TLSConfig(caFile: nil, insecureSkipVerify: false, http2: false))
         #expect(upstream.timeouts == Timeouts(connect: .seconds(2), perTry: .seconds(10), total: .seconds(30)))
         #expect(upstream.retry.attempts == 3)
         #expect(
@@ -66,7 +66,7 @@ struct ConfigValuesTests {
               - name: api_2-x
                 match: {hosts: [API.Example.com, "*.Example.COM", "[::1]", 10.0.0.1], path_prefix: /v1//, strip_prefix: off}
                 url: HTTPS://Api.Example.com:8443/base//
-                tls: {ca_file: ./ca.pem, insecure_skip_verify: true, http2: false}
+                tls: {ca_file: ./ca.pem, insecure_skip_verify: true, http2: true}
                 timeouts: {connect: 250ms, per_try: 1s, total: 5m, idle: 90s}
                 retry:
                   attempts: 5
@@ -133,7 +133,7 @@ struct ConfigValuesTests {
         #expect(api.match.pathPrefixLocation == SourceLocation(file: "t.yaml", line: 15, column: 88))
         #expect(!api.match.stripPrefix)
         #expect(api.url == UpstreamURL(scheme: "https", host: "api.example.com", port: 8443, basePath: "/base"))
-        #expect(api.tls == TLSConfig(caFile: "/etc/backstop/ca.pem", insecureSkipVerify: true, http2: false))
+        #expect(api.tls == TLSConfig(caFile: "/etc/backstop/ca.pem", insecureSkipVerify: true, http2: true))
         #expect(
             api.timeouts
                 == Timeouts(connect: .milliseconds(250), perTry: .seconds(1), total: .seconds(300), idle: .seconds(90)))

@@ -6,7 +6,7 @@
 /// rewrites every percent-encoding it is handed part by part in lower case (`%2F` → `%2f`, `%E2%82%AC` →
 /// `%e2%82%ac`), where `CURLOPT_URL` keeps them as they are; and it encodes spaces and bytes above 0x7F. Any other
 /// target goes through `CURLOPT_URL`, parsed whole as before.
-struct RequestTarget: Equatable {
+struct UpstreamURLParts: Equatable {
     /// `https://host:port`, without a trailing slash.
     var endpoint: Substring
     /// From the first `/` to the `?` or the end.

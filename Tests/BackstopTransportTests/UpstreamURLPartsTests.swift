@@ -2,11 +2,11 @@ import Testing
 
 @testable import BackstopTransport
 
-/// `RequestTarget`: which upstream URLs take the per-handle URL handle, split where curl expects the parts.
-@Suite("Request target")
-struct RequestTargetTests {
+/// `UpstreamURLParts`: which upstream URLs take the per-handle URL handle, split where curl expects the parts.
+@Suite("Upstream URL parts")
+struct UpstreamURLPartsTests {
     private func parts(_ url: String) -> [String?]? {
-        RequestTarget(url).map { [String($0.endpoint), String($0.path), $0.query.map(String.init)] }
+        UpstreamURLParts(url).map { [String($0.endpoint), String($0.path), $0.query.map(String.init)] }
     }
 
     @Test func plainTargetsAreSplitIntoEndpointPathAndQuery() {
@@ -24,6 +24,6 @@ struct RequestTargetTests {
         "http://h:1/p#frag", "http://h:1?x", "http://h:1", "h:1/p", "http:/h/p", "", "http://h:1/p\u{7F}",
     ])
     func targetsCurlWouldRewriteAreLeftWhole(_ url: String) {
-        #expect(RequestTarget(url) == nil)
+        #expect(UpstreamURLParts(url) == nil)
     }
 }

@@ -1,0 +1,164 @@
+import BackstopCore
+import BackstopTransport
+
+/// The decisions of an upgrade request's handshake (docs/reference/behaviour.md#upgrades), without I/O: when to
+/// make an attempt, when to retry it under the upstream's `retry` policy and budget (`RetryPolicy`, as for any
+/// `GET`), and how the handshake ends: a `101` (the relay starts, nothing is retried after it), another answer
+/// (relayed to the client), or a local error. `UpgradeRelay` performs the actions.
+struct UpgradeHandshake {
+    enum State: Equatable {
+        case awaitingCredential
+        case attempting(number: Int, deadline: Duration)
+        case backingOff(nextAttempt: Int, until: Duration)
+        case ended
+    }
+
+    enum Action: Equatable {
+        case none
+        /// Open a connection and send the handshake (attempt `number`, 1-based).
+        case attempt(number: Int)
+        /// Close the attempt's connection; the next one starts when the timer reaches `until`.
+        case retry(after: Duration, reason: RetryCondition)
+        /// Answer the client with this error (after `attempts` attempts) and close.
+        case failLocally(ProxyErrorReason, attempts: Int)
+        /// The upstream switched protocols: answer `101` and relay.
+        case switchProtocols(attempts: Int)
+        /// The upstream answered something else: relay it to the client, then close.
+        case relayResponse(attempts: Int)
+    }
+
+    private(set) var state = State.awaitingCredential
+    let policy: RetryPolicy?
+    let budget: SharedRetryBudget?
+    let timeouts: Timeouts
+    let startedAt: Duration
+    private var previousDelay: Duration?
+    /// The `retry.on` conditions that caused retries, in order (for the access line).
+    private(set) var retryReasons: [RetryCondition] = []
+    /// The last transport failure (for the access line's `reason`).
+    private(set) var lastFailure: TransportFailure?
+
+    init(policy: RetryPolicy?, budget: SharedRetryBudget?, timeouts: Timeouts, now: Duration) {
+        self.policy = policy
+        self.budget = budget
+        self.timeouts = timeouts
+        self.startedAt = now
+        budget?.withBudget { $0.recordRequest(now: now) }
+    }
+
+    /// When `timerFired` must run next, if anything waits on time.
+    var deadline: Duration? {
+        switch state {
+        case .attempting(_, let deadline): deadline
+        case .backingOff(_, let until): until
+        case .awaitingCredential, .ended: nil
+        }
+    }
+
+    /// The credential is there (or cannot be had).
+    mutating func credential(available: Bool, now: Duration) -> Action {
+        guard state == .awaitingCredential else { return .none }
+        guard available else {
+            state = .ended
+            return .failLocally(.tokenUnavailable, attempts: 0)
+        }
+        return begin(1, now: now)
+    }
+
+    /// The response head of the current attempt arrived.
+    mutating func responseHead(
+        status: Int, retryAfter: String?, rateLimitReset: String?, now: Duration, wall: Double,
+        random: inout some RandomNumberGenerator
+    ) -> Action {
+        guard case .attempting(let number, _) = state else { return .none }
+        if status == 101 {
+            state = .ended
+            return .switchProtocols(attempts: number)
+        }
+        if policy?.config.on.contains(.status(status)) == true {
+            let outcome = AttemptOutcome.response(
+                status: status, retryAfter: retryAfter, rateLimitReset: rateLimitReset)
+            if let retry = retry(after: outcome, attempt: number, now: now, wall: wall, random: &random) {
+                return retry
+            }
+        }
+        state = .ended
+        return .relayResponse(attempts: number)
+    }
+
+    /// The current attempt failed before its head arrived.
+    mutating func attemptFailed(
+        _ failure: TransportFailure, now: Duration, wall: Double, random: inout some RandomNumberGenerator
+    ) -> Action {
+        guard case .attempting(let number, _) = state else { return .none }
+        lastFailure = failure
+        let outcome: AttemptOutcome? =
+            switch failure {
+            case .connectFailure: .connectFailure
+            case .reset, .badResponse: .reset
+            case .timeout: .timeout
+            case .cancelled, .requestBodyFailed, .loopDetected, .destinationDenied, .tlsVerificationFailed: nil
+            }
+        if let outcome, let retry = retry(after: outcome, attempt: number, now: now, wall: wall, random: &random) {
+            return retry
+        }
+        state = .ended
+        return .failLocally(Self.reason(for: failure), attempts: number)
+    }
+
+    /// Time passed: the attempt's deadline (`timeouts.per_try`, or what is left of `timeouts.total`) or the end
+    /// of a backoff.
+    mutating func timerFired(now: Duration, wall: Double, random: inout some RandomNumberGenerator) -> Action {
+        switch state {
+        case .attempting(_, let deadline) where now >= deadline:
+            return attemptFailed(
+                .timeout(detail: "no response head within the attempt's deadline"), now: now, wall: wall,
+                random: &random)
+        case .backingOff(let next, let until) where now >= until:
+            return begin(next, now: now)
+        default:
+            return .none
+        }
+    }
+
+    /// The client went away: nothing more happens.
+    mutating func clientGone() { state = .ended }
+
+    private mutating func begin(_ number: Int, now: Duration) -> Action {
+        let total = startedAt + timeouts.total
+        state = .attempting(number: number, deadline: min(now + timeouts.perTry, total))
+        return .attempt(number: number)
+    }
+
+    private mutating func retry(
+        after outcome: AttemptOutcome, attempt: Int, now: Duration, wall: Double,
+        random: inout some RandomNumberGenerator
+    ) -> Action? {
+        guard let policy, let budget else { return nil }
+        // A handshake is a GET without a body: repeatable and replayable (docs/reference/behaviour.md#upgrades).
+        let request = RetryRequestInfo(method: "GET", hasIdempotencyKey: false, bodyReplayable: true)
+        let previous = previousDelay
+        let decision = budget.withBudget { budget in
+            policy.decide(
+                attempt: attempt, outcome: outcome, request: request, elapsed: now - startedAt,
+                previousDelay: previous, nowWall: wall, now: now, budget: &budget, random: &random)
+        }
+        guard case .retry(let delay, let reason) = decision else { return nil }
+        previousDelay = delay
+        retryReasons.append(reason)
+        state = .backingOff(nextAttempt: attempt + 1, until: now + delay)
+        return .retry(after: delay, reason: reason)
+    }
+
+    /// The local error for an attempt failure that is not retried (as for any request: docs/reference/errors.md).
+    static func reason(for failure: TransportFailure) -> ProxyErrorReason {
+        switch failure {
+        case .timeout: .upstreamTimeout
+        case .requestBodyFailed: .badRequest
+        case .connectFailure, .tlsVerificationFailed, .reset, .cancelled: .upstreamUnreachable
+        case .badResponse: .badUpstreamResponse
+        case .loopDetected: .loopDetected
+        case .destinationDenied: .destinationDenied
+        }
+    }
+}
