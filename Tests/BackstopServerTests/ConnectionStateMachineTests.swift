@@ -646,8 +646,6 @@ struct ConnectionStateMachineTests {
                 }
             case .upgrading:
                 if m.queuedParts != 0 || !m.readsHeld || m.nextDeadline != nil { return "an upgrade reads or waits" }
-            case .placeholder:
-                return "a mutator's placeholder state left behind"
             case .idle(let deadline):
                 if m.nextDeadline != deadline { return "an idle connection without its idle deadline" }
             case .active(let active):

@@ -278,7 +278,9 @@ struct ExchangeStateMachine: Equatable {
         case requestRetryPermit(report: AttemptReport)
         /// The budget allowed the retry: dispose of the attempt's transfer; `timerFired` comes after `after`.
         case retry(Retry)
-        case deliverHead(UpstreamResponseHead, Delivery)
+        /// Boxed (`indirect`), once per exchange: inline, the head would make every action of every event too large
+        /// to move without a call to `memcpy`.
+        indirect case deliverHead(UpstreamResponseHead, Delivery)
         case relayBody(ByteBuffer)
         /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed).
         /// `report` is the last attempt's, when it ended here.
@@ -294,14 +296,72 @@ struct ExchangeStateMachine: Equatable {
         var attempts = 0
         /// The generation the next attempt gets.
         var nextGeneration: Int
+        /// What only retries, failures and token refreshes write: kept out of line (copied on write) and absent until
+        /// first written, so that every state change of a plain exchange copies one empty reference instead.
+        private var rare: RareBox?
+
+        init(nextGeneration: Int) { self.nextGeneration = nextGeneration }
+
         /// The OAuth2 token the attempts carry.
-        var token: ManagedToken?
-        var replayedAfterRefresh = false
-        var previousDelay: Duration?
-        var retryReasons: [RetryCondition] = []
-        var giveUp: GiveUpReason?
-        var giveUpCondition: RetryCondition?
-        var lastFailure: TransportFailure?
+        var token: ManagedToken? {
+            get { rare?.value.token }
+            set { modifyRare { $0.token = newValue } }
+        }
+        var replayedAfterRefresh: Bool {
+            get { rare?.value.replayedAfterRefresh ?? false }
+            set { modifyRare { $0.replayedAfterRefresh = newValue } }
+        }
+        var previousDelay: Duration? {
+            get { rare?.value.previousDelay }
+            set { modifyRare { $0.previousDelay = newValue } }
+        }
+        var retryReasons: [RetryCondition] {
+            get { rare?.value.retryReasons ?? [] }
+            set { modifyRare { $0.retryReasons = newValue } }
+        }
+        var giveUp: GiveUpReason? {
+            get { rare?.value.giveUp }
+            set { modifyRare { $0.giveUp = newValue } }
+        }
+        var giveUpCondition: RetryCondition? {
+            get { rare?.value.giveUpCondition }
+            set { modifyRare { $0.giveUpCondition = newValue } }
+        }
+        var lastFailure: TransportFailure? {
+            get { rare?.value.lastFailure }
+            set { modifyRare { $0.lastFailure = newValue } }
+        }
+
+        private mutating func modifyRare(_ change: (inout Rare) -> Void) {
+            if rare == nil {
+                rare = RareBox(Rare())
+            } else if !isKnownUniquelyReferenced(&rare) {
+                rare = RareBox(rare!.value)
+            }
+            change(&rare!.value)
+        }
+
+        static func == (lhs: Progress, rhs: Progress) -> Bool {
+            lhs.body == rhs.body && lhs.requestComplete == rhs.requestComplete
+                && lhs.receivedBytes == rhs.receivedBytes && lhs.attempts == rhs.attempts
+                && lhs.nextGeneration == rhs.nextGeneration
+                && (lhs.rare === rhs.rare || (lhs.rare?.value ?? Rare()) == (rhs.rare?.value ?? Rare()))
+        }
+
+        private struct Rare: Equatable {
+            var token: ManagedToken?
+            var replayedAfterRefresh = false
+            var previousDelay: Duration?
+            var retryReasons: [RetryCondition] = []
+            var giveUp: GiveUpReason?
+            var giveUpCondition: RetryCondition?
+            var lastFailure: TransportFailure?
+        }
+
+        private final class RareBox {
+            var value: Rare
+            init(_ value: Rare) { self.value = value }
+        }
     }
 
     /// The response being relayed: attempt `generation`'s, whose head had `status`. `lastProgress` is when body
@@ -332,17 +392,16 @@ struct ExchangeStateMachine: Equatable {
         case done
     }
 
-    /// Boxed: it never changes, and inline it made every copy of the machine (each event of the connection's
-    /// machine takes its state out and puts it back) copy it too.
-    private let configurationBox: ConfigurationBox
-    var configuration: Configuration { configurationBox.value }
+    /// Inline: the connection's machine changes its exchange in place and never copies it
+    /// (`ConnectionStateMachine.Active.withExchange`).
+    let configuration: Configuration
     let startedAt: Duration
     private(set) var state: State
 
     /// `firstGeneration`: the generation of this exchange's first attempt, above every earlier one on the
     /// connection (so that a late event of an earlier request's attempt is stale here too).
     init(configuration: Configuration, now: Duration, firstGeneration: Int = 1) {
-        self.configurationBox = ConfigurationBox(configuration)
+        self.configuration = configuration
         self.startedAt = now
         self.state = .receivingBody(Progress(nextGeneration: firstGeneration))
     }
@@ -455,7 +514,7 @@ struct ExchangeStateMachine: Equatable {
 
     /// Gets a credential when the upstream needs one, then starts the attempt.
     private mutating func prepareAttempt(_ progress: Progress, now: Duration) -> Action {
-        if configuration.credential == .none { return startAttempt(progress, credential: .none, now: now) }
+        if case .none = configuration.credential { return startAttempt(progress, credential: .none, now: now) }
         state = .acquiringCredential(progress)
         return .acquireCredential
     }
@@ -849,11 +908,4 @@ extension ExchangeStateMachine.State {
             }
         }
     }
-}
-
-/// `ExchangeStateMachine.configuration`, held by reference; compared by value.
-final class ConfigurationBox: Equatable {
-    let value: ExchangeStateMachine.Configuration
-    init(_ value: ExchangeStateMachine.Configuration) { self.value = value }
-    static func == (lhs: ConfigurationBox, rhs: ConfigurationBox) -> Bool { lhs === rhs || lhs.value == rhs.value }
 }

@@ -79,13 +79,40 @@ struct ConnectionStateMachine {
         case ended
     }
 
-    /// The request being handled and its response.
-    struct Active: Equatable {
+    /// The request being handled and its response: one box per request, changed in place by the machine's
+    /// mutators. The connection's state then holds a pointer, so that reading or switching on it copies nothing of
+    /// the exchange's record (docs/architecture.md#the-request-core). A machine is never copied (its handler holds
+    /// the only one; each test drives its own), so nothing else sees the box change; `==` compares content.
+    final class Active: Equatable {
         var facts: RequestFacts
         var request: RequestProgress
         var response: ResponseProgress
         /// The exchange forwarding it; nil for a request Backstop answers itself, and once the exchange ended.
         var exchange: Exchange?
+
+        init(facts: RequestFacts, request: RequestProgress, response: ResponseProgress, exchange: Exchange? = nil) {
+            self.facts = facts
+            self.request = request
+            self.response = response
+            self.exchange = exchange
+        }
+
+        /// Runs `body` on the exchange in place, if there is one. Every access to it goes through here: reading the
+        /// property out of the box would copy the whole machine first.
+        func withExchange<R>(_ body: (inout Exchange) -> R) -> R? { Self.inPlace(&exchange, body) }
+
+        var hasExchange: Bool { withExchange { _ in true } ?? false }
+
+        private static func inPlace<R>(_ exchange: inout Exchange?, _ body: (inout Exchange) -> R) -> R? {
+            if case .none = exchange { return nil }
+            return body(&exchange!)
+        }
+
+        static func == (lhs: Active, rhs: Active) -> Bool {
+            lhs === rhs
+                || (lhs.facts == rhs.facts && lhs.request == rhs.request && lhs.response == rhs.response
+                    && lhs.exchange == rhs.exchange)
+        }
     }
 
     enum State: Equatable {
@@ -93,9 +120,6 @@ struct ConnectionStateMachine {
         case active(Active)
         case upgrading
         case closing
-        /// Held only inside a mutator while it changes the active request's payload taken out of the state, so that
-        /// the payload's buffers are uniquely referenced (no copy on write); never seen outside one.
-        case placeholder
     }
 
     /// How an admitted head is handled: `RequestAdmission`'s decision, with what the exchange needs.
@@ -147,7 +171,9 @@ struct ConnectionStateMachine {
         case admit(HTTPRequestHead)
         /// `100 Continue`: the client waits for it before it sends its body.
         case writeContinue(clientIsHTTP10: Bool)
-        case writeHead(UpstreamResponseHead, HeadWrite)
+        /// Boxed (`indirect`), once per response: inline, the head would make every action too large to move
+        /// without a call to `memcpy`.
+        indirect case writeHead(UpstreamResponseHead, HeadWrite)
         /// Body bytes, framed as an HTTP/1.1 chunk when `chunk` says so.
         case writeBody(ByteBuffer, chunk: ResponseRelay.Chunk?)
         /// The transport batch of attempt `generation` ended while its response is relayed: flush, and tell the
@@ -219,7 +245,7 @@ struct ConnectionStateMachine {
         return nil
     }
 
-    var isClosing: Bool { state == .closing }
+    var isClosing: Bool { if case .closing = state { true } else { false } }
 }
 
 // MARK: - request parts
@@ -228,7 +254,7 @@ extension ConnectionStateMachine {
     /// A request part was decoded.
     mutating func partArrived(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
         switch state {
-        case .closing, .upgrading, .placeholder:
+        case .closing, .upgrading:
             return
         case .active(let active) where active.request == .admitting || active.request == .ended || !queued.isEmpty:
             queued.append(part)
@@ -241,12 +267,15 @@ extension ConnectionStateMachine {
     private mutating func process(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
         switch part {
         case .head(let head):
-            let isConnect = head.method == .CONNECT
+            // Matched, not compared: `HTTPMethod`'s `==` compares the methods' names.
+            let method = head.method
+            let isConnect = if case .CONNECT = method { true } else { false }
+            let isHEAD = if case .HEAD = method { true } else { false }
             let facts = RequestFacts(
                 closeAfterResponse: !head.isKeepAlive,
                 // A `CONNECT` is answered as HTTP/1.1 whatever it said: its answer is a tunnel's, not a resource's.
                 clientIsHTTP10: !isConnect && head.version.major == 1 && head.version.minor == 0,
-                isHEAD: !isConnect && head.method == .HEAD)
+                isHEAD: isHEAD)
             state = .active(Active(facts: facts, request: .admitting, response: .pending, exchange: nil))
             actions.append(.admit(head))
         case .body(let buffer):
@@ -258,7 +287,7 @@ extension ConnectionStateMachine {
 
     /// The handler decided what the head just given in `.admit` gets. Only ever the answer to that `.admit`.
     mutating func headAdmitted(_ admission: Admission, now: Duration, into actions: inout [Action]) {
-        guard case .active(var active) = state, active.request == .admitting else {
+        guard case .active(let active) = state, active.request == .admitting else {
             // The connection closed while the handler was admitting: nothing is left to answer.
             guard case .closing = state else { preconditionFailure("an admission nobody asked for") }
             return
@@ -266,7 +295,6 @@ extension ConnectionStateMachine {
         switch admission {
         case .reject(let reason, let close, let message):
             active.request = .discarding(lastPart: now)
-            state = .active(active)
             answer(
                 reason, close: close || active.facts.closeAfterResponse, attempts: nil, message: message, now: now,
                 into: &actions)
@@ -275,10 +303,8 @@ extension ConnectionStateMachine {
             queued.removeAll()
         case .forward(let configuration, let expectsContinue):
             active.request = .receiving(lastPart: now)
-            var exchange = Exchange(configuration: configuration, now: now, firstGeneration: nextGeneration)
-            let first = exchange.start(now: now)
-            active.exchange = exchange
-            state = .active(active)
+            active.exchange = Exchange(configuration: configuration, now: now, firstGeneration: nextGeneration)
+            let first = active.withExchange { $0.start(now: now) }!
             if expectsContinue { actions.append(.writeContinue(clientIsHTTP10: active.facts.clientIsHTTP10)) }
             perform(first, body: nil, now: now, into: &actions)
         }
@@ -286,26 +312,21 @@ extension ConnectionStateMachine {
     }
 
     private mutating func bodyArrived(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
-        guard case .active(var active) = state else { return }
-        state = .placeholder
+        guard case .active(let active) = state else { return }
         if active.request.lastPart != nil { active.request = active.request.withLastPart(now) }
-        guard case .receiving = active.request, active.exchange != nil else {
-            state = .active(active)
-            return
-        }
-        let action = active.exchange!.bodyReceived(count: buffer.readableBytes, now: now)
-        state = .active(active)
+        guard case .receiving = active.request,
+            let action = active.withExchange({ $0.bodyReceived(count: buffer.readableBytes, now: now) })
+        else { return }
         perform(action, body: buffer, now: now, into: &actions)
     }
 
     private mutating func endArrived(now: Duration, into actions: inout [Action]) {
-        guard case .active(var active) = state else { return }
-        state = .placeholder
+        guard case .active(let active) = state else { return }
         let forwarded: Bool = if case .receiving = active.request { true } else { false }
         active.request = .ended
-        let action = forwarded && active.exchange != nil ? active.exchange!.bodyEnded(now: now) : nil
-        state = .active(active)
-        if let action { perform(action, body: nil, now: now, into: &actions) }
+        if forwarded, let action = active.withExchange({ $0.bodyEnded(now: now) }) {
+            perform(action, body: nil, now: now, into: &actions)
+        }
         requestMayBeDone(now: now, into: &actions)
     }
 
@@ -317,10 +338,9 @@ extension ConnectionStateMachine {
     /// `part`, asked to be kept (`.storeBody`), does not fit `limits.buffer_memory`: the body streams instead,
     /// `part` after what was kept.
     mutating func bufferDenied(_ part: ByteBuffer, now: Duration, into actions: inout [Action]) {
-        guard case .active(var active) = state, active.exchange != nil else { return }
-        state = .placeholder
-        let action = active.exchange!.bufferDenied(now: now)
-        state = .active(active)
+        guard case .active(let active) = state, let action = active.withExchange({ $0.bufferDenied(now: now) }) else {
+            return
+        }
         perform(action, body: part, now: now, into: &actions)
     }
 
@@ -331,9 +351,8 @@ extension ConnectionStateMachine {
     mutating func releaseUploads(now: Duration, into actions: inout [Action]) {
         guard uploadHold else { return }
         uploadHold = false
-        if case .active(var active) = state, active.request.lastPart != nil {
+        if case .active(let active) = state, active.request.lastPart != nil {
             active.request = active.request.withLastPart(now)
-            state = .active(active)
         }
         resumeReadsIfHeld(into: &actions)
     }
@@ -369,9 +388,9 @@ extension ConnectionStateMachine {
         case .end:
             // The framing counter is the connection's: a body that ended short of its announced length is cut
             // (the client would wait for the rest, or read the next response as body).
-            guard case .active(let active) = state, active.exchange != nil else { return }
-            if active.exchange?.relayingGeneration == generation, case .writing(let relay) = active.response,
-                relay.fellShort
+            guard case .active(let active) = state else { return }
+            if case .writing(let relay) = active.response, relay.fellShort,
+                active.withExchange({ $0.relayingGeneration }) == generation
             {
                 withExchange(now: now, into: &actions) { $0.framingBroken(.bodyShorterThanAnnounced) }
             } else {
@@ -386,26 +405,23 @@ extension ConnectionStateMachine {
 
     /// The events of one transport batch of attempt `generation` were all reported.
     mutating func transportBatchEnded(generation: Int, into actions: inout [Action]) {
-        guard case .active(let active) = state, active.exchange?.relayingGeneration == generation else { return }
+        guard case .active(let active) = state, active.withExchange({ $0.relayingGeneration }) == generation else {
+            return
+        }
         actions.append(.flushBody(generation: generation))
     }
 
     /// The client socket drained: the response is making progress.
     mutating func clientWritable(now: Duration) {
-        guard case .active(var active) = state, active.exchange != nil else { return }
-        state = .placeholder
-        active.exchange!.clientWritable(now: now)
-        state = .active(active)
+        guard case .active(let active) = state else { return }
+        active.withExchange { $0.clientWritable(now: now) }
     }
 
     /// Runs `event` on the active request's exchange and performs what it returns.
     private mutating func withExchange(
         now: Duration, into actions: inout [Action], _ event: (inout Exchange) -> Exchange.Action
     ) {
-        guard case .active(var active) = state, active.exchange != nil else { return }
-        state = .placeholder
-        let action = event(&active.exchange!)
-        state = .active(active)
+        guard case .active(let active) = state, let action = active.withExchange(event) else { return }
         perform(action, body: nil, now: now, into: &actions)
     }
 }
@@ -416,9 +432,9 @@ extension ConnectionStateMachine {
     /// Turns one action of the exchange into the connection's: responses are framed and written, the request's end
     /// and the response's end move the connection on. `body` is the part the action refers to, if any.
     private mutating func perform(
-        _ action: Exchange.Action, body: ByteBuffer?, now: Duration, into actions: inout [Action]
+        _ action: consuming Exchange.Action, body: ByteBuffer?, now: Duration, into actions: inout [Action]
     ) {
-        switch action {
+        switch consume action {
         case .none:
             break
         case .storeBody:
@@ -476,7 +492,7 @@ extension ConnectionStateMachine {
     private mutating func writeHead(
         _ head: UpstreamResponseHead, _ delivery: Exchange.Delivery, into actions: inout [Action]
     ) {
-        guard case .active(var active) = state else { return }
+        guard case .active(let active) = state else { return }
         let facts = active.facts
         let framing = ResponseFraming.decide(
             requestIsHEAD: facts.isHEAD, status: head.status, contentLength: head.contentLength,
@@ -484,7 +500,6 @@ extension ConnectionStateMachine {
         let connection: ResponseHeadWriter.ConnectionField =
             facts.closeAfterResponse || framing.endsConnection ? .close : (facts.clientIsHTTP10 ? .keepAlive : .none)
         active.response = .writing(ResponseRelay(framing: framing))
-        state = .active(active)
         actions.append(
             .writeHead(
                 head,
@@ -494,12 +509,9 @@ extension ConnectionStateMachine {
     }
 
     private mutating func relay(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
-        guard case .active(var active) = state, case .writing(var relay) = active.response else { return }
-        state = .placeholder
-        active.response = .pending
+        guard case .active(let active) = state, case .writing(var relay) = active.response else { return }
         let outcome = relay.relay(buffer)
         active.response = .writing(relay)
-        state = .active(active)
         switch outcome {
         case .write(let bytes, let chunk):
             if bytes.readableBytes > 0 { actions.append(.writeBody(bytes, chunk: chunk)) }
@@ -514,7 +526,7 @@ extension ConnectionStateMachine {
     private mutating func exchangeEnded(
         _ ending: Exchange.Ending, _ record: Exchange.Record, now: Duration, into actions: inout [Action]
     ) {
-        guard case .active(var active) = state else { return }
+        guard case .active(let active) = state else { return }
         active.exchange = nil
         var bytes = 0
         if case .writing(let relay) = active.response { bytes = relay.bytes }
@@ -531,7 +543,6 @@ extension ConnectionStateMachine {
             let close = active.facts.closeAfterResponse || relay.framing.endsConnection || !requestComplete
             if !requestComplete { active.request = .discarding(lastPart: active.request.lastPart) }
             active.response = .ended
-            state = .active(active)
             actions.append(.endResponse(lastChunk: relay.lastChunk, close: close))
             responseEnded(close: close, now: now, into: &actions)
         case .aborted:
@@ -545,7 +556,6 @@ extension ConnectionStateMachine {
             releaseUploadHold(into: &actions)
             if !requestComplete { active.request = .discarding(lastPart: active.request.lastPart) }
             active.response = .pending
-            state = .active(active)
             answer(
                 reason, close: active.facts.closeAfterResponse || !requestComplete,
                 attempts: record.attempts > 0 ? record.attempts : nil, message: nil, now: now, into: &actions)
@@ -553,7 +563,6 @@ extension ConnectionStateMachine {
             // What follows is the caller's: the connection closed, or an unreadable request is answered.
             if !record.requestComplete { actions.append(.failBodyStream) }
             actions.append(finished)
-            state = .active(active)
         }
     }
 
@@ -573,17 +582,16 @@ extension ConnectionStateMachine {
         _ reason: ProxyErrorReason, close: Bool, message: String? = nil, now: Duration, into actions: inout [Action]
     ) {
         switch state {
-        case .closing, .idle, .placeholder:
+        case .closing, .idle:
             return
         case .upgrading:
             state = .active(
                 Active(facts: .unknown, request: .discarding(lastPart: nil), response: .pending, exchange: nil))
-        case .active(var active):
-            guard active.exchange == nil, active.response == .pending else {
+        case .active(let active):
+            guard !active.hasExchange, active.response == .pending else {
                 preconditionFailure("a local answer while the request's exchange answers")
             }
             if active.request != .ended { active.request = .discarding(lastPart: active.request.lastPart) }
-            state = .active(active)
         }
         answer(reason, close: close, attempts: nil, message: message, now: now, into: &actions)
     }
@@ -592,7 +600,7 @@ extension ConnectionStateMachine {
     /// response is under way: the client reads it first.
     mutating func headTimedOut(now: Duration, into actions: inout [Action]) {
         switch state {
-        case .closing, .placeholder: return
+        case .closing: return
         case .active(let active) where active.response != .pending: return
         case .idle, .upgrading, .active: break
         }
@@ -607,7 +615,7 @@ extension ConnectionStateMachine {
     mutating func parseFailed(_ reason: ProxyErrorReason, now: Duration, into actions: inout [Action]) {
         endExchange(into: &actions)
         switch state {
-        case .closing, .placeholder:
+        case .closing:
             return
         case .active(let active) where active.response != .pending:
             close()
@@ -655,9 +663,8 @@ extension ConnectionStateMachine {
             self.close()
             return
         }
-        guard case .active(var active) = state else { return }
+        guard case .active(let active) = state else { return }
         active.response = .ended
-        state = .active(active)
         requestMayBeDone(now: now, into: &actions)
     }
 
@@ -677,7 +684,7 @@ extension ConnectionStateMachine {
     private mutating func drainQueue(now: Duration, into actions: inout [Action]) {
         while !queued.isEmpty {
             switch state {
-            case .closing, .upgrading, .placeholder:
+            case .closing, .upgrading:
                 queued.removeAll()
                 return
             case .active(let active) where active.request == .admitting || active.request == .ended:
@@ -720,10 +727,10 @@ extension ConnectionStateMachine {
             return deadline
         case .active(let active):
             let stall = uploadHold ? nil : active.request.lastPart.map { $0 + idleTimeout }
-            guard let exchange = active.exchange?.nextDeadline else { return stall }
+            guard let exchange = active.withExchange({ $0.nextDeadline }) ?? nil else { return stall }
             guard let stall else { return exchange }
             return min(stall, exchange)
-        case .upgrading, .closing, .placeholder:
+        case .upgrading, .closing:
             return nil
         }
     }
@@ -737,11 +744,10 @@ extension ConnectionStateMachine {
         case .idle(let deadline) where now >= deadline:
             close()
             actions.append(.closeConnection)
-        case .active(var active) where !uploadHold:
+        case .active(let active) where !uploadHold:
             guard let last = active.request.lastPart, now >= last + idleTimeout else { return }
             active.request = active.request.withLastPart(nil)
-            state = .active(active)
-            if active.exchange != nil {
+            if active.hasExchange {
                 withExchange(now: now, into: &actions) { $0.clientStalled() }
             } else if active.response == .pending {
                 actions.append(.logLocalAnswer(.requestTimeout, detail: nil))

@@ -7,8 +7,8 @@ import NIOHTTP1
 /// Performing the machine's actions: admission, writing to the client, the request's exchange, and what metrics, the
 /// access line and the spans record.
 extension ProxyHandler {
-    func run(_ action: Action) {
-        switch action {
+    func run(_ action: consuming Action) {
+        switch consume action {
         case .read:
             context?.read()
         case .admit(let head):

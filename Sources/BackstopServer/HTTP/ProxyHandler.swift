@@ -74,9 +74,12 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard !running else { return }
         running = true
         while next < actions.count {
-            let action = actions[next]
+            // Moved out, not copied (a copy would retain every buffer and head it carries): the slot keeps a
+            // payload-less action that has been passed and never runs.
+            var action = Action.read
+            swap(&action, &actions[next])
             next += 1
-            run(action)
+            run(consume action)
         }
         actions.removeAll(keepingCapacity: true)
         next = 0
@@ -164,29 +167,34 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     // MARK: transport events
 
-    /// A batch of attempt `generation`'s events: they arrived together, so one clock reading serves them.
+    /// A batch of attempt `generation`'s events: they arrived together, so one clock reading serves them, and the
+    /// machine takes them all before their actions run (in the order decided, as always).
     func transportEvents(_ events: [TransportEvent], generation: Int) {
         let now = self.now
-        for index in events.indices {
-            // Only a head (its retry hints) or a failure (a retry's wait) may need the time of day.
-            let wall: Double
-            switch events[index] {  // switched on in place: binding a loop copy would copy each event's payload
-            case .head, .failure: wall = runtime.clock.wall()
-            case .body, .end: wall = 0
+        let clock = runtime.clock
+        feed { machine, actions in
+            for index in events.indices {
+                // Only a head (its retry hints) or a failure (a retry's wait) may need the time of day.
+                let wall: Double
+                switch events[index] {  // switched on in place: binding a loop copy would copy each event's payload
+                case .head, .failure: wall = clock.wall()
+                case .body, .end: wall = 0
+                }
+                machine.transportEvent(
+                    events[index], generation: generation, now: now, wall: wall, random: &random, into: &actions)
             }
-            feed {
-                $0.transportEvent(
-                    events[index], generation: generation, now: now, wall: wall, random: &random, into: &$1)
-            }
+            machine.transportBatchEnded(generation: generation, into: &actions)
         }
-        feed { $0.transportBatchEnded(generation: generation, into: &$1) }
     }
 
     // MARK: the timer
 
     private func armTimer() {
-        if let deadline = machine.nextDeadline { wakeUp(at: deadline) }
+        if let deadline = Self.nextDeadline(of: &machine) { wakeUp(at: deadline) }
     }
+
+    /// Read in place: reading the getter off the handler's property would copy the whole machine first.
+    private static func nextDeadline(of machine: inout ConnectionStateMachine) -> Duration? { machine.nextDeadline }
 
     private func wakeUp(at deadline: Duration) {
         // `timerFiresAt` is set exactly while `timer` is armed: the common case returns before anything is retained.
