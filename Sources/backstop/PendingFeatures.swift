@@ -1,6 +1,6 @@
 import BackstopCore
 
-/// Settings `check` accepts whose request-path half this build does not perform yet (several endpoints, hedging, a `circuit` section, `spool`, `delivery: queue`). Serving such a config would quietly do less than it says (an
+/// Settings `check` accepts whose request-path half this build does not perform yet (hedging, `spool`, `delivery: queue`). Serving such a config would quietly do less than it says (an
 /// unsigned request, a client allowed that should be denied), so `run` refuses it and a reload keeps the old one.
 /// Each line goes when its feature is wired into the request path.
 enum PendingFeatures {
@@ -11,17 +11,10 @@ enum PendingFeatures {
         }
         for upstream in config.upstreams {
             let name = "upstream '\(upstream.name)'"
-            if upstream.endpoints.count > 1 {
-                problems.append(
-                    "\(name): several endpoints are not balanced by this build yet (only the first would be used)")
-            }
             if upstream.delivery == .queue {
                 problems.append("\(name): delivery: queue is not performed by this build yet")
             }
             if upstream.hedge.max > 0 { problems.append("\(name): hedge is not performed by this build yet") }
-            if upstream.circuit != CircuitConfig() {
-                problems.append("\(name): circuit settings are not enforced by this build yet")
-            }
         }
         return problems
     }

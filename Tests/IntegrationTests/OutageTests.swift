@@ -7,11 +7,7 @@ import Testing
 
 /// docs/reference/behaviour.md#when-an-upstream-is-down through the real proxy over loopback sockets: several
 /// endpoints, ejection and probing, failing fast, the in-flight limit, hedging.
-@Suite(
-    "When an upstream is down",
-    .disabled(
-        "endpoints, ejection, circuit-open, max_inflight and hedging are wired into the exchange in phase 2 of issue 27"
-    ))
+@Suite("When an upstream is down")
 struct OutageTests {
     /// Starts the origins and a proxy for `config`, and shuts everything down afterwards whatever happens.
     static func with(
@@ -230,7 +226,10 @@ struct OutageTests {
 
     // MARK: hedging
 
-    @Test("a slow GET is hedged: the fast copy wins, the slow one is cancelled at the origin")
+    @Test(
+        "a slow GET is hedged: the fast copy wins, the slow one is cancelled at the origin",
+        .disabled(
+            "hedging is not performed by this build yet (docs/reference/behaviour.md#not-performed-by-this-build-yet)"))
     func hedgeWins() async throws {
         try await Self.with(
             origins: [{ _ in .delay(.seconds(5), then: .text(200, "slow")) }, { _ in .text(200, "fast") }],
@@ -333,7 +332,7 @@ struct NetworkReturnTests {
 
     @Test(
         "a retry waiting out a 10 s backoff for want of a route reaches the origin within 200 ms of its return",
-        .disabled("the backoff racing the network change is wired into the exchange in phase 2 of issue 27"))
+    )
     func retryWhenTheRouteReturns() async throws {
         try await Self.withUnreachableOrigin(index: 9) { namespace, origin in
             let proxy = try await ProxyHarness.start(
@@ -365,7 +364,7 @@ struct NetworkReturnTests {
 
     @Test(
         "retry.on_network_change: false waits out the backoff",
-        .disabled("the backoff racing the network change is wired into the exchange in phase 2 of issue 27"))
+    )
     func notShortenedWhenOff() async throws {
         try await Self.withUnreachableOrigin(index: 10) { namespace, origin in
             let proxy = try await ProxyHarness.start(

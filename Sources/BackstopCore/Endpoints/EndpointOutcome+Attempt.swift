@@ -31,12 +31,9 @@ extension HedgeConfig {
 public struct EndpointReport: Sendable, Equatable {
     public var ticket: EndpointTicket
     public var outcome: EndpointOutcome
-    /// The failure's name (`503`, `connect-failure`, …) for the `endpoint ejected` line; nil for a success.
-    public var reason: String?
 
-    public init(ticket: EndpointTicket, outcome: EndpointOutcome, reason: String? = nil) {
+    public init(ticket: EndpointTicket, outcome: EndpointOutcome) {
         self.ticket = ticket
         self.outcome = outcome
-        self.reason = reason
     }
 }

@@ -11,6 +11,11 @@ extension Exchange {
         let ending = finished.ending
         let record = finished.record
         if case .completed = ending { letGo(cancel: false) } else { letGo(cancel: true) }
+        stopWaitingForNetwork()
+        if let slot = inflightSlot {
+            inflightSlot = nil
+            slot.release()
+        }
         let note = ending.note
         if ending != .clientClosed {
             logNotRetried(record)
@@ -32,7 +37,8 @@ extension Exchange {
                 reason: note == nil ? nil : record.lastFailure?.detail,
                 upstream: destination.name, attempts: record.attempts,
                 retries: record.retries.map(\.description),
-                elapsed: elapsed, bytes: finished.bytes))
+                elapsed: elapsed, bytes: finished.bytes,
+                endpoint: record.endpoint.flatMap { destination.upstream?.health.key($0) }))
     }
 
     /// Which rule stopped the retries of a failed attempt (docs/reference/behaviour.md#when-it-is-retried), at

@@ -32,6 +32,12 @@ final class Exchange {
     /// The request's trace while `tracing` is on, and the span of the attempt in flight (`Exchange+Tracing`).
     var trace: RequestTrace?
     var attemptTrace: AttemptTrace?
+    /// The upstream's `circuit.max_inflight` slot this request holds, given back when it ends.
+    var inflightSlot: UpstreamHealth?
+    /// The network change count when the last attempt started, and the wait for the next change while a backoff
+    /// after a failure for want of a network runs (docs/reference/behaviour.md#the-network-coming-back).
+    var networkSeen: UInt64 = 0
+    var networkWait: NetworkReturnSignal.Wait?
 
     init(
         head: HTTPRequestHead, target: RequestTarget, destination: ExchangeDestination,
@@ -130,7 +136,9 @@ final class Exchange {
         let wall: Double = if case .aws = start.credential { environment.clock.wall() } else { 0 }
         var request = UpstreamRequestBuilder.request(
             head: head, destination: destination, credential: start.credential, body: transportBody,
-            mayResend: start.mayResend, connectTimeout: connectTimeout, wall: wall)
+            mayResend: start.mayResend, connectTimeout: connectTimeout, wall: wall, endpoint: start.endpoint)
+        stopWaitingForNetwork()
+        networkSeen = environment.runtime.networkReturn.generation
         traceAttemptStarted(&request, attempt: start.attempt)
         let handle = environment.transport.start(request, on: eventLoop, sink: sink)
         if let transfer { otherTransfers.append(transfer) }
@@ -138,6 +146,13 @@ final class Exchange {
     }
 
     func cancelAttempt(_ generation: Int) { take(generation)?.cancel() }
+
+    /// Ends the wait for a network change, if one is registered.
+    func stopWaitingForNetwork() {
+        guard let wait = networkWait else { return }
+        networkWait = nil
+        environment.runtime.networkReturn.cancel(wait)
+    }
 
     func abandonAttempt(_ generation: Int, within limit: Duration) { take(generation)?.abandon(within: limit) }
 

@@ -52,6 +52,12 @@ struct ExchangeStateMachine: Equatable {
         /// The body must be complete before the first attempt (`aws_sigv4` with `payload: signed` hashes it): one
         /// that would stream (above `retry_buffer`, or no room in `limits.buffer_memory`) gets 413 `body-too-large`.
         var bodyMustBeKept = false
+        /// Each attempt asks the upstream's endpoint set where it goes (`.chooseEndpoint`): an upstream, not
+        /// passthrough (docs/reference/behaviour.md#endpoints-and-ejection).
+        var choosesEndpoint = false
+        /// `retry.on_network_change`: a backoff after a failure for want of a usable network ends at the first
+        /// network change (docs/reference/behaviour.md#the-network-coming-back).
+        var networkReturn = false
         /// Bodies up to this size of a response that will be retried are left to finish, so curl keeps the
         /// connection for the retry; larger or unframed ones are cut.
         static let smallResponseLimit = 64 << 10
@@ -101,6 +107,8 @@ struct ExchangeStateMachine: Equatable {
         var deadline: Duration
         /// The deadline is what is left of `timeouts.total` rather than `per_try`.
         var deadlineIsTotal: Bool
+        /// The endpoint the attempt was given, whose health its outcome is reported for.
+        var endpoint: EndpointTicket? = nil
     }
 
     /// The attempts in flight: one today; a hedge would add others (docs/architecture.md#attempts-in-flight). The
@@ -175,6 +183,9 @@ struct ExchangeStateMachine: Equatable {
         var disposal: Disposal
         /// The failure below HTTP that the retry is for (logged at `debug`, the attempt span's outcome).
         var failure: TransportFailure?
+        /// The failure was for want of a usable network: the wait also ends at the next network change
+        /// (`networkChanged`), whichever comes first.
+        var wakesOnNetworkChange = false
     }
 
     /// An attempt to start.
@@ -190,6 +201,14 @@ struct ExchangeStateMachine: Equatable {
         var countsAsRequest: Bool
         /// The attempt this one replaces (the one whose token was rejected): cancel its transfer first.
         var replacing: Int?
+        /// Which of the upstream's endpoints it goes to (nil: the upstream's first, or passthrough).
+        var endpoint: Int? = nil
+    }
+
+    /// An attempt waiting for the endpoint set's answer (`endpointChosen`).
+    struct PendingStart: Equatable {
+        var credential: Credential
+        var replacing: Int?
     }
 
     /// How a response head goes out.
@@ -201,6 +220,8 @@ struct ExchangeStateMachine: Equatable {
         var attempts: Int
         /// How its attempt ended, when this head ended it (nil for a head held during a refresh, reported then).
         var report: AttemptReport?
+        /// How its attempt ended for its endpoint, when this head ended it.
+        var endpoint: EndpointReport? = nil
         /// Other attempts in flight, to cancel (a hedge that lost).
         var cancel: [Int] = []
         /// Events held meanwhile, fed back in order after the head.
@@ -222,6 +243,10 @@ struct ExchangeStateMachine: Equatable {
         var headError: ProxyErrorReason?
         /// The client's body was read to its end (else a streamed body is failed, and the rest is not read).
         var requestComplete: Bool
+        /// The endpoint of the last attempt (the access line's `endpoint=`); nil when none was made.
+        var endpoint: Int? = nil
+        /// `Retry-After` of a 503 `circuit-open`: whole seconds until an endpoint may be probed.
+        var retryAfter: Int? = nil
     }
 
     /// How an exchange ends.
@@ -269,13 +294,16 @@ struct ExchangeStateMachine: Equatable {
         case finishBodyStream
         /// Get the credential for the next attempt and report `credentialAcquired`.
         case acquireCredential
+        /// Ask the upstream's endpoint set for the next attempt's endpoint, passing over `avoiding` while another may
+        /// be tried, and report `endpointChosen` before any other event.
+        case chooseEndpoint(avoiding: [Int])
         case startAttempt(Start)
         /// Refresh the rejected token (shared, single flight) and report `refreshFinished`; the rejected attempt
         /// ended as `report`.
-        case refreshCredential(rejected: ManagedToken, report: AttemptReport)
+        case refreshCredential(rejected: ManagedToken, report: AttemptReport, endpoint: EndpointReport? = nil)
         /// The policy would retry the attempt that ended as `report`: ask the upstream's retry budget and report
         /// `retryPermit` before any other event.
-        case requestRetryPermit(report: AttemptReport)
+        case requestRetryPermit(report: AttemptReport, endpoint: EndpointReport? = nil)
         /// The budget allowed the retry: dispose of the attempt's transfer; `timerFired` comes after `after`.
         case retry(Retry)
         /// Boxed (`indirect`), once per exchange: inline, the head would make every action of every event too large
@@ -283,8 +311,9 @@ struct ExchangeStateMachine: Equatable {
         indirect case deliverHead(UpstreamResponseHead, Delivery)
         case relayBody(ByteBuffer)
         /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed).
-        /// `report` is the last attempt's, when it ended here.
-        case end(Ending, Record, report: AttemptReport?)
+        /// `report` is the last attempt's, when it ended here, and `endpoint` what that means for its endpoint (an
+        /// attempt still in flight is reported `abandoned`).
+        case end(Ending, Record, report: AttemptReport?, endpoint: EndpointReport? = nil)
     }
 
     /// What every live state carries: the request body's progress and the exchange's record so far.
@@ -296,6 +325,8 @@ struct ExchangeStateMachine: Equatable {
         var attempts = 0
         /// The generation the next attempt gets.
         var nextGeneration: Int
+        /// The endpoint of the last attempt started.
+        var endpoint: Int?
         /// What only retries, failures and token refreshes write: kept out of line (copied on write) and absent until
         /// first written, so that every state change of a plain exchange copies one empty reference instead.
         private var rare: RareBox?
@@ -331,6 +362,20 @@ struct ExchangeStateMachine: Equatable {
             get { rare?.value.lastFailure }
             set { modifyRare { $0.lastFailure = newValue } }
         }
+        /// The endpoint whose attempt failed, which the retry passes over while another may be tried.
+        var avoidEndpoint: Int? {
+            get { rare?.value.avoidEndpoint }
+            set { modifyRare { $0.avoidEndpoint = newValue } }
+        }
+        var retryAfter: Int? {
+            get { rare?.value.retryAfter }
+            set { modifyRare { $0.retryAfter = newValue } }
+        }
+        /// The backoff under way ends at the next network change too.
+        var wakesOnNetworkChange: Bool {
+            get { rare?.value.wakesOnNetworkChange ?? false }
+            set { modifyRare { $0.wakesOnNetworkChange = newValue } }
+        }
 
         private mutating func modifyRare(_ change: (inout Rare) -> Void) {
             if rare == nil {
@@ -344,7 +389,7 @@ struct ExchangeStateMachine: Equatable {
         static func == (lhs: Progress, rhs: Progress) -> Bool {
             lhs.body == rhs.body && lhs.requestComplete == rhs.requestComplete
                 && lhs.receivedBytes == rhs.receivedBytes && lhs.attempts == rhs.attempts
-                && lhs.nextGeneration == rhs.nextGeneration
+                && lhs.nextGeneration == rhs.nextGeneration && lhs.endpoint == rhs.endpoint
                 && (lhs.rare === rhs.rare || (lhs.rare?.value ?? Rare()) == (rhs.rare?.value ?? Rare()))
         }
 
@@ -356,6 +401,9 @@ struct ExchangeStateMachine: Equatable {
             var giveUp: GiveUpReason?
             var giveUpCondition: RetryCondition?
             var lastFailure: TransportFailure?
+            var avoidEndpoint: Int?
+            var retryAfter: Int?
+            var wakesOnNetworkChange = false
         }
 
         private final class RareBox {
@@ -386,6 +434,8 @@ struct ExchangeStateMachine: Equatable {
         case attempting(Progress, AttemptSet)
         /// Boxed (`indirect`): rare, and large enough to make every other state copy cost more.
         indirect case awaitingRetryPermit(Progress, PendingRetry)
+        /// Boxed: a moment, once per attempt of an upstream with endpoints.
+        indirect case awaitingEndpoint(Progress, PendingStart)
         indirect case awaitingRefresh(Progress, Refresh)
         case backingOff(Progress, until: Duration)
         case relaying(Progress, Relaying)
@@ -417,7 +467,7 @@ struct ExchangeStateMachine: Equatable {
     /// When `timerFired` must be called next, or nil when no deadline is pending.
     var nextDeadline: Duration? {
         switch state {
-        case .done, .awaitingRetryPermit: nil
+        case .done, .awaitingRetryPermit, .awaitingEndpoint: nil
         // `timeouts.total` runs from the head: a kept body trickled in slower than that is answered 408.
         case .receivingBody, .acquiringCredential, .awaitingRefresh: totalDeadline
         case .attempting(_, let attempts): attempts.earliestDeadline
@@ -526,8 +576,35 @@ struct ExchangeStateMachine: Equatable {
         return startAttempt(progress, credential: credential, now: now)
     }
 
+    /// Asks for the endpoint first when the upstream has them (`.chooseEndpoint`), then starts the attempt.
     private mutating func startAttempt(
         _ progress: Progress, credential: Credential, replacing: Int? = nil, now: Duration
+    ) -> Action {
+        guard configuration.choosesEndpoint else {
+            return beginAttempt(progress, credential: credential, replacing: replacing, endpoint: nil, now: now)
+        }
+        state = .awaitingEndpoint(progress, PendingStart(credential: credential, replacing: replacing))
+        return .chooseEndpoint(avoiding: progress.avoidEndpoint.map { [$0] } ?? [])
+    }
+
+    /// The upstream's endpoint set answered `.chooseEndpoint`: start the attempt there, or, with every endpoint
+    /// ejected, answer 503 `circuit-open` at once (not an attempt). Stale when the exchange ended meanwhile.
+    mutating func endpointChosen(_ verdict: EndpointVerdict, now: Duration) -> Action {
+        guard case .awaitingEndpoint(var progress, let pending) = state else { return .none }
+        switch verdict {
+        case .attempt(let ticket):
+            if progress.avoidEndpoint != nil { progress.avoidEndpoint = nil }
+            progress.endpoint = ticket.endpoint
+            return beginAttempt(
+                progress, credential: pending.credential, replacing: pending.replacing, endpoint: ticket, now: now)
+        case .circuitOpen(let retryAfter):
+            progress.retryAfter = retryAfter
+            return endLocally(.circuitOpen, progress)
+        }
+    }
+
+    private mutating func beginAttempt(
+        _ progress: Progress, credential: Credential, replacing: Int?, endpoint: EndpointTicket?, now: Duration
     ) -> Action {
         var progress = progress
         progress.attempts += 1
@@ -537,18 +614,27 @@ struct ExchangeStateMachine: Equatable {
         let remaining = totalDeadline - now
         let isTotal = remaining <= configuration.timeouts.perTry
         let deadline = now + (isTotal ? max(remaining, .zero) : configuration.timeouts.perTry)
-        let attempt = Attempt(generation: generation, deadline: deadline, deadlineIsTotal: isTotal)
+        let attempt = Attempt(
+            generation: generation, deadline: deadline, deadlineIsTotal: isTotal, endpoint: endpoint)
         state = .attempting(progress, AttemptSet(attempt))
         return .startAttempt(
             Start(
                 generation: generation, attempt: progress.attempts, credential: credential,
                 mayResend: mayResend(progress), countsAsRequest: progress.attempts == 1 && configuration.retry != nil,
-                replacing: replacing))
+                replacing: replacing, endpoint: endpoint?.endpoint))
     }
 
     private func mayResend(_ progress: Progress) -> Bool {
         if let retry = configuration.retry { return retry.mayRepeat(retryRequest(progress)) }
         return RetryConfig.defaultMethods.contains(configuration.method)
+    }
+
+    /// What attempt `attempt`'s end (as `outcome`; nil: it was let go unanswered) means for its endpoint; nil when
+    /// it was given none.
+    private func endpointReport(_ attempt: Attempt?, _ outcome: AttemptOutcome?) -> EndpointReport? {
+        guard let ticket = attempt?.endpoint else { return nil }
+        return EndpointReport(
+            ticket: ticket, outcome: EndpointOutcome(outcome, retryOn: configuration.retry?.config.on ?? []))
     }
 
     private func retryRequest(_ progress: Progress) -> RetryRequestInfo {
@@ -568,6 +654,8 @@ struct ExchangeStateMachine: Equatable {
         case .attempting(var progress, let attempts):
             guard let attempt = attempts.attempt(generation) else { return .none }
             let report = AttemptReport.response(status: head.status, version: head.version)
+            let outcome = AttemptOutcome.response(
+                status: head.status, retryAfter: head.retryAfter, rateLimitReset: head.rateLimitReset)
             // Backstop forwards no `Upgrade` (a hop-by-hop field), so a 101 answers a question nobody asked: what
             // follows it is not HTTP, and relaying it would hand the client a foreign protocol.
             if head.status == 101 {
@@ -580,13 +668,13 @@ struct ExchangeStateMachine: Equatable {
                 !progress.replayedAfterRefresh, progress.body.replayable, let rejected = progress.token
             {
                 state = .awaitingRefresh(progress, Refresh(attempt: attempt, held: head))
-                return .refreshCredential(rejected: rejected, report: report)
+                return .refreshCredential(
+                    rejected: rejected, report: report, endpoint: endpointReport(attempt, outcome))
             }
             if let policy = configuration.retry, policy.config.on.contains(.status(head.status)) {
-                let outcome = AttemptOutcome.response(
-                    status: head.status, retryAfter: head.retryAfter, rateLimitReset: head.rateLimitReset)
                 switch considerRetry(outcome, &progress, now: now, wall: wall, random: &random) {
                 case .retry(let delay, let reason):
+                    if attempt.endpoint != nil { progress.avoidEndpoint = progress.endpoint }
                     let small = head.contentLength.map { $0 <= Configuration.smallResponseLimit } ?? false
                     state = .awaitingRetryPermit(
                         progress,
@@ -594,12 +682,14 @@ struct ExchangeStateMachine: Equatable {
                             generation: generation, delay: delay, reason: reason,
                             disposal: small ? .abandon(within: configuration.timeouts.idle) : .cancel, failure: nil,
                             fallback: .deliver(head)))
-                    return .requestRetryPermit(report: report)
+                    return .requestRetryPermit(report: report, endpoint: endpointReport(attempt, outcome))
                 case .giveUp:
                     break
                 }
             }
-            return deliver(head, generation: generation, error: nil, report: report, progress, now: now)
+            return deliver(
+                head, generation: generation, error: nil, report: report, progress, now: now,
+                endpoint: endpointReport(attempt, outcome))
         case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
             pending.held.append(.head(head))
             state = .awaitingRetryPermit(progress, pending)
@@ -611,14 +701,15 @@ struct ExchangeStateMachine: Equatable {
 
     private mutating func deliver(
         _ head: UpstreamResponseHead, generation: Int, error: ProxyErrorReason?, report: AttemptReport?,
-        _ progress: Progress, now: Duration, replay: [TransportEvent] = []
+        _ progress: Progress, now: Duration, replay: [TransportEvent] = [], endpoint: EndpointReport? = nil
     ) -> Action {
         state = .relaying(
             progress, Relaying(generation: generation, status: head.status, error: error, lastProgress: now))
         return .deliverHead(
             head,
             Delivery(
-                generation: generation, error: error, attempts: progress.attempts, report: report, replay: replay))
+                generation: generation, error: error, attempts: progress.attempts, report: report, endpoint: endpoint,
+                replay: replay))
     }
 
     /// Body bytes of attempt `generation`.
@@ -692,18 +783,22 @@ struct ExchangeStateMachine: Equatable {
         var progress = progress
         progress.lastFailure = failure
         let (outcome, reason) = Self.classify(failure)
+        let attempt: Attempt? =
+            if case .attempting(_, let attempts) = state { attempts.attempt(generation) } else { nil }
+        let endpoint = endpointReport(attempt, outcome)
         if let outcome,
             case .retry(let delay, let condition) = considerRetry(
                 outcome, &progress, now: now, wall: wall, random: &random)
         {
+            if attempt?.endpoint != nil { progress.avoidEndpoint = progress.endpoint }
             state = .awaitingRetryPermit(
                 progress,
                 PendingRetry(
                     generation: generation, delay: delay, reason: condition, disposal: disposal, failure: failure,
                     fallback: .fail(reason)))
-            return .requestRetryPermit(report: report)
+            return .requestRetryPermit(report: report, endpoint: endpoint)
         }
-        return endLocally(reason, progress, report: report)
+        return endLocally(reason, progress, report: report, endpoint: endpoint)
     }
 
     /// A failure's retry condition (nil: never retried) and the error the client gets if it is the last.
@@ -759,12 +854,23 @@ struct ExchangeStateMachine: Equatable {
         }
         progress.previousDelay = pending.delay
         progress.retryReasons.append(pending.reason)
+        var wakes = false
+        if configuration.networkReturn, case .connectFailure(_, _?) = pending.failure { wakes = true }
+        if wakes != progress.wakesOnNetworkChange { progress.wakesOnNetworkChange = wakes }
         state = .backingOff(progress, until: now + pending.delay)
         return .retry(
             Retry(
                 attempt: progress.attempts, after: pending.delay, reason: pending.reason,
                 generation: pending.generation,
-                disposal: pending.disposal, failure: pending.failure))
+                disposal: pending.disposal, failure: pending.failure, wakesOnNetworkChange: wakes))
+    }
+
+    /// The host's network changed (a link up, an address or a route added): a backoff after a failure for want of
+    /// a usable network ends now (docs/reference/behaviour.md#the-network-coming-back); anything else goes on.
+    mutating func networkChanged(now: Duration) -> Action {
+        guard case .backingOff(var progress, _) = state, progress.wakesOnNetworkChange else { return .none }
+        progress.wakesOnNetworkChange = false
+        return prepareAttempt(progress, now: now)
     }
 
     // MARK: token refresh
@@ -789,7 +895,7 @@ struct ExchangeStateMachine: Equatable {
     mutating func timerFired(now: Duration, wall: Double, random: inout some RandomNumberGenerator) -> Action {
         guard let deadline = nextDeadline, now >= deadline else { return .none }
         switch state {
-        case .done, .awaitingRetryPermit:
+        case .done, .awaitingRetryPermit, .awaitingEndpoint:
             return .none
         case .receivingBody(let progress):
             return endLocally(.requestTimeout, progress)
@@ -798,7 +904,9 @@ struct ExchangeStateMachine: Equatable {
         case .attempting(let progress, let attempts):
             guard let due = attempts.due(at: now) else { return .none }
             if due.deadlineIsTotal {
-                return endLocally(.upstreamTimeout, progress, report: .failed(.timeout(detail: "total timeout")))
+                return endLocally(
+                    .upstreamTimeout, progress, report: .failed(.timeout(detail: "total timeout")),
+                    endpoint: endpointReport(due, .timeout))
             }
             let failure = TransportFailure.timeout(detail: "per_try timeout")
             return attemptFailed(
@@ -839,8 +947,10 @@ struct ExchangeStateMachine: Equatable {
             return .none
         case .relaying(let progress, let relaying):
             return end(.aborted(.requestBodyStalled), progress, status: relaying.status)
-        case .receivingBody(let progress), .acquiringCredential(let progress), .attempting(let progress, _),
-            .awaitingRetryPermit(let progress, _), .awaitingRefresh(let progress, _), .backingOff(let progress, _):
+        case .attempting(let progress, let attempts):
+            return endLocally(.requestTimeout, progress, endpoint: endpointReport(attempts.first, nil))
+        case .receivingBody(let progress), .acquiringCredential(let progress), .awaitingRetryPermit(let progress, _),
+            .awaitingRefresh(let progress, _), .backingOff(let progress, _), .awaitingEndpoint(let progress, _):
             return endLocally(.requestTimeout, progress)
         }
     }
@@ -848,27 +958,38 @@ struct ExchangeStateMachine: Equatable {
     /// The client disconnected: everything stops, pending retries included.
     mutating func clientGone() -> Action {
         guard let progress = state.progress else { return .none }
-        return end(.clientClosed, progress, status: 499)
+        // An attempt in flight is let go unanswered: it tells nothing about its endpoint (its probe permit is freed).
+        let endpoint: EndpointReport? =
+            if case .attempting(_, let attempts) = state { endpointReport(attempts.first, nil) } else { nil }
+        return end(.clientClosed, progress, status: 499, endpoint: endpoint)
     }
 
     // MARK: ending
 
     /// Ends with a Backstop error, or, once a head went out, by aborting the response.
     private mutating func endLocally(
-        _ reason: ProxyErrorReason, _ progress: Progress, report: AttemptReport? = nil
+        _ reason: ProxyErrorReason, _ progress: Progress, report: AttemptReport? = nil,
+        endpoint: EndpointReport? = nil
     ) -> Action {
         if case .relaying(_, let relaying) = state {
             // Only the request body can fail once the response is under way (it grew past `max_request_body`).
             assert(reason == .bodyTooLarge, "\(reason) while relaying")
-            return end(.aborted(.requestBodyTooLarge), progress, status: relaying.status, report: report)
+            return end(
+                .aborted(.requestBodyTooLarge), progress, status: relaying.status, report: report, endpoint: endpoint)
+        }
+        // The request body grew too large while an attempt was in flight: that attempt is let go unanswered.
+        var endpoint = endpoint
+        if endpoint == nil, report == nil, case .attempting(_, let attempts) = state {
+            endpoint = endpointReport(attempts.first, nil)
         }
         return end(
             .failedLocally(reason, requestComplete: progress.requestComplete), progress, status: reason.status,
-            report: report)
+            report: report, endpoint: endpoint)
     }
 
     private mutating func end(
-        _ ending: Ending, _ progress: Progress, status: Int, report: AttemptReport? = nil
+        _ ending: Ending, _ progress: Progress, status: Int, report: AttemptReport? = nil,
+        endpoint: EndpointReport? = nil
     ) -> Action {
         let headError: ProxyErrorReason? = if case .relaying(_, let relaying) = state { relaying.error } else { nil }
         state = .done
@@ -877,8 +998,8 @@ struct ExchangeStateMachine: Equatable {
             Record(
                 status: status, attempts: progress.attempts, retries: progress.retryReasons, giveUp: progress.giveUp,
                 giveUpCondition: progress.giveUpCondition, lastFailure: progress.lastFailure, headError: headError,
-                requestComplete: progress.requestComplete),
-            report: report)
+                requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter),
+            report: report, endpoint: endpoint)
     }
 }
 
@@ -889,7 +1010,7 @@ extension ExchangeStateMachine.State {
             switch self {
             case .receivingBody(let progress), .acquiringCredential(let progress), .attempting(let progress, _),
                 .awaitingRefresh(let progress, _), .awaitingRetryPermit(let progress, _),
-                .backingOff(let progress, _), .relaying(let progress, _):
+                .backingOff(let progress, _), .relaying(let progress, _), .awaitingEndpoint(let progress, _):
                 progress
             case .done: nil
             }
@@ -902,6 +1023,7 @@ extension ExchangeStateMachine.State {
             case .attempting(_, let attempts): self = .attempting(progress, attempts)
             case .awaitingRefresh(_, let refresh): self = .awaitingRefresh(progress, refresh)
             case .awaitingRetryPermit(_, let pending): self = .awaitingRetryPermit(progress, pending)
+            case .awaitingEndpoint(_, let pending): self = .awaitingEndpoint(progress, pending)
             case .backingOff(_, let until): self = .backingOff(progress, until: until)
             case .relaying(_, let relaying): self = .relaying(progress, relaying)
             case .done: break

@@ -40,9 +40,10 @@ enum ExchangeDestination {
 /// the upstream URL, the rewritten headers with the credential injected (or the attempt signed), TLS and connect
 /// timeout. `wall` is the attempt's time (seconds since 1970): a SigV4 signature is dated with it.
 enum UpstreamRequestBuilder {
+    /// `endpoint`: the index of the upstream endpoint the attempt was given (nil: the first).
     static func request(
         head: HTTPRequestHead, destination: ExchangeDestination, credential: ExchangeStateMachine.Credential,
-        body: TransportRequestBody, mayResend: Bool, connectTimeout: Duration, wall: Double
+        body: TransportRequestBody, mayResend: Bool, connectTimeout: Duration, wall: Double, endpoint: Int? = nil
     ) -> TransportRequest {
         var pairs: [(name: String, value: String)] = []
         pairs.reserveCapacity(head.headers.count)
@@ -53,8 +54,13 @@ enum UpstreamRequestBuilder {
         var passthrough = false
         switch destination {
         case .upstream(let upstream, let path):
-            url = upstream.origin + path
-            hostHeader = upstream.hostHeader
+            if let endpoint, upstream.endpointOrigins.indices.contains(endpoint) {
+                url = upstream.endpointOrigins[endpoint] + path
+                hostHeader = upstream.endpointHostHeaders[endpoint]
+            } else {
+                url = upstream.origin + path
+                hostHeader = upstream.hostHeader
+            }
             tls = upstream.tls
         case .passthrough(let passthroughURL):
             url = passthroughURL

@@ -150,6 +150,8 @@ struct ConnectionStateMachine {
         /// `X-Backstop-Attempts`, when attempts were made.
         var attempts: Int?
         var message: String?
+        /// `Retry-After` (whole seconds), for a 503 `circuit-open`.
+        var retryAfter: Int? = nil
         /// The connection closes once the answer is written.
         var close: Bool
     }
@@ -199,6 +201,8 @@ struct ConnectionStateMachine {
         /// The streamed body will not be read to its end: fail the stream.
         case failBodyStream
         case acquireCredential
+        /// Ask the upstream's endpoint set for the next attempt's endpoint and report `endpointChosen`.
+        case chooseEndpoint(avoiding: [Int])
         case refreshCredential(rejected: ManagedToken)
         case startAttempt(Exchange.Start)
         case cancelAttempt(generation: Int)
@@ -209,6 +213,9 @@ struct ConnectionStateMachine {
         // What metrics, logs and spans record.
         /// An attempt ended as `report` (`backstop_upstream_attempts_total`).
         case attemptEnded(Exchange.AttemptReport)
+        /// What an attempt's end means for its endpoint (ejection, probing); `reason` names the failure
+        /// (`503`, `connect-failure`) for the `endpoint ejected` line.
+        case endpointReport(EndpointReport, reason: String?)
         /// The budget allowed a retry (`backstop_retries_total`, the log line of its failure, its span's end).
         case retryScheduled(Exchange.Retry)
         /// The exchange ended: every transfer still held is let go; metrics, the access line, the spans.
@@ -373,6 +380,15 @@ extension ConnectionStateMachine {
         withExchange(now: now, into: &actions) { $0.retryPermit(granted: granted, now: now) }
     }
 
+    mutating func endpointChosen(_ verdict: EndpointVerdict, now: Duration, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) { $0.endpointChosen(verdict, now: now) }
+    }
+
+    /// The host's network changed (docs/reference/behaviour.md#the-network-coming-back).
+    mutating func networkChanged(now: Duration, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) { $0.networkChanged(now: now) }
+    }
+
     /// One event of attempt `generation`'s transfer.
     mutating func transportEvent(
         _ event: TransportEvent, generation: Int, now: Duration, wall: Double,
@@ -447,15 +463,17 @@ extension ConnectionStateMachine {
             actions.append(.finishBodyStream)
         case .acquireCredential:
             actions.append(.acquireCredential)
+        case .chooseEndpoint(let avoiding):
+            actions.append(.chooseEndpoint(avoiding: avoiding))
         case .startAttempt(let start):
             nextGeneration = max(nextGeneration, start.generation + 1)
             if let replaced = start.replacing { actions.append(.cancelAttempt(generation: replaced)) }
             actions.append(.startAttempt(start))
-        case .refreshCredential(let rejected, let report):
-            actions.append(.attemptEnded(report))
+        case .refreshCredential(let rejected, let report, let endpoint):
+            attemptEnded(report, endpoint, into: &actions)
             actions.append(.refreshCredential(rejected: rejected))
-        case .requestRetryPermit(let report):
-            actions.append(.attemptEnded(report))
+        case .requestRetryPermit(let report, let endpoint):
+            attemptEnded(report, endpoint, into: &actions)
             actions.append(.requestRetryPermit)
         case .retry(let retry):
             switch retry.disposal {
@@ -465,16 +483,31 @@ extension ConnectionStateMachine {
             }
             actions.append(.retryScheduled(retry))
         case .deliverHead(let head, let delivery):
-            if let report = delivery.report { actions.append(.attemptEnded(report)) }
+            attemptEnded(delivery.report, delivery.endpoint, into: &actions)
             for generation in delivery.cancel { actions.append(.cancelAttempt(generation: generation)) }
             writeHead(head, delivery, into: &actions)
             replay(delivery.replay, generation: delivery.generation, now: now, into: &actions)
         case .relayBody(let buffer):
             relay(buffer, now: now, into: &actions)
-        case .end(let ending, let record, let report):
-            if let report { actions.append(.attemptEnded(report)) }
+        case .end(let ending, let record, let report, let endpoint):
+            attemptEnded(report, endpoint, into: &actions)
             exchangeEnded(ending, record, now: now, into: &actions)
         }
+    }
+
+    /// An attempt ended as `report` (nil: let go unanswered), meaning `endpoint` for its endpoint.
+    private func attemptEnded(
+        _ report: Exchange.AttemptReport?, _ endpoint: EndpointReport?, into actions: inout [Action]
+    ) {
+        if let report { actions.append(.attemptEnded(report)) }
+        guard let endpoint else { return }
+        let reason: String? =
+            switch report {
+            case .response(let status, _)?: String(status)
+            case .failed(let failure)?: failure.label
+            case nil: nil
+            }
+        actions.append(.endpointReport(endpoint, reason: endpoint.outcome == .failure ? reason : nil))
     }
 
     /// Feeds events held while a refresh or the budget was awaited back in, in order, as the attempt's own.
@@ -558,7 +591,8 @@ extension ConnectionStateMachine {
             active.response = .pending
             answer(
                 reason, close: active.facts.closeAfterResponse || !requestComplete,
-                attempts: record.attempts > 0 ? record.attempts : nil, message: nil, now: now, into: &actions)
+                attempts: record.attempts > 0 ? record.attempts : nil, message: nil, retryAfter: record.retryAfter,
+                now: now, into: &actions)
         case .clientClosed:
             // What follows is the caller's: the connection closed, or an unreadable request is answered.
             if !record.requestComplete { actions.append(.failBodyStream) }
@@ -636,15 +670,15 @@ extension ConnectionStateMachine {
 
     /// Writes a Backstop error for the active request, then ends its response.
     private mutating func answer(
-        _ reason: ProxyErrorReason, close: Bool, attempts: Int?, message: String?, now: Duration,
-        into actions: inout [Action]
+        _ reason: ProxyErrorReason, close: Bool, attempts: Int?, message: String?, retryAfter: Int? = nil,
+        now: Duration, into actions: inout [Action]
     ) {
         guard case .active(let active) = state else { return }
         let facts = active.facts
         let write = ErrorWrite(
             clientIsHTTP10: facts.clientIsHTTP10,
             connection: close ? .close : (facts.clientIsHTTP10 ? .keepAlive : .none), omitBody: facts.isHEAD,
-            attempts: attempts, message: message, close: close)
+            attempts: attempts, message: message, retryAfter: retryAfter, close: close)
         // The state changes before the write: a write that completes at once closes the channel at once, and what
         // the decoder reports then must find the connection closing.
         if close {

@@ -63,6 +63,12 @@ extension ProxyHandler {
             exchange?.failBodyStream()
         case .acquireCredential:
             acquireCredential()
+        case .chooseEndpoint(let avoiding):
+            let now = self.now
+            let verdict =
+                exchange?.destination.upstream?.health.choose(avoiding: avoiding)
+                ?? .attempt(EndpointTicket(endpoint: 0, probe: nil))
+            feed { $0.endpointChosen(verdict, now: now, into: &$1) }
         case .refreshCredential(let rejected):
             refreshCredential(rejected)
         case .startAttempt(let start):
@@ -86,8 +92,11 @@ extension ProxyHandler {
             case .failed(let failure):
                 exchange.metrics.recordAttempt(outcome: failure.label)
             }
+        case .endpointReport(let report, let reason):
+            exchange?.destination.upstream?.health.report(report.outcome, ticket: report.ticket, reason: reason)
         case .retryScheduled(let retry):
             guard let exchange else { return }
+            if retry.wakesOnNetworkChange { waitForNetworkChange(exchange) }
             exchange.traceRetry(retry)
             exchange.metrics.recordRetry(reason: retry.reason.description)
             if let failure = retry.failure, retry.reason.isTransportCondition {
@@ -201,6 +210,22 @@ extension ProxyHandler {
         }
     }
 
+    /// The backoff of a retry after a failure for want of a network also ends at the next network change
+    /// (docs/reference/behaviour.md#the-network-coming-back).
+    private func waitForNetworkChange(_ exchange: Exchange) {
+        guard let context else { return }
+        let bound = NIOLoopBound((self, exchange), eventLoop: context.eventLoop)
+        exchange.stopWaitingForNetwork()
+        exchange.networkWait = runtime.networkReturn.wait(after: exchange.networkSeen, on: context.eventLoop) {
+            let (handler, exchange) = bound.value
+            // The request may have ended, or another begun, since: the machine ignores a change it is not waiting for.
+            guard handler.exchange === exchange else { return }
+            exchange.networkWait = nil
+            let now = handler.now
+            handler.feed { $0.networkChanged(now: now, into: &$1) }
+        }
+    }
+
     // MARK: writing the response
 
     private func writeHead(_ received: UpstreamResponseHead, _ write: ConnectionStateMachine.HeadWrite) {
@@ -252,7 +277,7 @@ extension ProxyHandler {
         var buffer = context.channel.allocator.buffer(capacity: 256)
         ResponseHeadWriter.localError(
             reason, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, connection: write.connection,
-            omitBody: write.omitBody, attempts: write.attempts, message: write.message)
+            omitBody: write.omitBody, attempts: write.attempts, message: write.message, retryAfter: write.retryAfter)
         let done = context.writeAndFlush(wrapOutboundOut(buffer))
         if write.close {
             let channel = context.channel

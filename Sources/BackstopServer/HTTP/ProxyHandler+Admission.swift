@@ -31,6 +31,13 @@ extension ProxyHandler {
                 return
             }
             if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
+            // `circuit.max_inflight`: one more request than the upstream may have in progress is answered at once
+            // (docs/reference/behaviour.md#endpoints-and-ejection).
+            let slot = accepted.destination.upstream?.health
+            if let slot, slot.acquire() == .overloaded {
+                refuse(.upstreamOverloaded, head: head, close: accepted.framing.hasBody)
+                return
+            }
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
             exchange = Exchange(
                 head: head, target: accepted.target, destination: accepted.destination, configuration: configuration,
@@ -41,6 +48,7 @@ extension ProxyHandler {
                     client: clientAddress, method: configuration.method, host: accepted.clientHost,
                     path: accepted.target.path, clientEntry: clientEntry),
                 now: now)
+            exchange?.inflightSlot = slot
             let expectsContinue =
                 accepted.framing.hasBody
                 && head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true

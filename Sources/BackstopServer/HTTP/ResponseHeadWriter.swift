@@ -101,7 +101,7 @@ enum ResponseHeadWriter {
     /// none was.
     static func localError(
         _ reason: ProxyErrorReason, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, connection: ConnectionField,
-        omitBody: Bool = false, attempts: Int? = nil, message: String? = nil
+        omitBody: Bool = false, attempts: Int? = nil, message: String? = nil, retryAfter: Int? = nil
     ) {
         let message = message ?? reason.message
         writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: reason.status)
@@ -115,6 +115,11 @@ enum ResponseHeadWriter {
             buffer.writeString(ClientAccessPolicy.challenge.name)
             buffer.writeStaticString(": ")
             buffer.writeString(ClientAccessPolicy.challenge.value)
+            buffer.writeStaticString("\r\n")
+        }
+        if let retryAfter {
+            buffer.writeStaticString("Retry-After: ")
+            writeDecimal(&buffer, retryAfter)
             buffer.writeStaticString("\r\n")
         }
         if let attempts {

@@ -319,7 +319,8 @@ public final class ProxyServer: Sendable {
         return runtime.metrics.render(
             inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
             keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount) + out.text + runtime.tunnelMetrics.render()
-            + runtime.upgradeMetrics.render() + tokenStoreMetrics.render() + ProcessMetrics.render()
+            + runtime.upgradeMetrics.render() + runtime.outageMetrics.render() + tokenStoreMetrics.render()
+            + ProcessMetrics.render()
     }
 
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap, the idle
