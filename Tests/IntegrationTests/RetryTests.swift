@@ -88,6 +88,7 @@ struct RetryTests {
                 match: {hosts: [gone.test]}
                 url: http://127.0.0.1:\(port)
                 retry: {attempts: 3, backoff: {strategy: constant, base: 200ms, max: 200ms, jitter: none}}
+                circuit: {failures: 0}  # six failures in a row would eject it: this test is about the retries
             """)
         for method in ["GET", "POST"] {
             let started = ContinuousClock.now
@@ -229,6 +230,7 @@ struct RetryTests {
                       attempts: 5
                       backoff: {strategy: constant, base: 1ms, max: 1ms, jitter: none}
                       budget: \(budget)
+                    circuit: {failures: 0}  # an always-503 origin would be ejected: this test is about the budget
                 """)
             let started = ContinuousClock.now
             for wave in 0..<20 {
