@@ -63,6 +63,10 @@ struct ExchangeStateMachineTests {
         case framingBroken(Machine.AbortCause)
         case stalled
         case gone
+        /// The endpoint set's answer to `.chooseEndpoint`.
+        case endpoint(EndpointVerdict, ms: Int = 0)
+        /// The host's network changed.
+        case network(ms: Int)
     }
 
     /// `@unchecked Sendable`: rows are immutable test data (`let`s of values, a `RetryPolicy` that is itself
@@ -552,6 +556,8 @@ struct ExchangeStateMachineTests {
         case .framingBroken(let cause): m.framingBroken(cause)
         case .stalled: m.clientStalled()
         case .gone: m.clientGone()
+        case .endpoint(let verdict, let ms): m.endpointChosen(verdict, now: at(ms))
+        case .network(let ms): m.networkChanged(now: at(ms))
         }
     }
 

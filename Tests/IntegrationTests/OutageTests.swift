@@ -11,7 +11,7 @@ import Testing
 struct OutageTests {
     /// Starts the origins and a proxy for `config`, and shuts everything down afterwards whatever happens.
     static func with(
-        origins scripts: [TestOrigin.Script], config: ([TestOrigin]) -> String,
+        origins scripts: [TestOrigin.Script], config: ([TestOrigin]) -> String, capture: LogCapture? = nil,
         _ body: ([TestOrigin], ProxyHarness) async throws -> Void
     ) async throws {
         var origins: [TestOrigin] = []
@@ -23,7 +23,7 @@ struct OutageTests {
         }
         let proxy: ProxyHarness
         do {
-            proxy = try await ProxyHarness.start(config(origins))
+            proxy = try await ProxyHarness.start(config(origins), capture: capture)
         } catch {
             for origin in origins { try? await origin.shutdown() }
             throw error
@@ -75,9 +75,10 @@ struct OutageTests {
 
     @Test("a 503 from the first endpoint is retried on the second, which answers; the access line names it")
     func retryOnSecondEndpoint() async throws {
+        let capture = LogCapture()
         try await Self.with(
             origins: [{ _ in .respond(status: 503) }, { _ in .text(200, "second") }],
-            config: { Self.config(endpoints: $0.map(\.baseURL), Self.quickRetry) }
+            config: { Self.config(endpoints: $0.map(\.baseURL), Self.quickRetry) }, capture: capture
         ) { origins, proxy in
             let response = try await Self.get(proxy)
             #expect(response.status == 200)
@@ -85,6 +86,8 @@ struct OutageTests {
             #expect(response.header("X-Backstop-Attempts") == "2")
             #expect(origins[0].requestCount == 1)
             #expect(origins[1].requestCount == 1)
+            let lines = try await capture.waitFor("request", count: 1)
+            #expect(lines.first?.contains("endpoint=\(origins[1].baseURL) ") == true, "\(lines)")
         }
     }
 

@@ -29,7 +29,7 @@ extension Exchange {
         traceFinished(ending, record)
         metrics.recordRequest(status: record.status, seconds: elapsed.seconds)
         environment.recordStatus(
-            metrics, upstream: destination.name, endpoint: destination.endpoint, status: record.status,
+            metrics, upstream: destination.name, endpoint: attemptEndpoint, status: record.status,
             attempts: record.attempts, ending: ending, detail: record.lastFailure?.detail, at: now)
         environment.logAccess(
             AccessRecord(

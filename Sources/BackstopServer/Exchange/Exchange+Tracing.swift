@@ -30,7 +30,7 @@ extension Exchange {
         var facts: AttemptFacts?
         if trace?.sampled == true {
             facts = AttemptFacts(
-                method: request.method, url: request.url, upstream: destination.name, endpoint: destination.endpoint,
+                method: request.method, url: request.url, upstream: destination.name, endpoint: attemptEndpoint,
                 attempt: attempt, outcome: "")
         }
         attemptTrace = AttemptTrace(span: span, facts: facts)

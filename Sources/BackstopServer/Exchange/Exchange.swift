@@ -38,6 +38,8 @@ final class Exchange {
     /// after a failure for want of a network runs (docs/reference/behaviour.md#the-network-coming-back).
     var networkSeen: UInt64 = 0
     var networkWait: NetworkReturnSignal.Wait?
+    /// `scheme://host[:port]` of the endpoint the last attempt went to (spans, the status page's failures).
+    private(set) var attemptEndpoint: String
 
     init(
         head: HTTPRequestHead, target: RequestTarget, destination: ExchangeDestination,
@@ -54,6 +56,7 @@ final class Exchange {
         self.hasBody = configuration.hasBody
         self.declaredLength = configuration.declaredLength
         self.connectTimeout = configuration.timeouts.connect
+        self.attemptEndpoint = destination.endpoint
         environment.requestStarted()
         traceRequestStarted(now: now)
     }
@@ -139,6 +142,11 @@ final class Exchange {
             mayResend: start.mayResend, connectTimeout: connectTimeout, wall: wall, endpoint: start.endpoint)
         stopWaitingForNetwork()
         networkSeen = environment.runtime.networkReturn.generation
+        if let endpoint = start.endpoint, let origins = destination.upstream?.endpointOrigins,
+            origins.indices.contains(endpoint)
+        {
+            attemptEndpoint = origins[endpoint]
+        }
         traceAttemptStarted(&request, attempt: start.attempt)
         let handle = environment.transport.start(request, on: eventLoop, sink: sink)
         if let transfer { otherTransfers.append(transfer) }
