@@ -46,8 +46,54 @@ public final class QueueDeliverer: Sendable {
         self.state = Mutex(State(lanes: lanes))
     }
 
+    /// Stores `request` for delivery to `upstream` (durably: it returns once the row is committed) and wakes that
+    /// upstream's loop. Throws what `QueueStore.enqueue` throws: `budgetExhausted` or `diskFull` (507 `spool-full`).
+    public func accept(upstream: String, _ request: QueuedRequest) async throws(QueueError) -> DeliveryID {
+        let id = try await store.enqueue(upstream: upstream, request)
+        accepted(upstream: upstream)
+        return id
+    }
+
     /// A request for `upstream` was stored: its loop claims it now if it has a free slot.
-    public func accepted(upstream: String) { wake([upstream]) }
+    public func accepted(upstream: String) {
+        wake([upstream])
+        countsChanged()
+    }
+
+    // MARK: the numbers for /metrics
+
+    /// The queue's depth and oldest delivery per upstream as last read from the store: `/metrics` is rendered
+    /// synchronously, so it reads this copy, which `run()` refreshes at most once a second while the queue changes.
+    public var snapshot: QueueSnapshot { counts.withLock { $0.snapshot } }
+
+    private struct Counts {
+        var snapshot = QueueSnapshot()
+        var changed = true
+    }
+    private let counts = Mutex(Counts())
+    private let countsWaiters = ConditionWaiters()
+    /// The shortest time between two reads of the counts.
+    static let countsInterval: Duration = .seconds(1)
+
+    private func countsChanged() {
+        counts.withLock { $0.changed = true }
+        countsWaiters.resumeAll()
+    }
+
+    /// Re-reads the counts whenever they changed, at most once per `countsInterval`, until stopped.
+    private func refreshCounts() async {
+        while !Task.isCancelled {
+            await countsWaiters.wait {
+                self.counts.withLock { $0.changed } || self.state.withLock { $0.stopped }
+            }
+            if Task.isCancelled || state.withLock({ $0.stopped }) { return }
+            counts.withLock { $0.changed = false }
+            if let snapshot = try? await store.snapshot() {
+                counts.withLock { $0.snapshot = snapshot }
+            }
+            try? await Task.sleep(for: Self.countsInterval)
+        }
+    }
 
     /// The upstreams with `delivery: queue` after a reload: new ones get a loop, changed settings apply from the
     /// next round, removed ones stop claiming (their deliveries stay queued).
@@ -63,11 +109,13 @@ public final class QueueDeliverer: Sendable {
     public func stop() {
         state.withLock { $0.stopped = true }
         wakeups.resumeAll()
+        countsWaiters.resumeAll()
     }
 
     /// Runs the loops until `stop()` or cancellation.
     public func run() async {
         await withDiscardingTaskGroup { group in
+            group.addTask { await self.refreshCounts() }
             while true {
                 let (newLanes, stopped) = state.withLock { state -> ([String], Bool) in
                     let new = state.lanes.keys.filter { !state.started.contains($0) }.sorted()
@@ -193,6 +241,7 @@ public final class QueueDeliverer: Sendable {
                 ])
             return
         }
+        countsChanged()
         var metadata: Logger.Metadata = [
             "upstream": .string(delivery.upstream), "delivery": .string(delivery.id.text),
             "attempts": .stringConvertible(delivery.attempts + 1),
@@ -215,6 +264,7 @@ public final class QueueDeliverer: Sendable {
     /// Counts and logs what a claim turned into dead letters without sending (expired, damaged).
     private func recordSetAside(_ batch: ClaimBatch, upstream: String) {
         for (ids, outcome) in [(batch.expired, "expired"), (batch.damaged, "damaged")] where !ids.isEmpty {
+            countsChanged()
             metrics.record(upstream: upstream, .dead, count: ids.count)
             for id in ids {
                 logger.warning(

@@ -21,6 +21,9 @@ public final class ProxyRuntime: Sendable {
     public let failures = FailureLog()
     /// Starts request and refresh traces; nil without `tracing` (docs/reference/operations.md#tracing).
     public let tracer: Tracer?
+    /// Stores and delivers requests to `delivery: queue` upstreams; nil without a spool or such an upstream
+    /// (docs/reference/behaviour.md#queued-delivery).
+    public let queue: QueueDeliverer?
     /// Backstop's own listener addresses, which tunnels never connect to (the transport keeps its own copy).
     private let ownEndpoints = NIOLockedValueBox(DestinationGuard())
     private let current: NIOLockedValueBox<ConfigSnapshot>
@@ -29,9 +32,10 @@ public final class ProxyRuntime: Sendable {
 
     public init(
         snapshot: ConfigSnapshot, transport: any TransferStarting, logger: Logger,
-        clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil
+        clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil, queue: QueueDeliverer? = nil
     ) {
         self.tracer = tracer
+        self.queue = queue
         self.current = NIOLockedValueBox(snapshot)
         self.transport = transport
         self.logger = logger
