@@ -19,10 +19,13 @@ struct QueueDelivererTests {
         "between rounds a lane claims only with a free slot and something due",
         arguments: [
             // (configured, in flight, next due, expected)
-            (true, 0, nil, DeliveryLaneStep.wait(until: nil)),
+            // Nothing due: look again after `recheck` (another process may have put dead letters back).
+            (true, 0, nil, DeliveryLaneStep.wait(until: 105)),
             (true, 0, 100.0, .claim),
             (true, 0, 99.5, .claim),
             (true, 0, 100.5, .wait(until: 100.5)),
+            (true, 0, 104.9, .wait(until: 104.9)),
+            (true, 0, 500.0, .wait(until: 105)),
             (true, 1, 100.0, .claim),
             (true, 2, 100.0, .wait(until: nil)),
             (true, 3, 100.0, .wait(until: nil)),
@@ -191,9 +194,14 @@ struct QueueDelivererTests {
     func acceptanceWakes() async throws {
         let fixture = try await Fixture(concurrency: 1)
         try await fixture.running {
-            // Nothing is queued: the lane waits without a deadline, so only the wake-up can bring the delivery.
+            // Nothing is queued: the lane waits for a wake-up or its 5-s recheck; only the wake-up can bring the
+            // delivery in well under that.
+            let clock = ContinuousClock()
+            let accepted = clock.now
             try await fixture.enqueue(9)
-            try await fixture.sender.wait("it was sent") { $0.sent == [9] && $0.inFlight == 0 }
+            try await fixture.sender.wait("it was sent") { $0.sent == [9] }
+            #expect(clock.now - accepted < .seconds(2))
+            try await fixture.sender.wait("it ended") { $0.inFlight == 0 }
         }
         #expect(fixture.delivered() == 1)
         await fixture.close()

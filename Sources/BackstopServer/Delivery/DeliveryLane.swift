@@ -53,13 +53,19 @@ enum DeliveryLaneStep: Equatable {
     /// Wait for a wake-up, or until this wall-clock time (seconds since the epoch) when given.
     case wait(until: Double?)
 
+    /// How long a lane with a free slot waits at most before it looks at the store again: `backstop deliveries
+    /// retry`, run by another process, puts dead letters back without waking the daemon.
+    static let recheck = 5.0
+
     /// `settings` nil: the upstream is no longer configured for queued delivery (its rows stay queued, untouched,
     /// until a reload configures it again or an operator drops them). `nextDue`: when the next queued delivery
-    /// not in flight is due, nil when there is none.
+    /// not in flight is due, nil when there is none. With every slot taken, only a finishing delivery (which wakes
+    /// the lane) can change anything.
     static func next(
         settings: DeliveryLaneSettings?, inFlight: Int, nextDue: Double?, now: Double
     ) -> DeliveryLaneStep {
-        guard let settings, inFlight < settings.concurrency, let nextDue else { return .wait(until: nil) }
-        return nextDue <= now ? .claim : .wait(until: nextDue)
+        guard let settings, inFlight < settings.concurrency else { return .wait(until: nil) }
+        if let nextDue, nextDue <= now { return .claim }
+        return .wait(until: min(nextDue ?? .infinity, now + recheck))
     }
 }
