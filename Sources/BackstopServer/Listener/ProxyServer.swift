@@ -545,7 +545,8 @@ extension ProxyServer {
                 let tls = TransportTLSOptions(oauth.tls)
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, store: stores.store(forPrefix: oauth.keychainPrefix),
-                    secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters, tracer: tracer)
+                    secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters,
+                    background: background, tracer: tracer)
                 background.spawn { await manager.run() }
                 auth = .oauth2(manager, oauth)
             }
