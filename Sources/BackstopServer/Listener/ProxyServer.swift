@@ -97,7 +97,7 @@ public final class ProxyServer: Sendable {
             snapshot: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
                 clients: Self.clientsInForce(config, keychain: keychain, logger: logger)),
-            transport: transport, logger: logger, tracer: tracer, queue: deliverer)
+            transport: transport, logger: logger, tracer: tracer, queue: deliverer, background: background)
         self.runtime = runtime
         deliveryRuntime.withLockedValue { $0 = runtime }
         self.channels = NIOLockedValueBox([])
