@@ -54,6 +54,9 @@ struct RunCommand: AsyncParsableCommand {
         for problem in pending {
             logger.error("config not served by this build; refusing to start", metadata: ["detail": .string(problem)])
         }
+        for warning in PendingFeatures.warnings(in: config) {
+            logger.warning("config not fully served by this build", metadata: ["detail": .string(warning)])
+        }
         if !pending.isEmpty { throw ExitCode(1) }
         let keychain = try KeychainStartup.prepare(config: config, logger: logger)
         do throws(ClientPolicyError) {

@@ -196,7 +196,8 @@ struct QueuedDeliveryTests {
     @Test("507 spool-full once the spool's budget is spent; nothing is kept of the refused request")
     func spoolFull() async throws {
         let switchable = try await SwitchableOrigin(down: true)
-        let setup = try Setup(origin: switchable.origin, maxBytes: "1MiB")
+        let setup = try Setup(
+            origin: switchable.origin, maxBytes: "1MiB", extra: "limits: {max_request_body: 512KiB}")
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
         try await daemon.waitUntilListening(port: setup.port)
         let body = String(repeating: "x", count: 300 * 1024)

@@ -255,7 +255,8 @@ public final class ProxyServer: Sendable {
             ByteToMessageHandler(
                 HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits(limits))))
         try sync.addHandler(
-            ProxyHandler(runtime: runtime, idleTimeout: limits.clientIdleTimeout, headTimer: headTimer))
+            ProxyHandler(
+                runtime: runtime, idleTimeout: limits.clientIdleTimeout, headTimer: headTimer, delivery: delivery))
     }
 
     /// Serves the proxy's end of one of the deliverer's socket pairs like an accepted client connection.
