@@ -19,7 +19,9 @@ struct HTTP1ConnectionMachine: Equatable {
         case done(reusable: Bool)
         /// In the pool, waiting for the next request.
         case idle
-        /// Closed, or to be closed.
+        /// Broken (the transfer was told why); closed when the transfer lets go.
+        case failed
+        /// Closed.
         case dead
     }
 
@@ -70,7 +72,7 @@ struct HTTP1ConnectionMachine: Equatable {
     var isExchanging: Bool {
         switch phase {
         case .writingHead, .writingBody, .awaitingHead, .readingBody: true
-        case .connecting, .done, .idle, .dead: false
+        case .connecting, .done, .idle, .failed, .dead: false
         }
     }
 
@@ -95,7 +97,7 @@ struct HTTP1ConnectionMachine: Equatable {
             phase = .writingHead
             return .writeRequest
         case (.connecting, .connectFailed(let failure)):
-            phase = .dead
+            phase = .failed
             return .complete(.failed(failure, resendable: false))
         case (.writingHead, .headWritten(let bodyFollows)):
             if bodyFollows {
@@ -129,7 +131,7 @@ struct HTTP1ConnectionMachine: Equatable {
             return .complete(.succeeded(headDelivered: true))
         case (.writingHead, .responseInvalid(let why)), (.writingBody, .responseInvalid(let why)),
             (.awaitingHead, .responseInvalid(let why)), (.readingBody, .responseInvalid(let why)):
-            phase = .dead
+            phase = .failed
             // Before the head reached the requester it is refused as a whole; after, the body broke off.
             let failure: TransportFailure = headArrived ? .reset(detail: why) : .badResponse(detail: why)
             return .complete(.failed(failure, resendable: false))
@@ -142,13 +144,13 @@ struct HTTP1ConnectionMachine: Equatable {
             (.awaitingHead, .sendFailed(let why)), (.readingBody, .sendFailed(let why)):
             return broke(why, sending: true)
         case (.writingHead, .requestBodyFailed), (.writingBody, .requestBodyFailed):
-            phase = .dead
+            phase = .failed
             return .complete(.failed(.requestBodyFailed, resendable: false))
         case (.done(let reusable), .detached):
             phase = reusable ? .idle : .dead
             return reusable ? .park : .close
         case (.connecting, .detached), (.writingHead, .detached), (.writingBody, .detached),
-            (.awaitingHead, .detached), (.readingBody, .detached), (.dead, .detached):
+            (.awaitingHead, .detached), (.readingBody, .detached), (.failed, .detached):
             // Mid-exchange (cancelled, timed out) or broken: nothing else can use it.
             phase = .dead
             return .close
@@ -165,7 +167,7 @@ struct HTTP1ConnectionMachine: Equatable {
     /// The connection broke while the request was in flight: the keep-alive race when it was reused and nothing
     /// of a response came back (`StaleConnection`), else the upstream's answer.
     private mutating func broke(_ why: String, sending: Bool) -> Action {
-        phase = .dead
+        phase = .failed
         let resendable =
             mayResend
             && StaleConnection.shouldResend(
