@@ -2,7 +2,7 @@ import Testing
 
 @testable import BackstopTransport
 
-private typealias Machine = HTTP1ConnectionMachine
+typealias H1Machine = HTTP1ConnectionMachine
 private let refused = TransportFailure.connectFailure(detail: "refused")
 
 /// `HTTP1ConnectionMachine`: each transition compared as whole actions, then every short sequence of events
@@ -11,9 +11,9 @@ private let refused = TransportFailure.connectFailure(detail: "refused")
 struct HTTP1ConnectionMachineTests {
     /// A machine driven through `events` from a new connection, every action checked.
     private static func driven(
-        mayResend: Bool = true, _ steps: [(Machine.Event, Machine.Action)], reuse: Bool = false
-    ) -> Machine {
-        var machine = Machine(mayResend: mayResend)
+        mayResend: Bool = true, _ steps: [(H1Machine.Event, H1Machine.Action)], reuse: Bool = false
+    ) -> H1Machine {
+        var machine = H1Machine(mayResend: mayResend)
         for (event, expected) in steps {
             #expect(machine.handle(event) == expected, "\(event)")
         }
@@ -21,7 +21,7 @@ struct HTTP1ConnectionMachineTests {
     }
 
     /// A connection that served one request and is idle again.
-    private static func idle() -> Machine {
+    private static func idle() -> H1Machine {
         driven([
             (.connected, .writeRequest), (.headWritten(bodyFollows: false), .none), (.responseBytes, .none),
             (.headArrived, .none), (.responseEnded(reusable: true), .complete(.succeeded(headDelivered: true))),
@@ -30,7 +30,7 @@ struct HTTP1ConnectionMachineTests {
     }
 
     @Test func aRequestWithoutBodyGoesThroughEveryPhaseAndParks() {
-        var machine = Machine(mayResend: true)
+        var machine = H1Machine(mayResend: true)
         #expect(machine.phase == .connecting)
         #expect(machine.handle(.connected) == .writeRequest)
         #expect(machine.phase == .writingHead)
@@ -76,7 +76,7 @@ struct HTTP1ConnectionMachineTests {
     }
 
     @Test func connectFailuresCompleteTheTransferUnresendable() {
-        var machine = Machine(mayResend: true)
+        var machine = H1Machine(mayResend: true)
         #expect(machine.handle(.connectFailed(refused)) == .complete(.failed(refused, resendable: false)))
         #expect(machine.phase == .failed)
         #expect(machine.handle(.detached) == .close)
@@ -85,7 +85,7 @@ struct HTTP1ConnectionMachineTests {
     /// The keep-alive race: only a reused connection that broke before any response byte is resent, and only
     /// a request that may be repeated.
     @Test(arguments: [
-        (Machine.Event.responseTruncated("eof"), true, true, false, true),
+        (H1Machine.Event.responseTruncated("eof"), true, true, false, true),
         (.receiveFailed("reset"), true, true, false, true),
         (.sendFailed("pipe"), true, true, false, true),
         (.responseTruncated("eof"), false, true, false, false),
@@ -94,7 +94,7 @@ struct HTTP1ConnectionMachineTests {
         (.sendFailed("pipe"), true, true, true, false),
     ])
     func brokenConnectionsAreResentOnlyInTheKeepAliveRace(
-        event: Machine.Event, reused: Bool, mayResend: Bool, sawBytes: Bool, resendable: Bool
+        event: H1Machine.Event, reused: Bool, mayResend: Bool, sawBytes: Bool, resendable: Bool
     ) {
         var machine = reused ? Self.idle() : Self.driven(mayResend: mayResend, [(.connected, .writeRequest)])
         if reused { #expect(machine.reuse(mayResend: mayResend) == .writeRequest) }
@@ -130,7 +130,7 @@ struct HTTP1ConnectionMachineTests {
 
     @Test func aTransferLettingGoMidExchangeClosesTheConnection() {
         for setup in [
-            [(Machine.Event.connected, Machine.Action.writeRequest)], [],
+            [(H1Machine.Event.connected, H1Machine.Action.writeRequest)], [],
             [(.connected, .writeRequest), (.headWritten(bodyFollows: false), .none), (.headArrived, .none)],
         ] {
             var machine = Self.driven(setup)
@@ -146,7 +146,7 @@ struct HTTP1ConnectionMachineTests {
         #expect(machine.handle(.readableWhileIdle) == .none)
     }
 
-    static let events: [Machine.Event] = [
+    static let events: [H1Machine.Event] = [
         .connected, .connectFailed(refused), .headWritten(bodyFollows: true), .headWritten(bodyFollows: false),
         .bodyWritten, .responseBytes, .headArrived, .responseEnded(reusable: true), .responseEnded(reusable: false),
         .responseInvalid("x"), .responseTruncated("x"), .sendFailed("x"), .receiveFailed("x"), .requestBodyFailed,
@@ -157,17 +157,17 @@ struct HTTP1ConnectionMachineTests {
     /// at most; a connection is parked only after a successful, reusable response and its transfer letting go;
     /// nothing happens to a closed connection; a resend is offered only on a reused connection.
     @Test func everyShortSequenceKeepsTheInvariants() {
-        var sequences: [[Machine.Event]] = [[]]
+        var sequences: [[H1Machine.Event]] = [[]]
         for _ in 0..<4 {
             sequences = sequences.flatMap { prefix in Self.events.map { prefix + [$0] } }
             for start in [false, true] {
                 for sequence in sequences {
-                    var machine: Machine
+                    var machine: H1Machine
                     if start {
                         machine = Self.idle()
                         _ = machine.reuse(mayResend: true)
                     } else {
-                        machine = Machine(mayResend: true)
+                        machine = H1Machine(mayResend: true)
                     }
                     var completed: TransferCompletion?
                     var closed = false
