@@ -10,7 +10,9 @@ struct HTTP1PoolKey: Hashable {
     var passthrough: Bool
 
     static func == (a: HTTP1PoolKey, b: HTTP1PoolKey) -> Bool {
-        a.passthrough == b.passthrough && a.origin.utf8.elementsEqual(b.origin.utf8) && a.tls == b.tls
+        // Substring's `==` compares contiguous ASCII with memcmp; `utf8.elementsEqual` went byte by byte (~5k
+        // instructions per request).
+        a.passthrough == b.passthrough && a.origin == b.origin && a.tls == b.tls
     }
 
     func hash(into hasher: inout Hasher) {

@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Reads one HTTP/1.x response from the raw bytes of an upstream connection (docs/reference/behaviour.md#forwarding):
 /// the head through `UpstreamHeadParser` (the one parser of response heads: interim `1xx` heads are skipped there,
 /// the fields rewritten for the client, the framing judged), then the body as its head frames it — `chunked`
@@ -133,14 +141,15 @@ public struct HTTP1ResponseReader: Sendable {
     private mutating func readHead(_ input: UnsafeRawBufferPointer, at offset: inout Int) -> Event {
         while offset < input.count {
             let rest = UnsafeRawBufferPointer(rebasing: input[offset...])
-            guard let newline = rest.firstIndex(of: 0x0A) else {
+            // memchr: the head is searched for line ends on every response.
+            guard let base = rest.baseAddress, let found = memchr(base, 0x0A, rest.count) else {
                 headBytes += rest.count
                 guard headBytes <= Self.maxHeadBytes else { return fail("response head larger than 100 KiB") }
                 partialLine.append(contentsOf: rest)
                 offset = input.count
                 return .needMore
             }
-            let lineEnd = newline + 1
+            let lineEnd = UnsafeRawPointer(found) - base + 1
             headBytes += lineEnd
             guard headBytes <= Self.maxHeadBytes else { return fail("response head larger than 100 KiB") }
             offset += lineEnd
