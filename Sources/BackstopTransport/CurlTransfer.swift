@@ -36,8 +36,9 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Events not yet handed to the requester; non-empty exactly while the transfer is on the transport's list of
     /// transfers to flush at the end of the loop turn.
     var pending: [TransportEvent] = []
-    var headParser = UpstreamHeadParser()
-    var headDelivered: Bool { headParser.finished }
+    /// Made on the first header line: a transfer on the raw HTTP/1.1 path never needs one.
+    var headParser: UpstreamHeadParser?
+    var headDelivered: Bool { headParser?.finished ?? false }
     /// Why the transfer was stopped from one of its own callbacks (a refused head or destination), reported in
     /// place of the error curl returns for the abort.
     var refusal: TransportFailure?
@@ -125,7 +126,8 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Returns false to abort the transfer: a head whose framing cannot be trusted is never delivered.
     func onHeaderLine(_ line: UnsafeRawBufferPointer) -> Bool {
         assertOnTransportThread()
-        guard let head = headParser.consume(line) else { return true }
+        if headParser == nil { headParser = UpstreamHeadParser() }
+        guard let head = headParser!.consume(line) else { return true }
         if let problem = head.framingProblem {
             refusal = .badResponse(detail: "untrustworthy response framing: \(problem)")
             return false

@@ -14,16 +14,16 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
 
     /// The newest idle connection for `key` at `now` (nil: none), and those too old to be used (to be closed).
     mutating func take(_ key: Key, now: Int64) -> (connection: Connection?, expired: [Connection]) {
-        guard var list = idle[key], let newest = list.popLast() else { return (nil, []) }
+        // In place: a copy of the list taken out and written back would copy the array on every request. An
+        // emptied list stays, so the next `put` for the endpoint allocates nothing.
+        guard let newest = idle[key]?.popLast() else { return (nil, []) }
         count -= 1
         guard now - newest.since < maxAgeMS else {
             // Older ones were parked earlier still: all of them are too old.
-            let expired = [newest.connection] + list.map(\.connection)
-            count -= list.count
-            idle[key] = nil
-            return (nil, expired)
+            let older = idle.removeValue(forKey: key) ?? []
+            count -= older.count
+            return (nil, [newest.connection] + older.map(\.connection))
         }
-        idle[key] = list.isEmpty ? nil : list
         return (newest.connection, [])
     }
 
@@ -37,12 +37,9 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
 
     /// Takes `connection` out (it went bad while idle); false when it was not in the pool.
     mutating func remove(_ connection: Connection, _ key: Key) -> Bool {
-        guard var list = idle[key], let index = list.firstIndex(where: { $0.connection === connection }) else {
-            return false
-        }
-        list.remove(at: index)
+        guard let index = idle[key]?.firstIndex(where: { $0.connection === connection }) else { return false }
+        idle[key]?.remove(at: index)
         count -= 1
-        idle[key] = list.isEmpty ? nil : list
         return true
     }
 
