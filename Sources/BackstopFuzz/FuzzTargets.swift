@@ -384,7 +384,8 @@ extension FuzzTarget {
                     precondition(h.framingProblem == nil, "a distrusted head was delivered")
                     steps.append("head \(h.status) \(h.fields)")
                 case .body(let range):
-                    precondition(range.lowerBound >= 0 && range.upperBound <= chunk.count, "body range outside the read")
+                    precondition(
+                        range.lowerBound >= 0 && range.upperBound <= chunk.count, "body range outside the read")
                     body += chunk[range]
                 case .end(let reusable):
                     steps.append("body \(body) end \(reusable && offset == chunk.count && end == input.count)")

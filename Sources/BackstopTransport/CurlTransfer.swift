@@ -153,7 +153,8 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         guard unconsumedBytes.load(ordering: .acquiring) >= Self.highWater else { return false }
         receivePaused.store(true, ordering: .sequentiallyConsistent)
         // The client may have caught up in between; if it took the flag back, keep going ourselves.
-        return !(unconsumedBytes.load(ordering: .sequentiallyConsistent) < Self.lowWater
+        return
+            !(unconsumedBytes.load(ordering: .sequentiallyConsistent) < Self.lowWater
             && receivePaused.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent)
                 .exchanged)
     }

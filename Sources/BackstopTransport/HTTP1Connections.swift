@@ -59,8 +59,9 @@ final class HTTP1Connection {
         case stream(RequestBodyStream, chunked: Bool)
     }
 
-    init(key: HTTP1PoolKey, secure: Bool, transport: CurlMultiTransport, mayResend: Bool, allocator: ByteBufferAllocator)
-    {
+    init(
+        key: HTTP1PoolKey, secure: Bool, transport: CurlMultiTransport, mayResend: Bool, allocator: ByteBufferAllocator
+    ) {
         self.key = key
         self.secure = secure
         self.transport = transport
@@ -230,7 +231,8 @@ final class HTTP1Connections {
         guard code == CURLE_OK, connection.refusal == nil else {
             let failure =
                 connection.refusal
-                ?? FailureClassification.failure(CurlFailureFacts(code, easy: easy, lastAddress: connection.lastAddress))
+                ?? FailureClassification.failure(
+                    CurlFailureFacts(code, easy: easy, lastAddress: connection.lastAddress))
             perform(connection.machine.handle(.connectFailed(failure)), on: connection)
             return true
         }

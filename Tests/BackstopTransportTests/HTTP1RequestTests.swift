@@ -64,16 +64,19 @@ struct HTTP1RequestTests {
         #expect(Self.head(buffered) == "PUT / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n")
         let declared = RequestBodyStream(expectedLength: 7) {}
         #expect(
-            HTTP1RequestHead.framing(of: TransportRequest(url: "http://h/", method: "POST", headers: [], body: .streaming(declared)))
+            HTTP1RequestHead.framing(
+                of: TransportRequest(url: "http://h/", method: "POST", headers: [], body: .streaming(declared)))
                 == .length(7))
         let undeclared = RequestBodyStream(expectedLength: nil) {}
         let chunked = TransportRequest(
             url: "http://h/", method: "POST", headers: [(name: "Transfer-Encoding", value: "gzip")],
             body: .streaming(undeclared))
         #expect(Self.head(chunked) == "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n")
-        #expect(HTTP1RequestHead.framing(of: TransportRequest(url: "http://h/", method: "DELETE", headers: [])) == .none)
         #expect(
-            HTTP1RequestHead.framing(of: TransportRequest(url: "http://h/", method: "HEAD", headers: [], body: .buffered(body)))
+            HTTP1RequestHead.framing(of: TransportRequest(url: "http://h/", method: "DELETE", headers: [])) == .none)
+        #expect(
+            HTTP1RequestHead.framing(
+                of: TransportRequest(url: "http://h/", method: "HEAD", headers: [], body: .buffered(body)))
                 == .none)
     }
 

@@ -33,7 +33,9 @@ struct RawHTTP1TransportTests {
         }
     }
 
-    private static func get(_ origin: TestOrigin, _ target: String, method: String = "GET", body: String? = nil)
+    private static func get(
+        _ origin: TestOrigin, _ target: String, method: String = "GET", body: String? = nil
+    )
         -> TransportRequest
     {
         TransportRequest(

@@ -213,7 +213,9 @@ public struct HTTP1ResponseReader: Sendable {
         switch colon {
         case 10 where HeaderName.equals(name, "connection"):
             var value = UnsafeRawBufferPointer(rebasing: line[(colon + 1)...])
-            while let last = value.last, last == 0x0A || last == 0x0D { value = UnsafeRawBufferPointer(rebasing: value.dropLast()) }
+            while let last = value.last, last == 0x0A || last == 0x0D {
+                value = UnsafeRawBufferPointer(rebasing: value.dropLast())
+            }
             Self.forEachToken(value) { token in
                 if HeaderName.equals(token, "close") { connectionClose = true }
                 if HeaderName.equals(token, "keep-alive") { connectionKeepAlive = true }
@@ -319,7 +321,8 @@ public struct HTTP1ResponseReader: Sendable {
 
     /// `HTTP/1.x NNN` followed by a space or the line's end.
     static func isStatusLine(_ line: UnsafeRawBufferPointer) -> Bool {
-        guard line.count >= 12, line.starts(with: "HTTP/1.".utf8), line[7] == UInt8(ascii: "0") || line[7] == UInt8(ascii: "1"),
+        guard line.count >= 12, line.starts(with: "HTTP/1.".utf8),
+            line[7] == UInt8(ascii: "0") || line[7] == UInt8(ascii: "1"),
             line[8] == 0x20
         else { return false }
         for i in 9..<12 where !(line[i] >= 0x30 && line[i] <= 0x39) { return false }

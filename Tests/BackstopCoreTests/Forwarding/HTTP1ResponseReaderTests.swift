@@ -122,7 +122,9 @@ struct HTTP1ResponseReaderTests {
         #expect(Self.transcript(head + "\r\n") == [.head(200, []), .invalid("malformed chunk size")])
         #expect(Self.transcript(head + "-1\r\n") == [.head(200, []), .invalid("malformed chunk size")])
         #expect(
-            Self.transcript(head + "2\r\nhiX") == [.head(200, []), .body("hi"), .invalid("chunk data not followed by CRLF")])
+            Self.transcript(head + "2\r\nhiX") == [
+                .head(200, []), .body("hi"), .invalid("chunk data not followed by CRLF"),
+            ])
         #expect(
             Self.transcript(head + String(repeating: "f", count: 16) + "\r\n")
                 == [.head(200, []), .invalid("chunk size too large")])
@@ -195,10 +197,16 @@ struct HTTP1ResponseReaderTests {
                 == [.truncated("upstream closed the connection in the response head")])
         #expect(
             Self.transcript("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort", close: true)
-                == [.head(200, []), .body("short"), .truncated("upstream closed the connection before the response body ended")])
+                == [
+                    .head(200, []), .body("short"),
+                    .truncated("upstream closed the connection before the response body ended"),
+                ])
         #expect(
             Self.transcript("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", close: true)
-                == [.head(200, []), .body("hel"), .truncated("upstream closed the connection before the response body ended")])
+                == [
+                    .head(200, []), .body("hel"),
+                    .truncated("upstream closed the connection before the response body ended"),
+                ])
     }
 
     @Test func fieldsAreRewrittenAsForTheCurlPath() {
