@@ -216,7 +216,7 @@ public struct HTTP1ResponseReader: Sendable {
             while let last = value.last, last == 0x0A || last == 0x0D {
                 value = UnsafeRawBufferPointer(rebasing: value.dropLast())
             }
-            Self.forEachToken(value) { token in
+            FramingTally.forEachElement(of: value) { token in
                 if HeaderName.equals(token, "close") { connectionClose = true }
                 if HeaderName.equals(token, "keep-alive") { connectionKeepAlive = true }
             }
@@ -339,18 +339,6 @@ public struct HTTP1ResponseReader: Sendable {
         case 0x41...0x46: Int(byte - 0x41 + 10)
         case 0x61...0x66: Int(byte - 0x61 + 10)
         default: nil
-        }
-    }
-
-    /// Each comma-separated token of a field value, trimmed of spaces and tabs.
-    static func forEachToken(_ value: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) {
-        var start = 0
-        while start <= value.count {
-            var end = start
-            while end < value.count, value[end] != UInt8(ascii: ",") { end += 1 }
-            let (from, to) = UpstreamHeadParser.trimmed(value, start, end)
-            body(UnsafeRawBufferPointer(rebasing: value[from..<to]))
-            start = end + 1
         }
     }
 }
