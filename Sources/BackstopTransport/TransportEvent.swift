@@ -55,7 +55,7 @@ public enum TransportFailure: Error, Sendable, Equatable {
 }
 
 /// Events of one transfer, delivered in order on the requester's event loop.
-public enum TransportEvent: Sendable {
+public enum TransportEvent: Sendable, Equatable {
     /// The final head (never a 1xx interim one), rewritten for the client.
     case head(UpstreamResponseHead)
     case body(ByteBuffer)

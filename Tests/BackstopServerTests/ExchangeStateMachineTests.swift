@@ -5,12 +5,15 @@ import Testing
 
 @testable import BackstopServer
 
-/// Every transition of `ExchangeStateMachine`, driven by hand: no sockets, no transport, no sleeps. Time is a
-/// `Duration` the test moves; randomness is `ScriptedRandom`.
+/// Every transition of `ExchangeStateMachine`, as a table: each row drives a fresh machine through events and
+/// compares every returned action whole (as async-http-client's `HTTPRequestStateMachineTests` do). No sockets, no
+/// transport, no sleeps: time is a `Duration` the row moves; randomness is `ScriptedRandom`.
 @Suite("Exchange state machine")
 struct ExchangeStateMachineTests {
     typealias Machine = ExchangeStateMachine
+    typealias Action = Machine.Action
     static let t0 = Duration.seconds(100)
+    static func at(_ milliseconds: Int) -> Duration { t0 + .milliseconds(milliseconds) }
 
     /// GET without a body to an upstream retrying 503/reset/timeout/connect failures, backoff constant 100 ms
     /// without jitter, so every wait is exact.
@@ -18,449 +21,562 @@ struct ExchangeStateMachineTests {
         method: String = "GET", hasBody: Bool = false, declaredLength: Int? = nil, retryBuffer: Int = 1024,
         maxRequestBody: Int = 1 << 20,
         timeouts: Timeouts = Timeouts(
-            connect: .seconds(1), perTry: .seconds(2),
-            total: .seconds(10), idle: .seconds(5)),
+            connect: .seconds(1), perTry: .seconds(2), total: .seconds(10), idle: .seconds(5)),
         credential: Machine.CredentialKind = .none, attempts: Int = 3, retryable: Bool = true,
-        budget: BudgetConfig = BudgetConfig(ratio: 1, minPerSecond: 100), idempotencyKey: Bool = false,
         bodyMustBeKept: Bool = false
     ) -> Machine.Configuration {
         let retry = RetryConfig(
             attempts: attempts,
-            backoff: BackoffConfig(
-                strategy: .constant, base: .milliseconds(100), max: .seconds(1),
-                jitter: .none))
+            backoff: BackoffConfig(strategy: .constant, base: .milliseconds(100), max: .seconds(1), jitter: .none))
         return Machine.Configuration(
             method: method, hasBody: hasBody, declaredLength: declaredLength, retryBuffer: retryBuffer,
-            maxRequestBody: maxRequestBody, timeouts: timeouts, hasIdempotencyKey: idempotencyKey,
-            credential: credential,
-            retry: retryable ? RetryPolicy(config: retry, timeouts: timeouts) : nil,
-            budget: retryable ? SharedRetryBudget(budget) : nil, bodyMustBeKept: bodyMustBeKept)
+            maxRequestBody: maxRequestBody, timeouts: timeouts, hasIdempotencyKey: false, credential: credential,
+            retry: retryable ? RetryPolicy(config: retry, timeouts: timeouts) : nil, bodyMustBeKept: bodyMustBeKept)
     }
 
-    static func head(_ status: Int, contentLength: Int? = 2, retryAfter: String? = nil) -> UpstreamResponseHead {
-        UpstreamResponseHead(status: status, contentLength: contentLength, retryAfter: retryAfter)
+    static func head(_ status: Int, contentLength: Int? = 2) -> UpstreamResponseHead {
+        UpstreamResponseHead(status: status, contentLength: contentLength)
     }
-
-    var random = ScriptedRandom(ScriptedRandom.half)
-
-    // MARK: the happy path
-
-    @Test func withoutABodyTheAttemptStartsAtOnceAndTheResponseIsRelayed() {
-        var m = Machine(configuration: Self.configuration(), now: Self.t0)
-        var random = self.random
-        guard case .startAttempt(1, .none, mayResend: true) = m.start(now: Self.t0) else { Issue.record(); return }
-        #expect(m.nextDeadline == Self.t0 + .seconds(2))
-        guard
-            case .deliverHead(error: nil) = m.responseHead(
-                Self.head(200), generation: 1, now: Self.t0 + .milliseconds(5), wall: 0, random: &random)
-        else { Issue.record(); return }
-        #expect(m.finalStatus == 200)
-        #expect(m.nextDeadline == Self.t0 + .milliseconds(5) + .seconds(5), "the idle deadline while relaying")
-        guard
-            case .relayBody(let body) = m.responseBody(
-                ByteBuffer(string: "ok"), generation: 1,
-                now: Self.t0 + .milliseconds(6))
-        else { Issue.record(); return }
-        #expect(body.readableBytes == 2)
-        guard case .completeResponse(requestComplete: true) = m.responseEnded(generation: 1) else {
-            Issue.record(); return
-        }
-        #expect(m.isDone)
-        #expect(m.attempts == 1)
-        #expect(m.finalStatus == 200)
-        #expect(m.nextDeadline == nil)
-    }
-
-    @Test func eventsOfAnotherGenerationAreIgnored() {
-        var m = Machine(configuration: Self.configuration(), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        guard case .none = m.responseHead(Self.head(200), generation: 7, now: Self.t0, wall: 0, random: &random) else {
-            Issue.record(); return
-        }
-        guard case .none = m.responseBody(ByteBuffer(), generation: 7, now: Self.t0) else { Issue.record(); return }
-        guard case .none = m.responseEnded(generation: 7) else { Issue.record(); return }
-        guard case .attempting = m.state else { Issue.record(); return }
-    }
-
-    // MARK: retries
-
-    @Test func a503IsRetriedAfterTheBackoffAndTheSmallBodyIsLeftToFinish() {
-        var m = Machine(configuration: Self.configuration(), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        let at = Self.t0 + .milliseconds(10)
-        guard
-            case .retry(let delay, .status(503), .abandon(within: .seconds(5))) = m.responseHead(
-                Self.head(503), generation: 1, now: at, wall: 0, random: &random)
-        else { Issue.record(); return }
-        #expect(delay == .milliseconds(100))
-        #expect(m.nextDeadline == at + .milliseconds(100))
-        guard case .none = m.timerFired(now: at + .milliseconds(99), wall: 0, random: &random) else {
-            Issue.record(); return
-        }
-        guard case .startAttempt(2, .none, _) = m.timerFired(now: at + .milliseconds(100), wall: 0, random: &random)
-        else { Issue.record(); return }
-        guard
-            case .deliverHead = m.responseHead(
-                Self.head(200), generation: 2, now: at + .milliseconds(120), wall: 0,
-                random: &random)
-        else { Issue.record(); return }
-        #expect(m.attempts == 2)
-        #expect(m.retryReasons == [.status(503)])
-    }
-
-    @Test func aLargeOrUnframedRetriedResponseIsCancelled() {
-        for head in [Self.head(503, contentLength: 1 << 20), Self.head(503, contentLength: nil)] {
-            var m = Machine(configuration: Self.configuration(), now: Self.t0)
-            var random = self.random
-            _ = m.start(now: Self.t0)
-            guard
-                case .retry(_, _, .cancel) = m.responseHead(head, generation: 1, now: Self.t0, wall: 0, random: &random)
-            else { Issue.record("\(head)"); return }
-        }
-    }
-
-    @Test func theLastAttemptsResponseIsDeliveredAsItIs() {
-        var m = Machine(configuration: Self.configuration(attempts: 2), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        _ = m.responseHead(Self.head(503), generation: 1, now: Self.t0, wall: 0, random: &random)
-        _ = m.timerFired(now: Self.t0 + .seconds(1), wall: 0, random: &random)
-        guard
-            case .deliverHead(error: nil) = m.responseHead(
-                Self.head(503), generation: 2, now: Self.t0 + .seconds(1), wall: 0, random: &random)
-        else { Issue.record(); return }
-        #expect(m.finalStatus == 503)
-        #expect(m.lastGiveUp == .attemptsExhausted)
-    }
-
-    @Test func aResetAfterAReplayableBodyIsRetried_aStreamedOneIsNot() {
-        // Buffered (replayable) body: the reset is retried.
-        var buffered = Machine(
-            configuration: Self.configuration(method: "PUT", hasBody: true, declaredLength: 10),
-            now: Self.t0)
-        var random = self.random
-        guard case .none = buffered.start(now: Self.t0) else { Issue.record(); return }
-        guard case .storeBody = buffered.bodyReceived(count: 10, now: Self.t0) else { Issue.record(); return }
-        guard case .startAttempt(1, _, _) = buffered.bodyEnded(now: Self.t0) else { Issue.record(); return }
-        guard
-            case .retry(_, .reset, .none) = buffered.transportFailed(
-                .reset(detail: "x"), generation: 1, now: Self.t0, wall: 0, random: &random)
-        else { Issue.record(); return }
-
-        // Streamed body (declared larger than retry_buffer), reset mid-upload: not replayable.
-        var streamed = Machine(
-            configuration: Self.configuration(
-                method: "PUT", hasBody: true, declaredLength: 4096, retryBuffer: 1024), now: Self.t0)
-        guard case .beginStreaming = streamed.start(now: Self.t0) else { Issue.record(); return }
-        guard case .startAttempt(1, _, _) = streamed.streamingBegan(now: Self.t0) else { Issue.record(); return }
-        guard case .storeBody = streamed.bodyReceived(count: 2048, now: Self.t0) else { Issue.record(); return }
-        guard
-            case .failLocally(.upstreamUnreachable, requestComplete: false) = streamed.transportFailed(
-                .reset(detail: "x"), generation: 1, now: Self.t0, wall: 0, random: &random)
-        else { Issue.record(); return }
-        #expect(streamed.lastGiveUp == .bodyNotReplayable)
-    }
-
-    @Test func aConnectFailureIsRetriedForAnyMethod_aResetOfAPostIsNot() {
-        var random = self.random
-        var connect = Machine(configuration: Self.configuration(method: "POST"), now: Self.t0)
-        guard case .startAttempt(1, _, mayResend: false) = connect.start(now: Self.t0) else { Issue.record(); return }
-        guard
-            case .retry(_, .connectFailure, .none) = connect.transportFailed(
-                .connectFailure(detail: "x"), generation: 1, now: Self.t0, wall: 0, random: &random)
-        else { Issue.record(); return }
-        var reset = Machine(configuration: Self.configuration(method: "POST"), now: Self.t0)
-        _ = reset.start(now: Self.t0)
-        guard
-            case .failLocally(.upstreamUnreachable, _) = reset.transportFailed(
-                .reset(detail: "x"), generation: 1, now: Self.t0, wall: 0, random: &random)
-        else { Issue.record(); return }
-        #expect(reset.lastGiveUp == .methodNotRetryable)
-        var keyed = Machine(configuration: Self.configuration(method: "POST", idempotencyKey: true), now: Self.t0)
-        guard case .startAttempt(_, _, mayResend: true) = keyed.start(now: Self.t0) else { Issue.record(); return }
-    }
-
-    @Test func failuresMapToTheirLocalErrors() {
-        let cases: [(TransportFailure, ProxyErrorReason)] = [
-            (.badResponse(detail: "x"), .badUpstreamResponse), (.loopDetected(detail: "x"), .loopDetected),
-            (.destinationDenied(detail: "x"), .destinationDenied), (.requestBodyFailed, .badRequest),
-            (.timeout(detail: "x"), .upstreamTimeout), (.connectFailure(detail: "x"), .upstreamUnreachable),
-            (.tlsVerificationFailed(detail: "x"), .upstreamUnreachable),
-        ]
-        for (failure, reason) in cases {
-            var m = Machine(configuration: Self.configuration(attempts: 1), now: Self.t0)
-            var random = self.random
-            _ = m.start(now: Self.t0)
-            guard
-                case .failLocally(let got, _) = m.transportFailed(
-                    failure, generation: 1, now: Self.t0, wall: 0,
-                    random: &random)
-            else { Issue.record("\(failure)"); return }
-            #expect(got == reason, "\(failure)")
-            #expect(m.finalStatus == reason.status)
-        }
-    }
-
-    @Test func theBudgetRefusingIsRemembered() {
-        var m = Machine(
-            configuration: Self.configuration(budget: BudgetConfig(ratio: 0, minPerSecond: 0)), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        guard case .deliverHead = m.responseHead(Self.head(503), generation: 1, now: Self.t0, wall: 0, random: &random)
-        else { Issue.record(); return }
-        #expect(m.lastGiveUp == .budgetExhausted)
-    }
-
-    @Test func retryAfterLongerThanItsMaxEndsTheRetries() {
-        var m = Machine(configuration: Self.configuration(), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        guard
-            case .deliverHead = m.responseHead(
-                Self.head(503, retryAfter: "120"), generation: 1, now: Self.t0,
-                wall: 1_800_000_000, random: &random)
-        else { Issue.record(); return }
-        #expect(m.lastGiveUp == .retryAfterTooLong)
-    }
-
-    // MARK: deadlines
-
-    @Test func perTryThenTotal() {
-        // per_try 2 s, total 5 s: attempts at 0 and 2.1 s end on per_try; the third has only what is left of total.
-        let timeouts = Timeouts(connect: .seconds(1), perTry: .seconds(2), total: .seconds(5), idle: .seconds(5))
-        var m = Machine(configuration: Self.configuration(timeouts: timeouts), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        guard case .retry(_, .timeout, .cancel) = m.timerFired(now: Self.t0 + .seconds(2), wall: 0, random: &random)
-        else { Issue.record(); return }
-        guard case .startAttempt(2, _, _) = m.timerFired(now: Self.t0 + .milliseconds(2100), wall: 0, random: &random)
-        else { Issue.record(); return }
-        #expect(m.nextDeadline == Self.t0 + .milliseconds(4100))
-        guard
-            case .retry(_, .timeout, .cancel) = m.timerFired(
-                now: Self.t0 + .milliseconds(4100), wall: 0,
-                random: &random)
-        else { Issue.record(); return }
-        guard case .startAttempt(3, _, _) = m.timerFired(now: Self.t0 + .milliseconds(4200), wall: 0, random: &random)
-        else { Issue.record(); return }
-        guard case .attempting(let attempt) = m.state else { Issue.record(); return }
-        #expect(attempt.deadlineIsTotal)
-        #expect(attempt.deadline == Self.t0 + .seconds(5))
-        guard
-            case .failLocally(.upstreamTimeout, _) = m.timerFired(now: Self.t0 + .seconds(5), wall: 0, random: &random)
-        else { Issue.record(); return }
-    }
-
-    @Test func aStalledResponseBodyIsAbortedAfterIdle_clientProgressCounts() {
-        var m = Machine(configuration: Self.configuration(), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        _ = m.responseHead(Self.head(200, contentLength: 10), generation: 1, now: Self.t0, wall: 0, random: &random)
-        // The client drains slowly: its progress moves the idle deadline.
-        m.clientWritable(now: Self.t0 + .seconds(4))
-        guard case .none = m.timerFired(now: Self.t0 + .seconds(5), wall: 0, random: &random) else {
-            Issue.record(); return
-        }
-        #expect(m.nextDeadline == Self.t0 + .seconds(9))
-        guard
-            case .abortResponse(note: "response-body-idle") = m.timerFired(
-                now: Self.t0 + .seconds(9), wall: 0,
-                random: &random)
-        else { Issue.record(); return }
-    }
-
-    // MARK: the request body
-
-    @Test func aBodyPastTheRetryBufferIsStreamedAndItsAttemptStartsAtOnce() {
-        var m = Machine(configuration: Self.configuration(method: "PUT", hasBody: true, retryBuffer: 100), now: Self.t0)
-        guard case .none = m.start(now: Self.t0) else { Issue.record(); return }
-        guard case .storeBody = m.bodyReceived(count: 60, now: Self.t0) else { Issue.record(); return }
-        guard case .storeBodyAndBeginStreaming = m.bodyReceived(count: 60, now: Self.t0) else { Issue.record(); return }
-        #expect(!m.bodyReplayable)
-        guard case .startAttempt(1, _, _) = m.streamingBegan(now: Self.t0) else { Issue.record(); return }
-        guard case .storeBody = m.bodyReceived(count: 60, now: Self.t0) else { Issue.record(); return }
-        guard case .finishBodyStream = m.bodyEnded(now: Self.t0) else { Issue.record(); return }
-        #expect(m.requestComplete)
-    }
-
-    @Test func aBodyOverTheLimitFailsWith413() {
-        var m = Machine(
-            configuration: Self.configuration(method: "PUT", hasBody: true, maxRequestBody: 100), now: Self.t0)
-        _ = m.start(now: Self.t0)
-        guard case .failLocally(.bodyTooLarge, requestComplete: false) = m.bodyReceived(count: 101, now: Self.t0)
-        else { Issue.record(); return }
-        guard case .none = m.bodyReceived(count: 1, now: Self.t0) else { Issue.record(); return }
-    }
-
-    /// `aws_sigv4` with `payload: signed`: the body's hash is signed, so a body that cannot be kept whole is refused
-    /// with 413 before any attempt, whichever way it turns out too large.
-    @Test func aBodyThatMustBeKeptIsRefused413InsteadOfStreamed() {
-        func machine(declaredLength: Int?) -> Machine {
-            Machine(
-                configuration: Self.configuration(
-                    method: "PUT", hasBody: true, declaredLength: declaredLength, retryBuffer: 100,
-                    credential: .staticValue, bodyMustBeKept: true), now: Self.t0)
-        }
-        var declared = machine(declaredLength: 101)
-        guard case .failLocally(.bodyTooLarge, requestComplete: false) = declared.start(now: Self.t0)
-        else { Issue.record(); return }
-        #expect(declared.attempts == 0)
-
-        var chunked = machine(declaredLength: nil)
-        guard case .none = chunked.start(now: Self.t0) else { Issue.record(); return }
-        guard case .storeBody = chunked.bodyReceived(count: 60, now: Self.t0) else { Issue.record(); return }
-        guard case .failLocally(.bodyTooLarge, requestComplete: false) = chunked.bodyReceived(count: 60, now: Self.t0)
-        else { Issue.record(); return }
-        #expect(chunked.attempts == 0)
-
-        var denied = machine(declaredLength: 50)
-        guard case .none = denied.start(now: Self.t0) else { Issue.record(); return }
-        guard case .storeBody = denied.bodyReceived(count: 50, now: Self.t0) else { Issue.record(); return }
-        guard case .failLocally(.bodyTooLarge, requestComplete: false) = denied.bufferDenied(now: Self.t0)
-        else { Issue.record(); return }
-
-        // Within the buffer: kept, then one attempt with the credential.
-        var kept = machine(declaredLength: 100)
-        guard case .none = kept.start(now: Self.t0) else { Issue.record(); return }
-        guard case .storeBody = kept.bodyReceived(count: 100, now: Self.t0) else { Issue.record(); return }
-        guard case .acquireCredential = kept.bodyEnded(now: Self.t0) else { Issue.record(); return }
-        #expect(kept.bodyReplayable)
-    }
-
-    // MARK: credentials and refresh
-
+    static let ok = ByteBuffer(string: "ok")
     static let token1 = ManagedToken(value: "t1", generation: 1, expiry: nil)
     static let token2 = ManagedToken(value: "t2", generation: 2, expiry: nil)
+    static let reset = TransportFailure.reset(detail: "connection reset")
 
-    @Test func a401IsHeldWhileTheTokenRefreshes_replayedOnce_aSecond401IsDelivered() {
-        var m = Machine(configuration: Self.configuration(credential: .oauth2(refreshOn: [401])), now: Self.t0)
-        var random = self.random
-        guard case .acquireCredential = m.start(now: Self.t0) else { Issue.record(); return }
-        guard case .startAttempt(1, .token(Self.token1), _) = m.credentialAcquired(.token(Self.token1), now: Self.t0)
-        else { Issue.record(); return }
-        guard
-            case .refreshCredential(rejected: Self.token1) = m.responseHead(
-                Self.head(401), generation: 1, now: Self.t0, wall: 0, random: &random)
-        else { Issue.record(); return }
-        // The rejected response's events wait; nothing reaches the client.
-        guard case .none = m.responseBody(ByteBuffer(string: "no"), generation: 1, now: Self.t0) else {
-            Issue.record(); return
-        }
-        guard case .none = m.responseEnded(generation: 1) else { Issue.record(); return }
-        #expect(m.nextDeadline == Self.t0 + .seconds(10), "the total deadline bounds the refresh")
-        guard case .startAttempt(2, .token(Self.token2), _) = m.refreshFinished(Self.token2, now: Self.t0)
-        else { Issue.record(); return }
-        guard
-            case .deliverHead(error: nil) = m.responseHead(
-                Self.head(401), generation: 2, now: Self.t0, wall: 0, random: &random)
-        else { Issue.record(); return }
-        #expect(m.finalStatus == 401)
-        #expect(m.attempts == 2)
+    // MARK: the table's vocabulary
+
+    /// One event fed to the machine, at `Self.at(ms)`.
+    enum Event {
+        case start(ms: Int = 0)
+        case body(Int, ms: Int = 0)
+        case bufferDenied
+        case streamingBegan
+        case bodyEnded(ms: Int = 0)
+        case credential(Machine.Credential?, ms: Int = 0)
+        case head(UpstreamResponseHead, generation: Int = 1, ms: Int = 0)
+        case responseBody(ByteBuffer, generation: Int = 1, ms: Int = 0)
+        case end(generation: Int = 1)
+        case failure(TransportFailure, generation: Int = 1, ms: Int = 0)
+        case permit(Bool, ms: Int = 0)
+        case refreshed(ManagedToken?, ms: Int = 0)
+        case timer(ms: Int)
+        case writable(ms: Int)
+        case framingBroken(Machine.AbortCause)
+        case stalled
+        case gone
     }
 
-    @Test func aFailedRefreshDeliversTheHeldResponseWithItsBody() {
-        var m = Machine(configuration: Self.configuration(credential: .oauth2(refreshOn: [401])), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        _ = m.credentialAcquired(.token(Self.token1), now: Self.t0)
-        _ = m.responseHead(Self.head(401), generation: 1, now: Self.t0, wall: 0, random: &random)
-        _ = m.responseBody(ByteBuffer(string: "no"), generation: 1, now: Self.t0)
-        _ = m.responseEnded(generation: 1)
-        guard case .deliverHeldHead(let held, .tokenRefreshFailed, let replay) = m.refreshFinished(nil, now: Self.t0)
-        else { Issue.record(); return }
-        #expect(held.status == 401)
-        #expect(replay.count == 2)
-        // Fed back in, the held events are relayed and end the response.
-        guard case .relayBody = m.responseBody(ByteBuffer(string: "no"), generation: 1, now: Self.t0) else {
-            Issue.record(); return
-        }
-        guard case .completeResponse = m.responseEnded(generation: 1) else { Issue.record(); return }
+    /// `@unchecked Sendable`: rows are immutable test data (`let`s of values, a `RetryPolicy` that is itself
+    /// immutable), built once and only read by the test that runs them.
+    struct Row: CustomTestStringConvertible, @unchecked Sendable {
+        let name: String
+        let configuration: Machine.Configuration
+        let steps: [(Event, Action)]
+        /// The deadline after the last step.
+        var deadline: Duration?? = .none
+        var testDescription: String { name }
     }
 
-    @Test func aRefreshOutlivingTheTotalDeadlineDeliversTheHeldResponse() {
-        var m = Machine(configuration: Self.configuration(credential: .oauth2(refreshOn: [401])), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        _ = m.credentialAcquired(.token(Self.token1), now: Self.t0)
-        _ = m.responseHead(Self.head(401), generation: 1, now: Self.t0, wall: 0, random: &random)
-        guard
-            case .deliverHeldHead(_, .tokenRefreshFailed, _) = m.timerFired(
-                now: Self.t0 + .seconds(10), wall: 0,
-                random: &random)
-        else { Issue.record(); return }
+    static func start(
+        _ generation: Int = 1, attempt: Int? = nil, credential: Machine.Credential = .none, mayResend: Bool = true,
+        replacing: Int? = nil
+    ) -> Action {
+        let attempt = attempt ?? generation
+        return .startAttempt(
+            Machine.Start(
+                generation: generation, attempt: attempt, credential: credential, mayResend: mayResend,
+                countsAsRequest: attempt == 1, replacing: replacing))
     }
 
-    @Test func aCancelledWaiterIgnoresTheRefreshResult() {
-        var m = Machine(configuration: Self.configuration(credential: .oauth2(refreshOn: [401])), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        _ = m.credentialAcquired(.token(Self.token1), now: Self.t0)
-        _ = m.responseHead(Self.head(401), generation: 1, now: Self.t0, wall: 0, random: &random)
-        guard case .cancel = m.clientGone() else { Issue.record(); return }
-        #expect(m.finalStatus == 499)
-        guard case .none = m.refreshFinished(Self.token2, now: Self.t0) else { Issue.record(); return }
+    static func deliver(
+        _ head: UpstreamResponseHead, generation: Int = 1, attempts: Int = 1, error: ProxyErrorReason? = nil,
+        reported: Bool = true, replay: [TransportEvent] = []
+    ) -> Action {
+        .deliverHead(
+            head,
+            Machine.Delivery(
+                generation: generation, error: error, attempts: attempts,
+                report: reported ? .response(status: head.status, version: "1.1") : nil, replay: replay))
     }
 
-    @Test func noTokenMeans502TokenUnavailable_alsoWhenTheFetchOutlivesTotal() {
-        var m = Machine(configuration: Self.configuration(credential: .staticValue), now: Self.t0)
-        _ = m.start(now: Self.t0)
-        guard case .failLocally(.tokenUnavailable, _) = m.credentialAcquired(nil, now: Self.t0) else {
-            Issue.record(); return
+    static func record(
+        _ status: Int, attempts: Int = 1, retries: [RetryCondition] = [], giveUp: GiveUpReason? = nil,
+        condition: RetryCondition? = nil, failure: TransportFailure? = nil, headError: ProxyErrorReason? = nil,
+        complete: Bool = true
+    ) -> Machine.Record {
+        Machine.Record(
+            status: status, attempts: attempts, retries: retries, giveUp: giveUp, giveUpCondition: condition,
+            lastFailure: failure, headError: headError, requestComplete: complete)
+    }
+
+    static func report(_ status: Int) -> Machine.AttemptReport { .response(status: status, version: "1.1") }
+
+    static func retry(
+        _ reason: RetryCondition, attempt: Int = 1, generation: Int? = nil, disposal: Machine.Disposal,
+        failure: TransportFailure? = nil, after: Duration = .milliseconds(100)
+    ) -> Action {
+        .retry(
+            Machine.Retry(
+                attempt: attempt, after: after, reason: reason, generation: generation ?? attempt, disposal: disposal,
+                failure: failure))
+    }
+
+    // MARK: the table
+
+    static let rows: [Row] = [
+        // receivingBody
+        Row(
+            name: "no body: the attempt starts at once, its response is relayed to its end",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()),
+                (.head(head(200), ms: 5), deliver(head(200))),
+                (.responseBody(ok, ms: 6), .relayBody(ok)),
+                (.end(), .end(.completed(requestComplete: true), record(200), report: nil)),
+            ], deadline: .some(nil)),
+        Row(
+            name: "a kept body: stored part by part, the attempt starts at its end",
+            configuration: configuration(method: "PUT", hasBody: true, declaredLength: 20),
+            steps: [
+                (.start(), .none), (.body(10), .storeBody), (.body(10), .storeBody),
+                (.bodyEnded(ms: 1), start()),
+            ]),
+        Row(
+            name: "a declared length above retry_buffer streams at once; the attempt starts when the stream exists",
+            configuration: configuration(method: "PUT", hasBody: true, declaredLength: 2000),
+            steps: [
+                (.start(), .beginStreaming), (.streamingBegan, start()), (.body(1000), .storeBody),
+                (.bodyEnded(), .finishBodyStream),
+            ]),
+        Row(
+            name: "a chunked body crossing retry_buffer turns into a stream with its part",
+            configuration: configuration(method: "PUT", hasBody: true),
+            steps: [
+                (.start(), .none), (.body(1000), .storeBody), (.body(100), .storeBodyAndBeginStreaming),
+                (.streamingBegan, start()),
+            ]),
+        Row(
+            name: "no room in buffer_memory: the body streams",
+            configuration: configuration(method: "PUT", hasBody: true),
+            steps: [(.start(), .none), (.body(10), .storeBody), (.bufferDenied, .beginStreaming)]),
+        Row(
+            name: "a body that must be kept is refused 413 instead of streamed (declared, grown, denied)",
+            configuration: configuration(
+                method: "PUT", hasBody: true, declaredLength: 2000, credential: .staticValue, bodyMustBeKept: true),
+            steps: [
+                (
+                    .start(),
+                    .end(
+                        .failedLocally(.bodyTooLarge, requestComplete: false),
+                        record(413, attempts: 0, complete: false),
+                        report: nil)
+                )
+            ]),
+        Row(
+            name: "a kept body denied buffer_memory when it must be kept: 413",
+            configuration: configuration(method: "PUT", hasBody: true, credential: .staticValue, bodyMustBeKept: true),
+            steps: [
+                (.start(), .none), (.body(10), .storeBody),
+                (
+                    .bufferDenied,
+                    .end(
+                        .failedLocally(.bodyTooLarge, requestComplete: false),
+                        record(413, attempts: 0, complete: false),
+                        report: nil)
+                ),
+            ]),
+        Row(
+            name: "a body past max_request_body: 413",
+            configuration: configuration(method: "PUT", hasBody: true, maxRequestBody: 100),
+            steps: [
+                (.start(), .none), (.body(100), .storeBody),
+                (
+                    .body(1),
+                    .end(
+                        .failedLocally(.bodyTooLarge, requestComplete: false),
+                        record(413, attempts: 0, complete: false),
+                        report: nil)
+                ),
+            ]),
+        Row(
+            name: "a kept body trickling past timeouts.total: 408",
+            configuration: configuration(method: "PUT", hasBody: true),
+            steps: [
+                (.start(), .none), (.timer(ms: 9_999), .none),
+                (
+                    .timer(ms: 10_000),
+                    .end(
+                        .failedLocally(.requestTimeout, requestComplete: false),
+                        record(408, attempts: 0, complete: false), report: nil)
+                ),
+            ]),
+        // acquiringCredential
+        Row(
+            name: "a static credential is read for the attempt",
+            configuration: configuration(credential: .staticValue),
+            steps: [(.start(), .acquireCredential), (.credential(.value("k")), start(credential: .value("k")))],
+            deadline: .some(at(2_000))),
+        Row(
+            name: "no credential: 502 token-unavailable",
+            configuration: configuration(credential: .staticValue),
+            steps: [
+                (.start(), .acquireCredential),
+                (
+                    .credential(nil),
+                    .end(
+                        .failedLocally(.tokenUnavailable, requestComplete: true), record(502, attempts: 0), report: nil)
+                ),
+            ]),
+        Row(
+            name: "a token fetch outliving timeouts.total: 502 token-unavailable; its late answer is stale",
+            configuration: configuration(credential: .oauth2(refreshOn: [401])),
+            steps: [
+                (.start(), .acquireCredential),
+                (
+                    .timer(ms: 10_000),
+                    .end(
+                        .failedLocally(.tokenUnavailable, requestComplete: true), record(502, attempts: 0), report: nil)
+                ),
+                (.credential(.token(token1)), .none),
+            ]),
+        // attempting: stale events
+        Row(
+            name: "events of a generation that is not in flight are stale: ignored",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(200), generation: 7), .none), (.head(head(200), generation: 0), .none),
+                (.responseBody(ok, generation: 7), .none), (.end(generation: 7), .none),
+                (.failure(reset, generation: 7), .none), (.refreshed(token2), .none), (.permit(true), .none),
+                (.head(head(200)), deliver(head(200))),
+            ]),
+        // attempting → awaitingRetryPermit → backingOff → attempting
+        Row(
+            name: "a small 503 asks the budget, is left to finish, and the next attempt starts after the backoff",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(503), ms: 10), .requestRetryPermit(report: report(503))),
+                (.permit(true, ms: 10), retry(.status(503), disposal: .abandon(within: .seconds(5)))),
+                (.timer(ms: 109), .none), (.timer(ms: 110), start(2)),
+                (.head(head(503), generation: 1), .none),
+                (.head(head(200), generation: 2), deliver(head(200), generation: 2, attempts: 2)),
+                (
+                    .end(generation: 2),
+                    .end(
+                        .completed(requestComplete: true), record(200, attempts: 2, retries: [.status(503)]),
+                        report: nil)
+                ),
+            ]),
+        Row(
+            name: "a large or unframed retried response is cancelled",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(503, contentLength: nil)), .requestRetryPermit(report: report(503))),
+                (.permit(true), retry(.status(503), disposal: .cancel)),
+            ]),
+        Row(
+            name: "the budget says no: the 503 is delivered as it is",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(503)), .requestRetryPermit(report: report(503))),
+                (.permit(false), deliver(head(503), reported: false)),
+                (
+                    .end(),
+                    .end(
+                        .completed(requestComplete: true),
+                        record(503, giveUp: .budgetExhausted, condition: .status(503)), report: nil)
+                ),
+            ]),
+        Row(
+            name: "events that come while the permit is asked are held, and replayed after a refused retry's head",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(503)), .requestRetryPermit(report: report(503))),
+                (.responseBody(ok), .none), (.end(), .none),
+                (.permit(false), deliver(head(503), reported: false, replay: [.body(ok), .end])),
+            ]),
+        Row(
+            name: "the last attempt's 503 is delivered (attempts exhausted)",
+            configuration: configuration(attempts: 1),
+            steps: [
+                (.start(), start()), (.head(head(503)), deliver(head(503))),
+                (
+                    .end(),
+                    .end(
+                        .completed(requestComplete: true),
+                        record(503, giveUp: .attemptsExhausted, condition: .status(503)), report: nil)
+                ),
+            ]),
+        Row(
+            name: "a reset is retried; its transfer already ended",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.failure(reset), .requestRetryPermit(report: .failed(reset))),
+                (.permit(true), retry(.reset, disposal: .none, failure: reset)),
+            ]),
+        Row(
+            name: "a reset the budget refuses: 502 upstream-unreachable",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.failure(reset), .requestRetryPermit(report: .failed(reset))),
+                (
+                    .permit(false),
+                    .end(
+                        .failedLocally(.upstreamUnreachable, requestComplete: true),
+                        record(502, giveUp: .budgetExhausted, condition: .reset, failure: reset), report: nil)
+                ),
+            ]),
+        Row(
+            name: "a reset of a POST is not retried (method-not-retryable); libcurl may not resend it",
+            configuration: configuration(method: "POST"),
+            steps: [
+                (.start(), start(mayResend: false)),
+                (
+                    .failure(reset),
+                    .end(
+                        .failedLocally(.upstreamUnreachable, requestComplete: true),
+                        record(502, giveUp: .methodNotRetryable, condition: .reset, failure: reset),
+                        report: .failed(reset))
+                ),
+            ]),
+        Row(
+            name: "a connect failure is retried for any method",
+            configuration: configuration(method: "POST"),
+            steps: [
+                (.start(), start(mayResend: false)),
+                (
+                    .failure(.connectFailure(detail: "refused")),
+                    .requestRetryPermit(report: .failed(.connectFailure(detail: "refused")))
+                ),
+            ]),
+        Row(
+            name: "a failure that is never retried maps to its error, with no rule noted",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()),
+                (
+                    .failure(.loopDetected(detail: "own listener")),
+                    .end(
+                        .failedLocally(.loopDetected, requestComplete: true),
+                        record(508, failure: .loopDetected(detail: "own listener")),
+                        report: .failed(.loopDetected(detail: "own listener")))
+                ),
+            ]),
+        Row(
+            name: "passthrough: a reset is not retried (no policy)",
+            configuration: configuration(retryable: false),
+            steps: [
+                (
+                    .start(),
+                    .startAttempt(
+                        Machine.Start(
+                            generation: 1, attempt: 1, credential: .none, mayResend: true, countsAsRequest: false,
+                            replacing: nil))
+                ),
+                (
+                    .failure(reset),
+                    .end(
+                        .failedLocally(.upstreamUnreachable, requestComplete: true),
+                        record(502, giveUp: .notRetryableCondition, condition: .reset, failure: reset),
+                        report: .failed(reset))
+                ),
+            ]),
+        Row(
+            name: "a 101 nobody asked for is a bad response, retried as a reset (its transfer cancelled)",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(101)), .requestRetryPermit(report: report(101))),
+                (
+                    .permit(true),
+                    retry(
+                        .reset, disposal: .cancel,
+                        failure: .badResponse(detail: "101 Switching Protocols to a request that asked for no upgrade"))
+                ),
+            ]),
+        Row(
+            name: "per_try passes: the attempt is cancelled and retried",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.timer(ms: 1_999), .none),
+                (.timer(ms: 2_000), .requestRetryPermit(report: .failed(.timeout(detail: "per_try timeout")))),
+                (
+                    .permit(true, ms: 2_000),
+                    retry(.timeout, disposal: .cancel, failure: .timeout(detail: "per_try timeout"))
+                ),
+            ], deadline: .some(at(2_100))),
+        Row(
+            name: "what is left of total is shorter than per_try: its end is 504 upstream-timeout",
+            configuration: configuration(),
+            steps: [
+                (.start(ms: 8_500), start()),
+                (
+                    .timer(ms: 10_000),
+                    .end(
+                        .failedLocally(.upstreamTimeout, requestComplete: true), record(504),
+                        report: .failed(.timeout(detail: "total timeout")))
+                ),
+            ]),
+        // awaitingRefresh
+        Row(
+            name: "a 401 is held while the token refreshes, replayed once; a second 401 is delivered",
+            configuration: configuration(credential: .oauth2(refreshOn: [401])),
+            steps: [
+                (.start(), .acquireCredential), (.credential(.token(token1)), start(credential: .token(token1))),
+                (.head(head(401)), .refreshCredential(rejected: token1, report: report(401))),
+                (.responseBody(ok), .none),
+                (.refreshed(token2), start(2, credential: .token(token2), replacing: 1)),
+                (.head(head(401), generation: 2), deliver(head(401), generation: 2, attempts: 2)),
+            ]),
+        Row(
+            name: "a failed refresh delivers the held response with token-refresh-failed, its events after it",
+            configuration: configuration(credential: .oauth2(refreshOn: [401])),
+            steps: [
+                (.start(), .acquireCredential), (.credential(.token(token1)), start(credential: .token(token1))),
+                (.head(head(401)), .refreshCredential(rejected: token1, report: report(401))),
+                (.responseBody(ok), .none), (.end(), .none),
+                (
+                    .refreshed(nil),
+                    deliver(head(401), error: .tokenRefreshFailed, reported: false, replay: [.body(ok), .end])
+                ),
+                (
+                    .end(),
+                    .end(.completed(requestComplete: true), record(401, headError: .tokenRefreshFailed), report: nil)
+                ),
+            ]),
+        Row(
+            name: "a refresh outliving total delivers the held response",
+            configuration: configuration(credential: .oauth2(refreshOn: [401])),
+            steps: [
+                (.start(), .acquireCredential), (.credential(.token(token1)), start(credential: .token(token1))),
+                (.head(head(401)), .refreshCredential(rejected: token1, report: report(401))),
+                (.timer(ms: 10_000), deliver(head(401), error: .tokenRefreshFailed, reported: false)),
+                (.refreshed(token2), .none),
+            ]),
+        // relaying
+        Row(
+            name: "the upstream breaking mid-response aborts it",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(200)), deliver(head(200))),
+                (
+                    .failure(reset),
+                    .end(.aborted(.upstreamBrokeMidResponse), record(200, failure: reset), report: nil)
+                ),
+            ]),
+        Row(
+            name: "a response body idle for timeouts.idle is aborted; the client taking bytes is progress",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(200)), deliver(head(200))), (.writable(ms: 4_000), .none),
+                (.timer(ms: 5_000), .none),
+                (.timer(ms: 9_000), .end(.aborted(.responseBodyIdle), record(200), report: nil)),
+            ]),
+        Row(
+            name: "the framing counter finding the body longer or shorter than announced aborts it",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.framingBroken(.bodyLongerThanAnnounced), .none),
+                (.head(head(200)), deliver(head(200))),
+                (
+                    .framingBroken(.bodyLongerThanAnnounced),
+                    .end(.aborted(.bodyLongerThanAnnounced), record(200), report: nil)
+                ),
+            ]),
+        Row(
+            name: "a client stalling its body after the head: the response is cut",
+            configuration: configuration(method: "PUT", hasBody: true, declaredLength: 5000),
+            steps: [
+                (.start(), .beginStreaming), (.streamingBegan, start()),
+                (.head(head(200)), deliver(head(200))),
+                (.stalled, .end(.aborted(.requestBodyStalled), record(200, complete: false), report: nil)),
+            ]),
+        Row(
+            name: "a client stalling its body before a head: 408",
+            configuration: configuration(method: "PUT", hasBody: true),
+            steps: [
+                (.start(), .none),
+                (
+                    .stalled,
+                    .end(
+                        .failedLocally(.requestTimeout, requestComplete: false),
+                        record(408, attempts: 0, complete: false), report: nil)
+                ),
+                (.stalled, .none),
+            ]),
+        Row(
+            name: "a streamed body growing past max_request_body while relaying: the response is cut",
+            configuration: configuration(method: "PUT", hasBody: true, declaredLength: 5000, maxRequestBody: 6000),
+            steps: [
+                (.start(), .beginStreaming), (.streamingBegan, start()),
+                (.head(head(200)), deliver(head(200))),
+                (.body(6001), .end(.aborted(.requestBodyTooLarge), record(200, complete: false), report: nil)),
+            ]),
+        Row(
+            name: "the client going away ends every state; later events are stale",
+            configuration: configuration(),
+            steps: [
+                (.start(), start()), (.head(head(503)), .requestRetryPermit(report: report(503))),
+                (.permit(true), retry(.status(503), disposal: .abandon(within: .seconds(5)))),
+                (.gone, .end(.clientClosed, record(499, retries: [.status(503)]), report: nil)),
+                (.gone, .none), (.timer(ms: 100), .none), (.head(head(200), generation: 2), .none),
+            ], deadline: .some(nil)),
+    ]
+
+    @Test(arguments: rows) func transition(_ row: Row) {
+        var machine = Machine(configuration: row.configuration, now: Self.t0)
+        var random = ScriptedRandom(ScriptedRandom.half)
+        for (index, (event, expected)) in row.steps.enumerated() {
+            let action = Self.feed(event, to: &machine, random: &random)
+            #expect(action == expected, "step \(index + 1)")
         }
-        var slow = Machine(configuration: Self.configuration(credential: .oauth2(refreshOn: [401])), now: Self.t0)
-        var random = self.random
-        _ = slow.start(now: Self.t0)
-        guard
-            case .failLocally(.tokenUnavailable, _) = slow.timerFired(
-                now: Self.t0 + .seconds(10), wall: 0,
-                random: &random)
-        else { Issue.record(); return }
-        guard case .none = slow.credentialAcquired(.token(Self.token1), now: Self.t0 + .seconds(11)) else {
-            Issue.record(); return
+        if case .some(let deadline) = row.deadline { #expect(machine.nextDeadline == deadline) }
+    }
+
+    static func feed(_ event: Event, to m: inout Machine, random: inout ScriptedRandom) -> Action {
+        switch event {
+        case .start(let ms): m.start(now: at(ms))
+        case .body(let count, let ms): m.bodyReceived(count: count, now: at(ms))
+        case .bufferDenied: m.bufferDenied(now: t0)
+        case .streamingBegan: m.streamingBegan(now: t0)
+        case .bodyEnded(let ms): m.bodyEnded(now: at(ms))
+        case .credential(let credential, let ms): m.credentialAcquired(credential, now: at(ms))
+        case .head(let head, let generation, let ms):
+            m.responseHead(head, generation: generation, now: at(ms), wall: 0, random: &random)
+        case .responseBody(let buffer, let generation, let ms):
+            m.responseBody(buffer, generation: generation, now: at(ms))
+        case .end(let generation): m.responseEnded(generation: generation)
+        case .failure(let failure, let generation, let ms):
+            m.transportFailed(failure, generation: generation, now: at(ms), wall: 0, random: &random)
+        case .permit(let granted, let ms): m.retryPermit(granted: granted, now: at(ms))
+        case .refreshed(let token, let ms): m.refreshFinished(token, now: at(ms))
+        case .timer(let ms): m.timerFired(now: at(ms), wall: 0, random: &random)
+        case .writable(let ms): m.clientWritableAction(now: at(ms))
+        case .framingBroken(let cause): m.framingBroken(cause)
+        case .stalled: m.clientStalled()
+        case .gone: m.clientGone()
         }
     }
 
-    // MARK: the client
-
-    @Test func aDisconnectDuringBackoffCancelsThePendingRetry() {
-        var m = Machine(configuration: Self.configuration(), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        _ = m.responseHead(Self.head(503), generation: 1, now: Self.t0, wall: 0, random: &random)
-        guard case .cancel = m.clientGone() else { Issue.record(); return }
-        guard case .none = m.timerFired(now: Self.t0 + .seconds(1), wall: 0, random: &random) else {
-            Issue.record(); return
-        }
-        #expect(m.attempts == 1)
+    /// Generations start where the connection says: an earlier request's attempt is stale in this one.
+    @Test func generationsContinueAcrossTheConnection() {
+        var m = Machine(configuration: Self.configuration(), now: Self.t0, firstGeneration: 5)
+        var random = ScriptedRandom(ScriptedRandom.half)
+        #expect(m.start(now: Self.t0) == Self.start(5, attempt: 1))
+        #expect(m.responseHead(Self.head(200), generation: 4, now: Self.t0, wall: 0, random: &random) == .none)
+        #expect(m.nextGeneration == 6)
     }
 
-    @Test func aStalledClientGets408BeforeAHead_aClosedConnectionAfter() {
-        var before = Machine(configuration: Self.configuration(method: "PUT", hasBody: true), now: Self.t0)
-        _ = before.start(now: Self.t0)
-        guard case .failLocally(.requestTimeout, requestComplete: false) = before.clientStalled() else {
-            Issue.record(); return
-        }
-        var after = Machine(
-            configuration: Self.configuration(
-                method: "PUT", hasBody: true, declaredLength: 4096,
-                retryBuffer: 100), now: Self.t0)
-        var random = self.random
-        _ = after.start(now: Self.t0)
-        _ = after.streamingBegan(now: Self.t0)
-        _ = after.responseHead(Self.head(200), generation: 1, now: Self.t0, wall: 0, random: &random)
-        guard case .abortResponse(note: "request-body-stalled") = after.clientStalled() else { Issue.record(); return }
+    /// Every abort cause has a distinct access-line note.
+    @Test func abortNotesAreDistinct() {
+        let notes = Machine.AbortCause.allCases.map { Machine.Ending.aborted($0).note }
+        #expect(Set(notes).count == notes.count)
+        #expect(Machine.Ending.clientClosed.note == "client-closed")
+        #expect(Machine.Ending.completed(requestComplete: true).note == nil)
     }
+}
 
-    @Test func anOverrunOrAShortBodyEndsTheResponseByClosing() {
-        var m = Machine(configuration: Self.configuration(), now: Self.t0)
-        var random = self.random
-        _ = m.start(now: Self.t0)
-        _ = m.responseHead(Self.head(200), generation: 1, now: Self.t0, wall: 0, random: &random)
-        guard case .abortResponse(note: "upstream-body-longer-than-announced") = m.responseOverran() else {
-            Issue.record(); return
-        }
-        #expect(m.isDone)
+extension ExchangeStateMachine {
+    /// `clientWritable` as a table step: it returns nothing.
+    fileprivate mutating func clientWritableAction(now: Duration) -> Action {
+        clientWritable(now: now)
+        return .none
     }
 }

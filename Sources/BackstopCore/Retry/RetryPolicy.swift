@@ -55,6 +55,21 @@ public final class RetryPolicy: Sendable, Equatable {
         previousDelay: Duration?, nowWall: Double, now: Duration, budget: inout RetryBudget,
         random: inout some RandomNumberGenerator
     ) -> RetryDecision {
+        let decision = decideBeforeBudget(
+            attempt: attempt, outcome: outcome, request: request, elapsed: elapsed, previousDelay: previousDelay,
+            nowWall: nowWall, random: &random)
+        guard case .retry = decision else { return decision }
+        guard budget.tryAcquireRetry(now: now) else { return .giveUp(.budgetExhausted) }
+        return decision
+    }
+
+    /// Steps 1–6 of `decide`: the retry the policy would make, before the budget (step 7) is asked. A caller that
+    /// holds no budget itself (the request's state machine, which is pure) asks the budget with the answer's
+    /// `.retry` and treats a refusal as `.giveUp(.budgetExhausted)`.
+    public func decideBeforeBudget(
+        attempt: Int, outcome: AttemptOutcome, request: RetryRequestInfo, elapsed: Duration,
+        previousDelay: Duration?, nowWall: Double, random: inout some RandomNumberGenerator
+    ) -> RetryDecision {
         let condition = outcome.condition
         guard config.on.contains(condition) else { return .giveUp(.notRetryableCondition) }
         guard attempt < config.attempts else { return .giveUp(.attemptsExhausted) }
@@ -71,7 +86,6 @@ public final class RetryPolicy: Sendable, Equatable {
             wait = backoff.delay(retry: attempt, previous: previousDelay, random: &random)
         }
         guard elapsed + wait < timeouts.total else { return .giveUp(.deadlineExceeded) }
-        guard budget.tryAcquireRetry(now: now) else { return .giveUp(.budgetExhausted) }
         return .retry(after: wait, reason: condition)
     }
 

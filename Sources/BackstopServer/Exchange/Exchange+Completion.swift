@@ -3,68 +3,63 @@ import BackstopTransport
 import Logging
 import NIOCore
 
-/// The end of an exchange: metrics, the access line, and the log line of a failed attempt.
+/// The end of an exchange as `.requestFinished` reports it: metrics, the access line, the status page, the spans,
+/// and the log lines of a failed attempt (docs/reference/operations.md).
 extension Exchange {
-    func countBudgetExhaustion() {
-        guard !budgetExhaustionCounted, machine.lastGiveUp == .budgetExhausted else { return }
-        budgetExhaustionCounted = true
-        metrics.recordBudgetExhausted()
-    }
-
-    /// The exchange is over: metrics, the access line, and the transfer let go (its event sink holds this
-    /// exchange, so keeping it would keep both alive).
-    func finish(note: String?) {
-        transfer = nil
-        transferGeneration = 0
-        releaseKeptBody()
-        countBudgetExhaustion()
-        logNotRetried(note: note)
-        if let failure = machine.lastFailure, note != nil, note != "client-closed" {
-            logAttemptFailure(failure, final: true)
+    /// The exchange is over: its transfers and kept body are let go, then everything that records it.
+    func finish(_ finished: ConnectionStateMachine.Finished) {
+        let ending = finished.ending
+        let record = finished.record
+        if case .completed = ending { letGo(cancel: false) } else { letGo(cancel: true) }
+        let note = ending.note
+        if ending != .clientClosed {
+            logNotRetried(record)
+            if let failure = record.lastFailure, note != nil {
+                logAttemptFailure(failure, attempt: record.attempts, final: true, giveUp: record.giveUp)
+            }
         }
         environment.requestFinished()
-        let elapsed = now - machine.startedAt
-        let status = machine.finalStatus
-        traceFinished(note: note, status: status)
-        metrics.recordRequest(status: status, seconds: elapsed.seconds)
+        let now = self.now
+        let elapsed = now - startedAt
+        traceFinished(ending, record)
+        metrics.recordRequest(status: record.status, seconds: elapsed.seconds)
         environment.recordStatus(
-            metrics, upstream: destination.name, endpoint: destination.endpoint, status: status,
-            attempts: machine.attempts, reason: note, detail: machine.lastFailure?.detail, at: now)
+            metrics, upstream: destination.name, endpoint: destination.endpoint, status: record.status,
+            attempts: record.attempts, ending: ending, detail: record.lastFailure?.detail, at: now)
         environment.logAccess(
             AccessRecord(
-                request: record, status: status, error: note ?? headError?.rawValue,
-                reason: note == nil ? nil : machine.lastFailure?.detail,
-                upstream: destination.name, attempts: machine.attempts,
-                retries: machine.retryReasons.map(\.description),
-                elapsed: elapsed, bytes: relay?.bytes ?? 0))
+                request: self.record, status: record.status, error: note ?? record.headError?.rawValue,
+                reason: note == nil ? nil : record.lastFailure?.detail,
+                upstream: destination.name, attempts: record.attempts,
+                retries: record.retries.map(\.description),
+                elapsed: elapsed, bytes: finished.bytes))
     }
 
     /// Which rule stopped the retries of a failed attempt (docs/reference/behaviour.md#when-it-is-retried), at
     /// `debug`: the attempt's outcome matched `retry.on` (or was a transport failure) and was not retried.
-    func logNotRetried(note: String?) {
-        guard environment.logger.logLevel <= .debug, note != "client-closed", let rule = machine.lastGiveUp,
-            let condition = machine.lastGiveUpCondition
+    private func logNotRetried(_ record: ExchangeStateMachine.Record) {
+        guard environment.logger.logLevel <= .debug, let rule = record.giveUp, let condition = record.giveUpCondition
         else { return }
         environment.logger.debug(
             "not retried",
             metadata: [
-                "upstream": .string(destination.name), "attempt": .stringConvertible(machine.attempts),
+                "upstream": .string(destination.name), "attempt": .stringConvertible(record.attempts),
                 "outcome": .string(condition.description), "rule": .string(rule.rawValue),
-                "method": .string(record.method),
-                "host": .string(record.host),
+                "method": .string(self.record.method),
+                "host": .string(self.record.host),
             ])
     }
 
     /// The cause of a failed attempt: `debug` when it is retried, `info` for the last one.
-    func logAttemptFailure(_ failure: TransportFailure, final: Bool) {
+    func logAttemptFailure(_ failure: TransportFailure, attempt: Int, final: Bool, giveUp: GiveUpReason?) {
         let level: Logger.Level = final ? .info : .debug
         guard environment.logger.logLevel <= level else { return }
         var metadata: Logger.Metadata = [
-            "upstream": .string(destination.name), "attempt": .stringConvertible(machine.attempts),
+            "upstream": .string(destination.name), "attempt": .stringConvertible(attempt),
             "outcome": .string(failure.label), "reason": .string(failure.detail), "method": .string(record.method),
             "host": .string(record.host),
         ]
-        if final, let giveUp = machine.lastGiveUp { metadata["not_retried"] = .string(giveUp.rawValue) }
+        if final, let giveUp { metadata["not_retried"] = .string(giveUp.rawValue) }
         environment.logger.log(level: level, final ? "attempt failed" : "attempt failed; retrying", metadata: metadata)
     }
 }

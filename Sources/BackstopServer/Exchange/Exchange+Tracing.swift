@@ -9,9 +9,9 @@ struct AttemptTrace {
     var facts: AttemptFacts?
 }
 
-/// The exchange's spans (docs/reference/operations.md#tracing): the server span runs from `start` to `finish`; an
-/// attempt's client span from its `.startAttempt` to the action that ends it (`.retry`, `.refreshCredential`, or the
-/// end of the exchange). Each hook is a nil check without `tracing`.
+/// The exchange's spans (docs/reference/operations.md#tracing): the server span runs from the exchange's start to
+/// `finish`; an attempt's client span from its `.startAttempt` to the action that ends it (`.retryScheduled`,
+/// `.refreshCredential`, or the end of the exchange). Each hook is a nil check without `tracing`.
 extension Exchange {
     /// The request was routed: continue the client's trace, or start one.
     func traceRequestStarted(now: Duration) {
@@ -21,7 +21,7 @@ extension Exchange {
 
     /// An attempt is about to be sent: its span, and the `traceparent` naming that span in `request` (in place of
     /// the client's; `tracestate` goes as the client sent it).
-    func traceAttemptStarted(_ request: inout TransportRequest) {
+    func traceAttemptStarted(_ request: inout TransportRequest, attempt: Int) {
         guard trace != nil else { return }
         traceAttemptEnded(failure: "cancelled")  // none is open: every attempt's end is traced before the next
         let now = self.now
@@ -31,16 +31,16 @@ extension Exchange {
         if trace?.sampled == true {
             facts = AttemptFacts(
                 method: request.method, url: request.url, upstream: destination.name, endpoint: destination.endpoint,
-                attempt: machine.attempts, outcome: "")
+                attempt: attempt, outcome: "")
         }
         attemptTrace = AttemptTrace(span: span, facts: facts)
     }
 
     /// The attempt's response head arrived.
-    func traceAttemptHead(_ upstreamHead: UpstreamResponseHead) {
+    func traceAttemptHead(status: Int, version: String) {
         guard attemptTrace?.facts != nil else { return }
-        attemptTrace?.facts?.status = upstreamHead.status
-        attemptTrace?.facts?.protocolVersion = upstreamHead.version
+        attemptTrace?.facts?.status = status
+        attemptTrace?.facts?.protocolVersion = version
     }
 
     /// The attempt in flight ended. Its outcome is its status class when a head came, else `failure`; `retry` is
@@ -58,11 +58,12 @@ extension Exchange {
         trace.endAttempt(attempt.span, facts, at: now)
     }
 
-    /// The machine retries the attempt in flight (`.retry`): a status in `retry.on`, or a failure below HTTP.
-    func traceRetry(after delay: Duration, reason: RetryCondition) {
+    /// The machine retries the attempt in flight (`.retryScheduled`): a status in `retry.on`, or a failure below
+    /// HTTP.
+    func traceRetry(_ retry: ExchangeStateMachine.Retry) {
         guard attemptTrace != nil else { return }
-        let failure = reason.isTransportCondition ? machine.lastFailure?.label ?? reason.description : nil
-        traceAttemptEnded(failure: failure, retry: (reason, delay))
+        let failure = retry.reason.isTransportCondition ? retry.failure?.label ?? retry.reason.description : nil
+        traceAttemptEnded(failure: failure, retry: (retry.reason, retry.after))
     }
 
     /// The request waited on a token refresh that another request started: its server span links to it.
@@ -71,28 +72,31 @@ extension Exchange {
         trace?.waited(on: refresh)
     }
 
-    /// The exchange ended (`note`: what `finish` logs, nil for a complete response): the open attempt's span, then
-    /// the server span.
-    func traceFinished(note: String?, status: Int) {
+    /// The exchange ended: the open attempt's span, then the server span.
+    func traceFinished(_ ending: ExchangeStateMachine.Ending, _ record: ExchangeStateMachine.Record) {
         guard trace != nil else { return }
-        if attemptTrace != nil { traceAttemptEnded(failure: attemptFailure(note: note)) }
+        if attemptTrace != nil { traceAttemptEnded(failure: Self.attemptFailure(ending, record)) }
         guard let trace, trace.sampled else { return }
         trace.finish(
             RequestFacts(
-                head, record, target: target, status: status,
+                head, self.record, target: target, status: record.status,
                 upstream: destination.upstream == nil ? nil : destination.name,
-                errorReason: note ?? headError?.rawValue, attempts: machine.attempts), at: now)
+                errorReason: ending.note ?? record.headError?.rawValue, attempts: record.attempts), at: now)
     }
 
     /// Why the attempt open at the end failed, from the exchange's end: a failure below HTTP by its label, a
-    /// timeout as `timeout`, anything else (the response broke off, the client left or stalled) by `note`.
-    private func attemptFailure(note: String?) -> String? {
-        guard let note else { return nil }
-        switch ProxyErrorReason(rawValue: note) {
-        case .upstreamTimeout?: return "timeout"
-        case .upstreamUnreachable?, .badUpstreamResponse?, .badRequest?, .loopDetected?, .destinationDenied?:
-            return machine.lastFailure?.label ?? note
-        default: return note
+    /// timeout as `timeout`, anything else (the response broke off, the client left or stalled) by the end's note.
+    private static func attemptFailure(
+        _ ending: ExchangeStateMachine.Ending, _ record: ExchangeStateMachine.Record
+    ) -> String? {
+        switch ending {
+        case .completed: return nil
+        case .failedLocally(.upstreamTimeout, _): return "timeout"
+        case .failedLocally(let reason, _)
+        where [.upstreamUnreachable, .badUpstreamResponse, .badRequest, .loopDetected, .destinationDenied].contains(
+            reason):
+            return record.lastFailure?.label ?? reason.rawValue
+        case .failedLocally, .aborted, .clientClosed: return ending.note
         }
     }
 }

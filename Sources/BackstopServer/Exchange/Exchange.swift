@@ -1,222 +1,174 @@
 import BackstopCore
 import BackstopTracing
 import BackstopTransport
-import Logging
 import NIOCore
 import NIOHTTP1
 
-/// One client request from routing to the last byte of its response. Its decisions are `ExchangeStateMachine`'s;
-/// this type feeds it events (body parts, credentials, transport events, timers, the client's state) and performs
-/// the actions it returns: it owns the request body, the transfer of the current attempt, and the relay of the
-/// response to the client. Confined to the connection's event loop.
+/// The effects of one forwarded request that outlive a single action: its body (kept for replay, or streamed to the
+/// transport as it arrives, with its share of `limits.buffer_memory`), the transfers of its attempts by generation,
+/// its spans, and what its end records (metrics, the access line, logs). `ProxyHandler` calls it to perform the
+/// machines' actions; it decides nothing and never sees their state: what it records comes in the actions
+/// (docs/architecture.md#the-request-core). Confined to the connection's event loop.
 final class Exchange {
-    /// Every access is on the event loop, and each `mutating` call returns its action before it is performed. The
-    /// debug build checks exclusivity; the release build does not (scripts/build-release.sh).
-    var machine: ExchangeStateMachine
-    let client: ExchangeClient
     let environment: ExchangeEnvironment
-    let eventLoop: EventLoop
     let head: HTTPRequestHead
     let target: RequestTarget
     let destination: ExchangeDestination
     /// The destination's counters, looked up once (docs/reference/operations.md#metrics).
     let metrics: ProxyMetrics.Upstream
     let record: AccessRecord.Request
+    let startedAt: Duration
+    /// The request has a body (an attempt before any of it arrived sends an empty buffered one, not none).
+    let hasBody: Bool
+    let declaredLength: Int?
+    let connectTimeout: Duration
 
-    var body = RequestBodyStorage.none
-    var transfer: (any TransferHandle)?
-    /// The generation of `transfer`: events of any other attempt are ignored.
-    var transferGeneration = 0
-    var relay: ResponseRelay?
-    /// The `X-Backstop-Error` written on an upstream's response head (`token-refresh-failed`), for the access line.
-    var headError: ProxyErrorReason?
-    /// Body bytes written to the client but not yet reported to the transport (the client socket was full).
-    var unreportedBytes = 0
-    var budgetExhaustionCounted = false
+    private var body = RequestBodyStorage.none
+    /// The transfer of the attempt in flight, and of any others beside it (a hedge: docs/architecture.md).
+    private var transfer: (generation: Int, handle: any TransferHandle)?
+    private var otherTransfers: [(generation: Int, handle: any TransferHandle)] = []
     /// The share of `limits.buffer_memory` this exchange's kept body holds (given back once it is no longer kept).
-    var keptBodyBytes = 0
-    var random = SystemRandomNumberGenerator()
+    private var keptBodyBytes = 0
     /// The request's trace while `tracing` is on, and the span of the attempt in flight (`Exchange+Tracing`).
     var trace: RequestTrace?
     var attemptTrace: AttemptTrace?
 
     init(
-        configuration: ExchangeStateMachine.Configuration, head: HTTPRequestHead, target: RequestTarget,
-        destination: ExchangeDestination, client: ExchangeClient, environment: ExchangeEnvironment,
-        eventLoop: EventLoop, record: AccessRecord.Request, now: Duration
+        head: HTTPRequestHead, target: RequestTarget, destination: ExchangeDestination,
+        configuration: ExchangeStateMachine.Configuration, environment: ExchangeEnvironment,
+        record: AccessRecord.Request, now: Duration
     ) {
-        self.machine = ExchangeStateMachine(configuration: configuration, now: now)
-        self.client = client
         self.environment = environment
-        self.eventLoop = eventLoop
         self.head = head
         self.target = target
         self.destination = destination
         self.metrics = environment.metrics.upstream(destination.name)
         self.record = record
+        self.startedAt = now
+        self.hasBody = configuration.hasBody
+        self.declaredLength = configuration.declaredLength
+        self.connectTimeout = configuration.timeouts.connect
+        environment.requestStarted()
+        traceRequestStarted(now: now)
     }
 
     var now: Duration { environment.clock.monotonic() }
 
-    // MARK: events from the client side (`now`: the connection's clock reading for the part)
-
-    func start(now: Duration) {
-        environment.requestStarted()
-        traceRequestStarted(now: now)
-        perform(machine.start(now: now))
-    }
-
-    func receiveBody(_ chunk: ByteBuffer, now: Duration) {
-        let action = machine.bodyReceived(count: chunk.readableBytes, now: now)
-        switch action {
-        case .storeBody:
-            // A part kept for replay takes its share of `limits.buffer_memory`; one that does not fit turns the
-            // body into a stream (sent once, not retryable) instead of growing memory past the budget.
-            if case .stream = body {
-            } else if environment.runtime.reserveBodyMemory(chunk.readableBytes, limit: environment.bufferMemory) {
-                keptBodyBytes += chunk.readableBytes
-            } else {
-                perform(machine.bufferDenied(now: now))
-            }
-            store(chunk)
-        case .storeBodyAndBeginStreaming:
-            store(chunk)
-            beginStreaming()
-        default:
-            perform(action)
-        }
-    }
-
-    func receiveEnd(now: Duration) { perform(machine.bodyEnded(now: now)) }
-
-    /// The client disconnected: cancel everything, including pending retries.
-    func clientGone() { perform(machine.clientGone()) }
-
-    /// The client stopped sending its request body for `client_idle_timeout`.
-    func clientStalled() { perform(machine.clientStalled()) }
-
-    /// The client socket drained: the body bytes written so far count as consumed (backpressure).
-    func clientWritable() {
-        machine.clientWritable(now: now)
-        guard unreportedBytes > 0, let transfer else { return }
-        transfer.consumed(unreportedBytes)
-        unreportedBytes = 0
-    }
-
-    /// The connection's timer fired.
-    func timerFired() {
-        let wasAttempting: Bool = if case .attempting = machine.state { true } else { false }
-        let action = machine.timerFired(now: now, wall: environment.clock.wall(), random: &random)
-        if wasAttempting, case .retry = action { metrics.recordAttempt(outcome: "timeout") }
-        if wasAttempting, case .failLocally = action { metrics.recordAttempt(outcome: "timeout") }
-        perform(action)
-    }
-
     // MARK: the request body
 
-    private func store(_ chunk: ByteBuffer) {
+    /// What became of a body part handed to `store`.
+    enum Stored {
+        case kept
+        /// It does not fit `limits.buffer_memory`: not stored (the body turns into a stream, this part after it).
+        case overBudget
+        /// Streamed, and the stream is above its high-water mark: hold the client's reads.
+        case streamFull
+    }
+
+    /// Keeps a body part for replay (taking its share of `limits.buffer_memory`), or sends it into the stream.
+    func store(_ chunk: ByteBuffer) -> Stored {
         switch body {
-        case .none:
-            body = .buffer(chunk)
-        case .buffer(var buffer):
-            var chunk = chunk
-            buffer.writeBuffer(&chunk)
-            body = .buffer(buffer)
         case .stream(let stream):
-            if !stream.append(chunk) { client.holdReads() }
+            return stream.append(chunk) ? .kept : .streamFull
+        case .none, .buffer:
+            guard environment.runtime.reserveBodyMemory(chunk.readableBytes, limit: environment.bufferMemory) else {
+                return .overBudget
+            }
+            keptBodyBytes += chunk.readableBytes
+            if case .buffer(var buffer) = body {
+                body = .none  // the only reference: appended in place
+                var chunk = chunk
+                buffer.writeBuffer(&chunk)
+                body = .buffer(buffer)
+            } else {
+                body = .buffer(chunk)
+            }
+            return .kept
         }
     }
 
-    /// The body will not fit `retry_buffer`: send it as it arrives (once), starting the attempt now.
-    func beginStreaming() {
-        let loop = eventLoop
-        let bound = NIOLoopBound(client, eventLoop: eventLoop)
-        let stream = RequestBodyStream(expectedLength: machine.configuration.declaredLength) {
-            loop.execute { bound.value.releaseReads() }
-        }
-        if case .buffer(let buffered) = body, !stream.append(buffered) { client.holdReads() }
+    /// The body is sent as it arrives from now on, starting with what was kept, then `part`; `onDrain` runs (on any
+    /// thread) when a full stream drained. Returns false when the stream is above its high-water mark.
+    func beginStreaming(then part: ByteBuffer?, onDrain: @escaping @Sendable () -> Void) -> Bool {
+        let stream = RequestBodyStream(expectedLength: declaredLength, onDrained: onDrain)
+        var fits = true
+        if case .buffer(let buffered) = body { fits = stream.append(buffered) }
+        if let part, !stream.append(part) { fits = false }
         body = .stream(stream)
         releaseKeptBody()
-        perform(machine.streamingBegan(now: now))
+        return fits
     }
 
-    // MARK: performing actions
-
-    /// Performs one action of the machine. `reportedHead` is the head just given to `responseHead`: its
-    /// `.deliverHead` refers to it rather than carrying a copy.
-    func perform(_ action: ExchangeStateMachine.Action, reportedHead: UpstreamResponseHead? = nil) {
-        switch action {
-        case .none, .storeBody, .storeBodyAndBeginStreaming:
-            break
-        case .beginStreaming:
-            beginStreaming()
-        case .finishBodyStream:
-            if case .stream(let stream) = body { stream.finish() }
-        case .acquireCredential:
-            acquireCredential()
-        case .startAttempt(let generation, let credential, let mayResend):
-            startAttempt(generation: generation, credential: credential, mayResend: mayResend)
-        case .refreshCredential(let rejected):
-            guard case .oauth2(let manager, _)? = destination.upstream?.auth else { break }
-            traceAttemptEnded(failure: nil)
-            let bound = NIOLoopBound(self, eventLoop: eventLoop)
-            let loop = eventLoop
-            let trace = self.trace
-            Task {
-                let (replacement, refresh) = await manager.tokenRejected(rejected, trace: trace)
-                loop.execute {
-                    let exchange = bound.value
-                    exchange.traceWaited(on: refresh)
-                    exchange.perform(exchange.machine.refreshFinished(replacement, now: exchange.now))
-                }
-            }
-        case .retry(let delay, let reason, let disposal):
-            retry(after: delay, reason: reason, disposal: disposal)
-        case .deliverHead(let error):
-            guard let reportedHead else {
-                assertionFailure("deliverHead is only returned by responseHead, performed with its head")
-                break
-            }
-            deliverHead(reportedHead, error: error)
-        case .deliverHeldHead(let upstreamHead, let error, let replay):
-            deliverHead(upstreamHead, error: error)
-            if !replay.isEmpty { handle(replay, generation: transferGeneration) }
-        case .relayBody(let buffer):
-            relayBody(buffer)
-        case .completeResponse(let requestComplete):
-            let (tail, short) = relay?.end(allocator: client.allocator) ?? (nil, false)
-            if short {
-                perform(machine.responseFellShort())
-                return
-            }
-            if case .stream(let stream) = body, !requestComplete { stream.fail() }
-            finish(note: nil)
-            client.writeResponseEnd(
-                tail: tail, requestComplete: requestComplete, close: relay?.framing.endsConnection ?? false)
-        case .abortResponse(let note):
-            stopTransferAndBody()
-            finish(note: note)
-            client.flush()
-            client.abortResponse()
-        case .failLocally(let reason, let requestComplete):
-            stopTransferAndBody()
-            finish(note: reason.rawValue)
-            client.exchangeFailed(
-                reason, requestComplete: requestComplete,
-                attempts: machine.attempts > 0 ? machine.attempts : nil)
-        case .cancel:
-            stopTransferAndBody()
-            finish(note: "client-closed")
-        }
-        if let deadline = machine.nextDeadline { client.wakeUp(at: deadline) }
+    func finishBodyStream() {
+        if case .stream(let stream) = body { stream.finish() }
     }
-}
 
-extension Exchange {
-    /// The body is no longer kept for replay (it became a stream, or the exchange ended).
-    func releaseKeptBody() {
+    func failBodyStream() {
+        if case .stream(let stream) = body { stream.fail() }
+    }
+
+    /// The body is no longer kept for replay: its share of `limits.buffer_memory` goes back.
+    private func releaseKeptBody() {
         environment.runtime.releaseBodyMemory(keptBodyBytes)
         keptBodyBytes = 0
+    }
+
+    // MARK: attempts
+
+    /// Starts an attempt; its events go to `sink`.
+    func startAttempt(
+        _ start: ExchangeStateMachine.Start, on eventLoop: EventLoop,
+        sink: @escaping @Sendable ([TransportEvent]) -> Void
+    ) {
+        let transportBody: TransportRequestBody
+        switch body {
+        case .none: transportBody = hasBody ? .buffered(ByteBuffer()) : .empty
+        case .buffer(let buffer): transportBody = .buffered(buffer)
+        case .stream(let stream): transportBody = .streaming(stream)
+        }
+        // Only a signed attempt needs the time of day (its `X-Amz-Date`).
+        let wall: Double = if case .aws = start.credential { environment.clock.wall() } else { 0 }
+        var request = UpstreamRequestBuilder.request(
+            head: head, destination: destination, credential: start.credential, body: transportBody,
+            mayResend: start.mayResend, connectTimeout: connectTimeout, wall: wall)
+        traceAttemptStarted(&request, attempt: start.attempt)
+        let handle = environment.transport.start(request, on: eventLoop, sink: sink)
+        if let transfer { otherTransfers.append(transfer) }
+        transfer = (start.generation, handle)
+    }
+
+    func cancelAttempt(_ generation: Int) { take(generation)?.cancel() }
+
+    func abandonAttempt(_ generation: Int, within limit: Duration) { take(generation)?.abandon(within: limit) }
+
+    /// The client took `bytes` of attempt `generation`'s body (backpressure).
+    func consumed(_ bytes: Int, of generation: Int) {
+        if let transfer, transfer.generation == generation {
+            transfer.handle.consumed(bytes)
+        } else {
+            otherTransfers.first { $0.generation == generation }?.handle.consumed(bytes)
+        }
+    }
+
+    private func take(_ generation: Int) -> (any TransferHandle)? {
+        if let current = transfer, current.generation == generation {
+            transfer = otherTransfers.popLast()
+            return current.handle
+        }
+        guard let index = otherTransfers.firstIndex(where: { $0.generation == generation }) else { return nil }
+        return otherTransfers.remove(at: index).handle
+    }
+
+    /// Lets go of every transfer still held (cancelled unless the response completed: the transfer ended) and of
+    /// the kept body. A transfer's event sink holds the connection's handler, so keeping it would keep both alive.
+    func letGo(cancel: Bool) {
+        if cancel {
+            transfer?.handle.cancel()
+            for other in otherTransfers { other.handle.cancel() }
+        }
+        transfer = nil
+        otherTransfers = []
+        releaseKeptBody()
     }
 }
 

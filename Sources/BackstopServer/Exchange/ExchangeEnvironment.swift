@@ -19,21 +19,23 @@ struct ExchangeEnvironment {
     func logAccess(_ record: AccessRecord) { runtime.logAccess(record, enabled: accessLog) }
 
     /// The status page's record of an exchange's end (docs/reference/operations.md#status-page): the upstream's
-    /// activity window, and the failure log when Backstop answered with an error (`reason`, other than the
-    /// client going away) or relayed an upstream 5xx.
+    /// activity window, and the failure log when Backstop answered with an error or cut the response (not when the
+    /// client went away), or relayed an upstream 5xx.
     func recordStatus(
         _ metrics: ProxyMetrics.Upstream, upstream: String, endpoint: String, status: Int, attempts: Int,
-        reason: String?, detail: String?, at now: Duration
+        ending: ExchangeStateMachine.Ending, detail: String?, at now: Duration
     ) {
         metrics.recordActivity(status: status, attempts: attempts, second: now.components.seconds)
         let cause: String
-        if let reason {
-            guard reason != "client-closed" else { return }
-            cause = detail.map { "\(reason): \($0)" } ?? reason
-        } else if status >= 500 {
-            cause = "upstream answered \(status)"
-        } else {
+        switch ending {
+        case .clientClosed:
             return
+        case .aborted, .failedLocally:
+            let reason = ending.note ?? ""
+            cause = detail.map { "\(reason): \($0)" } ?? reason
+        case .completed:
+            guard status >= 500 else { return }
+            cause = "upstream answered \(status)"
         }
         runtime.failures.record(
             FailureRecord(

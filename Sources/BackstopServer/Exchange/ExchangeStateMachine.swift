@@ -3,32 +3,41 @@ import BackstopIdentity
 import BackstopTransport
 import NIOCore
 
-/// The decisions of one client request, from its head to the last byte of its response: when to attempt, what to
-/// do with each attempt's outcome (deliver, retry after a delay, hold it while the token refreshes, fail), and
-/// which deadline comes next. Pure: time comes in as `now` readings of a `BackstopClock`, randomness from an
-/// injected generator, and every effect goes out as an `Action` that `Exchange` performs. The retry rules
-/// themselves are `RetryPolicy`'s; this type sequences them (docs/reference/behaviour.md#retries).
+/// The decisions of one client request, from its head to the end of its response: when to attempt, what each
+/// attempt's outcome means (deliver, retry after a delay, hold it while the token refreshes, fail), and which
+/// deadline comes next. Pure: time comes in as `now` readings of a `BackstopClock`, randomness from an injected
+/// generator, the upstream's shared retry budget as an event answering the machine's question
+/// (`.requestRetryPermit` → `retryPermit(granted:)`), and every effect goes out as one `Action`. The retry rules
+/// themselves are `RetryPolicy`'s; this type sequences them (docs/reference/behaviour.md#retries). It lives inside
+/// the connection's machine (`ConnectionStateMachine`), which frames what it relays and reports when the upstream
+/// breaks that framing (`framingBroken`).
+///
+/// Attempts in flight (docs/architecture.md#attempts-in-flight). `attempting` holds a set of attempts, each with its
+/// generation and deadline; today the set has one member (a retry is "this attempt ends, later another starts",
+/// through `backingOff`). Generations are unique on the connection; an event of a generation that is not the
+/// machine's (an attempt it cancelled, abandoned or finished, whose events were already queued) is stale and
+/// ignored: the action is `.none` and nothing changes.
 ///
 /// States and their transitions (an event not listed for a state changes nothing and returns `.none`):
 ///
-///     waitingForBody       bodyReceived (buffer full) → beginStreaming, then streamingBegan → acquiring/attempting
-///                          bodyEnded → acquiringCredential | attempting;  too large, stalled → done
-///                          bufferDenied (over `limits.buffer_memory`) → beginStreaming;  total deadline → done (408)
-///     acquiringCredential  credentialAcquired(token) → attempting; (nil) → done (token-unavailable)
-///                          total deadline → done (token-unavailable)
-///     attempting           head → relaying | backingOff | awaitingRefresh;  failure → backingOff | done
-///                          per-try deadline → backingOff | done (upstream-timeout); total deadline → done
-///     awaitingRefresh      refreshFinished(token) → attempting (replay once); (nil) or total deadline → relaying
-///                          (the held response, with token-refresh-failed); transport events are held meanwhile
+///     receivingBody        bodyReceived → storeBody | storeBodyAndBeginStreaming (then streamingBegan →
+///                          acquiringCredential | attempting);  bufferDenied → beginStreaming;  bodyEnded →
+///                          acquiringCredential | attempting;  too large → done (413);  total deadline → done (408)
+///     acquiringCredential  credentialAcquired → attempting;  (nil) or total deadline → done (token-unavailable)
+///     attempting           head → relaying | awaitingRefresh | awaitingRetryPermit;  failure or per-try deadline
+///                          → awaitingRetryPermit | done;  total deadline → done (upstream-timeout)
+///     awaitingRetryPermit  retryPermit(granted) → backingOff;  (denied) → relaying (the head) | done
+///     awaitingRefresh      refreshFinished(token) → attempting (replay once);  (nil) or total deadline → relaying
+///                          (the held head with token-refresh-failed, then the events held meanwhile)
 ///     backingOff           deadline → acquiringCredential | attempting
-///     relaying             body → relaying; end → done; failure, overrun, idle deadline → done (connection closed)
+///     relaying             body → relaying;  end → done;  failure, idle deadline, framingBroken → done (aborted)
 ///     done                 terminal
 ///
-/// In every state but `done`, `clientGone` ends the exchange (its transfer cancelled) and `clientStalled` ends it
-/// with 408 `request-timeout` before a response head, or by closing the connection after one.
-struct ExchangeStateMachine {
+/// In every state but `done`, `clientGone` ends the exchange and `clientStalled` ends it with 408
+/// `request-timeout` before a response head, or by aborting the response after one.
+struct ExchangeStateMachine: Equatable {
     /// What one exchange is about; fixed when it starts.
-    struct Configuration {
+    struct Configuration: Equatable {
         var method: String
         /// The request has a body (a non-zero `Content-Length`, or chunked).
         var hasBody: Bool
@@ -40,7 +49,6 @@ struct ExchangeStateMachine {
         var credential: CredentialKind
         /// nil for passthrough: one attempt, nothing retried.
         var retry: RetryPolicy?
-        var budget: SharedRetryBudget?
         /// The body must be complete before the first attempt (`aws_sigv4` with `payload: signed` hashes it): one
         /// that would stream (above `retry_buffer`, or no room in `limits.buffer_memory`) gets 413 `body-too-large`.
         var bodyMustBeKept = false
@@ -69,18 +77,25 @@ struct ExchangeStateMachine {
         indirect case aws(SigV4Credentials)
     }
 
-    /// Where the request body is, as far as decisions go (the bytes are the owner's).
+    /// Where the request body is, as far as decisions go (the bytes are the executor's).
     enum BodyMode: Equatable {
         case none
         /// Being kept for replay, this many bytes so far.
         case buffering(Int)
         /// Complete and kept: replayable.
         case buffered
-        /// Sent as it arrives (too large for `retry_buffer`): an attempt can send it once only.
+        /// Sent as it arrives (above `retry_buffer`, or over `limits.buffer_memory`): an attempt sends it once only.
         case streaming(complete: Bool)
+
+        var replayable: Bool {
+            switch self {
+            case .none, .buffered: true
+            case .buffering, .streaming: false
+            }
+        }
     }
 
-    /// One attempt in flight: its generation (events of older attempts are ignored) and its deadline.
+    /// One attempt in flight: its generation (unique on the connection) and its deadline.
     struct Attempt: Equatable {
         var generation: Int
         var deadline: Duration
@@ -88,17 +103,37 @@ struct ExchangeStateMachine {
         var deadlineIsTotal: Bool
     }
 
-    enum State {
-        case waitingForBody
-        case acquiringCredential
-        case attempting(Attempt)
-        /// The upstream rejected the token; its response head (and any events after it) wait for the refresh.
-        /// Boxed (`indirect`): rare, and large enough to make every other state copy cost more.
-        indirect case awaitingRefresh(Attempt, held: UpstreamResponseHead, events: [TransportEvent])
-        case backingOff(until: Duration)
-        /// The response head went to the client; `lastProgress` is when body bytes last moved (`timeouts.idle`).
-        case relaying(generation: Int, lastProgress: Duration)
-        case done
+    /// The attempts in flight: one today; a hedge would add others (docs/architecture.md#attempts-in-flight). The
+    /// first is stored inline, so the usual single attempt allocates nothing.
+    struct AttemptSet: Equatable {
+        private(set) var first: Attempt
+        private(set) var others: [Attempt] = []
+
+        init(_ first: Attempt) { self.first = first }
+
+        func attempt(_ generation: Int) -> Attempt? {
+            if first.generation == generation { return first }
+            return others.first { $0.generation == generation }
+        }
+
+        /// Every generation in flight, oldest first.
+        var generations: [Int] { [first.generation] + others.map(\.generation) }
+
+        /// The first deadline due at `now`, if any.
+        func due(at now: Duration) -> Attempt? {
+            if first.deadline <= now { return first }
+            return others.first { $0.deadline <= now }
+        }
+
+        var earliestDeadline: Duration { others.reduce(first.deadline) { min($0, $1.deadline) } }
+    }
+
+    /// How an attempt ended, for `backstop_upstream_attempts_total{status|outcome}`
+    /// (docs/reference/operations.md#metrics): a head arrived, or it failed below HTTP or timed out.
+    enum AttemptReport: Equatable {
+        /// A head with this status arrived (`version`: the protocol the upstream spoke, for the attempt's span).
+        case response(status: Int, version: String)
+        case failed(TransportFailure)
     }
 
     /// What to do with the transfer of an attempt that will be retried.
@@ -106,91 +141,288 @@ struct ExchangeStateMachine {
         /// It already ended.
         case none
         case cancel
-        /// Let a small response finish (connection reuse), cancelled if it takes longer than this.
+        /// Let a small response finish (connection reuse), cancelled if it takes longer than `within`.
         case abandon(within: Duration)
     }
 
-    /// An effect for the owner to perform.
-    enum Action {
+    /// A retry the policy would make, waiting for the budget's answer (`retryPermit`).
+    struct PendingRetry: Equatable {
+        var generation: Int
+        var delay: Duration
+        var reason: RetryCondition
+        var disposal: Disposal
+        /// The failure below HTTP that asks for the retry (its log line and span), nil for a status.
+        var failure: TransportFailure?
+        /// What the client gets if the budget says no.
+        var fallback: Fallback
+        /// Events of the attempt that came while the permit was asked (the executor answers at once, so none do).
+        var held: [TransportEvent] = []
+    }
+
+    /// The answer a refused retry leaves: the head that asked for the retry, or a Backstop error.
+    enum Fallback: Equatable {
+        case deliver(UpstreamResponseHead)
+        case fail(ProxyErrorReason)
+    }
+
+    /// A retry the budget allowed.
+    struct Retry: Equatable {
+        /// The attempt that is retried (its number).
+        var attempt: Int
+        var after: Duration
+        var reason: RetryCondition
+        var generation: Int
+        var disposal: Disposal
+        /// The failure below HTTP that the retry is for (logged at `debug`, the attempt span's outcome).
+        var failure: TransportFailure?
+    }
+
+    /// An attempt to start.
+    struct Start: Equatable {
+        var generation: Int
+        /// The attempt's number for `X-Backstop-Attempts`, logs and its span (1 for the first).
+        var attempt: Int
+        var credential: Credential
+        /// Whether libcurl may resend the request by itself on a fresh connection (never for a request that may
+        /// not reach the upstream twice).
+        var mayResend: Bool
+        /// The first attempt of a request with a retry policy: the budget counts it as a request.
+        var countsAsRequest: Bool
+        /// The attempt this one replaces (the one whose token was rejected): cancel its transfer first.
+        var replacing: Int?
+    }
+
+    /// How a response head goes out.
+    struct Delivery: Equatable {
+        var generation: Int
+        /// `X-Backstop-Error` on the head (`token-refresh-failed`).
+        var error: ProxyErrorReason?
+        /// `X-Backstop-Attempts`.
+        var attempts: Int
+        /// How its attempt ended, when this head ended it (nil for a head held during a refresh, reported then).
+        var report: AttemptReport?
+        /// Other attempts in flight, to cancel (a hedge that lost).
+        var cancel: [Int] = []
+        /// Events held meanwhile, fed back in order after the head.
+        var replay: [TransportEvent] = []
+    }
+
+    /// What an ended exchange leaves for metrics, the access line, logs and its span.
+    struct Record: Equatable {
+        /// The status the client got (499 when it went away first).
+        var status: Int
+        var attempts: Int
+        var retries: [RetryCondition]
+        /// Which rule stopped the retries, and the `retry.on` condition it refused.
+        var giveUp: GiveUpReason?
+        var giveUpCondition: RetryCondition?
+        /// The last attempt's failure below HTTP, if any.
+        var lastFailure: TransportFailure?
+        /// The `X-Backstop-Error` the relayed head carried.
+        var headError: ProxyErrorReason?
+        /// The client's body was read to its end (else a streamed body is failed, and the rest is not read).
+        var requestComplete: Bool
+    }
+
+    /// How an exchange ends.
+    enum Ending: Equatable {
+        /// The response is complete; `requestComplete` says whether the client's body was read to its end.
+        case completed(requestComplete: Bool)
+        /// A response whose head went out is cut by closing the connection.
+        case aborted(AbortCause)
+        /// Answered with a Backstop error; an incomplete request body is not read further.
+        case failedLocally(ProxyErrorReason, requestComplete: Bool)
+        /// The client went away (`client-closed` on the access line).
+        case clientClosed
+
+        /// The access line's `error=`: nil for a complete response (docs/reference/operations.md#access-log).
+        var note: String? {
+            switch self {
+            case .completed: nil
+            case .aborted(let cause): cause.rawValue
+            case .failedLocally(let reason, _): reason.rawValue
+            case .clientClosed: "client-closed"
+            }
+        }
+    }
+
+    /// Why a response was cut after its head (the access line's `error=`, docs/reference/errors.md).
+    enum AbortCause: String, Equatable, CaseIterable {
+        case upstreamBrokeMidResponse = "upstream-broke-mid-response"
+        case responseBodyIdle = "response-body-idle"
+        case bodyLongerThanAnnounced = "upstream-body-longer-than-announced"
+        case bodyShorterThanAnnounced = "upstream-body-shorter-than-announced"
+        case requestBodyStalled = "request-body-stalled"
+        case requestBodyTooLarge = "body-too-large"
+    }
+
+    /// An effect for the executor, with what metrics and logs record of it.
+    enum Action: Equatable {
         case none
-        /// Keep this body part: in the buffer, or in the stream once streaming.
+        /// Keep the body part just reported: in the buffer, or in the stream once streaming.
         case storeBody
-        /// Store this part, then turn the buffered body into a stream and report `streamingBegan`.
+        /// Keep the part just reported, then turn the kept body into a stream and report `streamingBegan`.
         case storeBodyAndBeginStreaming
-        /// Turn the (still empty) body into a stream now and report `streamingBegan`: it will not fit the buffer.
+        /// Turn the kept body into a stream now and report `streamingBegan`.
         case beginStreaming
         /// The streamed body is complete.
         case finishBodyStream
         /// Get the credential for the next attempt and report `credentialAcquired`.
         case acquireCredential
-        /// Start attempt `generation` (cancelling any earlier transfer); `mayResend` tells the transport whether
-        /// the request may reach the upstream twice.
-        case startAttempt(generation: Int, credential: Credential, mayResend: Bool)
-        /// Refresh the rejected token (shared, single flight) and report `refreshFinished`.
-        case refreshCredential(rejected: ManagedToken)
-        /// The attempt failed in a retryable way: dispose of its transfer; `timerFired` comes at the deadline.
-        case retry(after: Duration, reason: RetryCondition, disposal: Disposal)
-        /// Write the head just reported to `responseHead` (the owner has it: it is not copied through here).
-        case deliverHead(error: ProxyErrorReason?)
-        /// Write this held head (after a refresh ended), then feed `replay` (events held meanwhile) back in.
-        indirect case deliverHeldHead(UpstreamResponseHead, error: ProxyErrorReason?, replay: [TransportEvent])
+        case startAttempt(Start)
+        /// Refresh the rejected token (shared, single flight) and report `refreshFinished`; the rejected attempt
+        /// ended as `report`.
+        case refreshCredential(rejected: ManagedToken, report: AttemptReport)
+        /// The policy would retry the attempt that ended as `report`: ask the upstream's retry budget and report
+        /// `retryPermit` before any other event.
+        case requestRetryPermit(report: AttemptReport)
+        /// The budget allowed the retry: dispose of the attempt's transfer; `timerFired` comes after `after`.
+        case retry(Retry)
+        /// Boxed (`indirect`), once per exchange: inline, the head would make every action of every event too large
+        /// to move without a call to `memcpy`.
+        indirect case deliverHead(UpstreamResponseHead, Delivery)
         case relayBody(ByteBuffer)
-        /// The response is complete; `requestComplete` says whether the client's body was read to its end.
-        case completeResponse(requestComplete: Bool)
-        /// End a response whose head went out by closing the connection (cancel the transfer, fail the stream).
-        case abortResponse(note: String)
-        /// Answer with a Backstop error (cancel the transfer, fail an incomplete stream).
-        case failLocally(ProxyErrorReason, requestComplete: Bool)
-        /// The client is gone: cancel the transfer and fail the stream.
-        case cancel
+        /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed).
+        /// `report` is the last attempt's, when it ended here.
+        case end(Ending, Record, report: AttemptReport?)
     }
 
+    /// What every live state carries: the request body's progress and the exchange's record so far.
+    struct Progress: Equatable {
+        var body: BodyMode = .none
+        var requestComplete = false
+        var receivedBytes = 0
+        /// Attempts started (`X-Backstop-Attempts`).
+        var attempts = 0
+        /// The generation the next attempt gets.
+        var nextGeneration: Int
+        /// What only retries, failures and token refreshes write: kept out of line (copied on write) and absent until
+        /// first written, so that every state change of a plain exchange copies one empty reference instead.
+        private var rare: RareBox?
+
+        init(nextGeneration: Int) { self.nextGeneration = nextGeneration }
+
+        /// The OAuth2 token the attempts carry.
+        var token: ManagedToken? {
+            get { rare?.value.token }
+            set { modifyRare { $0.token = newValue } }
+        }
+        var replayedAfterRefresh: Bool {
+            get { rare?.value.replayedAfterRefresh ?? false }
+            set { modifyRare { $0.replayedAfterRefresh = newValue } }
+        }
+        var previousDelay: Duration? {
+            get { rare?.value.previousDelay }
+            set { modifyRare { $0.previousDelay = newValue } }
+        }
+        var retryReasons: [RetryCondition] {
+            get { rare?.value.retryReasons ?? [] }
+            set { modifyRare { $0.retryReasons = newValue } }
+        }
+        var giveUp: GiveUpReason? {
+            get { rare?.value.giveUp }
+            set { modifyRare { $0.giveUp = newValue } }
+        }
+        var giveUpCondition: RetryCondition? {
+            get { rare?.value.giveUpCondition }
+            set { modifyRare { $0.giveUpCondition = newValue } }
+        }
+        var lastFailure: TransportFailure? {
+            get { rare?.value.lastFailure }
+            set { modifyRare { $0.lastFailure = newValue } }
+        }
+
+        private mutating func modifyRare(_ change: (inout Rare) -> Void) {
+            if rare == nil {
+                rare = RareBox(Rare())
+            } else if !isKnownUniquelyReferenced(&rare) {
+                rare = RareBox(rare!.value)
+            }
+            change(&rare!.value)
+        }
+
+        static func == (lhs: Progress, rhs: Progress) -> Bool {
+            lhs.body == rhs.body && lhs.requestComplete == rhs.requestComplete
+                && lhs.receivedBytes == rhs.receivedBytes && lhs.attempts == rhs.attempts
+                && lhs.nextGeneration == rhs.nextGeneration
+                && (lhs.rare === rhs.rare || (lhs.rare?.value ?? Rare()) == (rhs.rare?.value ?? Rare()))
+        }
+
+        private struct Rare: Equatable {
+            var token: ManagedToken?
+            var replayedAfterRefresh = false
+            var previousDelay: Duration?
+            var retryReasons: [RetryCondition] = []
+            var giveUp: GiveUpReason?
+            var giveUpCondition: RetryCondition?
+            var lastFailure: TransportFailure?
+        }
+
+        private final class RareBox {
+            var value: Rare
+            init(_ value: Rare) { self.value = value }
+        }
+    }
+
+    /// The response being relayed: attempt `generation`'s, whose head had `status`. `lastProgress` is when body
+    /// bytes last moved (`timeouts.idle`).
+    struct Relaying: Equatable {
+        var generation: Int
+        var status: Int
+        var error: ProxyErrorReason?
+        var lastProgress: Duration
+    }
+
+    /// The upstream rejected the token of `attempt`; its head (and any events after it) wait for the refresh.
+    struct Refresh: Equatable {
+        var attempt: Attempt
+        var held: UpstreamResponseHead
+        var events: [TransportEvent] = []
+    }
+
+    enum State: Equatable {
+        case receivingBody(Progress)
+        case acquiringCredential(Progress)
+        case attempting(Progress, AttemptSet)
+        /// Boxed (`indirect`): rare, and large enough to make every other state copy cost more.
+        indirect case awaitingRetryPermit(Progress, PendingRetry)
+        indirect case awaitingRefresh(Progress, Refresh)
+        case backingOff(Progress, until: Duration)
+        case relaying(Progress, Relaying)
+        case done
+    }
+
+    /// Inline: the connection's machine changes its exchange in place and never copies it
+    /// (`ConnectionStateMachine.Active.withExchange`).
     let configuration: Configuration
     let startedAt: Duration
-    private(set) var state: State = .waitingForBody
-    private(set) var body: BodyMode = .none
-    private(set) var requestComplete = false
-    private var receivedBytes = 0
-    /// Attempts started (`X-Backstop-Attempts`).
-    private(set) var attempts = 0
-    private var generation = 0
-    /// The OAuth2 token the current attempt carries.
-    private var token: ManagedToken?
-    private var replayedAfterRefresh = false
-    private var previousDelay: Duration?
-    /// For the access line and logs.
-    private(set) var retryReasons: [RetryCondition] = []
-    private(set) var lastGiveUp: GiveUpReason?
-    /// The `retry.on` condition (`503`, `connect-failure`, …) whose retry `lastGiveUp` refused.
-    private(set) var lastGiveUpCondition: RetryCondition?
-    private(set) var lastFailure: TransportFailure?
-    /// The status the client got (set when the exchange ends).
-    private(set) var finalStatus = 0
+    private(set) var state: State
 
-    init(configuration: Configuration, now: Duration) {
+    /// `firstGeneration`: the generation of this exchange's first attempt, above every earlier one on the
+    /// connection (so that a late event of an earlier request's attempt is stale here too).
+    init(configuration: Configuration, now: Duration, firstGeneration: Int = 1) {
         self.configuration = configuration
         self.startedAt = now
-    }
-
-    /// Whether the request body can be sent again (fully buffered, or none).
-    var bodyReplayable: Bool {
-        switch body {
-        case .none, .buffered: true
-        case .buffering, .streaming: false
-        }
+        self.state = .receivingBody(Progress(nextGeneration: firstGeneration))
     }
 
     var isDone: Bool { if case .done = state { true } else { false } }
 
+    /// The generation whose response is being relayed, if any.
+    var relayingGeneration: Int? { if case .relaying(_, let relaying) = state { relaying.generation } else { nil } }
+
+    /// The generation the next attempt gets (every earlier one has been handed out).
+    var nextGeneration: Int { state.progress?.nextGeneration ?? 0 }
+
     /// When `timerFired` must be called next, or nil when no deadline is pending.
     var nextDeadline: Duration? {
         switch state {
-        case .done: nil
-        // `timeouts.total` runs from the head: a body trickled in slower than that is answered 408.
-        case .waitingForBody, .acquiringCredential, .awaitingRefresh: totalDeadline
-        case .attempting(let attempt): attempt.deadline
-        case .backingOff(let until): until
-        case .relaying(_, let lastProgress): lastProgress + configuration.timeouts.idle
+        case .done, .awaitingRetryPermit: nil
+        // `timeouts.total` runs from the head: a kept body trickled in slower than that is answered 408.
+        case .receivingBody, .acquiringCredential, .awaitingRefresh: totalDeadline
+        case .attempting(_, let attempts): attempts.earliestDeadline
+        case .backingOff(_, let until): until
+        case .relaying(_, let relaying): relaying.lastProgress + configuration.timeouts.idle
         }
     }
 
@@ -198,73 +430,82 @@ struct ExchangeStateMachine {
 
     // MARK: the request
 
-    /// The head arrived and was routed.
+    /// The head arrived and was routed. Called once, first.
     mutating func start(now: Duration) -> Action {
+        guard case .receivingBody(var progress) = state, progress.body == .none, progress.receivedBytes == 0,
+            !progress.requestComplete
+        else { preconditionFailure("an exchange starts once, before any other event") }
         guard configuration.hasBody else {
-            body = .none
-            requestComplete = true
-            return prepareAttempt(now: now)
+            progress.requestComplete = true
+            return prepareAttempt(progress, now: now)
         }
         if let length = configuration.declaredLength, length > configuration.retryBuffer {
-            if configuration.bodyMustBeKept { return failLocally(.bodyTooLarge) }
-            body = .streaming(complete: false)
+            if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge, progress) }
+            progress.body = .streaming(complete: false)
+            state = .receivingBody(progress)
             return .beginStreaming
         }
-        body = .buffering(0)
+        progress.body = .buffering(0)
+        state = .receivingBody(progress)
         return .none
     }
 
     /// A body part of `count` bytes arrived.
     mutating func bodyReceived(count: Int, now: Duration) -> Action {
-        guard !isDone else { return .none }
-        receivedBytes += count
-        if receivedBytes > configuration.maxRequestBody { return failLocally(.bodyTooLarge) }
-        switch body {
+        guard var progress = state.progress else { return .none }
+        progress.receivedBytes += count
+        if progress.receivedBytes > configuration.maxRequestBody { return endLocally(.bodyTooLarge, progress) }
+        let action: Action
+        switch progress.body {
         case .none, .buffered:
-            return .none
+            action = .none
         case .buffering(let buffered):
             let total = buffered + count
-            guard total > configuration.retryBuffer else {
-                body = .buffering(total)
-                return .storeBody
+            if total <= configuration.retryBuffer {
+                progress.body = .buffering(total)
+                action = .storeBody
+            } else {
+                if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge, progress) }
+                progress.body = .streaming(complete: false)
+                action = .storeBodyAndBeginStreaming
             }
-            if configuration.bodyMustBeKept { return failLocally(.bodyTooLarge) }
-            body = .streaming(complete: false)
-            return .storeBodyAndBeginStreaming
         case .streaming:
-            return .storeBody
+            action = .storeBody
         }
+        state.progress = progress
+        return action
     }
 
-    /// The body part just reported does not fit `limits.buffer_memory`: the body is sent as it arrives instead of
-    /// being kept (not retryable), as a body above `retry_buffer` is.
+    /// The part just reported does not fit `limits.buffer_memory`: the body is sent as it arrives instead of being
+    /// kept (not retryable), as a body above `retry_buffer` is.
     mutating func bufferDenied(now: Duration) -> Action {
-        guard case .buffering = body else { return .none }
-        if configuration.bodyMustBeKept { return failLocally(.bodyTooLarge) }
-        body = .streaming(complete: false)
+        guard var progress = state.progress, case .buffering = progress.body else { return .none }
+        if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge, progress) }
+        progress.body = .streaming(complete: false)
+        state.progress = progress
         return .beginStreaming
     }
 
-    /// The owner turned the body into a stream: the attempt starts now, while the body keeps arriving.
+    /// The executor turned the body into a stream: the attempt starts now, while the body keeps arriving.
     mutating func streamingBegan(now: Duration) -> Action {
-        guard case .waitingForBody = state else { return .none }
-        return prepareAttempt(now: now)
+        guard case .receivingBody(let progress) = state else { return .none }
+        return prepareAttempt(progress, now: now)
     }
 
-    /// The request's last body byte (or its head, without a body) arrived.
+    /// The request's last body byte arrived.
     mutating func bodyEnded(now: Duration) -> Action {
-        guard !isDone else { return .none }
-        requestComplete = true
-        switch body {
-        case .none:
+        guard var progress = state.progress else { return .none }
+        progress.requestComplete = true
+        switch progress.body {
+        case .none, .buffered:
+            state.progress = progress
             return .none
         case .buffering:
-            body = .buffered
-            return prepareAttempt(now: now)
-        case .buffered:
-            return .none
+            progress.body = .buffered
+            return prepareAttempt(progress, now: now)
         case .streaming:
-            body = .streaming(complete: true)
+            progress.body = .streaming(complete: true)
+            state.progress = progress
             return .finishBodyStream
         }
     }
@@ -272,45 +513,48 @@ struct ExchangeStateMachine {
     // MARK: credentials and attempts
 
     /// Gets a credential when the upstream needs one, then starts the attempt.
-    private mutating func prepareAttempt(now: Duration) -> Action {
-        if configuration.credential == .none { return startAttempt(credential: .none, now: now) }
-        state = .acquiringCredential
+    private mutating func prepareAttempt(_ progress: Progress, now: Duration) -> Action {
+        if case .none = configuration.credential { return startAttempt(progress, credential: .none, now: now) }
+        state = .acquiringCredential(progress)
         return .acquireCredential
     }
 
     /// The credential for the next attempt, or nil when none can be had.
     mutating func credentialAcquired(_ credential: Credential?, now: Duration) -> Action {
-        guard case .acquiringCredential = state else { return .none }
-        guard let credential else { return failLocally(.tokenUnavailable) }
-        return startAttempt(credential: credential, now: now)
+        guard case .acquiringCredential(let progress) = state else { return .none }
+        guard let credential else { return endLocally(.tokenUnavailable, progress) }
+        return startAttempt(progress, credential: credential, now: now)
     }
 
-    private mutating func startAttempt(credential: Credential, now: Duration) -> Action {
-        attempts += 1
-        generation += 1
-        if case .token(let managed) = credential { token = managed }
-        if attempts == 1, let budget = configuration.budget {
-            budget.withBudget { $0.recordRequest(now: now) }
-        }
+    private mutating func startAttempt(
+        _ progress: Progress, credential: Credential, replacing: Int? = nil, now: Duration
+    ) -> Action {
+        var progress = progress
+        progress.attempts += 1
+        let generation = progress.nextGeneration
+        progress.nextGeneration += 1
+        if case .token(let managed) = credential { progress.token = managed }
         let remaining = totalDeadline - now
         let isTotal = remaining <= configuration.timeouts.perTry
         let deadline = now + (isTotal ? max(remaining, .zero) : configuration.timeouts.perTry)
-        state = .attempting(Attempt(generation: generation, deadline: deadline, deadlineIsTotal: isTotal))
-        return .startAttempt(generation: generation, credential: credential, mayResend: mayResend)
+        let attempt = Attempt(generation: generation, deadline: deadline, deadlineIsTotal: isTotal)
+        state = .attempting(progress, AttemptSet(attempt))
+        return .startAttempt(
+            Start(
+                generation: generation, attempt: progress.attempts, credential: credential,
+                mayResend: mayResend(progress), countsAsRequest: progress.attempts == 1 && configuration.retry != nil,
+                replacing: replacing))
     }
 
-    /// Whether libcurl may resend the request by itself on a fresh connection (never for a request that may not
-    /// reach the upstream twice).
-    private var mayResend: Bool {
-        let request = retryRequest
-        if let retry = configuration.retry { return retry.mayRepeat(request) }
+    private func mayResend(_ progress: Progress) -> Bool {
+        if let retry = configuration.retry { return retry.mayRepeat(retryRequest(progress)) }
         return RetryConfig.defaultMethods.contains(configuration.method)
     }
 
-    private var retryRequest: RetryRequestInfo {
+    private func retryRequest(_ progress: Progress) -> RetryRequestInfo {
         RetryRequestInfo(
             method: configuration.method, hasIdempotencyKey: configuration.hasIdempotencyKey,
-            bodyReplayable: bodyReplayable)
+            bodyReplayable: progress.body.replayable)
     }
 
     // MARK: transport events
@@ -320,51 +564,77 @@ struct ExchangeStateMachine {
         _ head: UpstreamResponseHead, generation: Int, now: Duration, wall: Double,
         random: inout some RandomNumberGenerator
     ) -> Action {
-        guard case .attempting(let attempt) = state, attempt.generation == generation else { return .none }
-        // Backstop forwards no `Upgrade` (a hop-by-hop field), so a 101 answers a question nobody asked: what
-        // follows it is not HTTP, and relaying it would hand the client a foreign protocol.
-        if head.status == 101 {
-            return attemptFailed(
-                .badResponse(detail: "101 Switching Protocols to a request that asked for no upgrade"),
-                disposal: .cancel, now: now, wall: wall, random: &random)
-        }
-        if case .oauth2(let refreshOn) = configuration.credential, refreshOn.contains(head.status),
-            !replayedAfterRefresh, bodyReplayable, let rejected = token
-        {
-            state = .awaitingRefresh(attempt, held: head, events: [])
-            return .refreshCredential(rejected: rejected)
-        }
-        if configuration.retry?.config.on.contains(.status(head.status)) == true {
-            let outcome = AttemptOutcome.response(
-                status: head.status, retryAfter: head.retryAfter, rateLimitReset: head.rateLimitReset)
-            if case .retry(let delay, let reason) = decide(outcome, now: now, wall: wall, random: &random) {
-                let small = head.contentLength.map { $0 <= Configuration.smallResponseLimit } ?? false
-                return scheduleRetry(
-                    after: delay, reason: reason,
-                    disposal: small ? .abandon(within: configuration.timeouts.idle) : .cancel,
-                    now: now)
+        switch state {
+        case .attempting(var progress, let attempts):
+            guard let attempt = attempts.attempt(generation) else { return .none }
+            let report = AttemptReport.response(status: head.status, version: head.version)
+            // Backstop forwards no `Upgrade` (a hop-by-hop field), so a 101 answers a question nobody asked: what
+            // follows it is not HTTP, and relaying it would hand the client a foreign protocol.
+            if head.status == 101 {
+                return attemptFailed(
+                    .badResponse(detail: "101 Switching Protocols to a request that asked for no upgrade"),
+                    generation: generation, report: report, disposal: .cancel, progress, now: now, wall: wall,
+                    random: &random)
             }
+            if case .oauth2(let refreshOn) = configuration.credential, refreshOn.contains(head.status),
+                !progress.replayedAfterRefresh, progress.body.replayable, let rejected = progress.token
+            {
+                state = .awaitingRefresh(progress, Refresh(attempt: attempt, held: head))
+                return .refreshCredential(rejected: rejected, report: report)
+            }
+            if let policy = configuration.retry, policy.config.on.contains(.status(head.status)) {
+                let outcome = AttemptOutcome.response(
+                    status: head.status, retryAfter: head.retryAfter, rateLimitReset: head.rateLimitReset)
+                switch considerRetry(outcome, &progress, now: now, wall: wall, random: &random) {
+                case .retry(let delay, let reason):
+                    let small = head.contentLength.map { $0 <= Configuration.smallResponseLimit } ?? false
+                    state = .awaitingRetryPermit(
+                        progress,
+                        PendingRetry(
+                            generation: generation, delay: delay, reason: reason,
+                            disposal: small ? .abandon(within: configuration.timeouts.idle) : .cancel, failure: nil,
+                            fallback: .deliver(head)))
+                    return .requestRetryPermit(report: report)
+                case .giveUp:
+                    break
+                }
+            }
+            return deliver(head, generation: generation, error: nil, report: report, progress, now: now)
+        case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
+            pending.held.append(.head(head))
+            state = .awaitingRetryPermit(progress, pending)
+            return .none
+        default:
+            return .none
         }
-        finalStatus = head.status
-        state = .relaying(generation: generation, lastProgress: now)
-        return .deliverHead(error: nil)
     }
 
-    private mutating func deliverHeld(_ head: UpstreamResponseHead, replay: [TransportEvent], now: Duration) -> Action {
-        finalStatus = head.status
-        state = .relaying(generation: generation, lastProgress: now)
-        return .deliverHeldHead(head, error: .tokenRefreshFailed, replay: replay)
+    private mutating func deliver(
+        _ head: UpstreamResponseHead, generation: Int, error: ProxyErrorReason?, report: AttemptReport?,
+        _ progress: Progress, now: Duration, replay: [TransportEvent] = []
+    ) -> Action {
+        state = .relaying(
+            progress, Relaying(generation: generation, status: head.status, error: error, lastProgress: now))
+        return .deliverHead(
+            head,
+            Delivery(
+                generation: generation, error: error, attempts: progress.attempts, report: report, replay: replay))
     }
 
     /// Body bytes of attempt `generation`.
     mutating func responseBody(_ buffer: ByteBuffer, generation: Int, now: Duration) -> Action {
         switch state {
-        case .relaying(let current, _) where current == generation:
-            state = .relaying(generation: current, lastProgress: now)
+        case .relaying(let progress, var relaying) where relaying.generation == generation:
+            relaying.lastProgress = now
+            state = .relaying(progress, relaying)
             return .relayBody(buffer)
-        case .awaitingRefresh(let attempt, let held, var events) where attempt.generation == generation:
-            events.append(.body(buffer))
-            state = .awaitingRefresh(attempt, held: held, events: events)
+        case .awaitingRefresh(let progress, var refresh) where refresh.attempt.generation == generation:
+            refresh.events.append(.body(buffer))
+            state = .awaitingRefresh(progress, refresh)
+            return .none
+        case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
+            pending.held.append(.body(buffer))
+            state = .awaitingRetryPermit(progress, pending)
             return .none
         default:
             return .none
@@ -374,12 +644,15 @@ struct ExchangeStateMachine {
     /// Attempt `generation` ended normally.
     mutating func responseEnded(generation: Int) -> Action {
         switch state {
-        case .relaying(let current, _) where current == generation:
-            state = .done
-            return .completeResponse(requestComplete: requestComplete)
-        case .awaitingRefresh(let attempt, let held, var events) where attempt.generation == generation:
-            events.append(.end)
-            state = .awaitingRefresh(attempt, held: held, events: events)
+        case .relaying(let progress, let relaying) where relaying.generation == generation:
+            return end(.completed(requestComplete: progress.requestComplete), progress, status: relaying.status)
+        case .awaitingRefresh(let progress, var refresh) where refresh.attempt.generation == generation:
+            refresh.events.append(.end)
+            state = .awaitingRefresh(progress, refresh)
+            return .none
+        case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
+            pending.held.append(.end)
+            state = .awaitingRetryPermit(progress, pending)
             return .none
         default:
             return .none
@@ -392,76 +665,106 @@ struct ExchangeStateMachine {
         random: inout some RandomNumberGenerator
     ) -> Action {
         switch state {
-        case .relaying(let current, _) where current == generation:
-            lastFailure = failure
-            state = .done
-            return .abortResponse(note: "upstream-broke-mid-response")
-        case .awaitingRefresh(let attempt, let held, var events) where attempt.generation == generation:
-            events.append(.failure(failure))
-            state = .awaitingRefresh(attempt, held: held, events: events)
+        case .relaying(var progress, let relaying) where relaying.generation == generation:
+            progress.lastFailure = failure
+            return end(.aborted(.upstreamBrokeMidResponse), progress, status: relaying.status)
+        case .awaitingRefresh(let progress, var refresh) where refresh.attempt.generation == generation:
+            refresh.events.append(.failure(failure))
+            state = .awaitingRefresh(progress, refresh)
             return .none
-        case .attempting(let attempt) where attempt.generation == generation:
-            return attemptFailed(failure, disposal: .none, now: now, wall: wall, random: &random)
+        case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
+            pending.held.append(.failure(failure))
+            state = .awaitingRetryPermit(progress, pending)
+            return .none
+        case .attempting(let progress, let attempts) where attempts.attempt(generation) != nil:
+            return attemptFailed(
+                failure, generation: generation, report: .failed(failure), disposal: .none, progress, now: now,
+                wall: wall, random: &random)
         default:
             return .none
         }
     }
 
     private mutating func attemptFailed(
-        _ failure: TransportFailure, disposal: Disposal, now: Duration, wall: Double,
-        random: inout some RandomNumberGenerator
+        _ failure: TransportFailure, generation: Int, report: AttemptReport, disposal: Disposal, _ progress: Progress,
+        now: Duration, wall: Double, random: inout some RandomNumberGenerator
     ) -> Action {
-        lastFailure = failure
-        let outcome: AttemptOutcome?
-        switch failure {
-        case .connectFailure: outcome = .connectFailure
-        case .reset, .badResponse: outcome = .reset
-        case .timeout: outcome = .timeout
-        case .cancelled, .requestBodyFailed, .loopDetected, .destinationDenied, .tlsVerificationFailed: outcome = nil
+        var progress = progress
+        progress.lastFailure = failure
+        let (outcome, reason) = Self.classify(failure)
+        if let outcome,
+            case .retry(let delay, let condition) = considerRetry(
+                outcome, &progress, now: now, wall: wall, random: &random)
+        {
+            state = .awaitingRetryPermit(
+                progress,
+                PendingRetry(
+                    generation: generation, delay: delay, reason: condition, disposal: disposal, failure: failure,
+                    fallback: .fail(reason)))
+            return .requestRetryPermit(report: report)
         }
-        if let outcome, case .retry(let delay, let reason) = decide(outcome, now: now, wall: wall, random: &random) {
-            return scheduleRetry(after: delay, reason: reason, disposal: disposal, now: now)
-        }
+        return endLocally(reason, progress, report: report)
+    }
+
+    /// A failure's retry condition (nil: never retried) and the error the client gets if it is the last.
+    static func classify(_ failure: TransportFailure) -> (AttemptOutcome?, ProxyErrorReason) {
         switch failure {
-        case .timeout: return failLocally(.upstreamTimeout)
-        case .requestBodyFailed: return failLocally(.badRequest)
-        case .connectFailure, .tlsVerificationFailed, .reset, .cancelled: return failLocally(.upstreamUnreachable)
-        case .badResponse: return failLocally(.badUpstreamResponse)
-        case .loopDetected: return failLocally(.loopDetected)
-        case .destinationDenied: return failLocally(.destinationDenied)
+        case .connectFailure: (.connectFailure, .upstreamUnreachable)
+        case .tlsVerificationFailed: (nil, .upstreamUnreachable)
+        case .reset: (.reset, .upstreamUnreachable)
+        case .badResponse: (.reset, .badUpstreamResponse)
+        case .timeout: (.timeout, .upstreamTimeout)
+        case .cancelled: (nil, .upstreamUnreachable)
+        case .requestBodyFailed: (nil, .badRequest)
+        case .loopDetected: (nil, .loopDetected)
+        case .destinationDenied: (nil, .destinationDenied)
         }
     }
 
-    private mutating func decide(
-        _ outcome: AttemptOutcome, now: Duration, wall: Double,
+    /// The policy's answer before the budget; a refusal is noted in `progress` for the logs.
+    private func considerRetry(
+        _ outcome: AttemptOutcome, _ progress: inout Progress, now: Duration, wall: Double,
         random: inout some RandomNumberGenerator
     ) -> RetryDecision {
-        guard let policy = configuration.retry, let budget = configuration.budget else {
-            lastGiveUp = .notRetryableCondition
-            lastGiveUpCondition = outcome.condition
-            return .giveUp(.notRetryableCondition)
-        }
-        let (attempt, request, previous) = (attempts, retryRequest, previousDelay)
-        let decision = budget.withBudget { budget in
-            policy.decide(
-                attempt: attempt, outcome: outcome, request: request, elapsed: now - startedAt, previousDelay: previous,
-                nowWall: wall, now: now, budget: &budget, random: &random)
+        let decision: RetryDecision
+        if let policy = configuration.retry {
+            decision = policy.decideBeforeBudget(
+                attempt: progress.attempts, outcome: outcome, request: retryRequest(progress),
+                elapsed: now - startedAt, previousDelay: progress.previousDelay, nowWall: wall, random: &random)
+        } else {
+            decision = .giveUp(.notRetryableCondition)
         }
         if case .giveUp(let reason) = decision {
-            lastGiveUp = reason
-            lastGiveUpCondition = outcome.condition
+            progress.giveUp = reason
+            progress.giveUpCondition = outcome.condition
         }
         return decision
     }
 
-    private mutating func scheduleRetry(
-        after delay: Duration, reason: RetryCondition, disposal: Disposal,
-        now: Duration
-    ) -> Action {
-        previousDelay = delay
-        retryReasons.append(reason)
-        state = .backingOff(until: now + delay)
-        return .retry(after: delay, reason: reason, disposal: disposal)
+    /// The upstream's retry budget answered `.requestRetryPermit`. Stale (ignored) when the exchange ended
+    /// meanwhile.
+    mutating func retryPermit(granted: Bool, now: Duration) -> Action {
+        guard case .awaitingRetryPermit(var progress, let pending) = state else { return .none }
+        guard granted else {
+            progress.giveUp = .budgetExhausted
+            progress.giveUpCondition = pending.reason
+            switch pending.fallback {
+            case .deliver(let head):
+                return deliver(
+                    head, generation: pending.generation, error: nil, report: nil, progress, now: now,
+                    replay: pending.held)
+            case .fail(let reason):
+                return endLocally(reason, progress, report: nil)
+            }
+        }
+        progress.previousDelay = pending.delay
+        progress.retryReasons.append(pending.reason)
+        state = .backingOff(progress, until: now + pending.delay)
+        return .retry(
+            Retry(
+                attempt: progress.attempts, after: pending.delay, reason: pending.reason,
+                generation: pending.generation,
+                disposal: pending.disposal, failure: pending.failure))
     }
 
     // MARK: token refresh
@@ -469,10 +772,15 @@ struct ExchangeStateMachine {
     /// The refresh asked for by `.refreshCredential` ended: replay once with `replacement`, or deliver the held
     /// response with `token-refresh-failed`.
     mutating func refreshFinished(_ replacement: ManagedToken?, now: Duration) -> Action {
-        guard case .awaitingRefresh(_, let held, let events) = state else { return .none }
-        guard let replacement else { return deliverHeld(held, replay: events, now: now) }
-        replayedAfterRefresh = true
-        return startAttempt(credential: .token(replacement), now: now)
+        guard case .awaitingRefresh(var progress, let refresh) = state else { return .none }
+        guard let replacement else {
+            return deliver(
+                refresh.held, generation: refresh.attempt.generation, error: .tokenRefreshFailed, report: nil,
+                progress, now: now, replay: refresh.events)
+        }
+        progress.replayedAfterRefresh = true
+        return startAttempt(
+            progress, credential: .token(replacement), replacing: refresh.attempt.generation, now: now)
     }
 
     // MARK: time
@@ -481,25 +789,30 @@ struct ExchangeStateMachine {
     mutating func timerFired(now: Duration, wall: Double, random: inout some RandomNumberGenerator) -> Action {
         guard let deadline = nextDeadline, now >= deadline else { return .none }
         switch state {
-        case .done:
+        case .done, .awaitingRetryPermit:
             return .none
-        case .waitingForBody:
-            return failLocally(.requestTimeout)
-        case .acquiringCredential:
-            return failLocally(.tokenUnavailable)
-        case .attempting(let attempt):
-            if attempt.deadlineIsTotal { return failLocally(.upstreamTimeout) }
+        case .receivingBody(let progress):
+            return endLocally(.requestTimeout, progress)
+        case .acquiringCredential(let progress):
+            return endLocally(.tokenUnavailable, progress)
+        case .attempting(let progress, let attempts):
+            guard let due = attempts.due(at: now) else { return .none }
+            if due.deadlineIsTotal {
+                return endLocally(.upstreamTimeout, progress, report: .failed(.timeout(detail: "total timeout")))
+            }
+            let failure = TransportFailure.timeout(detail: "per_try timeout")
             return attemptFailed(
-                .timeout(detail: "per_try timeout"), disposal: .cancel, now: now, wall: wall,
-                random: &random)
-        case .awaitingRefresh(_, let held, let events):
+                failure, generation: due.generation, report: .failed(failure), disposal: .cancel, progress, now: now,
+                wall: wall, random: &random)
+        case .awaitingRefresh(let progress, let refresh):
             // The refresh outlived the request's budget: answer with what the upstream said.
-            return deliverHeld(held, replay: events, now: now)
-        case .backingOff:
-            return prepareAttempt(now: now)
-        case .relaying:
-            state = .done
-            return .abortResponse(note: "response-body-idle")
+            return deliver(
+                refresh.held, generation: refresh.attempt.generation, error: .tokenRefreshFailed, report: nil,
+                progress, now: now, replay: refresh.events)
+        case .backingOff(let progress, _):
+            return prepareAttempt(progress, now: now)
+        case .relaying(let progress, let relaying):
+            return end(.aborted(.responseBodyIdle), progress, status: relaying.status)
         }
     }
 
@@ -507,49 +820,92 @@ struct ExchangeStateMachine {
 
     /// The client socket drained: the response is making progress.
     mutating func clientWritable(now: Duration) {
-        if case .relaying(let current, _) = state { state = .relaying(generation: current, lastProgress: now) }
+        guard case .relaying(let progress, var relaying) = state else { return }
+        relaying.lastProgress = now
+        state = .relaying(progress, relaying)
     }
 
-    /// The client sent more than it announced: the response ends by closing the connection.
-    mutating func responseOverran() -> Action {
-        guard case .relaying = state else { return .none }
-        state = .done
-        return .abortResponse(note: "upstream-body-longer-than-announced")
-    }
-
-    /// The upstream's body ended before its announced length.
-    mutating func responseFellShort() -> Action {
-        state = .done
-        return .abortResponse(note: "upstream-body-shorter-than-announced")
+    /// The connection's framing counter found the upstream's body longer or shorter than the `Content-Length` the
+    /// client was told: the response ends by closing the connection.
+    mutating func framingBroken(_ cause: AbortCause) -> Action {
+        guard case .relaying(let progress, let relaying) = state else { return .none }
+        return end(.aborted(cause), progress, status: relaying.status)
     }
 
     /// The client stopped sending its body for `client_idle_timeout`.
     mutating func clientStalled() -> Action {
         switch state {
-        case .done: return .none
-        case .relaying:
-            state = .done
-            return .abortResponse(note: "request-body-stalled")
-        default:
-            return failLocally(.requestTimeout)
+        case .done:
+            return .none
+        case .relaying(let progress, let relaying):
+            return end(.aborted(.requestBodyStalled), progress, status: relaying.status)
+        case .receivingBody(let progress), .acquiringCredential(let progress), .attempting(let progress, _),
+            .awaitingRetryPermit(let progress, _), .awaitingRefresh(let progress, _), .backingOff(let progress, _):
+            return endLocally(.requestTimeout, progress)
         }
     }
 
     /// The client disconnected: everything stops, pending retries included.
     mutating func clientGone() -> Action {
-        guard !isDone else { return .none }
-        state = .done
-        finalStatus = 499
-        return .cancel
+        guard let progress = state.progress else { return .none }
+        return end(.clientClosed, progress, status: 499)
     }
 
-    private mutating func failLocally(_ reason: ProxyErrorReason) -> Action {
-        if case .relaying = state {
-            state = .done
-            return .abortResponse(note: reason.rawValue)
+    // MARK: ending
+
+    /// Ends with a Backstop error, or, once a head went out, by aborting the response.
+    private mutating func endLocally(
+        _ reason: ProxyErrorReason, _ progress: Progress, report: AttemptReport? = nil
+    ) -> Action {
+        if case .relaying(_, let relaying) = state {
+            // Only the request body can fail once the response is under way (it grew past `max_request_body`).
+            assert(reason == .bodyTooLarge, "\(reason) while relaying")
+            return end(.aborted(.requestBodyTooLarge), progress, status: relaying.status, report: report)
         }
+        return end(
+            .failedLocally(reason, requestComplete: progress.requestComplete), progress, status: reason.status,
+            report: report)
+    }
+
+    private mutating func end(
+        _ ending: Ending, _ progress: Progress, status: Int, report: AttemptReport? = nil
+    ) -> Action {
+        let headError: ProxyErrorReason? = if case .relaying(_, let relaying) = state { relaying.error } else { nil }
         state = .done
-        finalStatus = reason.status
-        return .failLocally(reason, requestComplete: requestComplete)
+        return .end(
+            ending,
+            Record(
+                status: status, attempts: progress.attempts, retries: progress.retryReasons, giveUp: progress.giveUp,
+                giveUpCondition: progress.giveUpCondition, lastFailure: progress.lastFailure, headError: headError,
+                requestComplete: progress.requestComplete),
+            report: report)
+    }
+}
+
+extension ExchangeStateMachine.State {
+    /// The progress every live state carries; nil once done. Setting it keeps the state's case.
+    var progress: ExchangeStateMachine.Progress? {
+        get {
+            switch self {
+            case .receivingBody(let progress), .acquiringCredential(let progress), .attempting(let progress, _),
+                .awaitingRefresh(let progress, _), .awaitingRetryPermit(let progress, _),
+                .backingOff(let progress, _), .relaying(let progress, _):
+                progress
+            case .done: nil
+            }
+        }
+        set {
+            guard let progress = newValue else { return }
+            switch self {
+            case .receivingBody: self = .receivingBody(progress)
+            case .acquiringCredential: self = .acquiringCredential(progress)
+            case .attempting(_, let attempts): self = .attempting(progress, attempts)
+            case .awaitingRefresh(_, let refresh): self = .awaitingRefresh(progress, refresh)
+            case .awaitingRetryPermit(_, let pending): self = .awaitingRetryPermit(progress, pending)
+            case .backingOff(_, let until): self = .backingOff(progress, until: until)
+            case .relaying(_, let relaying): self = .relaying(progress, relaying)
+            case .done: break
+            }
+        }
     }
 }

@@ -1,17 +1,25 @@
 import BackstopCore
 import NIOCore
 
-/// How one response's body goes to the client: the framing its head announced (docs/reference/behaviour.md#forwarding)
-/// and the guarantee that the client never gets more body bytes than that framing announced, whatever the
-/// upstream sends (docs/reference/behaviour.md#untrusted-upstream-responses). Pure: it only shapes bytes.
-struct ResponseRelay {
+/// The framing counter of one response to the client: the framing its head announced
+/// (docs/reference/behaviour.md#forwarding) and the guarantee that the client never gets more body bytes than that
+/// framing announced, whatever the upstream sends (docs/reference/behaviour.md#untrusted-upstream-responses). Pure:
+/// it decides which bytes go out and how they are framed; `ConnectionStateMachine` turns its answers into events
+/// (an overlong or short body is `framingBroken`) and `ProxyHandler` writes the bytes.
+struct ResponseRelay: Equatable {
     enum Outcome: Equatable {
-        /// This many body bytes went out.
-        case written(Int)
-        /// The body ran past its announced `Content-Length`: exactly the announced bytes went out; the connection
-        /// must close.
-        case overran
+        /// Write these bytes (none when empty), as an HTTP/1.1 chunk when `chunk` says so.
+        case write(ByteBuffer, chunk: Chunk?)
+        /// The body ran past its announced `Content-Length`: only `allowed` (the announced rest, if any) may go out,
+        /// then the connection must close.
+        case overran(allowed: ByteBuffer?)
     }
+
+    /// An HTTP/1.1 chunk: `first` has no CRLF before its size line.
+    struct Chunk: Equatable { var first: Bool }
+
+    /// The last chunk of a chunked body; `afterChunks`: a CRLF ends the previous chunk first.
+    struct LastChunk: Equatable { var afterChunks: Bool }
 
     let framing: ResponseFraming
     /// Body bytes the client may still get under the `Content-Length` it was told.
@@ -25,47 +33,45 @@ struct ResponseRelay {
         if case .contentLength(let length) = framing { remaining = length } else { remaining = 0 }
     }
 
-    /// Frames `buffer` for the client through `write`.
-    mutating func relay(_ buffer: ByteBuffer, allocator: ByteBufferAllocator, write: (ByteBuffer) -> Void) -> Outcome {
+    /// What of `buffer` goes to the client, and how.
+    mutating func relay(_ buffer: ByteBuffer) -> Outcome {
         let count = buffer.readableBytes
-        guard count > 0 else { return .written(0) }
+        guard count > 0 else { return .write(buffer, chunk: nil) }
         switch framing {
         case .chunked:
-            var prefix = allocator.buffer(capacity: 24)
-            ResponseHeadWriter.chunkPrefix(&prefix, size: count, first: !sentChunk)
+            let chunk = Chunk(first: !sentChunk)
             sentChunk = true
-            write(prefix)
-            write(buffer)
+            bytes += count
+            return .write(buffer, chunk: chunk)
         case .closeDelimited:
-            write(buffer)
+            bytes += count
+            return .write(buffer, chunk: nil)
         case .contentLength:
             guard count <= remaining else {
-                if remaining > 0 { write(buffer.getSlice(at: buffer.readerIndex, length: remaining)!) }
+                let allowed = remaining > 0 ? buffer.getSlice(at: buffer.readerIndex, length: remaining) : nil
                 bytes += remaining
                 remaining = 0
-                return .overran
+                return .overran(allowed: allowed)
             }
             remaining -= count
-            write(buffer)
+            bytes += count
+            return .write(buffer, chunk: nil)
         case .bodyless:
-            return .written(0)  // curl delivers none; a stray byte must not corrupt the connection
+            // curl delivers none; a stray byte must not corrupt the connection.
+            return .write(ByteBuffer(), chunk: nil)
         }
-        bytes += count
-        return .written(count)
     }
 
-    /// The end of the body: its closing bytes (the last chunk), or nil when the body ended short of its
-    /// `Content-Length` (the client would wait for the rest, or read the next response as body: close instead).
-    func end(allocator: ByteBufferAllocator) -> (tail: ByteBuffer?, short: Bool) {
-        switch framing {
-        case .contentLength where remaining > 0:
-            return (nil, true)
-        case .chunked:
-            var end = allocator.buffer(capacity: 8)
-            ResponseHeadWriter.chunkedEnd(&end, afterChunks: sentChunk)
-            return (end, false)
-        case .contentLength, .closeDelimited, .bodyless:
-            return (nil, false)
-        }
+    /// The body ended short of its `Content-Length`: the client would wait for the rest, or read the next response
+    /// as body.
+    var fellShort: Bool {
+        if case .contentLength = framing { return remaining > 0 }
+        return false
+    }
+
+    /// The closing bytes of a chunked body.
+    var lastChunk: LastChunk? {
+        guard case .chunked = framing else { return nil }
+        return LastChunk(afterChunks: sentChunk)
     }
 }

@@ -1,62 +1,218 @@
 import BackstopCore
+import BackstopTransport
 import NIOCore
 import NIOHTTP1
 
-/// The decisions of one client connection: which request part is handled now and which waits (pipelining), when
-/// reads are held, the idle and body-stall deadlines (`limits.client_idle_timeout`), and when the connection closes.
-/// Pure: `ProxyHandler` feeds it events and performs what it returns (docs/reference/behaviour.md#client-connections).
+/// The decisions of one client connection and of the request it is handling: which request part is handled now and
+/// which waits (pipelining), when reads are held, the idle and body-stall deadlines (`limits.client_idle_timeout`),
+/// the request's exchange (`ExchangeStateMachine`, nested while the request is active), how its response is framed
+/// for the client and whether the upstream keeps to that framing, and when the connection closes
+/// (docs/reference/behaviour.md#client-connections, docs/architecture.md#the-request-core). Pure: `ProxyHandler`
+/// feeds it events and performs the actions it appends, in order; the handler decides nothing itself.
 ///
 /// States and transitions:
 ///
-///     idle(deadline)   head → active;  deadline passed → (close the connection)
-///     active(request)  body, end → active;  response ended and request ended → idle, or active for the next
-///                      queued request;  an answer that closes → closing;  body stalled → (408, then closing)
-///     active(request)  CONNECT accepted → upgrading
+///     idle(deadline)   head → active (admitting);  deadline passed → closing
+///     active           admitted → an exchange runs, or a local answer is written;  body, end → active;  the
+///                      response and the request both ended → idle, then the next queued head, if any;  an answer
+///                      that closes, an abort, the client gone → closing;  CONNECT admitted → upgrading
 ///     upgrading        the tunnel or TLS interception is being set up: reads held, nothing processed, no deadline;
-///                      ends when the handler hands the channel over (and leaves the pipeline) → (gone), or when
-///                      setting up failed and was answered → closing
+///                      ends when the handler hands the channel over, or when setting up failed and was answered
+///                      (`answerLocally`) → closing
 ///     closing          terminal: nothing more is processed or answered; the connection closes once written
 ///
 /// Requests on one connection are handled one at a time so responses leave in order. Parts of pipelined requests
 /// that arrive meanwhile are queued here (not by NIO's pipelining handler, which toggles socket reads around every
 /// request); reads are held only when the queue grows past `maxQueuedParts`.
+///
+/// Events of the exchange's attempts carry their generation. Generations grow over the connection's whole life, so
+/// an event of an attempt that is no longer the exchange's, or of an earlier request's, is stale: it changes
+/// nothing and adds no action (`ExchangeStateMachine`).
 struct ConnectionStateMachine {
-    /// The request being handled.
-    struct Request: Equatable {
-        var requestEnded = false
-        var responseEnded = false
-        /// The rest of the request is ignored (it was refused, or answered before its body was read).
-        var discarding = false
-        /// While the body is incomplete: when its last byte (or the head) arrived.
-        var bodyProgress: Duration?
-        /// A response is being written (its head went out, its end not yet).
-        var responseInProgress = false
+    typealias Exchange = ExchangeStateMachine
+
+    /// What a request's head says about its response.
+    struct RequestFacts: Equatable {
+        /// The client asked to close after this response (`Connection: close`, or HTTP/1.0 without keep-alive).
+        var closeAfterResponse: Bool
+        /// The response is written as HTTP/1.0 and cannot be chunked.
+        var clientIsHTTP10: Bool
+        var isHEAD: Bool
+
+        /// For an answer to no readable request (a parse error, a head that never completed).
+        static let unknown = RequestFacts(closeAfterResponse: true, clientIsHTTP10: false, isHEAD: false)
+    }
+
+    /// Where the request itself is.
+    enum RequestProgress: Equatable {
+        /// Its head is being admitted (`.admit`): its further parts wait in the queue.
+        case admitting
+        /// Body parts go on to the exchange. `lastPart`: when the last one (or the head) arrived, for the stall
+        /// deadline; nil once a stall was reported.
+        case receiving(lastPart: Duration?)
+        /// The rest of it is read and ignored (refused, or answered before its body was read).
+        case discarding(lastPart: Duration?)
+        case ended
+
+        var lastPart: Duration? {
+            switch self {
+            case .receiving(let last), .discarding(let last): last
+            case .admitting, .ended: nil
+            }
+        }
+
+        /// The same progress with the stall clock at `time`.
+        func withLastPart(_ time: Duration?) -> RequestProgress {
+            switch self {
+            case .receiving: .receiving(lastPart: time)
+            case .discarding: .discarding(lastPart: time)
+            case .admitting, .ended: self
+            }
+        }
+    }
+
+    /// Where the response to the client is.
+    enum ResponseProgress: Equatable {
+        case pending
+        /// The head went out; the relay counts what its framing still allows.
+        case writing(ResponseRelay)
+        case ended
+    }
+
+    /// The request being handled and its response: one box per request, changed in place by the machine's
+    /// mutators. The connection's state then holds a pointer, so that reading or switching on it copies nothing of
+    /// the exchange's record (docs/architecture.md#the-request-core). A machine is never copied (its handler holds
+    /// the only one; each test drives its own), so nothing else sees the box change; `==` compares content.
+    final class Active: Equatable {
+        var facts: RequestFacts
+        var request: RequestProgress
+        var response: ResponseProgress
+        /// The exchange forwarding it; nil for a request Backstop answers itself, and once the exchange ended.
+        var exchange: Exchange?
+
+        init(facts: RequestFacts, request: RequestProgress, response: ResponseProgress, exchange: Exchange? = nil) {
+            self.facts = facts
+            self.request = request
+            self.response = response
+            self.exchange = exchange
+        }
+
+        /// Runs `body` on the exchange in place, if there is one. Every access to it goes through here: reading the
+        /// property out of the box would copy the whole machine first.
+        func withExchange<R>(_ body: (inout Exchange) -> R) -> R? { Self.inPlace(&exchange, body) }
+
+        var hasExchange: Bool { withExchange { _ in true } ?? false }
+
+        private static func inPlace<R>(_ exchange: inout Exchange?, _ body: (inout Exchange) -> R) -> R? {
+            if case .none = exchange { return nil }
+            return body(&exchange!)
+        }
+
+        static func == (lhs: Active, rhs: Active) -> Bool {
+            lhs === rhs
+                || (lhs.facts == rhs.facts && lhs.request == rhs.request && lhs.response == rhs.response
+                    && lhs.exchange == rhs.exchange)
+        }
     }
 
     enum State: Equatable {
         case idle(deadline: Duration)
-        case active(Request)
+        case active(Active)
         case upgrading
         case closing
     }
 
-    /// What to do with a part that just arrived.
-    enum PartDisposition: Equatable {
-        case process
-        /// Queued behind the request in flight (reads may now be held).
-        case queued
-        /// The connection is closing: dropped.
-        case dropped
+    /// How an admitted head is handled: `RequestAdmission`'s decision, with what the exchange needs.
+    enum Admission: Equatable {
+        /// Answer with this error and ignore the rest of the request; `close` when the rest cannot be trusted.
+        /// `message` replaces the reason's usual one-line body.
+        case reject(ProxyErrorReason, close: Bool, message: String? = nil)
+        /// Forward it with an exchange of this configuration; `expectsContinue`: write `100 Continue` first.
+        case forward(Exchange.Configuration, expectsContinue: Bool)
+        /// `CONNECT` accepted: the handler sets up a tunnel or interception, or answers (`answerLocally`).
+        case upgrade
     }
 
-    /// What the connection's timer found.
-    enum TimerOutcome: Equatable {
-        /// Nothing due; check again at `next` (nil: no connection deadline pending).
-        case wait(next: Duration?)
-        /// No request head arrived in time: close.
-        case closeIdle
-        /// A request body stopped arriving: answer 408 (or close if a response is under way).
-        case requestStalled
+    /// How a response head is written.
+    struct HeadWrite: Equatable {
+        var framing: ResponseFraming
+        var clientIsHTTP10: Bool
+        var connection: ResponseHeadWriter.ConnectionField
+        var attempts: Int
+        var error: ProxyErrorReason?
+    }
+
+    /// How a Backstop error is written.
+    struct ErrorWrite: Equatable {
+        var clientIsHTTP10: Bool
+        var connection: ResponseHeadWriter.ConnectionField
+        var omitBody: Bool
+        /// `X-Backstop-Attempts`, when attempts were made.
+        var attempts: Int?
+        var message: String?
+        /// The connection closes once the answer is written.
+        var close: Bool
+    }
+
+    /// What metrics, the access line, logs and the request's span record of a finished exchange.
+    struct Finished: Equatable {
+        var ending: Exchange.Ending
+        var record: Exchange.Record
+        /// Body bytes written to the client.
+        var bytes: Int
+    }
+
+    /// An effect for `ProxyHandler` to perform, in the order appended.
+    enum Action: Equatable {
+        // The client connection.
+        /// A read that was held may be issued now.
+        case read
+        /// Run `RequestAdmission` on this head and report `headAdmitted`.
+        case admit(HTTPRequestHead)
+        /// `100 Continue`: the client waits for it before it sends its body.
+        case writeContinue(clientIsHTTP10: Bool)
+        /// Boxed (`indirect`), once per response: inline, the head would make every action too large to move
+        /// without a call to `memcpy`.
+        indirect case writeHead(UpstreamResponseHead, HeadWrite)
+        /// Body bytes, framed as an HTTP/1.1 chunk when `chunk` says so.
+        case writeBody(ByteBuffer, chunk: ResponseRelay.Chunk?)
+        /// The transport batch of attempt `generation` ended while its response is relayed: flush, and tell the
+        /// transfer what the client socket took (backpressure).
+        case flushBody(generation: Int)
+        /// The response is complete: write its closing bytes (`lastChunk`) and flush; close after it if `close`.
+        case endResponse(lastChunk: ResponseRelay.LastChunk?, close: Bool)
+        case writeError(ProxyErrorReason, ErrorWrite)
+        /// The access line of a local answer that no exchange records (`detail`: its `reason=`).
+        case logLocalAnswer(ProxyErrorReason, detail: String?)
+        /// A response whose head went out is cut: flush what was written, then close.
+        case abortResponse
+        /// Close the connection now (idle too long, or broken).
+        case closeConnection
+        /// The connection is between requests: the head deadline (`limits.header_timeout`) starts with the next byte.
+        case awaitNextHead
+
+        // The request's exchange, performed through its effects (`Exchange`).
+        case storeBody(ByteBuffer)
+        /// Turn the kept body into a stream and report `streamingBegan`; `then` goes into the stream after it.
+        case beginStreaming(then: ByteBuffer?)
+        case finishBodyStream
+        /// The streamed body will not be read to its end: fail the stream.
+        case failBodyStream
+        case acquireCredential
+        case refreshCredential(rejected: ManagedToken)
+        case startAttempt(Exchange.Start)
+        case cancelAttempt(generation: Int)
+        case abandonAttempt(generation: Int, within: Duration)
+        /// Ask the upstream's retry budget and report `retryPermit`.
+        case requestRetryPermit
+
+        // What metrics, logs and spans record.
+        /// An attempt ended as `report` (`backstop_upstream_attempts_total`).
+        case attemptEnded(Exchange.AttemptReport)
+        /// The budget allowed a retry (`backstop_retries_total`, the log line of its failure, its span's end).
+        case retryScheduled(Exchange.Retry)
+        /// The exchange ended: every transfer still held is let go; metrics, the access line, the spans.
+        case requestFinished(Finished)
     }
 
     static let maxQueuedParts = 64
@@ -67,6 +223,8 @@ struct ConnectionStateMachine {
     private var uploadHold = false
     private var queueHold = false
     private var pendingRead = false
+    /// The generation the next exchange's first attempt gets: above every attempt this connection started.
+    private var nextGeneration = 1
 
     init(idleTimeout: Duration, now: Duration) {
         self.idleTimeout = idleTimeout
@@ -78,129 +236,474 @@ struct ConnectionStateMachine {
         if case .upgrading = state { return true }
         return false
     }
+
     var queuedParts: Int { queued.count }
 
-    /// The request in flight, if any.
-    var request: Request? {
-        if case .active(let request) = state { return request }
+    /// The active request, if any.
+    var active: Active? {
+        if case .active(let active) = state { return active }
         return nil
     }
 
-    // MARK: parts
+    var isClosing: Bool { if case .closing = state { true } else { false } }
+}
 
+// MARK: - request parts
+
+extension ConnectionStateMachine {
     /// A request part was decoded.
-    mutating func partArrived(_ part: HTTPServerRequestPart) -> PartDisposition {
+    mutating func partArrived(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
         switch state {
         case .closing, .upgrading:
-            return .dropped
-        case .active(let request) where request.requestEnded || !queued.isEmpty:
+            return
+        case .active(let active) where active.request == .admitting || active.request == .ended || !queued.isEmpty:
             queued.append(part)
             if queued.count >= Self.maxQueuedParts { queueHold = true }
-            return .queued
         case .idle, .active:
-            return .process
+            process(part, now: now, into: &actions)
         }
     }
 
-    /// The next queued part to handle now: only between requests, or the rest of the request that just started.
-    mutating func nextQueuedPart() -> HTTPServerRequestPart? {
-        guard !queued.isEmpty else { return nil }
-        switch state {
-        case .closing, .upgrading:
+    private mutating func process(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
+        switch part {
+        case .head(let head):
+            // Matched, not compared: `HTTPMethod`'s `==` compares the methods' names.
+            let method = head.method
+            let isConnect = if case .CONNECT = method { true } else { false }
+            let isHEAD = if case .HEAD = method { true } else { false }
+            let facts = RequestFacts(
+                closeAfterResponse: !head.isKeepAlive,
+                // A `CONNECT` is answered as HTTP/1.1 whatever it said: its answer is a tunnel's, not a resource's.
+                clientIsHTTP10: !isConnect && head.version.major == 1 && head.version.minor == 0,
+                isHEAD: isHEAD)
+            state = .active(Active(facts: facts, request: .admitting, response: .pending, exchange: nil))
+            actions.append(.admit(head))
+        case .body(let buffer):
+            bodyArrived(buffer, now: now, into: &actions)
+        case .end:
+            endArrived(now: now, into: &actions)
+        }
+    }
+
+    /// The handler decided what the head just given in `.admit` gets. Only ever the answer to that `.admit`.
+    mutating func headAdmitted(_ admission: Admission, now: Duration, into actions: inout [Action]) {
+        guard case .active(let active) = state, active.request == .admitting else {
+            // The connection closed while the handler was admitting: nothing is left to answer.
+            guard case .closing = state else { preconditionFailure("an admission nobody asked for") }
+            return
+        }
+        switch admission {
+        case .reject(let reason, let close, let message):
+            active.request = .discarding(lastPart: now)
+            answer(
+                reason, close: close || active.facts.closeAfterResponse, attempts: nil, message: message, now: now,
+                into: &actions)
+        case .upgrade:
+            state = .upgrading
             queued.removeAll()
-            return nil
-        case .active(let request) where request.requestEnded:
-            return nil
-        case .idle, .active:
-            return queued.removeFirst()
+        case .forward(let configuration, let expectsContinue):
+            active.request = .receiving(lastPart: now)
+            active.exchange = Exchange(configuration: configuration, now: now, firstGeneration: nextGeneration)
+            let first = active.withExchange { $0.start(now: now) }!
+            if expectsContinue { actions.append(.writeContinue(clientIsHTTP10: active.facts.clientIsHTTP10)) }
+            perform(first, body: nil, now: now, into: &actions)
+        }
+        drainQueue(now: now, into: &actions)
+    }
+
+    private mutating func bodyArrived(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
+        guard case .active(let active) = state else { return }
+        if active.request.lastPart != nil { active.request = active.request.withLastPart(now) }
+        guard case .receiving = active.request,
+            let action = active.withExchange({ $0.bodyReceived(count: buffer.readableBytes, now: now) })
+        else { return }
+        perform(action, body: buffer, now: now, into: &actions)
+    }
+
+    private mutating func endArrived(now: Duration, into actions: inout [Action]) {
+        guard case .active(let active) = state else { return }
+        let forwarded: Bool = if case .receiving = active.request { true } else { false }
+        active.request = .ended
+        if forwarded, let action = active.withExchange({ $0.bodyEnded(now: now) }) {
+            perform(action, body: nil, now: now, into: &actions)
+        }
+        requestMayBeDone(now: now, into: &actions)
+    }
+
+    /// The executor turned the body into a stream (after `.beginStreaming`).
+    mutating func streamingBegan(now: Duration, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) { $0.streamingBegan(now: now) }
+    }
+
+    /// `part`, asked to be kept (`.storeBody`), does not fit `limits.buffer_memory`: the body streams instead,
+    /// `part` after what was kept.
+    mutating func bufferDenied(_ part: ByteBuffer, now: Duration, into actions: inout [Action]) {
+        guard case .active(let active) = state, let action = active.withExchange({ $0.bufferDenied(now: now) }) else {
+            return
+        }
+        perform(action, body: part, now: now, into: &actions)
+    }
+
+    /// The body stream is above its high-water mark: stop reading from the client (and the stall clock).
+    mutating func holdUploads() { uploadHold = true }
+
+    /// The body stream drained: held reads resume. The stall clock restarts: the client could not send meanwhile.
+    mutating func releaseUploads(now: Duration, into actions: inout [Action]) {
+        guard uploadHold else { return }
+        uploadHold = false
+        if case .active(let active) = state, active.request.lastPart != nil {
+            active.request = active.request.withLastPart(now)
+        }
+        resumeReadsIfHeld(into: &actions)
+    }
+}
+
+// MARK: - the exchange's events
+
+extension ConnectionStateMachine {
+    mutating func credentialAcquired(_ credential: Exchange.Credential?, now: Duration, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) { $0.credentialAcquired(credential, now: now) }
+    }
+
+    mutating func refreshFinished(_ replacement: ManagedToken?, now: Duration, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) { $0.refreshFinished(replacement, now: now) }
+    }
+
+    mutating func retryPermit(granted: Bool, now: Duration, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) { $0.retryPermit(granted: granted, now: now) }
+    }
+
+    /// One event of attempt `generation`'s transfer.
+    mutating func transportEvent(
+        _ event: TransportEvent, generation: Int, now: Duration, wall: Double,
+        random: inout some RandomNumberGenerator, into actions: inout [Action]
+    ) {
+        switch event {
+        case .head(let head):
+            withExchange(now: now, into: &actions) {
+                $0.responseHead(head, generation: generation, now: now, wall: wall, random: &random)
+            }
+        case .body(let buffer):
+            withExchange(now: now, into: &actions) { $0.responseBody(buffer, generation: generation, now: now) }
+        case .end:
+            // The framing counter is the connection's: a body that ended short of its announced length is cut
+            // (the client would wait for the rest, or read the next response as body).
+            guard case .active(let active) = state else { return }
+            if case .writing(let relay) = active.response, relay.fellShort,
+                active.withExchange({ $0.relayingGeneration }) == generation
+            {
+                withExchange(now: now, into: &actions) { $0.framingBroken(.bodyShorterThanAnnounced) }
+            } else {
+                withExchange(now: now, into: &actions) { $0.responseEnded(generation: generation) }
+            }
+        case .failure(let failure):
+            withExchange(now: now, into: &actions) {
+                $0.transportFailed(failure, generation: generation, now: now, wall: wall, random: &random)
+            }
         }
     }
 
-    /// A request head is being handled.
-    mutating func headArrived(now: Duration) {
+    /// The events of one transport batch of attempt `generation` were all reported.
+    mutating func transportBatchEnded(generation: Int, into actions: inout [Action]) {
+        guard case .active(let active) = state, active.withExchange({ $0.relayingGeneration }) == generation else {
+            return
+        }
+        actions.append(.flushBody(generation: generation))
+    }
+
+    /// The client socket drained: the response is making progress.
+    mutating func clientWritable(now: Duration) {
+        guard case .active(let active) = state else { return }
+        active.withExchange { $0.clientWritable(now: now) }
+    }
+
+    /// Runs `event` on the active request's exchange and performs what it returns.
+    private mutating func withExchange(
+        now: Duration, into actions: inout [Action], _ event: (inout Exchange) -> Exchange.Action
+    ) {
+        guard case .active(let active) = state, let action = active.withExchange(event) else { return }
+        perform(action, body: nil, now: now, into: &actions)
+    }
+}
+
+// MARK: - performing the exchange's actions
+
+extension ConnectionStateMachine {
+    /// Turns one action of the exchange into the connection's: responses are framed and written, the request's end
+    /// and the response's end move the connection on. `body` is the part the action refers to, if any.
+    private mutating func perform(
+        _ action: consuming Exchange.Action, body: ByteBuffer?, now: Duration, into actions: inout [Action]
+    ) {
+        switch consume action {
+        case .none:
+            break
+        case .storeBody:
+            if let body { actions.append(.storeBody(body)) }
+        case .storeBodyAndBeginStreaming:
+            actions.append(.beginStreaming(then: body))
+        case .beginStreaming:
+            actions.append(.beginStreaming(then: body))
+        case .finishBodyStream:
+            actions.append(.finishBodyStream)
+        case .acquireCredential:
+            actions.append(.acquireCredential)
+        case .startAttempt(let start):
+            nextGeneration = max(nextGeneration, start.generation + 1)
+            if let replaced = start.replacing { actions.append(.cancelAttempt(generation: replaced)) }
+            actions.append(.startAttempt(start))
+        case .refreshCredential(let rejected, let report):
+            actions.append(.attemptEnded(report))
+            actions.append(.refreshCredential(rejected: rejected))
+        case .requestRetryPermit(let report):
+            actions.append(.attemptEnded(report))
+            actions.append(.requestRetryPermit)
+        case .retry(let retry):
+            switch retry.disposal {
+            case .none: break
+            case .cancel: actions.append(.cancelAttempt(generation: retry.generation))
+            case .abandon(let within): actions.append(.abandonAttempt(generation: retry.generation, within: within))
+            }
+            actions.append(.retryScheduled(retry))
+        case .deliverHead(let head, let delivery):
+            if let report = delivery.report { actions.append(.attemptEnded(report)) }
+            for generation in delivery.cancel { actions.append(.cancelAttempt(generation: generation)) }
+            writeHead(head, delivery, into: &actions)
+            replay(delivery.replay, generation: delivery.generation, now: now, into: &actions)
+        case .relayBody(let buffer):
+            relay(buffer, now: now, into: &actions)
+        case .end(let ending, let record, let report):
+            if let report { actions.append(.attemptEnded(report)) }
+            exchangeEnded(ending, record, now: now, into: &actions)
+        }
+    }
+
+    /// Feeds events held while a refresh or the budget was awaited back in, in order, as the attempt's own.
+    private mutating func replay(
+        _ events: [TransportEvent], generation: Int, now: Duration, into actions: inout [Action]
+    ) {
+        guard !events.isEmpty else { return }
+        // Failures while relaying end the response: no retry is considered, nothing is drawn.
+        var random = SystemRandomNumberGenerator()
+        for event in events {
+            transportEvent(event, generation: generation, now: now, wall: 0, random: &random, into: &actions)
+        }
+    }
+
+    private mutating func writeHead(
+        _ head: UpstreamResponseHead, _ delivery: Exchange.Delivery, into actions: inout [Action]
+    ) {
+        guard case .active(let active) = state else { return }
+        let facts = active.facts
+        let framing = ResponseFraming.decide(
+            requestIsHEAD: facts.isHEAD, status: head.status, contentLength: head.contentLength,
+            clientIsHTTP10: facts.clientIsHTTP10)
+        let connection: ResponseHeadWriter.ConnectionField =
+            facts.closeAfterResponse || framing.endsConnection ? .close : (facts.clientIsHTTP10 ? .keepAlive : .none)
+        active.response = .writing(ResponseRelay(framing: framing))
+        actions.append(
+            .writeHead(
+                head,
+                HeadWrite(
+                    framing: framing, clientIsHTTP10: facts.clientIsHTTP10, connection: connection,
+                    attempts: delivery.attempts, error: delivery.error)))
+    }
+
+    private mutating func relay(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
+        guard case .active(let active) = state, case .writing(var relay) = active.response else { return }
+        let outcome = relay.relay(buffer)
+        active.response = .writing(relay)
+        switch outcome {
+        case .write(let bytes, let chunk):
+            if bytes.readableBytes > 0 { actions.append(.writeBody(bytes, chunk: chunk)) }
+        case .overran(let allowed):
+            if let allowed { actions.append(.writeBody(allowed, chunk: nil)) }
+            withExchange(now: now, into: &actions) { $0.framingBroken(.bodyLongerThanAnnounced) }
+        }
+    }
+
+    /// The exchange is over: its record first (metrics, the access line), then the response ends, is cut, or is an
+    /// error.
+    private mutating func exchangeEnded(
+        _ ending: Exchange.Ending, _ record: Exchange.Record, now: Duration, into actions: inout [Action]
+    ) {
+        guard case .active(let active) = state else { return }
+        active.exchange = nil
+        var bytes = 0
+        if case .writing(let relay) = active.response { bytes = relay.bytes }
+        let finished = Action.requestFinished(Finished(ending: ending, record: record, bytes: bytes))
+        switch ending {
+        case .completed(let requestComplete):
+            guard case .writing(let relay) = active.response else {
+                preconditionFailure("a response completed without a head")
+            }
+            if !requestComplete { actions.append(.failBodyStream) }
+            actions.append(finished)
+            // The upload no longer matters: reads held for it resume.
+            releaseUploadHold(into: &actions)
+            let close = active.facts.closeAfterResponse || relay.framing.endsConnection || !requestComplete
+            if !requestComplete { active.request = .discarding(lastPart: active.request.lastPart) }
+            active.response = .ended
+            actions.append(.endResponse(lastChunk: relay.lastChunk, close: close))
+            responseEnded(close: close, now: now, into: &actions)
+        case .aborted:
+            if !record.requestComplete { actions.append(.failBodyStream) }
+            actions.append(finished)
+            actions.append(.abortResponse)
+            close()
+        case .failedLocally(let reason, let requestComplete):
+            if !requestComplete { actions.append(.failBodyStream) }
+            actions.append(finished)
+            releaseUploadHold(into: &actions)
+            if !requestComplete { active.request = .discarding(lastPart: active.request.lastPart) }
+            active.response = .pending
+            answer(
+                reason, close: active.facts.closeAfterResponse || !requestComplete,
+                attempts: record.attempts > 0 ? record.attempts : nil, message: nil, now: now, into: &actions)
+        case .clientClosed:
+            // What follows is the caller's: the connection closed, or an unreadable request is answered.
+            if !record.requestComplete { actions.append(.failBodyStream) }
+            actions.append(finished)
+        }
+    }
+
+    private mutating func releaseUploadHold(into actions: inout [Action]) {
+        guard uploadHold else { return }
+        uploadHold = false
+        resumeReadsIfHeld(into: &actions)
+    }
+}
+
+// MARK: - answers Backstop writes itself
+
+extension ConnectionStateMachine {
+    /// Answers the request with a Backstop error: a `CONNECT` that could not be set up (`message` replaces the usual
+    /// body). Ignored once the connection is closing.
+    mutating func answerLocally(
+        _ reason: ProxyErrorReason, close: Bool, message: String? = nil, now: Duration, into actions: inout [Action]
+    ) {
         switch state {
-        case .closing, .upgrading: return
-        case .idle, .active: state = .active(Request(bodyProgress: now))
+        case .closing, .idle:
+            return
+        case .upgrading:
+            state = .active(
+                Active(facts: .unknown, request: .discarding(lastPart: nil), response: .pending, exchange: nil))
+        case .active(let active):
+            guard !active.hasExchange, active.response == .pending else {
+                preconditionFailure("a local answer while the request's exchange answers")
+            }
+            if active.request != .ended { active.request = .discarding(lastPart: active.request.lastPart) }
+        }
+        answer(reason, close: close, attempts: nil, message: message, now: now, into: &actions)
+    }
+
+    /// A request head did not complete within `limits.header_timeout`: 408, and the connection closes — unless a
+    /// response is under way: the client reads it first.
+    mutating func headTimedOut(now: Duration, into actions: inout [Action]) {
+        switch state {
+        case .closing: return
+        case .active(let active) where active.response != .pending: return
+        case .idle, .upgrading, .active: break
+        }
+        endExchange(into: &actions)
+        answerUnreadable(
+            .requestTimeout, detail: "request head not complete within limits.header_timeout", now: now,
+            into: &actions)
+    }
+
+    /// The decoder could not parse what the client sent: `reason` (400, or 431 for a head too large), and the
+    /// connection closes; a response under way is cut instead.
+    mutating func parseFailed(_ reason: ProxyErrorReason, now: Duration, into actions: inout [Action]) {
+        endExchange(into: &actions)
+        switch state {
+        case .closing:
+            return
+        case .active(let active) where active.response != .pending:
+            close()
+            actions.append(.closeConnection)
+        case .idle, .upgrading, .active:
+            answerUnreadable(reason, detail: nil, now: now, into: &actions)
         }
     }
 
-    /// A body part arrived; returns whether it goes to the exchange (false: the request is being discarded).
-    mutating func bodyArrived(now: Duration) -> Bool {
-        guard case .active(var request) = state else { return false }
-        if request.bodyProgress != nil { request.bodyProgress = now }
-        state = .active(request)
-        return !request.discarding
+    /// Answers what could not be read: nothing of the request is known, and the connection closes.
+    private mutating func answerUnreadable(
+        _ reason: ProxyErrorReason, detail: String?, now: Duration, into actions: inout [Action]
+    ) {
+        state = .active(Active(facts: .unknown, request: .discarding(lastPart: nil), response: .pending, exchange: nil))
+        actions.append(.logLocalAnswer(reason, detail: detail))
+        answer(reason, close: true, attempts: nil, message: nil, now: now, into: &actions)
     }
 
-    /// The request's end arrived; returns whether it goes to the exchange.
-    mutating func endArrived() -> Bool {
-        guard case .active(var request) = state else { return false }
-        request.requestEnded = true
-        request.bodyProgress = nil
-        state = .active(request)
-        return !request.discarding
+    /// Writes a Backstop error for the active request, then ends its response.
+    private mutating func answer(
+        _ reason: ProxyErrorReason, close: Bool, attempts: Int?, message: String?, now: Duration,
+        into actions: inout [Action]
+    ) {
+        guard case .active(let active) = state else { return }
+        let facts = active.facts
+        let write = ErrorWrite(
+            clientIsHTTP10: facts.clientIsHTTP10,
+            connection: close ? .close : (facts.clientIsHTTP10 ? .keepAlive : .none), omitBody: facts.isHEAD,
+            attempts: attempts, message: message, close: close)
+        // The state changes before the write: a write that completes at once closes the channel at once, and what
+        // the decoder reports then must find the connection closing.
+        if close {
+            self.close()
+            actions.append(.writeError(reason, write))
+            return
+        }
+        actions.append(.writeError(reason, write))
+        responseEnded(close: false, now: now, into: &actions)
     }
-
-    /// The rest of the current request is to be ignored.
-    mutating func discardRequest() {
-        guard case .active(var request) = state else { return }
-        request.discarding = true
-        state = .active(request)
-    }
-
-    // MARK: responses
-
-    mutating func responseStarted() {
-        guard case .active(var request) = state else { return }
-        request.responseInProgress = true
-        state = .active(request)
-    }
-
-    var responseInProgress: Bool { request?.responseInProgress ?? false }
 
     /// The response went out. With `close`, the connection ends after it; otherwise, once the request's body was
-    /// also consumed, the connection is idle again (or handles the next queued request). Returns whether held
-    /// reads may resume.
-    mutating func responseEnded(close: Bool, now: Duration) -> Bool {
+    /// also read, the connection is idle again and the next queued request, if any, starts.
+    private mutating func responseEnded(close: Bool, now: Duration, into actions: inout [Action]) {
         if close {
-            state = .closing
-            queued.removeAll()
-            return false
+            self.close()
+            return
         }
-        guard case .active(var request) = state else { return false }
-        request.responseEnded = true
-        request.responseInProgress = false
-        state = .active(request)
-        return requestMayBeDone(now: now)
+        guard case .active(let active) = state else { return }
+        active.response = .ended
+        requestMayBeDone(now: now, into: &actions)
     }
 
-    /// The request's end or its response's end arrived: when both did, the connection is idle again.
-    mutating func requestMayBeDone(now: Duration) -> Bool {
-        guard case .active(let request) = state, request.requestEnded, request.responseEnded else { return false }
+    /// When the request and its response have both ended, the connection is idle again.
+    private mutating func requestMayBeDone(now: Duration, into actions: inout [Action]) {
+        guard case .active(let active) = state, active.request == .ended, active.response == .ended else { return }
         state = .idle(deadline: now + idleTimeout)
         if queueHold && queued.count < Self.maxQueuedParts / 2 {
             queueHold = false
-            return takePendingRead()
+            resumeReadsIfHeld(into: &actions)
         }
-        return false
+        actions.append(.awaitNextHead)
+        drainQueue(now: now, into: &actions)
     }
 
-    /// A `CONNECT` was accepted: until the channel is handed over, nothing is read or processed and no deadline of
-    /// the connection's own runs (the tunnel's connect timeout bounds the wait).
-    mutating func beginUpgrade() {
-        guard case .active = state else { return }
-        state = .upgrading
-        queued.removeAll()
+    /// Handles queued parts while the machine can: between requests, and the rest of a request once admitted.
+    private mutating func drainQueue(now: Duration, into actions: inout [Action]) {
+        while !queued.isEmpty {
+            switch state {
+            case .closing, .upgrading:
+                queued.removeAll()
+                return
+            case .active(let active) where active.request == .admitting || active.request == .ended:
+                return
+            case .idle, .active:
+                process(queued.removeFirst(), now: now, into: &actions)
+            }
+        }
     }
 
-    /// The connection must close (an abort, an error): nothing more is processed.
-    mutating func close() {
+    private mutating func close() {
         state = .closing
         queued.removeAll()
     }
+}
 
-    // MARK: reads
+// MARK: - reads, time, the client going away
 
+extension ConnectionStateMachine {
     /// NIO asks to read from the socket: true to read now, false when held (the read is remembered).
     mutating func readRequested() -> Bool {
         if readsHeld {
@@ -210,52 +713,73 @@ struct ConnectionStateMachine {
         return true
     }
 
-    /// A streamed upload is above its high-water mark: stop reading from the client.
-    mutating func holdUploads() { uploadHold = true }
-
-    /// The upload drained; returns whether a held read must be issued now. Body progress restarts: the client
-    /// could not send while reads were held.
-    mutating func releaseUploads(now: Duration) -> Bool {
-        guard uploadHold else { return false }
-        uploadHold = false
-        if case .active(var request) = state, request.bodyProgress != nil {
-            request.bodyProgress = now
-            state = .active(request)
-        }
-        return takePendingRead()
-    }
-
-    private mutating func takePendingRead() -> Bool {
-        guard !readsHeld, pendingRead else { return false }
+    private mutating func resumeReadsIfHeld(into actions: inout [Action]) {
+        guard !readsHeld, pendingRead else { return }
         pendingRead = false
-        return true
+        actions.append(.read)
     }
 
-    // MARK: time
-
-    /// The connection's own deadline: the idle deadline between requests, the body-stall deadline while a body is
-    /// incomplete (not counted while Backstop itself holds reads).
+    /// The connection's own deadline (idle between requests, body stall while a body is incomplete, not counted
+    /// while Backstop itself holds reads) or the exchange's, whichever comes first.
     var nextDeadline: Duration? {
         switch state {
-        case .idle(let deadline): deadline
-        case .active(let request): uploadHold ? nil : request.bodyProgress.map { $0 + idleTimeout }
-        case .upgrading, .closing: nil
+        case .idle(let deadline):
+            return deadline
+        case .active(let active):
+            let stall = uploadHold ? nil : active.request.lastPart.map { $0 + idleTimeout }
+            guard let exchange = active.withExchange({ $0.nextDeadline }) ?? nil else { return stall }
+            guard let stall else { return exchange }
+            return min(stall, exchange)
+        case .upgrading, .closing:
+            return nil
         }
     }
 
-    mutating func timerFired(now: Duration) -> TimerOutcome {
+    /// The timer fired: the exchange's deadline first, then the connection's own.
+    mutating func timerFired(
+        now: Duration, wall: Double, random: inout some RandomNumberGenerator, into actions: inout [Action]
+    ) {
+        withExchange(now: now, into: &actions) { $0.timerFired(now: now, wall: wall, random: &random) }
         switch state {
         case .idle(let deadline) where now >= deadline:
-            state = .closing
-            return .closeIdle
-        case .active(var request) where !uploadHold:
-            guard let progress = request.bodyProgress, now >= progress + idleTimeout else { break }
-            request.bodyProgress = nil
-            state = .active(request)
-            return .requestStalled
+            close()
+            actions.append(.closeConnection)
+        case .active(let active) where !uploadHold:
+            guard let last = active.request.lastPart, now >= last + idleTimeout else { return }
+            active.request = active.request.withLastPart(nil)
+            if active.hasExchange {
+                withExchange(now: now, into: &actions) { $0.clientStalled() }
+            } else if active.response == .pending {
+                actions.append(.logLocalAnswer(.requestTimeout, detail: nil))
+                answer(.requestTimeout, close: true, attempts: nil, message: nil, now: now, into: &actions)
+            } else {
+                close()
+                actions.append(.abortResponse)
+            }
         default:
             break
         }
-        return .wait(next: nextDeadline)
+    }
+
+    /// The client's connection closed or failed: everything stops, pending retries included.
+    mutating func connectionClosed(into actions: inout [Action]) {
+        endExchange(into: &actions)
+        close()
+    }
+
+    /// The connection failed (not a parse error): the exchange ends, and the connection closes unless it already is.
+    mutating func connectionFailed(into actions: inout [Action]) {
+        endExchange(into: &actions)
+        guard !isClosing else { return }
+        close()
+        actions.append(.closeConnection)
+    }
+
+    /// The channel was handed to a tunnel or an intercepted TLS session: this machine is done.
+    mutating func handedOver() { close() }
+
+    /// Ends the active exchange as the client going away (`client-closed`).
+    private mutating func endExchange(into actions: inout [Action]) {
+        withExchange(now: .zero, into: &actions) { $0.clientGone() }
     }
 }

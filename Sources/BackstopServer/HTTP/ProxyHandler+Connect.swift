@@ -8,9 +8,6 @@ extension ProxyHandler {
     static let connectEstablished: StaticString = "HTTP/1.1 200 Connection Established\r\n\r\n"
 
     func handleConnect(_ head: HTTPRequestHead, snapshot: ConfigSnapshot, context: ChannelHandlerContext) {
-        clientIsHTTP10 = false
-        requestIsHead = false
-        connection.discardRequest()
         if intercepted != nil {
             // Inside an intercepted connection there is nothing further to tunnel to.
             refuseConnect(
@@ -66,14 +63,21 @@ extension ProxyHandler {
         "CONNECT to this host is not allowed: every address it resolves to is in "
         + "tunnels.deny_addresses"
 
+    /// Answers a `CONNECT` with a Backstop error and closes: while admitting it, or once setting up its tunnel
+    /// failed (`afterUpgrade`).
     private func refuseConnect(
         _ reason: ProxyErrorReason, host: String, tunnelResult: TunnelMetrics.Result?, detail: String?,
-        body: String? = nil
+        body: String? = nil, afterUpgrade: Bool = false
     ) {
         if let tunnelResult { runtime.tunnelMetrics.record(tunnelResult) }
         runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
         logLocalAnswer(reason, method: "CONNECT", host: host, path: "-", reason: detail)
-        sendLocalError(reason, close: true, message: body)
+        let now = self.now
+        if afterUpgrade {
+            feed { $0.answerLocally(reason, close: true, message: body, now: now, into: &$1) }
+        } else {
+            feed { $0.headAdmitted(.reject(reason, close: true, message: body), now: now, into: &$1) }
+        }
     }
 
     // MARK: blind tunnels
@@ -81,7 +85,8 @@ extension ProxyHandler {
     private func openTunnel(
         to target: ConnectTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext, clientEntry: String?
     ) {
-        connection.beginUpgrade()
+        let now = self.now
+        feed { $0.headAdmitted(.upgrade, now: now, into: &$1) }
         let policy = snapshot.connectPolicy
         let accessLog = snapshot.config.log.accessLog
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
@@ -105,7 +110,7 @@ extension ProxyHandler {
                     }
                 handler.refuseConnect(
                     failure.reason, host: target.host, tunnelResult: result, detail: failure.detail,
-                    body: failure.reason == .tunnelDenied ? Self.deniedAddressBody : nil)
+                    body: failure.reason == .tunnelDenied ? Self.deniedAddressBody : nil, afterUpgrade: true)
             }
         }
     }
@@ -147,7 +152,7 @@ extension ProxyHandler {
     @discardableResult
     func handOver(_ context: ChannelHandlerContext, to handlers: [ChannelHandler]) throws -> EventLoopFuture<Void> {
         cancelTimer()
-        exchange = nil
+        machine.handedOver()
         var answer = context.channel.allocator.buffer(capacity: 40)
         answer.writeStaticString(Self.connectEstablished)
         context.writeAndFlush(wrapOutboundOut(answer), promise: nil)
@@ -175,7 +180,8 @@ extension ProxyHandler {
             refuseConnect(.tunnelDenied, host: target.host, tunnelResult: nil, detail: "no interception CA loaded")
             return
         }
-        connection.beginUpgrade()
+        let now = self.now
+        feed { $0.headAdmitted(.upgrade, now: now, into: &$1) }
         let intercepted = InterceptedConnection(
             target: target, upstreamName: upstream.config.name, client: clientAddress, clientEntry: clientEntry,
             proxyAuthorization: proxyAuthorization)
@@ -207,7 +213,7 @@ extension ProxyHandler {
                             leftOverBytesStrategy: .dropBytes,
                             limitConfiguration: ProxyServer.decoderLimits(snapshot.config.limits))),
                     ProxyHandler(
-                        runtime: runtime, idleTimeout: connection.idleTimeout, headTimer: headTimer,
+                        runtime: runtime, idleTimeout: machine.idleTimeout, headTimer: headTimer,
                         intercepted: intercepted),
                 ])
             channel.read()

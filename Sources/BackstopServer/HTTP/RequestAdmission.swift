@@ -121,6 +121,6 @@ enum RequestAdmission {
             retryBuffer: snapshot.config.limits.retryBuffer, maxRequestBody: snapshot.config.limits.maxRequestBody,
             timeouts: upstream?.config.timeouts ?? Timeouts(),
             hasIdempotencyKey: keyHeader.map { head.headers.contains(name: $0) } ?? false, credential: credential,
-            retry: upstream?.retryPolicy, budget: upstream?.budget, bodyMustBeKept: bodyMustBeKept)
+            retry: upstream?.retryPolicy, bodyMustBeKept: bodyMustBeKept)
     }
 }

@@ -18,7 +18,8 @@ extension ProxyHandler {
             let opener = runtime.transport as? any ConnectionOpening
         else { return false }
         // Admission refuses upgrades to an upstream with `upgrades: false` before this (400 upgrade-not-allowed).
-        connection.beginUpgrade()
+        let now = self.now
+        feed { $0.headAdmitted(.upgrade, now: now, into: &$1) }
         cancelTimer()
         let relay = UpgradeRelay(
             request: UpgradeRelay.Request(
@@ -41,6 +42,7 @@ extension ProxyHandler {
     /// its head reach the relay, which holds them until the upstream has switched protocols.
     private func handOverToUpgrade(_ context: ChannelHandlerContext, relay: UpgradeRelay) {
         let pipeline = context.pipeline.syncOperations
+        machine.handedOver()
         do {
             let decoder = try pipeline.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
             try pipeline.addHandler(relay, position: .after(decoder))

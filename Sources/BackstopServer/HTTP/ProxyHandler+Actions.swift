@@ -1,0 +1,296 @@
+import BackstopCore
+import BackstopTracing
+import BackstopTransport
+import NIOCore
+import NIOHTTP1
+
+/// Performing the machine's actions: admission, writing to the client, the request's exchange, and what metrics, the
+/// access line and the spans record.
+extension ProxyHandler {
+    func run(_ action: consuming Action) {
+        switch consume action {
+        case .read:
+            context?.read()
+        case .admit(let head):
+            admit(head)
+        case .writeContinue(let clientIsHTTP10):
+            guard let context else { return }
+            var interim = context.channel.allocator.buffer(capacity: 32)
+            ResponseHeadWriter.writeStatusLine(&interim, clientIsHTTP10: clientIsHTTP10, status: 100)
+            interim.writeStaticString("\r\n")
+            writeHeldResponse(context)
+            context.writeAndFlush(wrapOutboundOut(interim), promise: nil)
+        case .writeHead(let head, let write):
+            writeHead(head, write)
+        case .writeBody(let buffer, let chunk):
+            guard let context else { return }
+            if let chunk {
+                var prefix = context.channel.allocator.buffer(capacity: 24)
+                ResponseHeadWriter.chunkPrefix(&prefix, size: buffer.readableBytes, first: chunk.first)
+                write(prefix, context)
+            }
+            unflushedBytes += buffer.readableBytes
+            write(buffer, context)
+        case .flushBody(let generation):
+            // One flush per transport batch; the transfer learns what the client socket took, or waits for
+            // `channelWritabilityChanged`.
+            flush()
+            unreported = (unreported.bytes + unflushedBytes, generation)
+            unflushedBytes = 0
+            if unreported.bytes > 0, context?.channel.isWritable == true { clientWritable() }
+        case .endResponse(let lastChunk, let close):
+            endResponse(lastChunk: lastChunk, close: close)
+        case .writeError(let reason, let write):
+            writeError(reason, write)
+        case .logLocalAnswer(let reason, let detail):
+            logLocalAnswer(reason, method: "-", host: "-", path: "-", reason: detail)
+        case .abortResponse:
+            // What was written goes out; then the only honest signal left is closing the connection.
+            flush()
+            context?.close(promise: nil)
+        case .closeConnection:
+            context?.close(promise: nil)
+        case .awaitNextHead:
+            headTimer?.awaitNextHead()
+
+        case .storeBody(let buffer):
+            store(buffer)
+        case .beginStreaming(let part):
+            beginStreaming(then: part)
+        case .finishBodyStream:
+            exchange?.finishBodyStream()
+        case .failBodyStream:
+            exchange?.failBodyStream()
+        case .acquireCredential:
+            acquireCredential()
+        case .refreshCredential(let rejected):
+            refreshCredential(rejected)
+        case .startAttempt(let start):
+            startAttempt(start)
+        case .cancelAttempt(let generation):
+            exchange?.cancelAttempt(generation)
+        case .abandonAttempt(let generation, let within):
+            exchange?.abandonAttempt(generation, within: within)
+        case .requestRetryPermit:
+            let now = self.now
+            let granted = exchange?.destination.upstream?.budget.withBudget { $0.tryAcquireRetry(now: now) } ?? false
+            if !granted { exchange?.metrics.recordBudgetExhausted() }
+            feed { $0.retryPermit(granted: granted, now: now, into: &$1) }
+
+        case .attemptEnded(let report):
+            guard let exchange else { return }
+            switch report {
+            case .response(let status, let version):
+                exchange.metrics.recordAttempt(status: status)
+                exchange.traceAttemptHead(status: status, version: version)
+            case .failed(let failure):
+                exchange.metrics.recordAttempt(outcome: failure.label)
+            }
+        case .retryScheduled(let retry):
+            guard let exchange else { return }
+            exchange.traceRetry(retry)
+            exchange.metrics.recordRetry(reason: retry.reason.description)
+            if let failure = retry.failure, retry.reason.isTransportCondition {
+                exchange.logAttemptFailure(failure, attempt: retry.attempt, final: false, giveUp: nil)
+            }
+        case .requestFinished(let finished):
+            exchange?.finish(finished)
+            exchange = nil
+            unflushedBytes = 0
+            unreported = (0, 0)
+        }
+    }
+
+    // MARK: the request body
+
+    private func store(_ buffer: ByteBuffer) {
+        guard let exchange else { return }
+        switch exchange.store(buffer) {
+        case .kept:
+            break
+        case .streamFull:
+            machine.holdUploads()
+        case .overBudget:
+            // A part kept for replay takes its share of `limits.buffer_memory`; one that does not fit turns the
+            // body into a stream (sent once, not retryable) instead of growing memory past the budget.
+            let now = self.now
+            feed { $0.bufferDenied(buffer, now: now, into: &$1) }
+        }
+    }
+
+    private func beginStreaming(then part: ByteBuffer?) {
+        guard let exchange, let context else { return }
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        let fits = exchange.beginStreaming(then: part) {
+            loop.execute {
+                let handler = bound.value
+                let now = handler.now
+                handler.feed { $0.releaseUploads(now: now, into: &$1) }
+            }
+        }
+        if !fits { machine.holdUploads() }
+        let now = self.now
+        feed { $0.streamingBegan(now: now, into: &$1) }
+    }
+
+    // MARK: credentials and attempts
+
+    private func acquireCredential() {
+        guard let exchange, let context else { return }
+        let credential: ExchangeStateMachine.Credential?
+        switch exchange.destination.upstream?.auth {
+        case .staticToken(let source, _)?:
+            credential = source.value().map { .value($0) }
+        case .oauth2(let manager, _)?:
+            if let token = manager.cachedToken() {
+                credential = .token(token)
+            } else {
+                let bound = NIOLoopBound((self, exchange), eventLoop: context.eventLoop)
+                let loop = context.eventLoop
+                let trace = exchange.trace
+                Task {
+                    let (token, refresh) = await manager.tokenForRequest(trace: trace)
+                    loop.execute {
+                        let (handler, exchange) = bound.value
+                        exchange.traceWaited(on: refresh)
+                        let now = handler.now
+                        handler.feed { $0.credentialAcquired(token.map { .token($0) }, now: now, into: &$1) }
+                    }
+                }
+                return
+            }
+        case .awsSigV4(let source)?:
+            credential = source.credentials().map { .aws($0) }
+        case .none?, nil:
+            credential = ExchangeStateMachine.Credential.none
+        }
+        let now = self.now
+        feed { $0.credentialAcquired(credential, now: now, into: &$1) }
+    }
+
+    private func refreshCredential(_ rejected: ManagedToken) {
+        guard let exchange, let context, case .oauth2(let manager, _)? = exchange.destination.upstream?.auth else {
+            return
+        }
+        exchange.traceAttemptEnded(failure: nil)
+        let bound = NIOLoopBound((self, exchange), eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        let trace = exchange.trace
+        Task {
+            let (replacement, refresh) = await manager.tokenRejected(rejected, trace: trace)
+            loop.execute {
+                let (handler, exchange) = bound.value
+                exchange.traceWaited(on: refresh)
+                let now = handler.now
+                handler.feed { $0.refreshFinished(replacement, now: now, into: &$1) }
+            }
+        }
+    }
+
+    private func startAttempt(_ start: ExchangeStateMachine.Start) {
+        guard let exchange, let context else { return }
+        if start.countsAsRequest, let budget = exchange.destination.upstream?.budget {
+            let now = self.now
+            budget.withBudget { $0.recordRequest(now: now) }
+        }
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let generation = start.generation
+        exchange.startAttempt(start, on: context.eventLoop) { events in
+            bound.value.transportEvents(events, generation: generation)
+        }
+    }
+
+    // MARK: writing the response
+
+    private func writeHead(_ received: UpstreamResponseHead, _ write: ConnectionStateMachine.HeadWrite) {
+        guard let context else { return }
+        // The head is copied only when a redirect is rewritten (a copy retains every field).
+        if !received.redirectValueRanges.isEmpty, let exchange, let upstream = exchange.destination.upstream {
+            var rewritten = received
+            rewritten.rewriteRedirects(RedirectRewriter(upstream: upstream.config, target: exchange.target))
+            writeHead(bytesOf: rewritten, write, context)
+        } else {
+            writeHead(bytesOf: received, write, context)
+        }
+    }
+
+    private func writeHead(
+        bytesOf head: UpstreamResponseHead, _ write: ConnectionStateMachine.HeadWrite, _ context: ChannelHandlerContext
+    ) {
+        // Room for a small body too: the connection appends one that arrives before its next flush.
+        var capacity = head.fields.count + 192
+        if case .contentLength(let length) = write.framing, length <= 4096 { capacity += length }
+        var buffer = context.channel.allocator.buffer(capacity: capacity)
+        ResponseHeadWriter.upstreamHead(
+            head, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, attempts: write.attempts, error: write.error,
+            framing: write.framing, connection: write.connection)
+        self.write(buffer, context)
+    }
+
+    private func endResponse(lastChunk: ResponseRelay.LastChunk?, close: Bool) {
+        guard let context else { return }
+        if let lastChunk {
+            var end = context.channel.allocator.buffer(capacity: 8)
+            ResponseHeadWriter.chunkedEnd(&end, afterChunks: lastChunk.afterChunks)
+            write(end, context)
+        }
+        writeHeldResponse(context)
+        if close {
+            let channel = context.channel
+            context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in
+                channel.close(promise: nil)
+            }
+        } else {
+            context.flush()
+        }
+    }
+
+    private func writeError(_ reason: ProxyErrorReason, _ write: ConnectionStateMachine.ErrorWrite) {
+        guard let context else { return }
+        writeHeldResponse(context)
+        var buffer = context.channel.allocator.buffer(capacity: 256)
+        ResponseHeadWriter.localError(
+            reason, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, connection: write.connection,
+            omitBody: write.omitBody, attempts: write.attempts, message: write.message)
+        let done = context.writeAndFlush(wrapOutboundOut(buffer))
+        if write.close {
+            let channel = context.channel
+            done.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    /// Response bytes up to this many are held until the next flush (`heldResponse`); larger buffers go out as
+    /// they are, never copied.
+    static let coalescingLimit = 16 * 1024
+
+    /// Appends `buffer` to the held bytes while they stay small, else writes the held bytes and then `buffer` (or
+    /// holds it, when it is small itself).
+    func write(_ buffer: ByteBuffer, _ context: ChannelHandlerContext) {
+        if let held = heldResponse?.readableBytes {
+            if held + buffer.readableBytes <= Self.coalescingLimit {
+                heldResponse!.writeImmutableBuffer(buffer)  // in place: the handler holds the only reference
+                return
+            }
+            writeHeldResponse(context)
+        }
+        if buffer.readableBytes < Self.coalescingLimit {
+            heldResponse = buffer
+        } else {
+            context.write(wrapOutboundOut(buffer), promise: nil)
+        }
+    }
+
+    /// Writes the held bytes, if any: before a flush, and before anything written past `write`.
+    func writeHeldResponse(_ context: ChannelHandlerContext) {
+        guard let held = heldResponse else { return }
+        heldResponse = nil
+        context.write(wrapOutboundOut(held), promise: nil)
+    }
+
+    func flush() {
+        guard let context else { return }
+        writeHeldResponse(context)
+        context.flush()
+    }
+}

@@ -1,0 +1,108 @@
+import BackstopCore
+import BackstopTracing
+import NIOCore
+import NIOHTTP1
+
+/// `.admit`: what a request head gets — `RequestAdmission`'s routing and limits, then the `clients` policy — reported
+/// to the machine as `headAdmitted`. A refusal is recorded here (metrics, its span, its access line): no exchange
+/// records it.
+extension ProxyHandler {
+    func admit(_ head: HTTPRequestHead) {
+        headTimer?.headReceived()
+        guard let context, !machine.isClosing else { return }
+        let snapshot = runtime.snapshot
+        let now = self.now
+        switch RequestAdmission.decide(head, snapshot: snapshot, draining: runtime.isDraining, intercepted: intercepted)
+        {
+        case .reject(let reason, let close):
+            refuse(reason, head: head, close: close)
+        case .connect:
+            handleConnect(head, snapshot: snapshot, context: context)
+        case .accept(let accepted):
+            let clientEntry: String?
+            switch clientDecision(head, destination: accepted.destination, snapshot: snapshot, context: context) {
+            case .allow(let entry): clientEntry = entry
+            case nil: clientEntry = nil
+            case .deny:
+                refuse(.clientDenied, head: head, close: accepted.framing.hasBody)
+                return
+            case .challenge:
+                refuse(.proxyAuthRequired, head: head, close: accepted.framing.hasBody)
+                return
+            }
+            if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
+            let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
+            exchange = Exchange(
+                head: head, target: accepted.target, destination: accepted.destination, configuration: configuration,
+                environment: ExchangeEnvironment(
+                    runtime: runtime, accessLog: snapshot.config.log.accessLog,
+                    bufferMemory: snapshot.config.limits.bufferMemory),
+                record: AccessRecord.Request(
+                    client: clientAddress, method: configuration.method, host: accepted.clientHost,
+                    path: accepted.target.path, clientEntry: clientEntry),
+                now: now)
+            let expectsContinue =
+                accepted.framing.hasBody
+                && head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true
+            feed { $0.headAdmitted(.forward(configuration, expectsContinue: expectsContinue), now: now, into: &$1) }
+        }
+    }
+
+    /// The `clients` decision for a request (or `CONNECT`) to `target` (docs/reference/config.md#clients); nil when
+    /// no `clients` section is in force. Inside an intercepted connection the `CONNECT`'s `Proxy-Authorization`
+    /// stands for requests that carry none.
+    func clientDecision(
+        _ head: HTTPRequestHead, destination: ExchangeDestination, snapshot: ConfigSnapshot,
+        context: ChannelHandlerContext
+    ) -> ClientDecision? {
+        guard snapshot.clients != nil else { return nil }
+        let target: ClientTarget = destination.upstream.map { .upstream($0.config.name) } ?? .unrouted
+        return clientDecision(head, target: target, snapshot: snapshot, context: context)
+    }
+
+    func clientDecision(
+        _ head: HTTPRequestHead, target: ClientTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext
+    ) -> ClientDecision? {
+        guard let policy = snapshot.clients else { return nil }
+        if peer == nil || (policy.usesGroups && peer?.groups == false) {
+            peer = (ClientIdentification.connection(of: context.channel, groups: policy.usesGroups), policy.usesGroups)
+        }
+        let authorization = head.headers.first(name: "proxy-authorization") ?? intercepted?.proxyAuthorization
+        return policy.decide(connection: peer!.connection, proxyAuthorization: authorization, target: target)
+    }
+
+    /// Answers a request with a Backstop error before any exchange, and ignores its body (`close`: and closes, the
+    /// machine adding the client's own `Connection: close`).
+    private func refuse(_ reason: ProxyErrorReason, head: HTTPRequestHead, close: Bool) {
+        runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
+        let target = RequestTarget.parse(head.uri)
+        let host: String
+        if let target, case .absolute(_, let urlHost, _) = target.form {
+            host = urlHost
+        } else {
+            host = head.headers.first(name: "host") ?? "-"
+        }
+        let request = AccessRecord.Request(
+            client: clientAddress, method: head.method.rawValue, host: host, path: AccessRecord.path(of: head.uri))
+        let now = self.now
+        if let tracer = runtime.tracer {
+            // A refused request is a request too: its server span, with the reason (docs/reference/operations.md#tracing).
+            tracer.startRequest(headers: head.headers, at: now).finish(
+                RequestFacts(
+                    head, request, target: target, status: reason.status, upstream: nil, errorReason: reason.rawValue,
+                    attempts: 0), at: now)
+        }
+        logLocalAnswer(reason, method: request.method, host: request.host, path: request.path)
+        feed { $0.headAdmitted(.reject(reason, close: close), now: now, into: &$1) }
+    }
+
+    func logLocalAnswer(
+        _ reason: ProxyErrorReason, method: String, host: String, path: String, reason detail: String? = nil
+    ) {
+        runtime.logAccess(
+            AccessRecord(
+                request: AccessRecord.Request(client: clientAddress, method: method, host: host, path: path),
+                status: reason.status, error: reason.rawValue, reason: detail, upstream: "-", attempts: 0, retries: [],
+                elapsed: .zero, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
+    }
+}
