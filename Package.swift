@@ -246,7 +246,9 @@ let package = Package(
             dependencies: [
                 "BackstopServer",
                 "BackstopIdentity",
+                "BackstopKeychain",
                 "BackstopQueue",
+                "BackstopTestSupport",
                 "BackstopCA",
                 "BackstopCore",
                 "BackstopTransport",

@@ -59,6 +59,7 @@ enum FuzzTarget: String, CaseIterable {
     case netlink
     case tlsAlert = "tls-alert"
     case upgradeResponse = "upgrade-response"
+    case http1Response = "http1-response"
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -88,6 +89,7 @@ enum FuzzTarget: String, CaseIterable {
         case .netlink: Self.netlink(bytes)
         case .tlsAlert: Self.tlsAlert(bytes)
         case .upgradeResponse: Self.upgradeResponse(bytes)
+        case .http1Response: Self.http1Response(bytes)
         }
     }
 
@@ -347,6 +349,63 @@ extension FuzzTarget {
             !(response.upgrade ?? "").utf8.contains { $0 == 0x0D || $0 == 0x0A || $0 == 0x00 },
             "Upgrade value with CR, LF or NUL")
         precondition(input.suffix(response.rest.count).elementsEqual(response.rest), "rest is not the input's tail")
+    }
+
+    /// The raw HTTP/1.1 path's response reader (the first byte picks HEAD and where the input is cut in two): the
+    /// same transcript however the bytes arrive, body ranges inside what was handed over, nothing after the end,
+    /// and a head fit for the client.
+    static func http1Response(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let input = Array(bytes.dropFirst())
+        let split = input.isEmpty ? 0 : Int(first >> 1) % (input.count + 1)
+        let whole = http1Transcript(input, cuts: [], head: first & 1 == 1)
+        let parts = http1Transcript(input, cuts: [split], head: first & 1 == 1)
+        precondition(whole == parts, "split reads answer differently")
+    }
+
+    static func http1Transcript(_ input: [UInt8], cuts: [Int], head: Bool) -> [String] {
+        var reader = HTTP1ResponseReader(requestIsHEAD: head)
+        var steps: [String] = []
+        var body: [UInt8] = []
+        var ended = false
+        let bounds = [0] + cuts.filter { $0 > 0 && $0 < input.count } + [input.count]
+        for (start, end) in zip(bounds, bounds.dropFirst()) where !ended {
+            let chunk = Array(input[start..<end])
+            var offset = 0
+            reading: while true {
+                let event = chunk.withUnsafeBytes { reader.next($0, at: &offset) }
+                precondition(offset >= 0 && offset <= chunk.count, "offset outside the read")
+                switch event {
+                case .needMore:
+                    precondition(offset == chunk.count, "needMore with bytes left")
+                    break reading
+                case .head(let h):
+                    checkClientBound(h)
+                    precondition(h.framingProblem == nil, "a distrusted head was delivered")
+                    steps.append("head \(h.status) \(h.fields)")
+                case .body(let range):
+                    precondition(
+                        range.lowerBound >= 0 && range.upperBound <= chunk.count, "body range outside the read")
+                    body += chunk[range]
+                case .end(let reusable):
+                    steps.append("body \(body) end \(reusable && offset == chunk.count && end == input.count)")
+                    ended = true
+                    break reading
+                case .invalid(let why), .truncated(let why):
+                    steps.append("body \(body) failed \(why)")
+                    ended = true
+                    break reading
+                }
+            }
+        }
+        if !ended {
+            switch reader.inputEnded() {
+            case .end(let reusable): steps.append("body \(body) end \(reusable)")
+            case .truncated(let why): steps.append("body \(body) failed \(why)")
+            default: preconditionFailure("the end of input answers end or truncated")
+            }
+        }
+        return steps
     }
 
     /// What reaches the client's head: `Name: value\r\n` lines with a token name and no CR, LF or NUL inside,

@@ -44,6 +44,10 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     private var handles: EasyHandles
     /// Raw connections (`CurlConnection`: upgraded requests): started, driven and ended on this thread.
     let connections: ConnectionDriver
+    /// The raw HTTP/1.1 path's connections (docs/performance.md#libcurl-as-the-connection).
+    let http1: HTTP1Connections
+    /// Whether HTTP/1.1 requests take the raw path (curl only connects) rather than curl's HTTP layer.
+    private let rawHTTP1: Bool
     /// Transfers with events to hand over at the end of this loop turn.
     private var dirty: [CurlTransfer] = []
     /// `flushDirty`'s scratch: the event loops of this turn's transfers and the deliveries for each.
@@ -59,10 +63,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     /// Creates the engine and starts its thread. `logger` gets what the transport cannot hand to a transfer
     /// (curl or the kernel refusing an internal call); by default the process's logging system under the label
-    /// `backstop.transport`.
-    public init(name: String = "backstop-curl", logger: Logger? = nil) {
+    /// `backstop.transport`. `rawHTTP1`: requests to HTTP/1.1 upstreams (plain, or TLS without `http2`) use curl
+    /// only to connect, and Backstop writes and reads HTTP/1.1 itself (docs/performance.md#libcurl-as-the-connection).
+    public init(name: String = "backstop-curl", logger: Logger? = nil, rawHTTP1: Bool = true) {
         CurlGlobal.initialize()
         self.logger = logger ?? Logger(label: "backstop.transport")
+        self.rawHTTP1 = rawHTTP1
         guard let multi = CurlMulti(), let commands = TransportCommands(),
             let sockets = SocketWatch(wakeFD: commands.wakeFD)
         else {
@@ -77,6 +83,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             configuration: HandleConfiguration(
                 share: CurlShare(), closeContext: Unmanaged.passUnretained(sockets).toOpaque()))
         connections = ConnectionDriver(
+            multi: multi, sockets: sockets, destinations: destinations, configuration: handles.configuration,
+            allocator: allocator)
+        http1 = HTTP1Connections(
             multi: multi, sockets: sockets, destinations: destinations, configuration: handles.configuration,
             allocator: allocator)
         let context = Unmanaged.passUnretained(self).toOpaque()
@@ -105,7 +114,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         _ request: TransportRequest, on eventLoop: EventLoop,
         sink: @escaping @Sendable ([TransportEvent]) -> Void
     ) -> any TransferHandle {
-        let transfer = CurlTransfer(request: request, eventLoop: eventLoop, transport: self, sink: sink)
+        let transfer = CurlTransfer(
+            request: request, eventLoop: eventLoop, transport: self, rawHTTP1: rawHTTP1, sink: sink)
         if case .streaming(let stream) = request.body {
             stream.setResumeConsumer { [weak transfer, weak self] in
                 guard let transfer, let self else { return }
@@ -160,6 +170,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         while !table.stopping {
             commands.takeAll(into: &batch)
             for command in batch { perform(command) }
+            settleHTTP1()
             if table.stopping { break }
             if let deadline = timerDeadline, bs_monotonic_ms() >= deadline {
                 timerDeadline = nil
@@ -172,6 +183,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 for action in expired { perform(action) }
                 nextAbandonDeadline = next
             }
+            settleHTTP1()
             flushDirty()
             logSocketFailures()
 
@@ -186,6 +198,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 let fd = readyFDs[i]
                 if fd == commands.wakeFD {
                     commands.drainWake()
+                } else if http1.socketReady(fd, mask: readyMasks[i]) {
+                    continue
                 } else if connections.socketReady(fd, mask: readyMasks[i]) {
                     continue
                 } else if sockets.eventArrived(fd) {
@@ -194,6 +208,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             }
         }
         connections.stopAll()
+        http1.stopAll()
         flushDirty()
         // Teardown order: every easy handle before the multi handle (the table let go of the transfers' handles in
         // `stop`; the idle ones go here), then the multi handle, which closes the cached connections through the
@@ -266,6 +281,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         while let message = curl_multi_info_read(multi.raw, &remaining) {
             // CURLMSG_DONE is the only message libcurl 7.88 sends; each carries the easy handle it is about.
             guard bs_msg_is_done(message) != 0, let raw = message.pointee.easy_handle else { continue }
+            if http1.completed(raw, code: bs_msg_result(message)) { continue }
             if connections.completed(raw, code: bs_msg_result(message)) { continue }
             var context: UnsafeMutableRawPointer?
             // CURLINFO_PRIVATE cannot fail on a valid handle; every handle added carries its transfer.
@@ -312,23 +328,47 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         }
     }
 
+    /// Hands the raw HTTP/1.1 path's completions to the table and performs what it decides, until none are left
+    /// (a finish may park a connection, a resend may fail at once).
+    private func settleHTTP1() {
+        while http1.hasCompletions {
+            for (transfer, completion) in http1.takeCompletions() {
+                if let action = table.completed(TransferKey(transfer), completion) { perform(action) }
+            }
+        }
+    }
+
     private func perform(_ action: TransferTable<TransferKey>.Action) {
         assertOnTransportThread()
         switch action {
         case .begin(let key):
-            if let failure = begin(key.transfer) {
+            let failure: String?
+            if let url = key.transfer.http1URL {
+                failure = http1.begin(key.transfer, url: url)
+            } else {
+                failure = begin(key.transfer)
+            }
+            if let failure {
                 perform(table.couldNotBegin(key, TransportFailure.connectFailure(detail: failure)))
             } else {
                 table.began(key)
             }
         case .finish(let key, let ending):
             finish(key.transfer, with: ending)
+        case .unpause(let key) where key.transfer.http1URL != nil:
+            http1.resume(key.transfer)
         case .unpause(let key):
             // Fails only for a handle not in a transfer (the table says it is) or when curl cannot deliver what it
             // held back; then the transfer ends with curl's error through `readCompletions`, like any other.
             if let easy = key.transfer.easy { _ = curl_easy_pause(easy.raw, CURLPAUSE_CONT) }
         case .resend(let key, let failure):
-            if let why = resend(key.transfer) {
+            let refusal: String?
+            if let url = key.transfer.http1URL {
+                refusal = http1.resend(key.transfer, url: url)
+            } else {
+                refusal = resend(key.transfer)
+            }
+            if let why = refusal {
                 logger.error("stale-connection resend refused by curl", metadata: ["cause": "\(why)"])
                 if let next = table.resendFailed(key, failure) { perform(next) }
             }
@@ -357,6 +397,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     /// Takes the transfer out of curl, recycles its handle and emits its last event.
     private func finish(_ transfer: CurlTransfer, with ending: TransferTable<TransferKey>.Ending) {
+        if transfer.http1URL != nil { http1.detach(transfer) }
         if let easy = transfer.easy {
             // Fails only for a handle that is not in the multi handle (one whose `begin` failed before or at
             // `curl_multi_add_handle`): then there is nothing to remove.

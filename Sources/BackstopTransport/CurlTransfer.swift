@@ -36,13 +36,19 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Events not yet handed to the requester; non-empty exactly while the transfer is on the transport's list of
     /// transfers to flush at the end of the loop turn.
     var pending: [TransportEvent] = []
-    var headParser = UpstreamHeadParser()
-    var headDelivered: Bool { headParser.finished }
+    /// Made on the first header line: a transfer on the raw HTTP/1.1 path never needs one.
+    var headParser: UpstreamHeadParser?
+    var headDelivered: Bool { headParser?.finished ?? false }
     /// Why the transfer was stopped from one of its own callbacks (a refused head or destination), reported in
     /// place of the error curl returns for the abort.
     var refusal: TransportFailure?
     /// The address of the last connection curl opened for this transfer (for failure causes).
     var lastAddress: String?
+    /// The raw HTTP/1.1 path's view of the URL (docs/performance.md#libcurl-as-the-connection); nil: curl's HTTP
+    /// layer runs this transfer.
+    let http1URL: HTTP1URL?
+    /// The raw connection serving the transfer (`HTTP1Connections`), while it has one.
+    var connection: HTTP1Connection?
 
     // Cross-thread state.
     let unconsumedBytes = Atomic<Int>(0)
@@ -50,10 +56,11 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     let cancelRequested = Atomic<Bool>(false)
 
     init(
-        request: TransportRequest, eventLoop: EventLoop, transport: CurlMultiTransport,
+        request: TransportRequest, eventLoop: EventLoop, transport: CurlMultiTransport, rawHTTP1: Bool,
         sink: @escaping @Sendable ([TransportEvent]) -> Void
     ) {
         self.request = request
+        self.http1URL = rawHTTP1 && !request.tls.http2 ? HTTP1URL(request.url) : nil
         self.eventLoop = eventLoop
         self.transport = transport
         self.sink = sink
@@ -119,7 +126,8 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Returns false to abort the transfer: a head whose framing cannot be trusted is never delivered.
     func onHeaderLine(_ line: UnsafeRawBufferPointer) -> Bool {
         assertOnTransportThread()
-        guard let head = headParser.consume(line) else { return true }
+        if headParser == nil { headParser = UpstreamHeadParser() }
+        guard let head = headParser!.consume(line) else { return true }
         if let problem = head.framingProblem {
             refusal = .badResponse(detail: "untrustworthy response framing: \(problem)")
             return false
@@ -131,23 +139,24 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Write callback: false to pause (the requester has `highWater` bytes it has not written yet).
     func onBody(_ data: UnsafeRawBufferPointer) -> Bool {
         assertOnTransportThread()
-        if unconsumedBytes.load(ordering: .acquiring) >= Self.highWater {
-            receivePaused.store(true, ordering: .sequentiallyConsistent)
-            // The client may have caught up in between; if it took the flag back, keep going ourselves.
-            if unconsumedBytes.load(ordering: .sequentiallyConsistent) < Self.lowWater,
-                receivePaused.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent)
-                    .exchanged
-            {
-                // fall through and take the data
-            } else {
-                return false
-            }
-        }
+        if shouldPauseReceiving() { return false }
         var buffer = transport.allocator.buffer(capacity: data.count)
         buffer.writeBytes(data)
         unconsumedBytes.add(data.count, ordering: .acquiringAndReleasing)
         emit(.body(buffer))
         return true
+    }
+
+    /// Whether to stop reading the response: the requester has `highWater` bytes it has not written yet. Sets
+    /// `receivePaused`, so that `consumed` asks for the read to resume.
+    func shouldPauseReceiving() -> Bool {
+        guard unconsumedBytes.load(ordering: .acquiring) >= Self.highWater else { return false }
+        receivePaused.store(true, ordering: .sequentiallyConsistent)
+        // The client may have caught up in between; if it took the flag back, keep going ourselves.
+        return
+            !(unconsumedBytes.load(ordering: .sequentiallyConsistent) < Self.lowWater
+            && receivePaused.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent)
+                .exchanged)
     }
 
     func readBody(into destination: UnsafeMutableRawBufferPointer) -> RequestBodyStream.ReadResult {

@@ -80,22 +80,33 @@ struct HandleConfiguration {
         try easy.setHeaders(CurlHeaderList(request.headers))
     }
 
-    /// Every option of a raw connection's handle (`CurlConnection`, docs/reference/behaviour.md#upgrades): a fresh
-    /// handle used once, so nothing needs setting back. `CONNECT_ONLY` stops curl after the connection (and TLS) is
-    /// made; HTTP/1.1 only, so ALPN cannot settle on HTTP/2, whose bytes Backstop would not be writing.
+    /// Every option of an upgraded request's connection handle (`CurlConnection`, docs/reference/behaviour.md#upgrades).
     func configureConnection(_ easy: CurlEasy, for connection: CurlConnection) throws(CurlSetupError) {
         let request = connection.request
-        let context = Unmanaged.passUnretained(connection).toOpaque()
-        try setConnectionOptions(easy, open: CurlTrampolines.openConnectionSocket)
+        try configureConnectOnly(
+            easy, url: request.url, connectTimeout: request.connectTimeout, tls: request.tls,
+            context: Unmanaged.passUnretained(connection).toOpaque(), open: CurlTrampolines.openConnectionSocket)
+    }
+
+    /// Every option of a handle that only connects (`CURLOPT_CONNECT_ONLY`): upgraded requests' `CurlConnection`
+    /// and the raw HTTP/1.1 path's `HTTP1Connection`. A fresh handle used for one connection, so nothing needs
+    /// setting back; `context` is what the open-socket callback `open` gets. `CONNECT_ONLY` stops curl after the
+    /// connection (and TLS) is made; HTTP/1.1 only, so ALPN cannot settle on HTTP/2, whose bytes Backstop would not
+    /// be writing.
+    func configureConnectOnly(
+        _ easy: CurlEasy, url: String, connectTimeout: Duration, tls: TransportTLSOptions,
+        context: UnsafeMutableRawPointer, open: bs_curl_opensocket_callback
+    ) throws(CurlSetupError) {
+        try setConnectionOptions(easy, open: open)
         try easy.set(CURLOPT_CONNECT_ONLY, 1)
         try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
         // A connection of its own: never an idle keep-alive connection of the transfers.
         try easy.set(CURLOPT_FRESH_CONNECT, 1)
         try easy.set(CURLOPT_OPENSOCKETDATA, pointer: context)
         try easy.set(CURLOPT_PRIVATE, pointer: context)
-        try easy.setURL(request.url, target: nil)
-        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
-        try setTLSOptions(easy, request.tls)
+        try easy.setURL(url, target: nil)
+        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(connectTimeout.millisecondsRoundedUp))
+        try setTLSOptions(easy, tls)
     }
 
     /// How every handle connects, transfer or raw connection: no signals, no proxy from the environment

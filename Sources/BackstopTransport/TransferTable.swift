@@ -35,17 +35,7 @@ struct TransferTable<ID: Hashable> {
         case resend(ID, TransportFailure)
     }
 
-    /// How curl ended a transfer (`curl_multi_info_read`), with the facts the table decides on.
-    enum Completion: Equatable {
-        /// One of the transfer's own callbacks stopped it (a refused head or destination): this is why, in place
-        /// of the error curl returns for the abort.
-        case refused(TransportFailure)
-        /// curl finished without error; `headDelivered` is false when the upstream closed without a response.
-        case succeeded(headDelivered: Bool)
-        /// curl failed: `failure` is the classified error, `resendable` whether `StaleConnection` would send it again
-        /// (not counting an earlier resend, which the table knows) and its body can be rewound.
-        case failed(TransportFailure, resendable: Bool)
-    }
+    typealias Completion = TransferCompletion
 
     private var phases: [ID: Phase] = [:]
     /// Abandoned transfers and their deadlines (monotonic ms), in the order they were abandoned. May hold
@@ -188,4 +178,16 @@ struct TransferTable<ID: Hashable> {
 extension TransferTable.Phase: Sendable {}
 extension TransferTable.Ending: Sendable {}
 extension TransferTable.Action: Sendable where ID: Sendable {}
-extension TransferTable.Completion: Sendable {}
+
+/// How a transfer ended below its requester (curl's `curl_multi_info_read`, or the raw HTTP/1.1 path's
+/// `HTTP1ConnectionMachine`), with the facts `TransferTable` decides on.
+enum TransferCompletion: Equatable, Sendable {
+    /// One of the transfer's own callbacks stopped it (a refused head or destination): this is why, in place
+    /// of the error curl returns for the abort.
+    case refused(TransportFailure)
+    /// The transfer finished without error; `headDelivered` is false when the upstream closed without a response.
+    case succeeded(headDelivered: Bool)
+    /// The transfer failed: `failure` is the classified error, `resendable` whether `StaleConnection` would send it
+    /// again (not counting an earlier resend, which the table knows) and its body can be rewound.
+    case failed(TransportFailure, resendable: Bool)
+}

@@ -199,4 +199,17 @@ static inline curl_socket_t bs_easy_active_socket(CURL *h) {
     return fd;
 }
 
+/* send(2) on a connected socket without SIGPIPE: the bytes sent, or -errno (the raw HTTP/1.1 path's plain
+ * connections, after curl connected them). */
+static inline long bs_send(int fd, const void *buf, size_t len) {
+    ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+    return n >= 0 ? (long)n : -(long)errno;
+}
+
+/* recv(2): the bytes read (0: end of stream), or -errno. */
+static inline long bs_recv(int fd, void *buf, size_t len) {
+    ssize_t n = recv(fd, buf, len, 0);
+    return n >= 0 ? (long)n : -(long)errno;
+}
+
 #endif

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BackstopCore
 import BackstopKeychain
+import BackstopQueue
 import BackstopServer
 import Foundation
 import Logging
@@ -53,6 +54,9 @@ struct RunCommand: AsyncParsableCommand {
         for problem in pending {
             logger.error("config not served by this build; refusing to start", metadata: ["detail": .string(problem)])
         }
+        for warning in PendingFeatures.warnings(in: config) {
+            logger.warning("config not fully served by this build", metadata: ["detail": .string(warning)])
+        }
         if !pending.isEmpty { throw ExitCode(1) }
         let keychain = try KeychainStartup.prepare(config: config, logger: logger)
         do throws(ClientPolicyError) {
@@ -84,9 +88,25 @@ struct RunCommand: AsyncParsableCommand {
         if case .postgres = config.tokenStore, let tokenStores {
             logger.notice("token store", metadata: ["store": .string(tokenStores.location)])
         }
+        // The queue store is opened whenever a spool and a keychain exist, so a reload can add a `delivery: queue`
+        // upstream (docs/reference/behaviour.md#queued-delivery).
+        var queue: (store: QueueStore, budget: SpoolBudget)?
+        if let spool = config.spool, let keychain {
+            let budget = SpoolBudget(limit: spool.maxBytes)
+            do throws(QueueError) {
+                let store = try await QueueStore.open(
+                    directory: spool.directory, key: keychain.sealingKey, budget: budget, owner: true)
+                queue = (store, budget)
+            } catch {
+                logger.error(
+                    "cannot open the delivery queue; refusing to start", metadata: ["error": .string(error.description)]
+                )
+                throw ExitCode(1)
+            }
+        }
         let server = ProxyServer(
             config: config, logger: logger, keychain: keychain, intercept: intercept, tokenStores: tokenStores,
-            tokenStoreMetrics: storeMetrics)
+            tokenStoreMetrics: storeMetrics, queue: queue)
         // Ignored until the sequence has registered, so an early SIGHUP or SIGTERM cannot kill the daemon with the
         // default action; from then on each arrives in `signals`.
         for number in [SIGTERM, SIGINT, SIGHUP] { signal(number, SIG_IGN) }
@@ -96,6 +116,7 @@ struct RunCommand: AsyncParsableCommand {
         } catch {
             logger.error("startup failed", metadata: ["error": .string("\(error)")])
             await server.drainAndStop(timeout: .zero)
+            await queue?.store.close()
             throw ExitCode(1)
         }
         let addresses = server.boundAddresses.map(\.displayString).joined(separator: ",")
@@ -135,6 +156,8 @@ struct RunCommand: AsyncParsableCommand {
         // The group's own lines (debug) are not the daemon's documented ones.
         let quiet = Logger(label: "backstop.lifecycle") { _ in SwiftLogNoOpLogHandler() }
         try await ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: quiet)).run()
+        // After the drain: no delivery is in flight any more, and what was claimed is queued again.
+        await queue?.store.close()
         logger.notice("stopped")
     }
 }
@@ -228,6 +251,14 @@ enum Reloader {
                 metadata: [
                     "detail": .string("the keychain section changed; restart backstop to use a different keychain")
                 ])
+            server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
+            return nil
+        }
+        if config.spool != current.spool {
+            // The queue store and the spool's budget are opened once at start, like the keychain.
+            logger.error(
+                "reload rejected; old config stays in force",
+                metadata: ["detail": .string("the spool section changed; restart backstop to use another spool")])
             server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil
         }

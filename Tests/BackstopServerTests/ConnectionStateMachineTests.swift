@@ -96,6 +96,7 @@ struct ConnectionStateMachineTests {
         case closed
         case failed
         case answer(ProxyErrorReason, message: String?)
+        case intakeEnded(Machine.IntakeOutcome)
     }
 
     /// `@unchecked Sendable`: rows are immutable test data, built once and only read by the test that runs them.
@@ -109,7 +110,97 @@ struct ConnectionStateMachineTests {
         var testDescription: String { name }
     }
 
+    static let post = request(.POST, "/q", contentLength: 4)
+    static func queue(maxBody: Int = 10) -> Machine.Admission { .queue(maxBody: maxBody, expectsContinue: false) }
+
     static let rows: [Row] = [
+        Row(
+            name: "a queued request is read whole, stored, then answered 202; the connection is idle again",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue()), []),
+                (.part(.body(ok)), [.keepQueuedBody(ok)]),
+                (.part(.body(ok)), [.keepQueuedBody(ok)]),
+                (.part(.end(nil)), [.storeQueued]),
+                (.timer(ms: 200_000), []),
+                (
+                    .intakeEnded(.stored(delivery: "d1")),
+                    [.writeAccepted(delivery: "d1", errorWrite(close: false)), .awaitNextHead]
+                ),
+            ],
+            state: .idle(deadline: t0 + idle)),
+        Row(
+            name: "a queued request answered 202 with Connection: close closes",
+            steps: [
+                (.part(.head(request(.POST, "/q", close: true))), [.admit(request(.POST, "/q", close: true))]),
+                (.admitted(.queue(maxBody: 10, expectsContinue: true)), [.writeContinue(clientIsHTTP10: false)]),
+                (.part(.end(nil)), [.storeQueued]),
+                (.intakeEnded(.stored(delivery: "d2")), [.writeAccepted(delivery: "d2", errorWrite(close: true))]),
+            ],
+            state: .closing),
+        Row(
+            name: "a queued body over max_request_body is refused with 413 and the rest is not read",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue(maxBody: 3)), []),
+                (.part(.body(ok)), [.keepQueuedBody(ok)]),
+                (.part(.body(ok)), [.discardQueued, .writeError(.bodyTooLarge, errorWrite(close: true))]),
+                (.part(.end(nil)), []),
+                (.intakeEnded(.stored(delivery: "late")), []),
+            ],
+            state: .closing),
+        Row(
+            name: "a store refused (spool full) is answered 507; the connection stays",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue()), []),
+                (.part(.end(nil)), [.storeQueued]),
+                (
+                    .intakeEnded(.refused(.spoolFull)),
+                    [.discardQueued, .writeError(.spoolFull, errorWrite(close: false)), .awaitNextHead]
+                ),
+            ],
+            state: .idle(deadline: t0 + idle)),
+        Row(
+            name: "buffer memory spent while the body is read: 507, the rest is not read, the connection closes",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue()), []),
+                (.part(.body(ok)), [.keepQueuedBody(ok)]),
+                (
+                    .intakeEnded(.refused(.spoolFull)),
+                    [.discardQueued, .writeError(.spoolFull, errorWrite(close: true))]
+                ),
+            ],
+            state: .closing),
+        Row(
+            name: "a queued body that stalls: what was kept is let go, 408 and close (the intake's answer records it)",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue()), []),
+                (.part(.body(ok)), [.keepQueuedBody(ok)]),
+                (.timer(ms: 60_000), [.discardQueued, .writeError(.requestTimeout, errorWrite(close: true))]),
+            ],
+            state: .closing),
+        Row(
+            name: "the client gone while its body is read: nothing is stored",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue()), []),
+                (.part(.body(ok)), [.keepQueuedBody(ok)]),
+                (.closed, [.discardQueued]),
+            ],
+            state: .closing),
+        Row(
+            name: "the client gone while its request is stored: the store goes on, nobody is answered",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue()), []),
+                (.part(.end(nil)), [.storeQueued]),
+                (.closed, []),
+                (.intakeEnded(.stored(delivery: "d3")), []),
+            ],
+            state: .closing),
         Row(
             name: "an idle connection closes at its deadline; nothing reopens it",
             steps: [(.timer(ms: 59_999), []), (.timer(ms: 60_000), [.closeConnection]), (.part(.head(get)), [])],
@@ -471,6 +562,7 @@ struct ConnectionStateMachineTests {
         case .failed: m.connectionFailed(into: &actions)
         case .answer(let reason, let message):
             m.answerLocally(reason, close: true, message: message, now: t0, into: &actions)
+        case .intakeEnded(let outcome): m.intakeEnded(outcome, now: t0, into: &actions)
         }
     }
 
@@ -506,12 +598,15 @@ struct ConnectionStateMachineTests {
     // MARK: every short sequence
 
     /// The executor's side of the contract, played at once: `.admit` is answered by the head's path (`/f`
-    /// forwarded, `/s` forwarded with a streamed body, `/r` refused, `CONNECT` upgraded), `.beginStreaming` by
+    /// forwarded, `/s` forwarded with a streamed body, `/r` refused, `/q` queued, `CONNECT` upgraded), `.beginStreaming` by
     /// `streamingBegan`, `.requestRetryPermit` by a grant, `.acquireCredential` never asked (no credentials).
     struct Driver {
         var machine = Machine(idleTimeout: .seconds(3), now: .zero)
         var now = Duration.zero
         var generation = 0
+        /// A queued request is being stored (`.storeQueued` was asked and not yet answered): only then can the
+        /// store report that it stored it, as `ProxyHandler` only reports it after performing `.storeQueued`.
+        var storing = false
         var random = ScriptedRandom(ScriptedRandom.half)
         /// Per admitted request: responses written (head or error) and finished records.
         var responses = 0
@@ -543,6 +638,7 @@ struct ConnectionStateMachineTests {
                     switch (head.method, head.uri) {
                     case (.CONNECT, _): admission = .upgrade
                     case (_, "/r"): admission = .reject(.noRoute, close: false)
+                    case (_, "/q"): admission = .queue(maxBody: 3, expectsContinue: false)
                     case (_, "/s"): admission = .forward(Self.config("PUT", streamed: true), expectsContinue: false)
                     default: admission = .forward(Self.config("GET", streamed: false), expectsContinue: false)
                     }
@@ -551,10 +647,12 @@ struct ConnectionStateMachineTests {
                     machine.streamingBegan(now: now, into: &actions)
                 case .requestRetryPermit:
                     machine.retryPermit(granted: true, now: now, into: &actions)
+                case .storeQueued:
+                    storing = true
                 case .startAttempt(let start):
                     if start.generation <= generation { violation = violation ?? "a generation was reused" }
                     generation = start.generation
-                case .writeHead, .writeError:
+                case .writeHead, .writeError, .writeAccepted:
                     responses += 1
                     if responses > 1 { violation = violation ?? "two responses to one request" }
                 case .requestFinished:
@@ -600,6 +698,16 @@ struct ConnectionStateMachineTests {
         ("head /f", { d in d.part(.head(request(.GET, "/f"))) }),
         ("head /s", { d in d.part(.head(request(.PUT, "/s", contentLength: 5000))) }),
         ("head /r", { d in d.part(.head(request(.GET, "/r"))) }),
+        ("head /q", { d in d.part(.head(request(.POST, "/q", contentLength: 4))) }),
+        (
+            "stored",
+            { d in
+                guard d.storing else { return [] }
+                d.storing = false
+                return d.run { [now = d.now] in $0.intakeEnded(.stored(delivery: "d"), now: now, into: &$1) }
+            }
+        ),
+        ("refused", { d in d.run { [now = d.now] in $0.intakeEnded(.refused(.spoolFull), now: now, into: &$1) } }),
         ("CONNECT", { d in d.part(.head(request(.CONNECT, "a:443"))) }),
         ("body", { d in d.part(.body(ok)) }),
         ("end", { d in d.part(.end(nil)) }),
@@ -651,6 +759,8 @@ struct ConnectionStateMachineTests {
             case .active(let active):
                 if active.request == .admitting { return "an admission left unanswered" }
                 if let exchange = active.exchange, exchange.isDone { return "a done exchange kept" }
+                if active.exchange != nil, active.intake != nil { return "a request both forwarded and queued" }
+                if active.intake != nil, active.response != .pending { return "a queued request answered twice" }
                 if case .writing = active.response, active.exchange?.relayingGeneration == nil {
                     return "a response written by no exchange"
                 }
@@ -668,7 +778,7 @@ struct ConnectionStateMachineTests {
                     if wasClosing,
                         actions.contains(where: {
                             switch $0 {
-                            case .writeHead, .writeBody, .writeError, .endResponse, .admit: true
+                            case .writeHead, .writeBody, .writeError, .writeAccepted, .endResponse, .admit: true
                             default: false
                             }
                         })

@@ -25,6 +25,8 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
     case circuitOpen = "circuit-open"
     /// `circuit.max_inflight` requests to the upstream are already in progress.
     case upstreamOverloaded = "upstream-overloaded"
+    /// A request to a `delivery: queue` upstream could not be stored (`spool.max_bytes`, a full disk).
+    case spoolFull = "spool-full"
 
     /// The HTTP status that goes with the reason.
     public var status: Int {
@@ -40,6 +42,7 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .shuttingDown, .circuitOpen, .upstreamOverloaded: 503
         case .upstreamTimeout: 504
         case .loopDetected: 508
+        case .spoolFull: 507
         case .tokenRefreshFailed: 401
         }
     }
@@ -70,6 +73,7 @@ public enum ProxyErrorReason: String, Sendable, Equatable, CaseIterable {
         case .upgradeNotAllowed: "protocol upgrades are not allowed for this upstream"
         case .circuitOpen: "every endpoint of the upstream is failing; not tried until its next probe"
         case .upstreamOverloaded: "too many requests in progress to the upstream (circuit.max_inflight)"
+        case .spoolFull: "the request cannot be stored for delivery (spool.max_bytes or the disk is full)"
         }
     }
 }

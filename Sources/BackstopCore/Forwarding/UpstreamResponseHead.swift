@@ -325,7 +325,7 @@ struct FramingTally {
 
     /// The comma-separated values of one `Content-Length` field, each 1–18 digits.
     mutating func addLengths(_ value: UnsafeRawBufferPointer) {
-        forEachElement(of: value) { element in
+        Self.forEachElement(of: value) { element in
             guard let length = HTTPSyntax.decimal(element) else {
                 malformedLength = true
                 return
@@ -339,7 +339,7 @@ struct FramingTally {
     /// The comma-separated codings of one `Transfer-Encoding` field (an empty one counts, so `chunked,` is not
     /// mistaken for `chunked`).
     mutating func addCodings(_ value: UnsafeRawBufferPointer) {
-        forEachElement(of: value) { element in
+        Self.forEachElement(of: value) { element in
             codings += 1
             if !HeaderName.equals(element, "chunked") { onlyChunked = false }
         }
@@ -354,7 +354,7 @@ struct FramingTally {
     }
 
     /// Calls `body` with each comma-separated element of `value`, trimmed of spaces and tabs.
-    private func forEachElement(of value: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) {
+    static func forEachElement(of value: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) {
         var start = 0
         while start <= value.count {
             var end = start

@@ -15,6 +15,10 @@ public final class FileKeychain: Sendable {
     public let path: String
     let key: KeychainKey
 
+    /// The key the file is sealed under, for what else Backstop seals under the keychain key (queued deliveries,
+    /// docs/reference/behaviour.md#queued-delivery).
+    public var sealingKey: KeychainKey { key }
+
     public init(path: String, key: KeychainKey) {
         self.path = path
         self.key = key

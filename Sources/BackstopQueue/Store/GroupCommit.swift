@@ -10,8 +10,10 @@ import Synchronization
 /// transaction, on committed data, and answer at once. A failed commit (a full disk) fails every write of the
 /// batch; nothing of it is stored and the connection stays usable.
 ///
-/// One loop drains the waiting operations at a time (started by the first arrival, ending when nothing waits), so
-/// statements of different operations never interleave on the connection.
+/// One caller at a time drains (leader and followers, no task of its own): the operation that arrives while nobody
+/// drains runs the batch it is in, inside its caller's task; then it hands the draining on to the owner of the next
+/// waiting operation, or stops when none waits. So statements of different operations never interleave on the
+/// connection, and no unstructured task outlives its caller.
 final class GroupCommit: Sendable {
     /// An operation's SQL work; throws only SQLite's errors (anything else would leave a batch half done).
     typealias Work = @Sendable (SQLiteConnection) async throws -> any Sendable
@@ -20,6 +22,49 @@ final class GroupCommit: Sendable {
         let writes: Bool
         let work: Work
         let finish: @Sendable (Result<any Sendable, any Error>) -> Void
+        /// Tells the operation's caller to drain the next batch (its own operation is in it).
+        let lead: @Sendable () -> Void
+    }
+
+    /// Where one caller's operation is, as its caller waits for it.
+    private final class Slot: Sendable {
+        enum Outcome {
+            case done(Result<any Sendable, any Error>)
+            /// Drain the next batch, then wait again.
+            case lead
+        }
+        private enum State {
+            case pending
+            case waiting(CheckedContinuation<Outcome, Never>)
+            case ready(Outcome)
+        }
+        private let state = Mutex(State.pending)
+
+        func settle(_ outcome: Outcome) {
+            let waiter = state.withLock { state -> CheckedContinuation<Outcome, Never>? in
+                if case .waiting(let continuation) = state {
+                    state = .pending
+                    return continuation
+                }
+                state = .ready(outcome)
+                return nil
+            }
+            waiter?.resume(returning: outcome)
+        }
+
+        func next() async -> Outcome {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { state -> Outcome? in
+                    if case .ready(let outcome) = state {
+                        state = .pending
+                        return outcome
+                    }
+                    state = .waiting(continuation)
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+        }
     }
 
     /// What an arriving operation finds.
@@ -47,24 +92,31 @@ final class GroupCommit: Sendable {
         writes: Bool, _ work: @escaping @Sendable (SQLiteConnection) async throws -> T,
         then: (@Sendable (T) -> Void)? = nil
     ) async throws -> T {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            let operation = Operation(writes: writes, work: { try await work($0) }) { result in
+        let slot = Slot()
+        let operation = Operation(
+            writes: writes, work: { try await work($0) },
+            finish: { result in
                 // The value came from `work`, which returns a T.
-                let typed = result.map { $0 as! T }
-                if case .success(let value) = typed { then?(value) }
-                continuation.resume(with: typed)
-            }
-            let next = state.withLock { s -> Arrival in
-                if s.closed { return .refused }
-                s.waiting.append(operation)
-                if s.draining { return .queued }
-                s.draining = true
-                return .start
-            }
-            switch next {
-            case .refused: continuation.resume(throwing: QueueError.closed)
-            case .queued: break
-            case .start: Task { await self.drain() }
+                if case .success(let value) = result { then?(value as! T) }
+                slot.settle(.done(result))
+            },
+            lead: { slot.settle(.lead) })
+        let arrival = state.withLock { s -> Arrival in
+            if s.closed { return .refused }
+            s.waiting.append(operation)
+            if s.draining { return .queued }
+            s.draining = true
+            return .start
+        }
+        switch arrival {
+        case .refused: throw QueueError.closed
+        case .queued: break
+        case .start: await drainBatch()
+        }
+        while true {
+            switch await slot.next() {
+            case .done(let result): return try result.get() as! T
+            case .lead: await drainBatch()
             }
         }
     }
@@ -84,24 +136,22 @@ final class GroupCommit: Sendable {
         }
     }
 
-    private func drain() async {
-        while true {
-            let batch = state.withLock { s -> [Operation] in
-                let batch = s.waiting
-                s.waiting.removeAll()
-                if batch.isEmpty { s.draining = false }
-                return batch
-            }
-            if batch.isEmpty { break }
-            await run(batch)
+    /// Runs what waits now as one batch, then hands the draining on to the next waiting operation's caller, or
+    /// stops (and, once closed, lets `close` return).
+    private func drainBatch() async {
+        let batch = state.withLock { s -> [Operation] in
+            defer { s.waiting.removeAll() }
+            return s.waiting
         }
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-            // Another operation may have started a new loop after this one found nothing: only a loop that is
-            // really the last one (closed and idle) hands the waiters back.
-            guard s.closed, !s.draining else { return [] }
+        await run(batch)
+        let (next, waiters) = state.withLock { s -> (Operation?, [CheckedContinuation<Void, Never>]) in
+            if let first = s.waiting.first { return (first, []) }
+            s.draining = false
+            guard s.closed else { return (nil, []) }
             defer { s.drained.removeAll() }
-            return s.drained
+            return (nil, s.drained)
         }
+        next?.lead()
         for waiter in waiters { waiter.resume() }
     }
 

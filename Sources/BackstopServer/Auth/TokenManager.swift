@@ -6,13 +6,15 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import Synchronization
 
 /// One upstream's OAuth2 token: hands out the current token, refreshes it (single flight across whoever shares its
 /// token store: the processes sharing a keychain file, or a whole fleet on PostgreSQL), and has every refresh
 /// stored before anyone uses it (docs/reference/behaviour.md#oauth2, docs/reference/token-store.md).
 ///
-/// The decisions come from the pure `TokenState`; this actor performs them. A refresh runs as an unstructured
-/// task owned by the manager, so a waiting request that is cancelled never cancels it. The refresh holds the store's
+/// The decisions come from the pure `TokenState`; this actor performs them. A refresh runs as a job of the server's
+/// background work (`BackgroundWork`, children of `ProxyServer.run()`), not in any request's task, so a waiting
+/// request that is cancelled never cancels it; waiters wait for its number to finish. The refresh holds the store's
 /// lock, re-reads the store first, and adopts a token another process already stored instead of calling the
 /// endpoint (`TokenRefreshStep`). Tokens another instance stores are also adopted as soon as the store reports them.
 ///
@@ -41,13 +43,22 @@ public actor TokenManager {
     private var state: TokenState {
         didSet { publishFastPath() }
     }
-    private var refresh: Task<Void, Never>?
+    /// The number of the refresh in flight (refreshes are numbered as they start); nil when none runs.
+    private var refreshInFlight: Int?
+    private var refreshesStarted = 0
+    /// The highest refresh number finished, read by waiters outside the actor.
+    private let refreshesFinished = Atomic<Int>(0)
+    private let refreshEnded = ConditionWaiters()
+    /// Runs refreshes, the proactive-refresh timer and pending writes (the server's background work).
+    private let background: BackgroundWork
     /// The per-request fast path, so a valid token costs a lock, not an actor hop (and never the store).
     private let fastPath = NIOLockedValueBox(FastPath())
     private var random = SystemRandomNumberGenerator()
-    /// The proactive-refresh timer and the instant it wakes at (nil: none armed).
-    private var timer: Task<Void, Never>?
+    /// The instant the proactive-refresh timer wakes at (nil: none armed). Each arming gets a new number; a timer
+    /// job whose number is no longer current ends at once (`timerChanges`) and never fires.
     private var timerDue: Double?
+    private let timerNumber = Atomic<Int>(0)
+    private let timerChanges = ConditionWaiters()
     /// The timer stopped because the upstream was idle: the fast path stays closed until a request comes.
     private var idle = false
     private var stopped = false
@@ -65,9 +76,10 @@ public actor TokenManager {
     init(
         upstreamName: String, config: OAuth2Config, store: any TokenStore, secrets: FileKeychain?,
         fetcher: TransportFetcher, tls: TransportTLSOptions, logger: Logger, counters: TokenRefreshCounters,
-        tracer: Tracer? = nil, clock: any BackstopClock = SystemClock()
+        background: BackgroundWork, tracer: Tracer? = nil, clock: any BackstopClock = SystemClock()
     ) {
         self.upstreamName = upstreamName
+        self.background = background
         self.tracer = tracer
         self.tokenEndpointHost = SpanAttributes.hostAndPort(config.tokenURL)?.0 ?? "-"
         self.store = store
@@ -102,9 +114,7 @@ public actor TokenManager {
     func stop() {
         stopped = true
         stopping.set()
-        timer?.cancel()
-        timer = nil
-        timerDue = nil
+        disarmTimer()
     }
 
     private func storeChanged(_ tokens: StoredTokens) {
@@ -211,21 +221,29 @@ public actor TokenManager {
             break
         }
         guard wake != timerDue else { return }
-        timer?.cancel()
+        let number = disarmTimer()
         timerDue = wake
-        guard let wake else {
-            timer = nil
-            return
-        }
-        timer = Task { [weak self] in
-            try? await Task.sleep(for: .seconds(max(0, wake - now)))
-            guard !Task.isCancelled else { return }
-            await self?.timerFired()
+        guard let wake else { return }
+        background.spawn { [self] in
+            let superseded = await withTimeLimit(.seconds(max(0, wake - now))) {
+                await self.timerChanges.wait { self.timerNumber.load(ordering: .acquiring) != number }
+            }
+            guard !superseded, !Task.isCancelled else { return }
+            await self.timerFired(number)
         }
     }
 
-    private func timerFired() {
-        timer = nil
+    /// Ends the armed timer's job, if any; returns the number the next arming gets.
+    @discardableResult
+    private func disarmTimer() -> Int {
+        timerDue = nil
+        let number = timerNumber.add(1, ordering: .acquiringAndReleasing).newValue
+        timerChanges.resumeAll()
+        return number
+    }
+
+    private func timerFired(_ number: Int) {
+        guard number == timerNumber.load(ordering: .acquiring) else { return }
         timerDue = nil
         scheduleProactiveRefresh()
     }
@@ -284,9 +302,9 @@ public actor TokenManager {
                 startRefresh(parent: nil)  // ahead of expiry, nobody waits: a trace of its own
                 return (token, waited)
             case .startRefresh, .waitForRefresh:
-                if refresh == nil { startRefresh(parent: trace) }
+                if refreshInFlight == nil { startRefresh(parent: trace) }
                 if waited == nil, let span = refreshSpan, span.sampled { waited = span.link }
-                await refresh?.value
+                if let number = refreshInFlight { await waitForRefresh(number) }
             case .fail:
                 return (nil, waited)
             }
@@ -295,14 +313,22 @@ public actor TokenManager {
         return (nil, waited)
     }
 
+    /// Returns once refresh `number` finished (or the waiting task is cancelled).
+    private nonisolated func waitForRefresh(_ number: Int) async {
+        await refreshEnded.wait { refreshesFinished.load(ordering: .acquiring) >= number }
+    }
+
     /// Starts the refresh (single flight); `parent` is the request that waits for it, nil for one ahead of expiry.
     private func startRefresh(parent: RequestTrace?) {
-        guard refresh == nil else { return }
+        guard refreshInFlight == nil else { return }
         let staleValue = state.currentToken?.value
         let span = tracer?.startRefresh(parent: parent, at: clock.monotonic())
         refreshSpan = span
-        refresh = Task {
-            let (result, cause) = await self.performRefresh(replacing: staleValue)
+        refreshesStarted += 1
+        let number = refreshesStarted
+        refreshInFlight = number
+        background.spawn { [self] in
+            let (result, cause) = await self.performRefresh(number, replacing: staleValue)
             guard let span else { return }
             span.finish(
                 RefreshFacts(
@@ -313,10 +339,14 @@ public actor TokenManager {
     }
 
     /// One refresh: what it came to, and why it failed (the refresh span's `error.type`).
-    private func performRefresh(replacing staleValue: String?) async -> (TokenManager.RefreshResult, String?) {
+    private func performRefresh(
+        _ number: Int, replacing staleValue: String?
+    ) async -> (TokenManager.RefreshResult, String?) {
         defer {
-            refresh = nil
+            refreshInFlight = nil
             refreshSpan = nil
+            refreshesFinished.store(number, ordering: .releasing)
+            refreshEnded.resumeAll()
             scheduleProactiveRefresh()
         }
         let step = self.step
@@ -392,7 +422,7 @@ public actor TokenManager {
     /// Tokens that could not be written yet, and the refresh token the store held when they were obtained (they
     /// are stale once another process stored newer tokens).
     private var pendingPersist: (tokens: StoredTokens, expectedRefreshToken: String?)?
-    private var persistTask: Task<Void, Never>?
+    private var persisting = false
     /// Bumped by each new pending write, so finishing an older one does not drop a newer one.
     private var pendingGeneration = 0
     /// Waits between write attempts: exponential from 1 s to 1 min, full jitter.
@@ -403,12 +433,13 @@ public actor TokenManager {
     private func schedulePersist(_ tokens: StoredTokens, expectedRefreshToken: String?) {
         pendingPersist = (tokens, expectedRefreshToken)
         pendingGeneration += 1
-        guard persistTask == nil else { return }
-        persistTask = Task { await self.persistUntilWritten() }
+        guard !persisting else { return }
+        persisting = true
+        background.spawn { [self] in await self.persistUntilWritten() }
     }
 
     private func persistUntilWritten() async {
-        defer { persistTask = nil }
+        defer { persisting = false }
         var retry = 1
         while let pending = pendingPersist {
             try? await Task.sleep(for: Self.persistBackoff.delay(retry: retry, previous: nil, random: &random))

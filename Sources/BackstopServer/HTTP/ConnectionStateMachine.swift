@@ -89,12 +89,18 @@ struct ConnectionStateMachine {
         var response: ResponseProgress
         /// The exchange forwarding it; nil for a request Backstop answers itself, and once the exchange ended.
         var exchange: Exchange?
+        /// A request to a `delivery: queue` upstream, read whole before it is stored; nil once answered.
+        var intake: Intake?
 
-        init(facts: RequestFacts, request: RequestProgress, response: ResponseProgress, exchange: Exchange? = nil) {
+        init(
+            facts: RequestFacts, request: RequestProgress, response: ResponseProgress, exchange: Exchange? = nil,
+            intake: Intake? = nil
+        ) {
             self.facts = facts
             self.request = request
             self.response = response
             self.exchange = exchange
+            self.intake = intake
         }
 
         /// Runs `body` on the exchange in place, if there is one. Every access to it goes through here: reading the
@@ -111,8 +117,24 @@ struct ConnectionStateMachine {
         static func == (lhs: Active, rhs: Active) -> Bool {
             lhs === rhs
                 || (lhs.facts == rhs.facts && lhs.request == rhs.request && lhs.response == rhs.response
-                    && lhs.exchange == rhs.exchange)
+                    && lhs.exchange == rhs.exchange && lhs.intake == rhs.intake)
         }
+    }
+
+    /// A queued request's body as it is read (docs/reference/behaviour.md#queued-delivery): kept whole, up to
+    /// `limits.max_request_body`, then stored; answered `202` only once stored.
+    struct Intake: Equatable {
+        var received: Int
+        let maxBody: Int
+        /// The whole request was read and is being stored.
+        var storing: Bool
+    }
+
+    /// How storing a queued request ended.
+    enum IntakeOutcome: Equatable {
+        /// Stored durably, under this delivery id.
+        case stored(delivery: String)
+        case refused(ProxyErrorReason)
     }
 
     enum State: Equatable {
@@ -131,6 +153,9 @@ struct ConnectionStateMachine {
         case forward(Exchange.Configuration, expectsContinue: Bool)
         /// `CONNECT` accepted: the handler sets up a tunnel or interception, or answers (`answerLocally`).
         case upgrade
+        /// For a `delivery: queue` upstream: read the whole request (at most `maxBody` bytes of body), store it,
+        /// answer `202`; `expectsContinue`: write `100 Continue` first.
+        case queue(maxBody: Int, expectsContinue: Bool)
     }
 
     /// How a response head is written.
@@ -184,6 +209,8 @@ struct ConnectionStateMachine {
         /// The response is complete: write its closing bytes (`lastChunk`) and flush; close after it if `close`.
         case endResponse(lastChunk: ResponseRelay.LastChunk?, close: Bool)
         case writeError(ProxyErrorReason, ErrorWrite)
+        /// `202 Accepted` with `X-Backstop-Delivery`: a queued request was stored (its access line with it).
+        case writeAccepted(delivery: String, ErrorWrite)
         /// The access line of a local answer that no exchange records (`detail`: its `reason=`).
         case logLocalAnswer(ProxyErrorReason, detail: String?)
         /// A response whose head went out is cut: flush what was written, then close.
@@ -209,6 +236,14 @@ struct ConnectionStateMachine {
         case abandonAttempt(generation: Int, within: Duration)
         /// Ask the upstream's retry budget and report `retryPermit`.
         case requestRetryPermit
+
+        // A queued request, performed through its effects (`QueueIntake`).
+        /// Keep this part of the body with the request.
+        case keepQueuedBody(ByteBuffer)
+        /// The request is read whole: store it and report `intakeEnded`.
+        case storeQueued
+        /// The request will not be stored: let go of what was kept of it.
+        case discardQueued
 
         // What metrics, logs and spans record.
         /// An attempt ended as `report` (`backstop_upstream_attempts_total`).
@@ -308,6 +343,10 @@ extension ConnectionStateMachine {
         case .upgrade:
             state = .upgrading
             queued.removeAll()
+        case .queue(let maxBody, let expectsContinue):
+            active.request = .receiving(lastPart: now)
+            active.intake = Intake(received: 0, maxBody: maxBody, storing: false)
+            if expectsContinue { actions.append(.writeContinue(clientIsHTTP10: active.facts.clientIsHTTP10)) }
         case .forward(let configuration, let expectsContinue):
             active.request = .receiving(lastPart: now)
             active.exchange = Exchange(configuration: configuration, now: now, firstGeneration: nextGeneration)
@@ -321,6 +360,20 @@ extension ConnectionStateMachine {
     private mutating func bodyArrived(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
         guard case .active(let active) = state else { return }
         if active.request.lastPart != nil { active.request = active.request.withLastPart(now) }
+        if case .receiving = active.request, var intake = active.intake {
+            intake.received += buffer.readableBytes
+            guard intake.received <= intake.maxBody else {
+                // What is left of the body is not read: the connection closes after the answer.
+                active.intake = nil
+                active.request = .discarding(lastPart: now)
+                actions.append(.discardQueued)
+                answer(.bodyTooLarge, close: true, attempts: nil, message: nil, now: now, into: &actions)
+                return
+            }
+            active.intake = intake
+            actions.append(.keepQueuedBody(buffer))
+            return
+        }
         guard case .receiving = active.request,
             let action = active.withExchange({ $0.bodyReceived(count: buffer.readableBytes, now: now) })
         else { return }
@@ -331,6 +384,11 @@ extension ConnectionStateMachine {
         guard case .active(let active) = state else { return }
         let forwarded: Bool = if case .receiving = active.request { true } else { false }
         active.request = .ended
+        if forwarded, active.intake != nil {
+            active.intake?.storing = true
+            actions.append(.storeQueued)
+            return
+        }
         if forwarded, let action = active.withExchange({ $0.bodyEnded(now: now) }) {
             perform(action, body: nil, now: now, into: &actions)
         }
@@ -362,6 +420,40 @@ extension ConnectionStateMachine {
             active.request = active.request.withLastPart(now)
         }
         resumeReadsIfHeld(into: &actions)
+    }
+}
+
+// MARK: - a queued request's store
+
+extension ConnectionStateMachine {
+    /// Storing the queued request (after `.storeQueued`) ended: `202` once stored, else the refusal; a refusal can
+    /// also come while the body is read (`limits.buffer_memory` spent). A store that ends after the client went away
+    /// answers nobody (what was stored is delivered all the same).
+    mutating func intakeEnded(_ outcome: IntakeOutcome, now: Duration, into actions: inout [Action]) {
+        guard case .active(let active) = state, let intake = active.intake else { return }
+        let facts = active.facts
+        switch outcome {
+        case .stored(let delivery):
+            guard intake.storing else { preconditionFailure("stored before the request was read whole") }
+            active.intake = nil
+            let close = facts.closeAfterResponse
+            let write = ErrorWrite(
+                clientIsHTTP10: facts.clientIsHTTP10,
+                connection: close ? .close : (facts.clientIsHTTP10 ? .keepAlive : .none), omitBody: facts.isHEAD,
+                attempts: nil, message: nil, close: close)
+            if close { self.close() }
+            actions.append(.writeAccepted(delivery: delivery, write))
+            if !close { responseEnded(close: false, now: now, into: &actions) }
+        case .refused(let reason):
+            active.intake = nil
+            actions.append(.discardQueued)
+            // Refused while the body still streams in (`limits.buffer_memory` spent): the rest is not read.
+            let unread = !intake.storing
+            if unread { active.request = .discarding(lastPart: now) }
+            answer(
+                reason, close: unread || facts.closeAfterResponse, attempts: nil, message: nil, now: now,
+                into: &actions)
+        }
     }
 }
 
@@ -784,7 +876,13 @@ extension ConnectionStateMachine {
             if active.hasExchange {
                 withExchange(now: now, into: &actions) { $0.clientStalled() }
             } else if active.response == .pending {
-                actions.append(.logLocalAnswer(.requestTimeout, detail: nil))
+                if active.intake != nil {
+                    // The intake's answer records it (its access line names the upstream).
+                    active.intake = nil
+                    actions.append(.discardQueued)
+                } else {
+                    actions.append(.logLocalAnswer(.requestTimeout, detail: nil))
+                }
                 answer(.requestTimeout, close: true, attempts: nil, message: nil, now: now, into: &actions)
             } else {
                 close()
@@ -798,12 +896,14 @@ extension ConnectionStateMachine {
     /// The client's connection closed or failed: everything stops, pending retries included.
     mutating func connectionClosed(into actions: inout [Action]) {
         endExchange(into: &actions)
+        endIntake(into: &actions)
         close()
     }
 
     /// The connection failed (not a parse error): the exchange ends, and the connection closes unless it already is.
     mutating func connectionFailed(into actions: inout [Action]) {
         endExchange(into: &actions)
+        endIntake(into: &actions)
         guard !isClosing else { return }
         close()
         actions.append(.closeConnection)
@@ -811,6 +911,14 @@ extension ConnectionStateMachine {
 
     /// The channel was handed to a tunnel or an intercepted TLS session: this machine is done.
     mutating func handedOver() { close() }
+
+    /// The client went away while a queued request was read: it is not stored. One being stored goes on (it is
+    /// delivered; nobody hears the `202`).
+    private mutating func endIntake(into actions: inout [Action]) {
+        guard case .active(let active) = state, let intake = active.intake, !intake.storing else { return }
+        active.intake = nil
+        actions.append(.discardQueued)
+    }
 
     /// Ends the active exchange as the client going away (`client-closed`).
     private mutating func endExchange(into actions: inout [Action]) {

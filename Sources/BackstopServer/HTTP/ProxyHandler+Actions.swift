@@ -41,7 +41,15 @@ extension ProxyHandler {
         case .endResponse(let lastChunk, let close):
             endResponse(lastChunk: lastChunk, close: close)
         case .writeError(let reason, let write):
+            if let intake {
+                // A queued request refused: its access line and metrics are the intake's, not an exchange's.
+                logQueued(intake, status: reason.status, error: reason.rawValue, delivery: nil)
+                intake.finish()
+                self.intake = nil
+            }
             writeError(reason, write)
+        case .writeAccepted(let delivery, let write):
+            writeAccepted(delivery: delivery, write)
         case .logLocalAnswer(let reason, let detail):
             logLocalAnswer(reason, method: "-", host: "-", path: "-", reason: detail)
         case .abortResponse:
@@ -82,6 +90,28 @@ extension ProxyHandler {
             let granted = exchange?.destination.upstream?.budget.withBudget { $0.tryAcquireRetry(now: now) } ?? false
             if !granted { exchange?.metrics.recordBudgetExhausted() }
             feed { $0.retryPermit(granted: granted, now: now, into: &$1) }
+
+        case .keepQueuedBody(let part):
+            guard let intake else { return }
+            if !intake.keep(part) {
+                // `limits.buffer_memory` is spent: the request cannot be held to be stored.
+                let now = self.now
+                feed { $0.intakeEnded(.refused(.spoolFull), now: now, into: &$1) }
+            }
+        case .storeQueued:
+            guard let intake, let deliverer = runtime.queue, let context else { return }
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let loop = context.eventLoop
+            intake.store(in: deliverer) { outcome in
+                loop.execute {
+                    let handler = bound.value
+                    let now = handler.now
+                    handler.feed { $0.intakeEnded(outcome, now: now, into: &$1) }
+                }
+            }
+        case .discardQueued:
+            // The intake stays until its answer is written (which records it), or the connection closes.
+            intake?.finish()
 
         case .attemptEnded(let report):
             guard let exchange else { return }
@@ -158,7 +188,7 @@ extension ProxyHandler {
                 let bound = NIOLoopBound((self, exchange), eventLoop: context.eventLoop)
                 let loop = context.eventLoop
                 let trace = exchange.trace
-                Task {
+                runtime.background.spawn {
                     let (token, refresh) = await manager.tokenForRequest(trace: trace)
                     loop.execute {
                         let (handler, exchange) = bound.value
@@ -186,7 +216,7 @@ extension ProxyHandler {
         let bound = NIOLoopBound((self, exchange), eventLoop: context.eventLoop)
         let loop = context.eventLoop
         let trace = exchange.trace
-        Task {
+        runtime.background.spawn {
             let (replacement, refresh) = await manager.tokenRejected(rejected, trace: trace)
             loop.execute {
                 let (handler, exchange) = bound.value
@@ -283,6 +313,37 @@ extension ProxyHandler {
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }
         }
+    }
+
+    private func writeAccepted(delivery: String, _ write: ConnectionStateMachine.ErrorWrite) {
+        if let intake {
+            logQueued(intake, status: 202, error: nil, delivery: delivery)
+            intake.finish()
+            self.intake = nil
+        }
+        guard let context else { return }
+        writeHeldResponse(context)
+        var buffer = context.channel.allocator.buffer(capacity: 128)
+        ResponseHeadWriter.accepted(
+            delivery: delivery, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, connection: write.connection)
+        let done = context.writeAndFlush(wrapOutboundOut(buffer))
+        if write.close {
+            let channel = context.channel
+            done.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    /// The access line and request metrics of a queued request's answer: `202` with its delivery, or its refusal.
+    private func logQueued(_ intake: QueueIntake, status: Int, error: String?, delivery: String?) {
+        let elapsed = now - intake.started
+        runtime.metrics.recordRequest(upstream: intake.upstream, status: status, seconds: elapsed.seconds)
+        var request = intake.record
+        request.delivery = delivery
+        runtime.logAccess(
+            AccessRecord(
+                request: request, status: status, error: error, reason: nil, upstream: intake.upstream, attempts: 0,
+                retries: [], elapsed: elapsed, bytes: 0),
+            enabled: runtime.snapshot.config.log.accessLog)
     }
 
     /// Response bytes up to this many are held until the next flush (`heldResponse`); larger buffers go out as

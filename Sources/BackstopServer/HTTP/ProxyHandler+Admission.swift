@@ -19,16 +19,29 @@ extension ProxyHandler {
         case .connect:
             handleConnect(head, snapshot: snapshot, context: context)
         case .accept(let accepted):
-            let clientEntry: String?
-            switch clientDecision(head, destination: accepted.destination, snapshot: snapshot, context: context) {
-            case .allow(let entry): clientEntry = entry
-            case nil: clientEntry = nil
-            case .deny:
-                refuse(.clientDenied, head: head, close: accepted.framing.hasBody)
-                return
-            case .challenge:
-                refuse(.proxyAuthRequired, head: head, close: accepted.framing.hasBody)
-                return
+            var head = head
+            var clientEntry: String?
+            var deliveryID: String?
+            if delivery {
+                // The deliverer's own request: admitted when it was queued; it names its delivery for the access line.
+                deliveryID = head.headers.first(name: LoopbackDeliverySender.deliveryHeader)
+                head.headers.remove(name: LoopbackDeliverySender.deliveryHeader)
+            } else {
+                switch clientDecision(head, destination: accepted.destination, snapshot: snapshot, context: context) {
+                case .allow(let entry): clientEntry = entry
+                case nil: clientEntry = nil
+                case .deny:
+                    refuse(.clientDenied, head: head, close: accepted.framing.hasBody)
+                    return
+                case .challenge:
+                    refuse(.proxyAuthRequired, head: head, close: accepted.framing.hasBody)
+                    return
+                }
+                if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
+                if let upstream = accepted.destination.upstream, case .queue = upstream.config.delivery {
+                    admitQueued(head, accepted, upstream: upstream.config.name, clientEntry: clientEntry)
+                    return
+                }
             }
             if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
             // `circuit.max_inflight`: one more request than the upstream may have in progress is answered at once
@@ -46,13 +59,39 @@ extension ProxyHandler {
                     bufferMemory: snapshot.config.limits.bufferMemory),
                 record: AccessRecord.Request(
                     client: clientAddress, method: configuration.method, host: accepted.clientHost,
-                    path: accepted.target.path, clientEntry: clientEntry),
+                    path: accepted.target.path, clientEntry: clientEntry, delivery: deliveryID),
                 now: now)
             exchange?.inflightSlot = slot
             let expectsContinue =
                 accepted.framing.hasBody
                 && head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true
             feed { $0.headAdmitted(.forward(configuration, expectsContinue: expectsContinue), now: now, into: &$1) }
+        }
+    }
+
+    /// A request to a `delivery: queue` upstream: read whole, stored, answered `202`
+    /// (docs/reference/behaviour.md#queued-delivery). Without a queue (no spool could be opened) it cannot be stored.
+    private func admitQueued(
+        _ head: HTTPRequestHead, _ accepted: RequestAdmission.Accepted, upstream: String, clientEntry: String?
+    ) {
+        let now = self.now
+        let limits = runtime.snapshot.config.limits
+        guard runtime.queue != nil else {
+            refuse(.spoolFull, head: head, close: accepted.framing.hasBody)
+            return
+        }
+        intake = QueueIntake(
+            head: head, upstream: upstream,
+            record: AccessRecord.Request(
+                client: clientAddress, method: head.method.rawValue, host: accepted.clientHost,
+                path: accepted.target.path, clientEntry: clientEntry),
+            runtime: runtime, bufferMemory: limits.bufferMemory, now: now)
+        let expectsContinue =
+            accepted.framing.hasBody
+            && head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true
+        feed {
+            $0.headAdmitted(
+                .queue(maxBody: limits.maxRequestBody, expectsContinue: expectsContinue), now: now, into: &$1)
         }
     }
 

@@ -29,6 +29,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     var context: ChannelHandlerContext?
     /// The effects of the forwarded request in flight.
     var exchange: Exchange?
+    /// The effects of the queued request being read or stored (`delivery: queue`).
+    var intake: QueueIntake?
+    /// The deliverer's private connection (docs/reference/behaviour.md#queued-delivery): its requests were admitted
+    /// when they were queued, so no `clients` check, no upgrade and no queueing apply; each names its delivery.
+    let delivery: Bool
     /// Small response bytes written but held back until the next flush, so that what follows them is appended:
     /// a head and a small body leave as one buffer, one write through the pipeline instead of two (`write`).
     var heldResponse: ByteBuffer?
@@ -57,10 +62,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     init(
         runtime: ProxyRuntime, idleTimeout: Duration, headTimer: HeadTimeoutHandler?,
-        intercepted: InterceptedConnection? = nil
+        intercepted: InterceptedConnection? = nil, delivery: Bool = false
     ) {
         self.runtime = runtime
         self.intercepted = intercepted
+        self.delivery = delivery
         self.headTimer = headTimer
         self.machine = ConnectionStateMachine(idleTimeout: idleTimeout, now: runtime.clock.monotonic())
         actions.reserveCapacity(8)
@@ -101,6 +107,13 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
 
     func channelActive(context: ChannelHandlerContext) {
+        if delivery {
+            // Not a listener's client: not counted in `backstop_client_connections`.
+            clientAddress = "deliverer"
+            armTimer()
+            context.fireChannelActive()
+            return
+        }
         runtime.clientConnected()
         if let address = context.channel.remoteAddress {
             if case .unixDomainSocket = address {
@@ -114,7 +127,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        runtime.clientDisconnected()
+        if !delivery { runtime.clientDisconnected() }
         cancelTimer()
         feed { $0.connectionClosed(into: &$1) }
         context.fireChannelInactive()

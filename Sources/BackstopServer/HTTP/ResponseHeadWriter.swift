@@ -134,6 +134,19 @@ enum ResponseHeadWriter {
         buffer.writeStaticString("\n")
     }
 
+    /// `202 Accepted` for a stored queued request (docs/reference/behaviour.md#queued-delivery): its delivery id,
+    /// no body.
+    static func accepted(
+        delivery: String, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, connection: ConnectionField
+    ) {
+        writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: 202)
+        buffer.writeStaticString("Content-Length: 0\r\nX-Backstop-Delivery: ")
+        buffer.writeString(delivery)
+        buffer.writeStaticString("\r\n")
+        writeConnection(&buffer, connection)
+        buffer.writeStaticString("\r\n")
+    }
+
     /// The line before a chunk's data (`\r\n` ending the previous chunk, if any, then the size in hex).
     static func chunkPrefix(_ buffer: inout ByteBuffer, size: Int, first: Bool) {
         if !first { buffer.writeStaticString("\r\n") }

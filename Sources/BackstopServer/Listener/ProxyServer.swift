@@ -2,6 +2,7 @@ import BackstopCore
 import BackstopIdentity
 import BackstopKeychain
 import BackstopPeer
+import BackstopQueue
 import BackstopStatus
 import BackstopTracing
 import BackstopTransport
@@ -42,17 +43,23 @@ public final class ProxyServer: Sendable {
     public let tokenStoreMetrics: TokenStoreMetrics
     /// Token refresh outcomes by upstream, for metrics.
     public let tokenRefreshes = TokenRefreshCounters()
+    /// Queued deliveries finished, and the spool's budget (`spool.max_bytes`), for metrics; the budget is nil
+    /// without a spool.
+    public let queueMetrics: QueueMetrics
+    private let spoolBudget: SpoolBudget?
 
     /// Creates the runtime for `config` (transport thread included); call `start()` to bind. `keychain` is the
     /// opened keychain when the config has one.
     /// `intercept` is the interception CA for `config` (`InterceptAuthority.load`), when an upstream intercepts.
-    /// `tokenStores` keeps oauth2 tokens (default: the keychain).
+    /// `tokenStores` keeps oauth2 tokens (default: the keychain). `queue` is the open queue store and the spool's
+    /// budget when an upstream has `delivery: queue` (`run` opens them): the server delivers from it.
     public init(
         config: Config, logger: Logger, keychain: FileKeychain? = nil, intercept: InterceptAuthority? = nil,
         tokenStores: (any TokenStoreProvider)? = nil, tokenStoreMetrics: TokenStoreMetrics = TokenStoreMetrics(),
-        eventLoopThreads: Int = 1
+        queue: (store: QueueStore, budget: SpoolBudget)? = nil, eventLoopThreads: Int = 1
     ) {
         self.tokenStoreMetrics = tokenStoreMetrics
+        self.spoolBudget = queue?.budget
         _ = ProcessMetrics.startTime
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
         self.keychain = keychain
@@ -74,11 +81,30 @@ public final class ProxyServer: Sendable {
             config, previous: [], keychain: keychain, stores: stores,
             fetcher: TransportFetcher(transport: transport, eventLoop: group.next()), logger: logger,
             counters: tokenRefreshes, tracer: tracer, background: background, clock: clock, outage: outage)
-        self.runtime = ProxyRuntime(
+        // The deliverer's private connections are served by this runtime's pipeline, which exists only below.
+        let deliveryRuntime = NIOLockedValueBox<ProxyRuntime?>(nil)
+        let group = self.group
+        let queueMetrics = QueueMetrics()
+        self.queueMetrics = queueMetrics
+        let deliverer = queue.map { queue in
+            QueueDeliverer(
+                store: queue.store,
+                sender: LoopbackDeliverySender(group: group) { socket in
+                    guard let runtime = deliveryRuntime.withLockedValue({ $0 }) else {
+                        throw ChannelError.ioOnClosedChannel
+                    }
+                    try await Self.serveDeliveryConnection(socket, group: group, runtime: runtime)
+                },
+                lanes: DeliveryLaneSettings.lanes(of: config), metrics: queueMetrics, logger: logger)
+        }
+        let runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
                 clients: Self.clientsInForce(config, keychain: keychain, logger: logger)),
-            transport: transport, logger: logger, clock: clock, tracer: tracer, outageMetrics: outage)
+            transport: transport, logger: logger, clock: clock, tracer: tracer, queue: deliverer,
+            background: background, outageMetrics: outage)
+        self.runtime = runtime
+        deliveryRuntime.withLockedValue { $0 = runtime }
         self.channels = NIOLockedValueBox([])
         self.adminChannel = NIOLockedValueBox(nil)
         readClientCertificates(config)
@@ -137,6 +163,9 @@ public final class ProxyServer: Sendable {
             background.spawn { await queue.run() }
         }
         await watchNetworkChanges()
+        if let deliverer = runtime.queue {
+            background.spawn { await deliverer.run() }
+        }
         ready.withLockedValue { $0 = true }
     }
 
@@ -185,6 +214,9 @@ public final class ProxyServer: Sendable {
     /// Stops accepting, waits for in-flight requests (up to `timeout`), then closes everything.
     public func drainAndStop(timeout: Duration) async {
         runtime.beginDraining()
+        // Deliveries in flight are given back untried (sent again after the restart) rather than answered
+        // `shutting-down` by the drain.
+        runtime.queue?.stop()
         let listening = channels.withLockedValue { $0 }
         for (listener, channel) in listening {
             try? await channel.close()
@@ -218,13 +250,38 @@ public final class ProxyServer: Sendable {
         return decoder
     }
 
+    /// The pipeline of a client connection: a request decoder and no response encoder (the proxy handler writes
+    /// responses as bytes). What follows a CONNECT head (a TLS ClientHello sent without waiting for the 200) is
+    /// handed on to the tunnel when the decoder leaves the pipeline. `delivery`: the deliverer's private connection
+    /// (docs/reference/behaviour.md#queued-delivery).
+    static func addProxyHandlers(to channel: Channel, runtime: ProxyRuntime, limits: Limits, delivery: Bool) throws {
+        let sync = channel.pipeline.syncOperations
+        let headTimer = HeadTimeoutHandler(timeout: limits.headerTimeout, now: runtime.clock.monotonic)
+        try sync.addHandler(headTimer)
+        try sync.addHandler(
+            ByteToMessageHandler(
+                HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits(limits))))
+        try sync.addHandler(
+            ProxyHandler(
+                runtime: runtime, idleTimeout: limits.clientIdleTimeout, headTimer: headTimer, delivery: delivery))
+    }
+
+    /// Serves the proxy's end of one of the deliverer's socket pairs like an accepted client connection.
+    static func serveDeliveryConnection(
+        _ socket: NIOBSDSocket.Handle, group: any EventLoopGroup, runtime: ProxyRuntime
+    ) async throws {
+        let limits = runtime.snapshot.config.limits
+        _ = try await ClientBootstrap(group: group).channelInitializer { channel in
+            channel.eventLoop.makeCompletedFuture {
+                try addProxyHandlers(to: channel, runtime: runtime, limits: limits, delivery: true)
+            }
+        }.withConnectedSocket(socket).get()
+    }
+
     private func bind(_ listener: ListenerConfig, limits: Limits) async throws -> Channel {
         let runtime = self.runtime
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
-        let idle = limits.clientIdleTimeout
-        let headTimeout = limits.headerTimeout
         let maxConnections = limits.maxConnections
-        let decoderLimits = Self.decoderLimits(limits)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -240,17 +297,7 @@ public final class ProxyServer: Sendable {
                     return channel.close()
                 }
                 return channel.eventLoop.makeCompletedFuture {
-                    let sync = channel.pipeline.syncOperations
-                    // A request decoder and no response encoder: the proxy handler writes responses as bytes.
-                    // What follows a CONNECT head (a TLS ClientHello sent without waiting for the 200) is handed on
-                    // to the tunnel when the decoder leaves the pipeline.
-                    let headTimer = HeadTimeoutHandler(timeout: headTimeout, now: runtime.clock.monotonic)
-                    try sync.addHandler(headTimer)
-                    try sync.addHandler(
-                        ByteToMessageHandler(
-                            HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits))
-                    )
-                    try sync.addHandler(ProxyHandler(runtime: runtime, idleTimeout: idle, headTimer: headTimer))
+                    try Self.addProxyHandlers(to: channel, runtime: runtime, limits: limits, delivery: false)
                 }
             }
         do {
@@ -320,7 +367,17 @@ public final class ProxyServer: Sendable {
             inflight: runtime.inflightRequests, tokenRefreshes: tokenRefreshes.snapshot,
             keychainWriteErrors: tokenRefreshes.keychainWriteErrorCount) + out.text + runtime.tunnelMetrics.render()
             + runtime.upgradeMetrics.render() + runtime.outageMetrics.render() + tokenStoreMetrics.render()
+            + queueMetricsText()
             + ProcessMetrics.render()
+    }
+
+    /// The spool and queue families, present with a queue (docs/reference/operations.md#metrics).
+    private func queueMetricsText() -> String {
+        guard let deliverer = runtime.queue, let spoolBudget else { return "" }
+        let queued = runtime.snapshot.config.upstreams.filter { $0.delivery == .queue }.map(\.name)
+        return queueMetrics.render(
+            queueUpstreams: queued, snapshot: deliverer.snapshot, spoolBytes: spoolBudget.used,
+            now: runtime.clock.wall())
     }
 
     /// The admin listener gets the proxy listeners' protections: `allow_clients`, the connection cap, the idle
@@ -412,6 +469,7 @@ extension ProxyServer {
             to: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
                 clients: Self.clientsInForce(config, keychain: keychain, logger: runtime.logger)))
+        runtime.queue?.update(lanes: DeliveryLaneSettings.lanes(of: config))
         readClientCertificates(config)
         // Managers that were replaced stop adopting tokens from the store.
         for old in previous {
@@ -500,7 +558,8 @@ extension ProxyServer {
                 let tls = TransportTLSOptions(oauth.tls)
                 let manager = TokenManager(
                     upstreamName: upstream.name, config: oauth, store: stores.store(forPrefix: oauth.keychainPrefix),
-                    secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters, tracer: tracer)
+                    secrets: keychain, fetcher: fetcher, tls: tls, logger: logger, counters: counters,
+                    background: background, tracer: tracer)
                 background.spawn { await manager.run() }
                 auth = .oauth2(manager, oauth)
             }

@@ -16,6 +16,8 @@ struct AccessRecord {
         var path: String
         /// The `clients` entry that allowed the request (docs/reference/config.md#clients); nil without `clients`.
         var clientEntry: String? = nil
+        /// The queued delivery the request stored (its `202`) or sends (the deliverer's try); nil otherwise.
+        var delivery: String? = nil
     }
 
     var request: Request
@@ -50,6 +52,7 @@ struct AccessRecord {
         ]
         if let entry = request.clientEntry { metadata["client_entry"] = .string(entry) }
         if let endpoint { metadata["endpoint"] = .string(endpoint) }
+        if let delivery = request.delivery { metadata["delivery"] = .string(delivery) }
         if let error { metadata["error"] = .string(error) }
         if let reason { metadata["reason"] = .string(reason) }
         if !retries.isEmpty { metadata["retries"] = .string(retries.joined(separator: ",")) }

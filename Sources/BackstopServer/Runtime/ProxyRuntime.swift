@@ -26,6 +26,12 @@ public final class ProxyRuntime: Sendable {
     public let failures = FailureLog()
     /// Starts request and refresh traces; nil without `tracing` (docs/reference/operations.md#tracing).
     public let tracer: Tracer?
+    /// Stores and delivers requests to `delivery: queue` upstreams; nil without a spool or such an upstream
+    /// (docs/reference/behaviour.md#queued-delivery).
+    public let queue: QueueDeliverer?
+    /// Where work that outlives an event-loop callback runs (waiting for a token): children of the server's
+    /// `run()`, never unstructured tasks.
+    public let background: BackgroundWork
     /// Backstop's own listener addresses, which tunnels never connect to (the transport keeps its own copy).
     private let ownEndpoints = NIOLockedValueBox(DestinationGuard())
     private let current: NIOLockedValueBox<ConfigSnapshot>
@@ -34,9 +40,12 @@ public final class ProxyRuntime: Sendable {
 
     public init(
         snapshot: ConfigSnapshot, transport: any TransferStarting, logger: Logger,
-        clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil, outageMetrics: OutageMetrics = OutageMetrics()
+        clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil, queue: QueueDeliverer? = nil,
+        background: BackgroundWork = BackgroundWork(), outageMetrics: OutageMetrics = OutageMetrics()
     ) {
         self.tracer = tracer
+        self.queue = queue
+        self.background = background
         self.outageMetrics = outageMetrics
         self.current = NIOLockedValueBox(snapshot)
         self.transport = transport

@@ -171,7 +171,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             } else {
                 let bound = NIOLoopBound(self, eventLoop: eventLoop)
                 let loop = eventLoop
-                Task {
+                runtime.background.spawn {
                     let (token, _) = await manager.tokenForRequest()
                     loop.execute {
                         let relay = bound.value

@@ -1,0 +1,71 @@
+import BackstopCore
+import BackstopQueue
+
+/// Sends one claimed delivery through its upstream (routing, `auth`, `retry` policy and budget, like a client's
+/// request) and says how its last try ended (docs/reference/behaviour.md#queued-delivery). The deliverer decides
+/// what follows from that (`DeliveryPolicy`); a sender never touches the store.
+public protocol DeliverySending: Sendable {
+    /// Returns when the exchange ended. Cancelling the calling task (the daemon stops) ends it early with any
+    /// result: the deliverer then gives the delivery back untried instead of recording it.
+    func send(_ delivery: ClaimedDelivery, settings: DeliveryLaneSettings) async -> DeliveryResult
+}
+
+/// What one upstream's queue does in the deliverer: how many deliveries it may have in flight and the rules that
+/// decide what follows a try. Read again after every round, so a reload takes effect at once.
+public struct DeliveryLaneSettings: Sendable, Equatable {
+    public var concurrency: Int
+    public var policy: DeliveryPolicy
+    /// The header that carries the delivery's idempotency key (`retry.retry_non_idempotent_with_key`).
+    public var idempotencyHeader: String
+    /// How long one delivery's exchange may take before the deliverer gives up on it (the upstream's
+    /// `timeouts.total`, which the exchange enforces itself, and a margin).
+    public var exchangeLimit: Duration
+
+    public init(
+        concurrency: Int, policy: DeliveryPolicy, idempotencyHeader: String = "Idempotency-Key",
+        exchangeLimit: Duration = .seconds(40)
+    ) {
+        self.concurrency = concurrency
+        self.policy = policy
+        self.idempotencyHeader = idempotencyHeader
+        self.exchangeLimit = exchangeLimit
+    }
+
+    /// The settings of every upstream of `config` with `delivery: queue`, by name.
+    public static func lanes(of config: Config) -> [String: DeliveryLaneSettings] {
+        var lanes: [String: DeliveryLaneSettings] = [:]
+        for upstream in config.upstreams where upstream.delivery == .queue {
+            lanes[upstream.name] = DeliveryLaneSettings(
+                concurrency: upstream.queue.concurrency, policy: DeliveryPolicy(upstream: upstream),
+                idempotencyHeader: upstream.retry.retryNonIdempotentWithKey ?? "Idempotency-Key",
+                exchangeLimit: upstream.timeouts.total + .seconds(10))
+        }
+        return lanes
+    }
+}
+
+/// The decision of one upstream's delivery loop between rounds, without I/O (docs/reference/behaviour.md#queued-delivery):
+/// claim more now, or wait for a wake-up (a request accepted, a delivery finished, a reload) until the next queued
+/// delivery falls due.
+enum DeliveryLaneStep: Equatable {
+    /// Claim due deliveries (the store returns at most the free slots' worth).
+    case claim
+    /// Wait for a wake-up, or until this wall-clock time (seconds since the epoch) when given.
+    case wait(until: Double?)
+
+    /// How long a lane with a free slot waits at most before it looks at the store again: `backstop deliveries
+    /// retry`, run by another process, puts dead letters back without waking the daemon.
+    static let recheck = 5.0
+
+    /// `settings` nil: the upstream is no longer configured for queued delivery (its rows stay queued, untouched,
+    /// until a reload configures it again or an operator drops them). `nextDue`: when the next queued delivery
+    /// not in flight is due, nil when there is none. With every slot taken, only a finishing delivery (which wakes
+    /// the lane) can change anything.
+    static func next(
+        settings: DeliveryLaneSettings?, inFlight: Int, nextDue: Double?, now: Double
+    ) -> DeliveryLaneStep {
+        guard let settings, inFlight < settings.concurrency else { return .wait(until: nil) }
+        if let nextDue, nextDue <= now { return .claim }
+        return .wait(until: min(nextDue ?? .infinity, now + recheck))
+    }
+}

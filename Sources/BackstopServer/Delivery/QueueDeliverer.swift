@@ -1,0 +1,278 @@
+import BackstopCore
+import BackstopQueue
+import Logging
+import Synchronization
+
+/// Delivers what the queue store holds (docs/reference/behaviour.md#queued-delivery): one loop per upstream with
+/// `delivery: queue`, oldest due first, at most `queue.concurrency` in flight, each try settled in the store by
+/// `DeliveryPolicy` (delivered, tried again later, or a dead letter). Everything runs as child tasks of `run()`.
+///
+/// A loop sleeps until its next delivery falls due or something wakes it: a request accepted for its upstream
+/// (`accepted(upstream:)`), a delivery of its own finishing, a reload (`update(lanes:)`), or `stop()`. Claims are
+/// in memory only, so a delivery cut short by a crash is simply queued again (at least once); one cut short by
+/// `stop()` is given back untried.
+public final class QueueDeliverer: Sendable {
+    private struct State {
+        var lanes: [String: DeliveryLaneSettings]
+        /// Bumped to wake a lane; a lane waits until its number moves.
+        var wakes: [String: UInt64] = [:]
+        var started: Set<String> = []
+        /// Deliveries in flight, by upstream.
+        var inFlight: [String: Int] = [:]
+        var stopped = false
+    }
+
+    private let store: QueueStore
+    private let sender: any DeliverySending
+    private let metrics: QueueMetrics
+    private let logger: Logger
+    private let clock: any BackstopClock
+    private let random: Mutex<SplitMix64>
+    private let state: Mutex<State>
+    private let wakeups = ConditionWaiters()
+    /// How long a loop waits after the store failed before it tries again.
+    static let storeFailureWait: Duration = .seconds(5)
+
+    public init(
+        store: QueueStore, sender: any DeliverySending, lanes: [String: DeliveryLaneSettings], metrics: QueueMetrics,
+        logger: Logger, clock: any BackstopClock = SystemClock(), seed: UInt64 = .random(in: .min ... .max)
+    ) {
+        self.store = store
+        self.sender = sender
+        self.metrics = metrics
+        self.logger = logger
+        self.clock = clock
+        self.random = Mutex(SplitMix64(seed: seed))
+        self.state = Mutex(State(lanes: lanes))
+    }
+
+    /// Stores `request` for delivery to `upstream` (durably: it returns once the row is committed) and wakes that
+    /// upstream's loop. Throws what `QueueStore.enqueue` throws: `budgetExhausted` or `diskFull` (507 `spool-full`).
+    public func accept(upstream: String, _ request: QueuedRequest) async throws(QueueError) -> DeliveryID {
+        let id = try await store.enqueue(upstream: upstream, request)
+        accepted(upstream: upstream)
+        return id
+    }
+
+    /// A request for `upstream` was stored: its loop claims it now if it has a free slot.
+    public func accepted(upstream: String) {
+        wake([upstream])
+        countsChanged()
+    }
+
+    // MARK: the numbers for /metrics
+
+    /// The queue's depth and oldest delivery per upstream as last read from the store: `/metrics` is rendered
+    /// synchronously, so it reads this copy, which `run()` refreshes at most once a second while the queue changes.
+    public var snapshot: QueueSnapshot { counts.withLock { $0.snapshot } }
+
+    private struct Counts {
+        var snapshot = QueueSnapshot()
+        var changed = true
+    }
+    private let counts = Mutex(Counts())
+    private let countsWaiters = ConditionWaiters()
+    /// The shortest time between two reads of the counts.
+    static let countsInterval: Duration = .seconds(1)
+
+    private func countsChanged() {
+        counts.withLock { $0.changed = true }
+        countsWaiters.resumeAll()
+    }
+
+    /// Re-reads the counts whenever they changed, at most once per `countsInterval`, until stopped.
+    private func refreshCounts() async {
+        while !Task.isCancelled {
+            await countsWaiters.wait {
+                self.counts.withLock { $0.changed } || self.state.withLock { $0.stopped }
+            }
+            if Task.isCancelled || state.withLock({ $0.stopped }) { return }
+            counts.withLock { $0.changed = false }
+            if let snapshot = try? await store.snapshot() {
+                counts.withLock { $0.snapshot = snapshot }
+            }
+            try? await Task.sleep(for: Self.countsInterval)
+        }
+    }
+
+    /// The upstreams with `delivery: queue` after a reload: new ones get a loop, changed settings apply from the
+    /// next round, removed ones stop claiming (their deliveries stay queued).
+    public func update(lanes: [String: DeliveryLaneSettings]) {
+        let names = state.withLock { state in
+            state.lanes = lanes
+            return Array(state.wakes.keys) + Array(lanes.keys)
+        }
+        wake(names)
+    }
+
+    /// Ends `run()`: loops stop claiming, deliveries in flight are cancelled and given back untried.
+    public func stop() {
+        state.withLock { $0.stopped = true }
+        wakeups.resumeAll()
+        countsWaiters.resumeAll()
+    }
+
+    /// Runs the loops until `stop()` or cancellation.
+    public func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.refreshCounts() }
+            while true {
+                let (newLanes, stopped) = state.withLock { state -> ([String], Bool) in
+                    let new = state.lanes.keys.filter { !state.started.contains($0) }.sorted()
+                    state.started.formUnion(new)
+                    return (new, state.stopped)
+                }
+                if stopped || Task.isCancelled { break }
+                for upstream in newLanes {
+                    group.addTask { await self.lane(upstream) }
+                }
+                let started = state.withLock { $0.started }
+                await wakeups.wait {
+                    state.withLock { state in
+                        state.stopped || !Set(state.lanes.keys).isSubset(of: started)
+                    }
+                }
+            }
+            group.cancelAll()
+        }
+    }
+
+    // MARK: one upstream's loop
+
+    private func lane(_ upstream: String) async {
+        await withDiscardingTaskGroup { deliveries in
+            while !Task.isCancelled {
+                let (settings, observed, inFlight, stopped) = state.withLock { state in
+                    (
+                        state.lanes[upstream], state.wakes[upstream, default: 0], state.inFlight[upstream, default: 0],
+                        state.stopped
+                    )
+                }
+                if stopped { break }
+                var until: Double?
+                do throws(QueueError) {
+                    let nextDue =
+                        settings == nil ? nil : try await store.nextDue(upstream: upstream)
+                    switch DeliveryLaneStep.next(
+                        settings: settings, inFlight: inFlight, nextDue: nextDue,
+                        now: clock.wall())
+                    {
+                    case .claim:
+                        guard let settings else { continue }
+                        let batch = try await store.claim(
+                            upstream: upstream, concurrency: settings.concurrency, policy: settings.policy)
+                        recordSetAside(batch, upstream: upstream)
+                        let claimed = batch.deliveries.count
+                        state.withLock { $0.inFlight[upstream, default: 0] += claimed }
+                        for delivery in batch.deliveries {
+                            deliveries.addTask {
+                                await self.deliver(delivery, settings: settings)
+                                self.state.withLock { $0.inFlight[upstream, default: 0] -= 1 }
+                                self.wake([upstream])
+                            }
+                        }
+                        // Claimed everything due, or filled the slots: look again at once.
+                        if !batch.deliveries.isEmpty || !batch.expired.isEmpty || !batch.damaged.isEmpty { continue }
+                        // Nothing claimable although something was due: every slot is taken in the store's eyes,
+                        // and the delivery that frees one wakes this loop.
+                        let next = try await store.nextDue(upstream: upstream)
+                        until = next.flatMap { $0 > clock.wall() ? $0 : nil }
+                    case .wait(let next):
+                        until = next
+                    }
+                } catch {
+                    logger.error(
+                        "queue store failed; deliveries wait",
+                        metadata: ["upstream": .string(upstream), "error": .string(error.description)])
+                    until = clock.wall() + Self.storeFailureWait.seconds
+                }
+                await waitForWake(upstream, after: observed, until: until)
+            }
+            deliveries.cancelAll()
+        }
+    }
+
+    /// Waits until `upstream`'s wake number moves past `observed`, `stop()`, or the wall clock reaches `until`.
+    private func waitForWake(_ upstream: String, after observed: UInt64, until: Double?) async {
+        let woken: @Sendable () -> Bool = {
+            self.state.withLock { $0.stopped || $0.wakes[upstream, default: 0] != observed }
+        }
+        guard let until else {
+            await wakeups.wait(until: woken)
+            return
+        }
+        let delay = until - clock.wall()
+        guard delay > 0 else { return }
+        let wakeups = self.wakeups
+        _ = await withTimeLimit(.seconds(delay)) { await wakeups.wait(until: woken) }
+    }
+
+    private func wake(_ upstreams: [String]) {
+        state.withLock { state in
+            for upstream in upstreams { state.wakes[upstream, default: 0] &+= 1 }
+        }
+        wakeups.resumeAll()
+    }
+
+    // MARK: one delivery
+
+    private func deliver(_ delivery: ClaimedDelivery, settings: DeliveryLaneSettings) async {
+        let result = await sender.send(delivery, settings: settings)
+        let policy = settings.policy
+        guard !Task.isCancelled else {
+            store.unclaim(delivery)
+            return
+        }
+        let decision = random.withLock { random in
+            policy.decide(
+                result, attempts: delivery.attempts + 1, acceptedAt: delivery.clockStart, now: clock.wall(),
+                random: &random)
+        }
+        do throws(QueueError) {
+            try await store.settle(delivery, decision)
+        } catch {
+            // `settle` ended the claim all the same: the delivery stays queued as it was and is tried again (at
+            // least once).
+            logger.error(
+                "cannot record a delivery's outcome; it will be tried again",
+                metadata: [
+                    "upstream": .string(delivery.upstream), "delivery": .string(delivery.id.text),
+                    "error": .string(error.description),
+                ])
+            return
+        }
+        countsChanged()
+        var metadata: Logger.Metadata = [
+            "upstream": .string(delivery.upstream), "delivery": .string(delivery.id.text),
+            "attempts": .stringConvertible(delivery.attempts + 1),
+        ]
+        switch decision {
+        case .delivered:
+            metrics.record(upstream: delivery.upstream, .delivered)
+            logger.info("delivered", metadata: metadata)
+        case .retry(let at, let outcome):
+            metadata["outcome"] = .string(outcome)
+            metadata["next_in_s"] = .stringConvertible(Int(max(0, at - clock.wall()).rounded(.up)))
+            logger.notice("delivery failed; tried again later", metadata: metadata)
+        case .dead(let outcome):
+            metrics.record(upstream: delivery.upstream, .dead)
+            metadata["outcome"] = .string(outcome)
+            logger.warning("delivery is a dead letter", metadata: metadata)
+        }
+    }
+
+    /// Counts and logs what a claim turned into dead letters without sending (expired, damaged).
+    private func recordSetAside(_ batch: ClaimBatch, upstream: String) {
+        for (ids, outcome) in [(batch.expired, "expired"), (batch.damaged, "damaged")] where !ids.isEmpty {
+            countsChanged()
+            metrics.record(upstream: upstream, .dead, count: ids.count)
+            for id in ids {
+                logger.warning(
+                    "delivery is a dead letter",
+                    metadata: [
+                        "upstream": .string(upstream), "delivery": .string(id.text), "outcome": .string(outcome),
+                    ])
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+import BackstopCore
+import BackstopQueue
+import NIOCore
+import NIOHTTP1
+
+/// The effects of one request to a `delivery: queue` upstream on a client connection
+/// (docs/reference/behaviour.md#queued-delivery): the body kept while it is read (its bytes count in
+/// `limits.buffer_memory`), storing the whole request, and its access line. It decides nothing: the connection
+/// machine says when to keep, store or let go (`.keepQueuedBody`, `.storeQueued`, `.discardQueued`), and hears how
+/// storing ended (`intakeEnded`).
+final class QueueIntake {
+    let upstream: String
+    let record: AccessRecord.Request
+    let started: Duration
+    private let method: String
+    private let target: String
+    private let headers: [QueuedRequest.Header]
+    private let runtime: ProxyRuntime
+    private let bufferMemory: Int
+    private var body: ByteBuffer?
+    /// Bytes of `limits.buffer_memory` this request holds.
+    private var reserved = 0
+    private var finished = false
+
+    init(
+        head: HTTPRequestHead, upstream: String, record: AccessRecord.Request, runtime: ProxyRuntime,
+        bufferMemory: Int, now: Duration
+    ) {
+        self.upstream = upstream
+        self.record = record
+        self.started = now
+        self.method = head.method.rawValue
+        self.target = head.uri
+        // Hop-by-hop fields and the client's proxy credentials are never stored; the body is stored whole.
+        self.headers = head.headers.compactMap { name, value in
+            LoopbackDeliverySender.droppedHeaders.contains(name.lowercased())
+                ? nil : QueuedRequest.Header(name, value)
+        }
+        self.runtime = runtime
+        self.bufferMemory = bufferMemory
+        runtime.requestStarted()
+    }
+
+    /// Keeps `part`; false when it does not fit `limits.buffer_memory` (nothing of it is kept then).
+    func keep(_ part: ByteBuffer) -> Bool {
+        guard runtime.reserveBodyMemory(part.readableBytes, limit: bufferMemory) else { return false }
+        reserved += part.readableBytes
+        if body == nil {
+            body = part
+        } else {
+            body!.writeImmutableBuffer(part)
+        }
+        return true
+    }
+
+    /// Stores the request; `then` gets how it ended, on any thread.
+    func store(
+        in deliverer: QueueDeliverer,
+        then: @escaping @Sendable (ConnectionStateMachine.IntakeOutcome) -> Void
+    ) {
+        let request = QueuedRequest(
+            method: method, target: target, headers: headers, body: body.map { Array($0.readableBytesView) } ?? [])
+        release()
+        let upstream = self.upstream
+        let logger = runtime.logger
+        runtime.background.spawn {
+            do throws(QueueError) {
+                let id = try await deliverer.accept(upstream: upstream, request)
+                then(.stored(delivery: id.text))
+            } catch {
+                // No room is what `spool-full` says; the store failing otherwise is that too for the client (it
+                // was not stored), and an operator must see it.
+                switch error {
+                case .closed:
+                    then(.refused(.shuttingDown))
+                case .budgetExhausted, .diskFull:
+                    then(.refused(.spoolFull))
+                case .storage:
+                    logger.error(
+                        "cannot store a queued request",
+                        metadata: ["upstream": .string(upstream), "error": .string(error.description)])
+                    then(.refused(.spoolFull))
+                }
+            }
+        }
+    }
+
+    /// The request ended (answered, refused or abandoned): what it held is let go.
+    func finish() {
+        release()
+        guard !finished else { return }
+        finished = true
+        runtime.requestFinished()
+    }
+
+    private func release() {
+        body = nil
+        runtime.releaseBodyMemory(reserved)
+        reserved = 0
+    }
+}

@@ -1,0 +1,578 @@
+import BackstopCore
+import CCurl
+import NIOCore
+
+/// Where an idle raw connection may serve the next request: the same endpoint, reached the same way (the TLS
+/// options, client certificate included, and the passthrough destination rules it was checked against).
+struct HTTP1PoolKey: Hashable {
+    var origin: Substring
+    var tls: TransportTLSOptions
+    var passthrough: Bool
+
+    static func == (a: HTTP1PoolKey, b: HTTP1PoolKey) -> Bool {
+        // Substring's `==` compares contiguous ASCII with memcmp; `utf8.elementsEqual` went byte by byte (~5k
+        // instructions per request).
+        a.passthrough == b.passthrough && a.origin == b.origin && a.tls == b.tls
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(origin)
+        hasher.combine(passthrough)
+        // The common case (no CA file, no client certificate) costs no hashing of the options.
+        if !tls.isDefault { hasher.combine(tls) }
+    }
+}
+
+/// One raw upstream HTTP/1.1 connection (docs/performance.md#libcurl-as-the-connection): a `CONNECT_ONLY` easy
+/// handle curl connected (destination check, TLS and its verification, client certificate, TLS session reuse),
+/// and what Backstop writes and reads on it. The handle is owned here and stays in the transport's multi handle
+/// until the connection is closed: curl finds a `CONNECT_ONLY` connection through that multi handle, and
+/// `curl_multi_remove_handle` closes it. Transport thread only (`HTTP1Connections`).
+final class HTTP1Connection {
+    let key: HTTP1PoolKey
+    let secure: Bool
+    unowned let transport: CurlMultiTransport
+    var easy: CurlEasy?
+    var fd: Int32 = -1
+    var machine: HTTP1ConnectionMachine
+    /// The transfer the connection serves now (nil while idle or closed).
+    var transfer: CurlTransfer?
+    var reader = HTTP1ResponseReader(requestIsHEAD: false)
+    /// Request bytes not yet taken by the socket, and how many of them are the head.
+    var outgoing: ByteBuffer
+    var headBytesLeft = 0
+    var body = BodySource.done
+    /// The last send could not take everything: wait until epoll says the socket is writable.
+    var writeBlocked = false
+    /// What epoll watches the socket for (`CURL_POLL_*` bits; -1: not known).
+    var watched: Int32 = -1
+    /// A plain connection is read and written with `recv`/`send` once curl's first `curl_easy_send` attached it to
+    /// the handle (which keeps curl's pruning of idle connections away from it).
+    var attached = false
+    var refusal: TransportFailure?
+    var lastAddress: String?
+
+    /// Where the rest of the request body comes from.
+    enum BodySource {
+        case done
+        case buffer(ByteBuffer)
+        case stream(RequestBodyStream, chunked: Bool)
+    }
+
+    init(
+        key: HTTP1PoolKey, secure: Bool, transport: CurlMultiTransport, mayResend: Bool, allocator: ByteBufferAllocator
+    ) {
+        self.key = key
+        self.secure = secure
+        self.transport = transport
+        self.machine = HTTP1ConnectionMachine(mayResend: mayResend)
+        self.outgoing = allocator.buffer(capacity: 0)
+    }
+}
+
+/// The transport thread's side of the raw HTTP/1.1 path: starts transfers on idle or new connections, writes their
+/// requests, reads their responses into transport events, and pools, resends or closes connections as
+/// `HTTP1ConnectionMachine` decides. Completions are collected for the transport, whose `TransferTable` decides
+/// what becomes of each transfer (`takeCompletions`). Transport thread only (owned by `CurlMultiTransport`).
+final class HTTP1Connections {
+    /// How much one read asks for.
+    static let receiveSize = 64 << 10
+    /// Bytes read from one connection per loop turn at most (level-triggered epoll reports it again next turn).
+    static let receivePerTurn = 256 << 10
+    /// A buffered body up to this size goes out with the head, in one send.
+    static let inlineBody = 16 << 10
+    static let maxIdle = 1024
+
+    private let multi: CurlMulti
+    private let sockets: SocketWatch
+    private let destinations: DestinationCheck
+    private let configuration: HandleConfiguration
+    private let allocator: ByteBufferAllocator
+    private var connecting: [UnsafeMutableRawPointer: HTTP1Connection] = [:]
+    /// Open connections (active or idle), by socket.
+    private var open: [Int32: HTTP1Connection] = [:]
+    private var pool = IdleConnectionPool<HTTP1PoolKey, HTTP1Connection>(capacity: HTTP1Connections.maxIdle)
+    /// Where reads land before they are parsed (body bytes are copied out in exact-size buffers).
+    private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: receiveSize, alignment: 16)
+    private var completions: [(CurlTransfer, TransferCompletion)] = []
+
+    init(
+        multi: CurlMulti, sockets: SocketWatch, destinations: DestinationCheck, configuration: HandleConfiguration,
+        allocator: ByteBufferAllocator
+    ) {
+        self.multi = multi
+        self.sockets = sockets
+        self.destinations = destinations
+        self.configuration = configuration
+        self.allocator = allocator
+    }
+
+    deinit { scratch.deallocate() }
+
+    var hasCompletions: Bool { !completions.isEmpty }
+
+    /// The transfers whose connection machine completed them since the last call, oldest first.
+    func takeCompletions() -> [(CurlTransfer, TransferCompletion)] {
+        defer { completions.removeAll(keepingCapacity: true) }
+        return completions
+    }
+
+    // MARK: transfers
+
+    /// Starts `transfer` on an idle connection to its endpoint, else on a new one; nil, or why it could not.
+    func begin(_ transfer: CurlTransfer, url: HTTP1URL) -> String? {
+        let key = HTTP1PoolKey(
+            origin: url.origin, tls: transfer.request.tls, passthrough: transfer.request.passthrough)
+        let (idle, expired) = pool.take(key, now: bs_monotonic_ms())
+        for connection in expired { close(connection) }
+        guard let connection = idle else { return connect(transfer, url: url, key: key) }
+        attach(transfer, to: connection, url: url)
+        perform(connection.machine.reuse(mayResend: transfer.mayRewindBody), on: connection)
+        return nil
+    }
+
+    /// The transfer ended (`TransferTable`'s finish): its connection goes idle or is closed.
+    func detach(_ transfer: CurlTransfer) {
+        guard let connection = transfer.connection else { return }
+        transfer.connection = nil
+        connection.transfer = nil
+        connection.body = .done
+        perform(connection.machine.handle(.detached), on: connection)
+    }
+
+    /// Sends the transfer again on a new connection (`StaleConnection`); nil, or why it could not.
+    func resend(_ transfer: CurlTransfer, url: HTTP1URL) -> String? {
+        guard let old = transfer.connection else { preconditionFailure("a resend without a connection") }
+        detach(transfer)
+        let rewound = transfer.rewindBody()
+        assert(rewound, "the table resends only a transfer whose body rewinds")
+        return connect(transfer, url: url, key: old.key)
+    }
+
+    /// The requester caught up or the request body has more: read and write again.
+    func resume(_ transfer: CurlTransfer) {
+        guard let connection = transfer.connection, connection.fd >= 0 else { return }
+        if !connection.writeBlocked { write(connection) }
+        if connection.transfer != nil { read(connection) }
+        if connection.transfer != nil { updateInterest(connection) }
+    }
+
+    private func attach(_ transfer: CurlTransfer, to connection: HTTP1Connection, url: HTTP1URL) {
+        connection.transfer = transfer
+        transfer.connection = connection
+        let request = transfer.request
+        let framing = HTTP1RequestHead.framing(of: request)
+        connection.reader = HTTP1ResponseReader(requestIsHEAD: request.method == "HEAD")
+        var buffer = allocator.buffer(capacity: 512)
+        HTTP1RequestHead.write(request, url: url, framing: framing, into: &buffer)
+        connection.headBytesLeft = buffer.readableBytes
+        connection.body = .done
+        switch (framing, request.body) {
+        case (.none, _), (.length(0), _):
+            break
+        case (_, .buffered):
+            // The transfer's own copy: rewound for a resend.
+            if let body = transfer.bufferedBody, body.readableBytes > 0 {
+                if body.readableBytes <= Self.inlineBody {
+                    var body = body
+                    buffer.writeBuffer(&body)
+                } else {
+                    connection.body = .buffer(body)
+                }
+            }
+        case (let framing, .streaming(let stream)):
+            connection.body = .stream(stream, chunked: framing == .chunked)
+        case (_, .empty):
+            break
+        }
+        connection.outgoing = buffer
+    }
+
+    /// A new connection for `transfer`: curl connects it (`completed` follows).
+    private func connect(_ transfer: CurlTransfer, url: HTTP1URL, key: HTTP1PoolKey) -> String? {
+        let request = transfer.request
+        let connection = HTTP1Connection(
+            key: key, secure: url.secure, transport: transfer.transport, mayResend: transfer.mayRewindBody,
+            allocator: allocator)
+        guard let easy = CurlEasy.make() else { return "curl cannot create a connection handle: out of memory" }
+        connection.easy = easy
+        do throws(CurlSetupError) {
+            try configuration.configureConnectOnly(
+                easy, url: String(url.origin), connectTimeout: request.connectTimeout, tls: request.tls,
+                context: Unmanaged.passUnretained(connection).toOpaque(), open: CurlTrampolines.openHTTP1Socket)
+        } catch {
+            return error.description
+        }
+        let code = curl_multi_add_handle(multi.raw, easy.raw)
+        guard code == CURLM_OK else {
+            return "curl_multi_add_handle failed: \(String(cString: curl_multi_strerror(code)))"
+        }
+        connecting[easy.raw] = connection
+        attach(transfer, to: connection, url: url)
+        return nil
+    }
+
+    // MARK: curl and epoll
+
+    /// The open-socket callback of a connection's handle: the destination is checked on the address curl is about
+    /// to connect to.
+    func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>, for connection: HTTP1Connection) -> curl_socket_t {
+        let (fd, verdict) = destinations.openSocket(
+            address, passthrough: connection.key.passthrough, sockets: sockets)
+        if let tried = verdict.address { connection.lastAddress = tried }
+        if let refusal = verdict.refusal { connection.refusal = refusal }
+        return fd
+    }
+
+    /// A `CURLMSG_DONE` for `raw`: true when it is one of ours (curl connected it, or could not).
+    func completed(_ raw: UnsafeMutableRawPointer, code: CURLcode) -> Bool {
+        guard !connecting.isEmpty, let connection = connecting.removeValue(forKey: raw) else { return false }
+        guard let easy = connection.easy else { return true }
+        guard code == CURLE_OK, connection.refusal == nil else {
+            let failure =
+                connection.refusal
+                ?? FailureClassification.failure(
+                    CurlFailureFacts(code, easy: easy, lastAddress: connection.lastAddress))
+            perform(connection.machine.handle(.connectFailed(failure)), on: connection)
+            return true
+        }
+        let fd = bs_easy_active_socket(easy.raw)
+        guard fd >= 0 else {
+            perform(
+                connection.machine.handle(
+                    .connectFailed(.connectFailure(detail: "curl connected but reports no socket"))),
+                on: connection)
+            return true
+        }
+        connection.fd = fd
+        // curl parked the socket in epoll (input) when the connect-only transfer ended: what it watches now is not
+        // what the connection asks for, so the first `updateInterest` sets it whatever it is.
+        connection.watched = -1
+        open[fd] = connection
+        perform(connection.machine.handle(.connected), on: connection)
+        return true
+    }
+
+    /// epoll reported `fd`: true when it is one of the raw connections' sockets (and was handled).
+    func socketReady(_ fd: Int32, mask: Int32) -> Bool {
+        guard !open.isEmpty, let connection = open[fd] else { return false }
+        guard connection.transfer != nil else {
+            // Idle: the upstream closed it or sent what nobody asked for.
+            if pool.remove(connection, connection.key) {
+                perform(connection.machine.handle(.readableWhileIdle), on: connection)
+            }
+            return true
+        }
+        let error = mask & Int32(CURL_CSELECT_ERR) != 0
+        if mask & Int32(CURL_CSELECT_OUT) != 0 || error {
+            connection.writeBlocked = false
+            write(connection)
+        }
+        if connection.transfer != nil, mask & Int32(CURL_CSELECT_IN) != 0 || error { read(connection) }
+        if connection.transfer != nil { updateInterest(connection) }
+        return true
+    }
+
+    // MARK: the machine's actions
+
+    private func perform(_ action: HTTP1ConnectionMachine.Action, on connection: HTTP1Connection) {
+        switch action {
+        case .none:
+            break
+        case .writeRequest:
+            write(connection)
+            if connection.transfer != nil {
+                // Anything already there (an early answer, or the end of a connection that died while idle).
+                updateInterest(connection)
+            }
+        case .complete(let completion):
+            guard let transfer = connection.transfer else { return }
+            completions.append((transfer, completion))
+        case .park:
+            if pool.put(connection, connection.key, now: bs_monotonic_ms()) {
+                updateInterest(connection)
+            } else {
+                close(connection)
+            }
+        case .close:
+            close(connection)
+        }
+    }
+
+    /// Writes what the socket takes of the request; events to the machine as the head and the body go out.
+    private func write(_ connection: HTTP1Connection) {
+        while connection.transfer != nil, connection.machine.isExchanging {
+            if connection.outgoing.readableBytes == 0, !refill(connection) { return }
+            var sent = 0
+            let outcome = connection.outgoing.withUnsafeReadableBytes { send($0, on: connection, sent: &sent) }
+            if sent > 0 {
+                connection.outgoing.moveReaderIndex(forwardBy: sent)
+                if connection.headBytesLeft > 0 {
+                    connection.headBytesLeft = max(0, connection.headBytesLeft - sent)
+                    if connection.headBytesLeft == 0 {
+                        let bodyFollows: Bool
+                        if case .done = connection.body {
+                            bodyFollows = connection.outgoing.readableBytes > 0
+                        } else {
+                            bodyFollows = true
+                        }
+                        perform(connection.machine.handle(.headWritten(bodyFollows: bodyFollows)), on: connection)
+                        if !bodyFollows { return }
+                    }
+                }
+            }
+            switch outcome {
+            case .ok:
+                continue
+            case .wouldBlock:
+                connection.writeBlocked = true
+                return
+            case .failed(let why):
+                perform(connection.machine.handle(.sendFailed(why)), on: connection)
+                return
+            }
+        }
+    }
+
+    /// Fills `outgoing` with the next part of the body; false when there is nothing to write now (written, waiting
+    /// for the client, or failed).
+    private func refill(_ connection: HTTP1Connection) -> Bool {
+        switch connection.body {
+        case .done:
+            if case .writingBody = connection.machine.phase {
+                perform(connection.machine.handle(.bodyWritten), on: connection)
+            }
+            return false
+        case .buffer(let buffer):
+            connection.outgoing = buffer
+            connection.body = .done
+            return true
+        case .stream(let stream, let chunked):
+            var buffer = allocator.buffer(capacity: Self.receiveSize + 32)
+            var result = RequestBodyStream.ReadResult.pause
+            let headroom = chunked ? 18 : 0
+            buffer.moveWriterIndex(forwardBy: headroom)
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.receiveSize) { space in
+                result = stream.read(into: UnsafeMutableRawBufferPointer(rebasing: space[0..<Self.receiveSize]))
+                if case .bytes(let n) = result { return n }
+                return 0
+            }
+            switch result {
+            case .bytes(let n):
+                if chunked {
+                    // "<hex>\r\n" just before the data, "\r\n" after it.
+                    let size = Array((String(n, radix: 16) + "\r\n").utf8)
+                    buffer.moveReaderIndex(to: headroom - size.count)
+                    buffer.setBytes(size, at: headroom - size.count)
+                    buffer.writeStaticString("\r\n")
+                } else {
+                    buffer.moveReaderIndex(to: 0)
+                }
+                connection.outgoing = buffer
+                return true
+            case .end:
+                connection.body = .done
+                if chunked {
+                    var last = allocator.buffer(capacity: 5)
+                    last.writeStaticString("0\r\n\r\n")
+                    connection.outgoing = last
+                    return true
+                }
+                return refill(connection)
+            case .pause:
+                return false
+            case .abort:
+                connection.body = .done
+                perform(connection.machine.handle(.requestBodyFailed), on: connection)
+                return false
+            }
+        }
+    }
+
+    private enum IOOutcome {
+        case ok
+        case wouldBlock
+        case failed(String)
+    }
+
+    private func send(_ bytes: UnsafeRawBufferPointer, on connection: HTTP1Connection, sent: inout Int) -> IOOutcome {
+        guard let easy = connection.easy else { return .failed("connection closed") }
+        if connection.secure || !connection.attached {
+            var n = 0
+            let code = curl_easy_send(easy.raw, bytes.baseAddress, bytes.count, &n)
+            connection.attached = true
+            sent = n
+            if code == CURLE_AGAIN { return .wouldBlock }
+            guard code == CURLE_OK else {
+                return .failed(failureText("send to upstream failed", curl: code, connection))
+            }
+            return .ok
+        }
+        let n = bs_send(connection.fd, bytes.baseAddress, bytes.count)
+        if n >= 0 {
+            sent = n
+            return .ok
+        }
+        let error = Int32(-n)
+        if error == EAGAIN || error == EWOULDBLOCK { return .wouldBlock }
+        if error == EINTR { return .ok }
+        return .failed(failureText("send to upstream failed", errno: error, connection))
+    }
+
+    /// Reads what the socket has (up to `receivePerTurn`) through the response reader.
+    private func read(_ connection: HTTP1Connection) {
+        var total = 0
+        // TLS reads on until curl has nothing: a record it decrypted and holds back would wake no epoll.
+        while let transfer = connection.transfer, connection.machine.isExchanging,
+            connection.secure || total < Self.receivePerTurn
+        {
+            if transfer.shouldPauseReceiving() { return }
+            var n = 0
+            switch receive(connection, count: &n) {
+            case .wouldBlock:
+                return
+            case .failed(let why):
+                perform(connection.machine.handle(.receiveFailed(why)), on: connection)
+                return
+            case .ok where n == 0:
+                let event = connection.reader.inputEnded()
+                handle(event, range: 0..<0, last: true, on: connection)
+                return
+            case .ok:
+                total += n
+                parse(UnsafeRawBufferPointer(rebasing: scratch[0..<n]), on: connection)
+                // A short plain read emptied the socket: level-triggered epoll reports more when it comes.
+                if !connection.secure && n < scratch.count { return }
+            }
+        }
+    }
+
+    private func receive(_ connection: HTTP1Connection, count: inout Int) -> IOOutcome {
+        guard let easy = connection.easy else { return .failed("connection closed") }
+        if connection.secure || !connection.attached {
+            var n = 0
+            let code = curl_easy_recv(easy.raw, scratch.baseAddress, scratch.count, &n)
+            connection.attached = true
+            count = n
+            if code == CURLE_AGAIN { return .wouldBlock }
+            guard code == CURLE_OK else {
+                return .failed(failureText("receive from upstream failed", curl: code, connection))
+            }
+            return .ok
+        }
+        let n = bs_recv(connection.fd, scratch.baseAddress, scratch.count)
+        if n >= 0 {
+            count = n
+            return .ok
+        }
+        let error = Int32(-n)
+        if error == EAGAIN || error == EWOULDBLOCK || error == EINTR { return .wouldBlock }
+        return .failed(failureText("receive from upstream failed", errno: error, connection))
+    }
+
+    private func parse(_ bytes: UnsafeRawBufferPointer, on connection: HTTP1Connection) {
+        if !connection.reader.started { perform(connection.machine.handle(.responseBytes), on: connection) }
+        var offset = 0
+        while connection.transfer != nil, connection.machine.isExchanging {
+            let event = connection.reader.next(bytes, at: &offset)
+            if case .needMore = event { return }
+            if case .body(let range) = event {
+                emitBody(UnsafeRawBufferPointer(rebasing: bytes[range]), on: connection)
+                continue
+            }
+            handle(event, range: offset..<bytes.count, last: offset == bytes.count, on: connection)
+            if case .head = event { continue }
+            return
+        }
+    }
+
+    /// A reader event other than body bytes; `last`: nothing of the read follows it.
+    private func handle(
+        _ event: HTTP1ResponseReader.Event, range: Range<Int>, last: Bool, on connection: HTTP1Connection
+    ) {
+        switch event {
+        case .needMore, .body:
+            return
+        case .head(let head):
+            connection.transfer?.emit(.head(head))
+            perform(connection.machine.handle(.headArrived), on: connection)
+        case .end(let reusable):
+            // Bytes after the response nobody asked for: the connection cannot be trusted with another request.
+            perform(connection.machine.handle(.responseEnded(reusable: reusable && last)), on: connection)
+        case .invalid(let why):
+            perform(connection.machine.handle(.responseInvalid(withAddress(why, connection))), on: connection)
+        case .truncated(let why):
+            perform(connection.machine.handle(.responseTruncated(withAddress(why, connection))), on: connection)
+        }
+    }
+
+    private func emitBody(_ bytes: UnsafeRawBufferPointer, on connection: HTTP1Connection) {
+        guard let transfer = connection.transfer, !bytes.isEmpty else { return }
+        var buffer = allocator.buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        transfer.unconsumedBytes.add(bytes.count, ordering: .acquiringAndReleasing)
+        transfer.emit(.body(buffer))
+    }
+
+    private func updateInterest(_ connection: HTTP1Connection) {
+        guard connection.fd >= 0 else { return }
+        var wanted = SocketInterest.input
+        if let transfer = connection.transfer {
+            if transfer.receivePaused.load(ordering: .relaxed) { wanted = 0 }
+            if connection.writeBlocked { wanted |= SocketInterest.output }
+        }
+        guard wanted != connection.watched else { return }
+        connection.watched = wanted
+        sockets.relayWants(connection.fd, wanted)
+    }
+
+    /// Ends the connection: curl closes it (`curl_multi_remove_handle` closes the connection of a `CONNECT_ONLY`
+    /// handle, through the close-socket callback, which also takes it out of epoll) and the handle is freed.
+    private func close(_ connection: HTTP1Connection) {
+        if connection.fd >= 0 {
+            open[connection.fd] = nil
+            connection.fd = -1
+        }
+        if let transfer = connection.transfer {
+            transfer.connection = nil
+            connection.transfer = nil
+        }
+        connection.body = .done
+        guard let easy = connection.easy else { return }
+        connecting[easy.raw] = nil
+        // Fails only for a handle that is not in the multi handle (its setup failed before it was added).
+        _ = curl_multi_remove_handle(multi.raw, easy.raw)
+        connection.easy = nil
+    }
+
+    /// The transport is stopping (its transfers have finished): every connection is closed, before the multi
+    /// handle is cleaned up.
+    func stopAll() {
+        for connection in pool.removeAll() { close(connection) }
+        for connection in Array(connecting.values) + Array(open.values) { close(connection) }
+    }
+
+    // MARK: causes
+
+    private func failureText(_ what: String, curl code: CURLcode, _ connection: HTTP1Connection) -> String {
+        withAddress("\(what): curl=\(code.rawValue) (\(String(cString: curl_easy_strerror(code))))", connection)
+    }
+
+    private func failureText(_ what: String, errno error: Int32, _ connection: HTTP1Connection) -> String {
+        withAddress("\(what): errno=\(error) (\(String(cString: strerror(error))))", connection)
+    }
+
+    private func withAddress(_ text: String, _ connection: HTTP1Connection) -> String {
+        guard let address = connection.lastAddress else { return text }
+        return "\(text) address=\(address)"
+    }
+}
+
+extension CurlTrampolines {
+    /// The open-socket callback of a raw HTTP/1.1 connection's handle (its context is the `HTTP1Connection`).
+    static let openHTTP1Socket: bs_curl_opensocket_callback = { context, _, address in
+        guard let context, let address else { return bs_socket_bad() }
+        let connection = Unmanaged<HTTP1Connection>.fromOpaque(context).takeUnretainedValue()
+        return connection.transport.http1.openSocket(address, for: connection)
+    }
+}

@@ -1,0 +1,219 @@
+import BackstopCore
+import CCurl
+import NIOCore
+
+/// An upstream URL as the raw HTTP/1.1 path needs it (docs/performance.md#libcurl-as-the-connection): where to
+/// connect (`origin`, what connections are pooled by) and the request target, sent byte for byte. Pure.
+struct HTTP1URL: Equatable {
+    /// `https`: TLS to the upstream.
+    var secure: Bool
+    /// `scheme://authority`, as the URL spells it.
+    var origin: Substring
+    var authority: Substring
+    /// The path and query as the URL has them (`/` when it has no path), without a fragment.
+    var target: Substring
+
+    /// Nil for what the raw path leaves to curl: another scheme, no authority, or user information in it (curl
+    /// would turn that into an `Authorization` field).
+    init?(_ url: String) {
+        var url = url
+        // Offsets found on the contiguous UTF-8 in one pass (this runs for every request).
+        let found = url.withUTF8 { bytes -> (secure: Bool, authority: Int, path: Int, fragment: Int)? in
+            var colon = 0
+            while colon < bytes.count, bytes[colon] != UInt8(ascii: ":") { colon += 1 }
+            let secure: Bool
+            switch colon {
+            case 4 where Self.startsWithLetters(bytes, "http"): secure = false
+            case 5 where Self.startsWithLetters(bytes, "https"): secure = true
+            default: return nil
+            }
+            guard colon + 2 < bytes.count, bytes[colon + 1] == UInt8(ascii: "/"), bytes[colon + 2] == UInt8(ascii: "/")
+            else { return nil }
+            let authority = colon + 3
+            var path = authority
+            while path < bytes.count {
+                let byte = bytes[path]
+                if byte == UInt8(ascii: "/") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#") { break }
+                if byte == UInt8(ascii: "@") { return nil }
+                path += 1
+            }
+            guard path > authority else { return nil }
+            var fragment = path
+            while fragment < bytes.count, bytes[fragment] != UInt8(ascii: "#") { fragment += 1 }
+            return (secure, authority, path, fragment)
+        }
+        guard let found else { return nil }
+        let utf8 = url.utf8
+        let authorityIndex = utf8.index(utf8.startIndex, offsetBy: found.authority)
+        let pathIndex = utf8.index(utf8.startIndex, offsetBy: found.path)
+        let fragmentIndex = utf8.index(utf8.startIndex, offsetBy: found.fragment)
+        secure = found.secure
+        authority = url[authorityIndex..<pathIndex]
+        origin = url[..<pathIndex]
+        let rest = url[pathIndex..<fragmentIndex]
+        if rest.isEmpty {
+            target = "/"
+        } else if rest.utf8.first == UInt8(ascii: "?") {
+            target = "/" + rest
+        } else {
+            target = rest
+        }
+    }
+
+    /// Whether `bytes` starts with the lowercase letters `word`, in any case.
+    private static func startsWithLetters(_ bytes: UnsafeBufferPointer<UInt8>, _ word: StaticString) -> Bool {
+        guard bytes.count >= word.utf8CodeUnitCount else { return false }
+        for i in 0..<word.utf8CodeUnitCount where bytes[i] | 0x20 != word.utf8Start[i] { return false }
+        return true
+    }
+
+    /// The `Host` value curl would send for this URL: the authority, without the scheme's default port.
+    var hostValue: Substring {
+        let defaultPort = secure ? ":443" : ":80"
+        guard authority.utf8.count > defaultPort.utf8.count, authority.hasSuffix(defaultPort) else { return authority }
+        return authority.dropLast(defaultPort.utf8.count)
+    }
+}
+
+/// How the request body goes on the wire.
+enum HTTP1BodyFraming: Equatable {
+    case none
+    case length(Int)
+    /// `Transfer-Encoding: chunked`: a streamed body whose length the client did not declare.
+    case chunked
+}
+
+/// Writes the head of an upstream HTTP/1.1 request as curl's HTTP layer did (docs/reference/behaviour.md#forwarding):
+/// the request line with the target byte for byte, `Host` (the request's own, else the URL's), the request's fields
+/// in order, then the body's framing. Pure.
+enum HTTP1RequestHead {
+    /// How `request`'s body is framed: as `HandleConfiguration.configure` told curl (a bodiless POST sends
+    /// `Content-Length: 0`; a HEAD never sends a body).
+    static func framing(of request: TransportRequest) -> HTTP1BodyFraming {
+        if request.method == "HEAD" { return .none }
+        switch request.body {
+        case .empty: return HandleConfiguration.hasNoImplicitBody(request.method) ? .none : .length(0)
+        case .buffered(let buffer): return .length(buffer.readableBytes)
+        case .streaming(let stream): return stream.expectedLength.map(HTTP1BodyFraming.length) ?? .chunked
+        }
+    }
+
+    /// Appends the head to `buffer`. A field with CR, LF or NUL in its name or value is left out (it would split
+    /// the line), and so are `Content-Length` and `Transfer-Encoding` fields: the framing written is the body's.
+    /// The head is sized first and copied in one pass with `memcpy` (this runs for every request, and a realistic
+    /// head is ~2 KB: written piece by piece through `ByteBuffer`'s writers it cost ~25k instructions).
+    static func write(
+        _ request: TransportRequest, url: HTTP1URL, framing: HTTP1BodyFraming, into buffer: inout ByteBuffer
+    ) {
+        var hasHost = false
+        var size = request.method.utf8.count + url.target.utf8.count + 13
+        for header in request.headers {
+            size += header.name.utf8.count + header.value.utf8.count + 4
+            if !hasHost, header.name.utf8.count == 4, header.name.caseInsensitiveEquals("host") { hasHost = true }
+        }
+        let host = hasHost ? "" : url.hostValue
+        if !hasHost { size += host.utf8.count + 8 }
+        // "Content-Length: " + 19 digits + CRLF, or "Transfer-Encoding: chunked\r\n"; then the blank line.
+        size += 40
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { space in
+            var out = HeadWriter(space.baseAddress!)
+            out.copy(request.method)
+            out.put(UInt8(ascii: " "))
+            out.copy(url.target)
+            out.copy(" HTTP/1.1\r\n")
+            if !hasHost {
+                out.copy("Host: ")
+                out.copy(host)
+                out.copy("\r\n")
+            }
+            for header in request.headers {
+                switch header.name.utf8.count {
+                case 14 where header.name.caseInsensitiveEquals("content-length"): continue
+                case 17 where header.name.caseInsensitiveEquals("transfer-encoding"): continue
+                default: break
+                }
+                let line = out.count
+                out.copy(header.name)
+                out.put(UInt8(ascii: ":"))
+                if !header.value.isEmpty {
+                    out.put(UInt8(ascii: " "))
+                    out.copy(header.value)
+                }
+                guard !out.splits(from: line) else {
+                    out.count = line
+                    continue
+                }
+                out.copy("\r\n")
+            }
+            switch framing {
+            case .none: break
+            case .length(let length):
+                out.copy("Content-Length: ")
+                out.decimal(length)
+                out.copy("\r\n")
+            case .chunked:
+                out.copy("Transfer-Encoding: chunked\r\n")
+            }
+            out.copy("\r\n")
+            return out.count
+        }
+    }
+
+    /// Copies into memory sized beforehand. A value on the stack rather than local functions capturing a cursor
+    /// (captured variables are boxed and checked for exclusivity at run time).
+    private struct HeadWriter {
+        let base: UnsafeMutableRawPointer
+        var count = 0
+
+        init(_ base: UnsafeMutableRawPointer) { self.base = base }
+
+        mutating func put(_ byte: UInt8) {
+            base.storeBytes(of: byte, toByteOffset: count, as: UInt8.self)
+            count += 1
+        }
+
+        mutating func copy(_ text: String) {
+            var text = text
+            text.withUTF8 { copy($0) }
+        }
+
+        mutating func copy(_ text: Substring) {
+            var text = text
+            text.withUTF8 { copy($0) }
+        }
+
+        mutating func copy(_ text: StaticString) {
+            copy(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        }
+
+        mutating func copy(_ bytes: UnsafeBufferPointer<UInt8>) {
+            guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+            (base + count).copyMemory(from: source, byteCount: bytes.count)
+            count += bytes.count
+        }
+
+        mutating func decimal(_ value: Int) {
+            var digits = 1
+            var rest = value / 10
+            while rest > 0 {
+                digits += 1
+                rest /= 10
+            }
+            var n = value
+            for i in stride(from: digits - 1, through: 0, by: -1) {
+                base.storeBytes(of: UInt8(ascii: "0") + UInt8(n % 10), toByteOffset: count + i, as: UInt8.self)
+                n /= 10
+            }
+            count += digits
+        }
+
+        /// Whether what was written since `start` holds CR, LF or NUL: a byte that would split a field line or cut
+        /// it short. `memchr` (vectorised) rather than a byte loop: a bearer token is a kilobyte.
+        func splits(from start: Int) -> Bool {
+            let region = base + start
+            let length = count - start
+            return memchr(region, 0x0D, length) != nil || memchr(region, 0x0A, length) != nil
+                || memchr(region, 0, length) != nil
+        }
+    }
+}

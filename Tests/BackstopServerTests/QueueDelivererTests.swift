@@ -1,0 +1,283 @@
+import BackstopCore
+import BackstopKeychain
+import BackstopQueue
+import BackstopTestSupport
+import Logging
+import Synchronization
+import Testing
+
+@testable import BackstopServer
+
+/// The deliverer's loops on a real queue store (SQLite in a temporary spool) with a scripted sender in place of
+/// the upstream exchange (docs/reference/behaviour.md#queued-delivery): oldest first, within `queue.concurrency`,
+/// each outcome settled by the delivery policy, woken by acceptance, and nothing lost when it stops.
+@Suite("Queue deliverer")
+struct QueueDelivererTests {
+    // MARK: the step between rounds (pure)
+
+    @Test(
+        "between rounds a lane claims only with a free slot and something due",
+        arguments: [
+            // (configured, in flight, next due, expected)
+            // Nothing due: look again after `recheck` (another process may have put dead letters back).
+            (true, 0, nil, DeliveryLaneStep.wait(until: 105)),
+            (true, 0, 100.0, .claim),
+            (true, 0, 99.5, .claim),
+            (true, 0, 100.5, .wait(until: 100.5)),
+            (true, 0, 104.9, .wait(until: 104.9)),
+            (true, 0, 500.0, .wait(until: 105)),
+            (true, 1, 100.0, .claim),
+            (true, 2, 100.0, .wait(until: nil)),
+            (true, 3, 100.0, .wait(until: nil)),
+            (true, 2, 250.0, .wait(until: nil)),
+            (false, 0, 100.0, .wait(until: nil)),
+            (false, 0, nil, .wait(until: nil)),
+        ] as [(Bool, Int, Double?, DeliveryLaneStep)])
+    func step(configured: Bool, inFlight: Int, nextDue: Double?, expected: DeliveryLaneStep) {
+        let settings =
+            configured ? DeliveryLaneSettings(concurrency: 2, policy: DeliveryPolicy(maxAge: .seconds(60))) : nil
+        #expect(DeliveryLaneStep.next(settings: settings, inFlight: inFlight, nextDue: nextDue, now: 100) == expected)
+    }
+
+    // MARK: the loops
+
+    /// Answers each delivery with what the test scripted for its body's first byte, records the order and how
+    /// many were in flight at most, and holds deliveries while `gate` is closed.
+    final class ScriptedSender: DeliverySending {
+        struct Record {
+            var sent: [UInt8] = []
+            var inFlight = 0
+            var maxInFlight = 0
+            var gateOpen = true
+            var answers: [UInt8: [DeliveryResult]] = [:]
+        }
+        let record = Mutex(Record())
+        let changed = ConditionWaiters()
+
+        func send(_ delivery: ClaimedDelivery, settings: DeliveryLaneSettings) async -> DeliveryResult {
+            let marker = delivery.request.body.first ?? 0
+            record.withLock { record in
+                record.sent.append(marker)
+                record.inFlight += 1
+                record.maxInFlight = max(record.maxInFlight, record.inFlight)
+            }
+            changed.resumeAll()
+            await changed.wait { record.withLock { $0.gateOpen } }
+            let result = record.withLock { record -> DeliveryResult in
+                record.inFlight -= 1
+                guard var queue = record.answers[marker], !queue.isEmpty else {
+                    return .response(status: 204, retryAfter: nil, rateLimitReset: nil)
+                }
+                let first = queue.removeFirst()
+                record.answers[marker] = queue
+                return first
+            }
+            changed.resumeAll()
+            return result
+        }
+
+        func setGate(open: Bool) {
+            record.withLock { $0.gateOpen = open }
+            changed.resumeAll()
+        }
+
+        /// Waits (at most 10 s) until `condition` holds for the record.
+        func wait(_ what: String, _ condition: @escaping @Sendable (Record) -> Bool) async throws {
+            let held = await withTimeLimit(.seconds(10)) {
+                await self.changed.wait { self.record.withLock { condition($0) } }
+            }
+            if !held { throw TestFailure("timed out waiting until \(what); sent \(self.record.withLock { $0.sent })") }
+        }
+    }
+
+    struct TestFailure: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// A spool with a store, the deliverer running over it, and the scripted sender.
+    final class Fixture: Sendable {
+        let directory: String
+        let store: QueueStore
+        let sender = ScriptedSender()
+        let metrics = QueueMetrics()
+        let deliverer: QueueDeliverer
+
+        init(concurrency: Int) async throws {
+            directory = try TestFiles.makeTemporaryDirectory(prefix: "backstop-deliverer")
+            store = try await QueueStore.open(
+                directory: directory, key: KeychainKey.generate(), budget: SpoolBudget(limit: 1 << 30), owner: true)
+            // Redeliveries after 20-40 ms, so a retried delivery comes back quickly.
+            let policy = DeliveryPolicy(
+                maxAge: .seconds(3600),
+                backoff: BackoffConfig(base: .milliseconds(20), max: .milliseconds(40), jitter: .equal))
+            deliverer = QueueDeliverer(
+                store: store, sender: sender,
+                lanes: ["events": DeliveryLaneSettings(concurrency: concurrency, policy: policy)], metrics: metrics,
+                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), seed: 7)
+        }
+
+        @discardableResult
+        func enqueue(_ marker: UInt8, upstream: String = "events") async throws -> DeliveryID {
+            let id = try await store.enqueue(
+                upstream: upstream,
+                QueuedRequest(method: "POST", target: "/hook", headers: [], body: [marker, 1, 2, 3]))
+            deliverer.accepted(upstream: upstream)
+            return id
+        }
+
+        /// Runs `body` with the deliverer running; stops it afterwards and closes the store.
+        func running(_ body: () async throws -> Void) async throws {
+            let deliverer = self.deliverer
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await deliverer.run() }
+                do {
+                    try await body()
+                } catch {
+                    deliverer.stop()
+                    throw error
+                }
+                deliverer.stop()
+                try await group.waitForAll()
+            }
+        }
+
+        func close() async {
+            await store.close()
+            TestFiles.remove(directory)
+        }
+
+        /// Waits (at most 10 s, looking every 10 ms) until the deliverer has recorded what `condition` expects: a
+        /// delivery is settled in the store after the sender returned, so the sender's own record comes first.
+        func eventually(_ what: String, _ condition: () async throws -> Bool) async throws {
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try await !condition() {
+                guard ContinuousClock.now < deadline else { throw TestFailure("timed out waiting until \(what)") }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+
+        func delivered() -> Int { metricCount(#"result="delivered""#) }
+        func dead() -> Int { metricCount(#"result="dead""#) }
+
+        private func metricCount(_ label: String) -> Int {
+            let text = metrics.render(queueUpstreams: ["events"], snapshot: QueueSnapshot(), spoolBytes: 0, now: 0)
+            let line = text.split(separator: "\n").first {
+                $0.hasPrefix("backstop_deliveries_total") && $0.contains(#"upstream="events""#) && $0.contains(label)
+            }
+            return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? -1
+        }
+    }
+
+    @Test("queued deliveries go out oldest first, one at a time with concurrency 1, and leave the queue")
+    func oldestFirst() async throws {
+        let fixture = try await Fixture(concurrency: 1)
+        for marker: UInt8 in 1...5 { try await fixture.enqueue(marker) }
+        try await fixture.running {
+            try await fixture.sender.wait("five were sent") { $0.sent.count == 5 && $0.inFlight == 0 }
+            try await fixture.eventually("five were recorded") { fixture.delivered() == 5 }
+        }
+        let record = fixture.sender.record.withLock { $0 }
+        #expect(record.sent == [1, 2, 3, 4, 5])
+        #expect(record.maxInFlight == 1)
+        #expect(try await fixture.store.list(.queued).isEmpty)
+        #expect(fixture.delivered() == 5)
+        await fixture.close()
+    }
+
+    @Test("no more than queue.concurrency deliveries are in flight; the rest go as slots free up")
+    func concurrencyLimit() async throws {
+        let fixture = try await Fixture(concurrency: 2)
+        fixture.sender.setGate(open: false)
+        for marker: UInt8 in 1...6 { try await fixture.enqueue(marker) }
+        try await fixture.running {
+            try await fixture.sender.wait("two are in flight") { $0.inFlight == 2 }
+            #expect(fixture.sender.record.withLock { $0.sent } == [1, 2])
+            fixture.sender.setGate(open: true)
+            try await fixture.sender.wait("six were sent") { $0.sent.count == 6 && $0.inFlight == 0 }
+            try await fixture.eventually("six were recorded") { fixture.delivered() == 6 }
+        }
+        #expect(fixture.sender.record.withLock { $0.maxInFlight } == 2)
+        #expect(fixture.delivered() == 6)
+        await fixture.close()
+    }
+
+    @Test("a request accepted while the lane sleeps with an empty queue is delivered at once")
+    func acceptanceWakes() async throws {
+        let fixture = try await Fixture(concurrency: 1)
+        try await fixture.running {
+            // Nothing is queued: the lane waits for a wake-up or its 5-s recheck; only the wake-up can bring the
+            // delivery in well under that.
+            let clock = ContinuousClock()
+            let accepted = clock.now
+            try await fixture.enqueue(9)
+            try await fixture.sender.wait("it was sent") { $0.sent == [9] }
+            #expect(clock.now - accepted < .seconds(2))
+            try await fixture.eventually("it was recorded") { fixture.delivered() == 1 }
+        }
+        #expect(fixture.delivered() == 1)
+        await fixture.close()
+    }
+
+    @Test("a 503 is tried again later with the same delivery, a 400 becomes a dead letter")
+    func outcomesSettle() async throws {
+        let fixture = try await Fixture(concurrency: 1)
+        fixture.sender.record.withLock {
+            $0.answers[1] = [
+                .response(status: 503, retryAfter: nil, rateLimitReset: nil), .noResponse("connect-failure"),
+            ]
+            $0.answers[2] = [.response(status: 400, retryAfter: nil, rateLimitReset: nil)]
+        }
+        try await fixture.enqueue(1)
+        let rejected = try await fixture.enqueue(2)
+        try await fixture.running {
+            try await fixture.sender.wait("1 was sent three times") {
+                $0.sent.filter { $0 == 1 }.count == 3 && $0.inFlight == 0
+            }
+            try await fixture.eventually("both were recorded") { fixture.delivered() == 1 && fixture.dead() == 1 }
+        }
+        #expect(fixture.sender.record.withLock { $0.sent.filter { $0 == 2 } } == [2])
+        #expect(try await fixture.store.list(.queued).isEmpty)
+        let dead = try await fixture.store.list(.dead)
+        #expect(dead.map(\.id) == [rejected])
+        #expect(dead.first?.lastOutcome == "status 400")
+        #expect(fixture.delivered() == 1)
+        #expect(fixture.dead() == 1)
+        await fixture.close()
+    }
+
+    @Test("stopping gives deliveries in flight back untried: they stay queued with no attempt counted")
+    func stopGivesBack() async throws {
+        let fixture = try await Fixture(concurrency: 2)
+        fixture.sender.setGate(open: false)
+        let first = try await fixture.enqueue(1)
+        let second = try await fixture.enqueue(2)
+        try await fixture.running {
+            try await fixture.sender.wait("both are in flight") { $0.inFlight == 2 }
+        }
+        let queued = try await fixture.store.list(.queued)
+        #expect(Set(queued.map(\.id)) == [first, second])
+        #expect(queued.allSatisfy { $0.attempts == 0 })
+        #expect(fixture.delivered() == 0)
+        await fixture.close()
+    }
+
+    @Test("an upstream removed by a reload stops claiming; its deliveries stay queued; added back, they go")
+    func reloadRemovesAndAddsLanes() async throws {
+        let fixture = try await Fixture(concurrency: 1)
+        let settings = DeliveryLaneSettings(concurrency: 1, policy: DeliveryPolicy(maxAge: .seconds(3600)))
+        fixture.deliverer.update(lanes: [:])
+        try await fixture.running {
+            let id = try await fixture.enqueue(3)
+            try await fixture.enqueue(4, upstream: "audit")
+            // Queued for upstreams the deliverer does not serve: still queued after a round trip through the store
+            // that a wake-up caused (the enqueue above woke the lane).
+            #expect(try await fixture.store.list(.queued).map(\.id).contains(id))
+            fixture.deliverer.update(lanes: ["events": settings, "audit": settings])
+            try await fixture.sender.wait("both were sent") { Set($0.sent) == [3, 4] && $0.inFlight == 0 }
+            try await fixture.eventually("both were settled") { try await fixture.store.list(.queued).isEmpty }
+        }
+        #expect(try await fixture.store.list(.queued).isEmpty)
+        await fixture.close()
+    }
+}

@@ -1,0 +1,139 @@
+import NIOCore
+import Testing
+
+@testable import BackstopTransport
+
+/// `HTTP1URL` and `HTTP1RequestHead`: what the raw HTTP/1.1 path writes, compared as whole heads.
+@Suite("HTTP/1.1 request head")
+struct HTTP1RequestTests {
+    @Test(arguments: [
+        ("http://127.0.0.1:8080/a/b?x=1", false, "http://127.0.0.1:8080", "127.0.0.1:8080", "/a/b?x=1"),
+        ("https://api.example.com", true, "https://api.example.com", "api.example.com", "/"),
+        ("HTTP://h:1?q", false, "HTTP://h:1", "h:1", "/?q"),
+        ("http://[::1]:9/%2F%2e/?a=1&a=2#frag", false, "http://[::1]:9", "[::1]:9", "/%2F%2e/?a=1&a=2"),
+        ("http://h/p//q;x=1?k=%20&%41#", false, "http://h", "h", "/p//q;x=1?k=%20&%41"),
+    ])
+    func urlsSplitIntoOriginAndTargetByteForByte(
+        url: String, secure: Bool, origin: String, authority: String, target: String
+    ) throws {
+        let parts = try #require(HTTP1URL(url))
+        #expect(parts.secure == secure)
+        #expect(parts.origin == origin)
+        #expect(parts.authority == authority)
+        #expect(parts.target == target)
+    }
+
+    @Test func urlsTheRawPathLeavesToCurl() {
+        for url in ["ftp://h/x", "http:/h/x", "http:///x", "http://user:pw@h/x", "h/x", ""] {
+            #expect(HTTP1URL(url) == nil, "\(url)")
+        }
+    }
+
+    @Test func theHostValueDropsOnlyTheSchemesDefaultPort() throws {
+        #expect(try #require(HTTP1URL("http://h:80/")).hostValue == "h")
+        #expect(try #require(HTTP1URL("https://h:443/")).hostValue == "h")
+        #expect(try #require(HTTP1URL("http://h:443/")).hostValue == "h:443")
+        #expect(try #require(HTTP1URL("http://h:8080/")).hostValue == "h:8080")
+        #expect(try #require(HTTP1URL("http://[::1]:80/")).hostValue == "[::1]")
+    }
+
+    private static func head(_ request: TransportRequest) -> String {
+        var buffer = ByteBufferAllocator().buffer(capacity: 0)
+        let url = HTTP1URL(request.url)!
+        HTTP1RequestHead.write(request, url: url, framing: HTTP1RequestHead.framing(of: request), into: &buffer)
+        return String(buffer: buffer)
+    }
+
+    @Test func aGetCarriesItsFieldsInOrderAndNoFraming() {
+        let request = TransportRequest(
+            url: "http://h:1/p?q", method: "GET",
+            headers: [(name: "Host", value: "up"), (name: "X-Empty", value: ""), (name: "Via", value: "1.1 backstop")])
+        #expect(Self.head(request) == "GET /p?q HTTP/1.1\r\nHost: up\r\nX-Empty:\r\nVia: 1.1 backstop\r\n\r\n")
+    }
+
+    @Test func hostComesFromTheURLWhenTheRequestHasNone() {
+        let request = TransportRequest(url: "https://auth.example:443/token", method: "POST", headers: [])
+        #expect(Self.head(request) == "POST /token HTTP/1.1\r\nHost: auth.example\r\nContent-Length: 0\r\n\r\n")
+    }
+
+    @Test func bodiesAreFramedByTheirLengthOrChunked() {
+        let body = ByteBufferAllocator().buffer(string: "hello")
+        let buffered = TransportRequest(
+            url: "http://h/", method: "PUT", headers: [(name: "Content-Length", value: "99")], body: .buffered(body))
+        #expect(HTTP1RequestHead.framing(of: buffered) == .length(5))
+        #expect(Self.head(buffered) == "PUT / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n")
+        let declared = RequestBodyStream(expectedLength: 7) {}
+        #expect(
+            HTTP1RequestHead.framing(
+                of: TransportRequest(url: "http://h/", method: "POST", headers: [], body: .streaming(declared)))
+                == .length(7))
+        let undeclared = RequestBodyStream(expectedLength: nil) {}
+        let chunked = TransportRequest(
+            url: "http://h/", method: "POST", headers: [(name: "Transfer-Encoding", value: "gzip")],
+            body: .streaming(undeclared))
+        #expect(Self.head(chunked) == "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n")
+        #expect(
+            HTTP1RequestHead.framing(of: TransportRequest(url: "http://h/", method: "DELETE", headers: [])) == .none)
+        #expect(
+            HTTP1RequestHead.framing(
+                of: TransportRequest(url: "http://h/", method: "HEAD", headers: [], body: .buffered(body)))
+                == .none)
+    }
+
+    @Test func fieldsThatWouldSplitALineAreLeftOut() {
+        let request = TransportRequest(
+            url: "http://h/", method: "GET",
+            headers: [
+                (name: "X-A", value: "1\r\nX-Injected: 1"), (name: "X-B\n", value: "2"), (name: "X-C", value: "a\0b"),
+                (name: "X-D", value: "ok"),
+            ])
+        #expect(Self.head(request) == "GET / HTTP/1.1\r\nHost: h\r\nX-D: ok\r\n\r\n")
+    }
+}
+
+/// `IdleConnectionPool`: newest first, bounded, aged out.
+@Suite("Idle connection pool")
+struct IdleConnectionPoolTests {
+    final class Connection {}
+
+    @Test func theNewestIdleConnectionOfTheKeyIsTaken() {
+        var pool = IdleConnectionPool<String, Connection>(capacity: 2, maxAgeMS: 100)
+        let a = Connection()
+        let b = Connection()
+        let c = Connection()
+        let puts = [pool.put(a, "x", now: 0), pool.put(b, "x", now: 1), pool.put(c, "y", now: 2)]
+        #expect(puts == [true, true, false])
+        #expect(pool.count == 2)
+        let taken = [pool.take("y", now: 3), pool.take("x", now: 3), pool.take("x", now: 3), pool.take("x", now: 3)]
+        #expect(taken[0].connection == nil && taken[3].connection == nil)
+        #expect(taken[1].connection === b && taken[2].connection === a)
+        #expect(taken.allSatisfy { $0.expired.isEmpty })
+        #expect(pool.count == 0)
+    }
+
+    @Test func connectionsPastTheirAgeAreHandedBackToClose() {
+        var pool = IdleConnectionPool<String, Connection>(capacity: 4, maxAgeMS: 100)
+        let a = Connection()
+        let b = Connection()
+        _ = pool.put(a, "x", now: 0)
+        _ = pool.put(b, "x", now: 10)
+        let taken = pool.take("x", now: 110)
+        #expect(taken.connection == nil)
+        #expect(taken.expired.count == 2 && taken.expired[0] === b && taken.expired[1] === a)
+        #expect(pool.count == 0)
+    }
+
+    @Test func aConnectionThatWentBadIsRemoved() {
+        var pool = IdleConnectionPool<String, Connection>(capacity: 4)
+        let a = Connection()
+        let b = Connection()
+        _ = pool.put(a, "x", now: 0)
+        _ = pool.put(b, "x", now: 0)
+        let removed = [pool.remove(a, "x"), pool.remove(a, "x")]
+        #expect(removed == [true, false])
+        #expect(pool.count == 1)
+        let rest = pool.removeAll()
+        #expect(rest.count == 1 && rest[0] === b)
+        #expect(pool.count == 0)
+    }
+}

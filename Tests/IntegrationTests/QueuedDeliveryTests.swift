@@ -1,0 +1,220 @@
+import BackstopKeychain
+import BackstopTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+/// Queued delivery through the real daemon (docs/reference/behaviour.md#queued-delivery): `202` only once stored,
+/// the deliverer sending through the upstream's auth with one `Idempotency-Key` per delivery, deliveries surviving
+/// an upstream outage and `kill -9`, dead letters, and `507` when the spool is full.
+@Suite("Queued delivery", .serialized)
+struct QueuedDeliveryTests {
+    private let binary = DaemonProcess.binaryPath()
+
+    /// A daemon with a keychain holding `api/token`, a spool, and upstream `events` (host `events.test`) with
+    /// `delivery: queue` at `origin`.
+    final class Setup: Sendable {
+        let directory: String
+        let port: Int
+        let config: String
+
+        init(origin: TestOrigin, maxBytes: String = "64MiB", extra: String = "") throws {
+            directory = try TestFiles.makeTemporaryDirectory(prefix: "backstop-queued")
+            let opened = try KeychainBootstrap.open(
+                path: directory + "/keychain.bkc", key: .file(path: directory + "/keychain.key"))
+            try opened.keychain.set("api/token", value: Array("queue-t0ken".utf8))
+            port = try FreePort.reserveClosedPort()
+            config = directory + "/backstop.yaml"
+            try """
+            version: 1
+            listen: [127.0.0.1:\(port)]
+            log: {level: info}
+            \(keychainSection(directory: directory))
+            spool: {dir: \(directory)/spool, max_bytes: \(maxBytes)}
+            upstreams:
+              - name: events
+                match: {hosts: [events.test]}
+                url: \(origin.baseURL)
+                auth: {type: static, entry: api/token}
+                delivery: queue
+                retry: {attempts: 1}
+            \(extra)
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        }
+
+        deinit { TestFiles.remove(directory) }
+
+        func post(_ path: String, body: String, headers: [(String, String)] = []) async throws -> RawHTTPResponse {
+            try await RawHTTP.exchange(
+                port: port,
+                request: RawHTTP.request(
+                    "POST", "http://events.test\(path)", host: "events.test", headers: headers, body: Array(body.utf8)),
+                timeout: .seconds(20))
+        }
+
+        func deliveries(_ arguments: [String]) async throws -> String {
+            let result = try await TestProcess.run(
+                DaemonProcess.binaryPath(), ["deliveries"] + arguments + ["--config", config])
+            #expect(result.status == 0, "\(result.standardError)")
+            return result.standardOutput
+        }
+    }
+
+    /// An origin that resets every connection while `down`, else answers `204`.
+    final class SwitchableOrigin: Sendable {
+        final class Flag: Sendable {
+            let down: Atomic<Bool>
+            init(_ down: Bool) { self.down = Atomic(down) }
+        }
+        let flag: Flag
+        let origin: TestOrigin
+
+        init(down: Bool) async throws {
+            let flag = Flag(down)
+            self.flag = flag
+            origin = try await TestOrigin.start { _ in
+                flag.down.load(ordering: .acquiring) ? .reset : .respond(status: 204)
+            }
+        }
+
+        func setDown(_ value: Bool) { flag.down.store(value, ordering: .releasing) }
+    }
+
+    /// Counts what an origin script answered.
+    final class Counter: Sendable {
+        let value = Atomic<Int>(0)
+        /// The count before this call.
+        func next() -> Int { value.add(1, ordering: .relaxed).oldValue }
+    }
+
+    @Test("202 with X-Backstop-Delivery once stored; delivered with the token and the delivery id as Idempotency-Key")
+    func acceptAndDeliver() async throws {
+        let origin = try await TestOrigin.start { _ in .respond(status: 201) }
+        let setup = try Setup(origin: origin)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+
+        let response = try await setup.post("/events?sig=abc", body: #"{"n":1}"#)
+        #expect(response.status == 202)
+        let id = try #require(response.header("X-Backstop-Delivery"))
+        #expect(!id.isEmpty)
+
+        let received = try await origin.waitForRequests(1, timeout: .seconds(10))
+        let request = try #require(received.first)
+        #expect(request.method == "POST")
+        #expect(request.uri == "/events?sig=abc")
+        #expect(request.body == Array(#"{"n":1}"#.utf8))
+        #expect(request.header("Authorization") == "Bearer queue-t0ken")
+        #expect(request.header("Idempotency-Key") == id)
+        #expect(request.header("X-Backstop-Delivery") == nil, "the private delivery header never leaves")
+
+        // Delivered: nothing left to list.
+        try await daemon.waitForOutput(timeout: .seconds(10)) { $0.contains("msg=delivered") }
+        #expect(try await setup.deliveries(["list"]).isEmpty)
+        #expect(!daemon.output.contains("queue-t0ken"))
+        await daemon.stop()
+        try await origin.shutdown()
+    }
+
+    @Test("accepted while the upstream resets every connection; delivered when it is back, one key on every try")
+    func outlivesOutage() async throws {
+        let switchable = try await SwitchableOrigin(down: true)
+        let setup = try Setup(origin: switchable.origin)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+
+        let response = try await setup.post("/hook", body: "payload", headers: [("Idempotency-Key", "client-key-1")])
+        #expect(response.status == 202)
+        // At least one try fails against the reset, then the origin comes back.
+        _ = try await switchable.origin.waitForRequests(1, timeout: .seconds(10))
+        switchable.setDown(false)
+        try await daemon.waitForOutput(timeout: .seconds(15)) { $0.contains("msg=delivered") }
+        let tries = switchable.origin.requests
+        #expect(tries.count >= 2)
+        #expect(tries.allSatisfy { $0.header("Idempotency-Key") == "client-key-1" }, "the client's own key is kept")
+        #expect(tries.allSatisfy { $0.body == Array("payload".utf8) })
+        await daemon.stop()
+        try await switchable.origin.shutdown()
+    }
+
+    @Test("every request that got 202 is delivered after kill -9 and a restart")
+    func survivesKill() async throws {
+        let switchable = try await SwitchableOrigin(down: true)
+        let setup = try Setup(origin: switchable.origin)
+        var daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        var accepted: [String] = []
+        for n in 0..<20 {
+            let response = try await setup.post("/e/\(n)", body: "event \(n)")
+            #expect(response.status == 202)
+            if let id = response.header("X-Backstop-Delivery") { accepted.append(id) }
+        }
+        #expect(accepted.count == 20)
+        daemon.send(signal: SIGKILL)
+        _ = try await daemon.waitForExit(timeout: .seconds(10))
+
+        switchable.setDown(false)
+        daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let deadline = ContinuousClock.now + .seconds(30)
+        var keys = Set<String>()
+        while ContinuousClock.now < deadline {
+            keys = Set(switchable.origin.requests.compactMap { $0.header("Idempotency-Key") })
+            if Set(accepted).isSubset(of: keys), try await setup.deliveries(["list"]).isEmpty { break }
+            _ = try? await switchable.origin.waitForRequests(switchable.origin.requestCount + 1, timeout: .seconds(1))
+        }
+        #expect(Set(accepted).isSubset(of: keys), "missing: \(Set(accepted).subtracting(keys))")
+        #expect(keys.isSubset(of: Set(accepted)), "nothing that did not get 202 is delivered")
+        await daemon.stop()
+        try await switchable.origin.shutdown()
+    }
+
+    @Test("a 400 becomes a dead letter, listed with its outcome; deliveries retry sends it again")
+    func deadLetterAndRetry() async throws {
+        let answers = Counter()
+        let origin = try await TestOrigin.start { _ in
+            answers.next() == 0 ? .respond(status: 400) : .respond(status: 200)
+        }
+        let setup = try Setup(origin: origin)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let response = try await setup.post("/audit", body: "record")
+        let id = try #require(response.header("X-Backstop-Delivery"))
+        try await daemon.waitForOutput(timeout: .seconds(10)) { $0.contains("dead letter") }
+        let dead = try await setup.deliveries(["list", "--dead"])
+        #expect(dead.contains(id))
+        #expect(dead.contains("status 400"))
+
+        _ = try await setup.deliveries(["retry", id])
+        try await daemon.waitForOutput(timeout: .seconds(15)) { $0.contains("msg=delivered") }
+        #expect(origin.requests.count == 2)
+        #expect(try await setup.deliveries(["list", "--dead"]).isEmpty)
+        await daemon.stop()
+        try await origin.shutdown()
+    }
+
+    @Test("507 spool-full once the spool's budget is spent; nothing is kept of the refused request")
+    func spoolFull() async throws {
+        let switchable = try await SwitchableOrigin(down: true)
+        let setup = try Setup(
+            origin: switchable.origin, maxBytes: "1MiB", extra: "limits: {max_request_body: 512KiB}")
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let body = String(repeating: "x", count: 300 * 1024)
+        var statuses: [Int] = []
+        for n in 0..<5 {
+            let response = try await setup.post("/big/\(n)", body: body)
+            statuses.append(response.status)
+            if response.status == 507 {
+                #expect(response.header("X-Backstop-Error") == "spool-full")
+                #expect(response.header("X-Backstop-Delivery") == nil)
+            }
+        }
+        #expect(statuses.prefix(3).allSatisfy { $0 == 202 }, "\(statuses)")
+        #expect(statuses.last == 507, "\(statuses)")
+        let listed = try await setup.deliveries(["list"])
+        #expect(listed.split(separator: "\n").count == statuses.filter { $0 == 202 }.count)
+        await daemon.stop()
+        try await switchable.origin.shutdown()
+    }
+}
