@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -8,15 +10,20 @@ import Darwin
 
 /// Loopback ports for connect-failure tests.
 public enum FreePort {
+    private static let handedOut = Mutex(Set<Int>())
+
     /// A 127.0.0.1 port that refuses connections, for connect-failure tests and for daemons under test to bind.
     ///
     /// Drawn at random from 20000–31999, below Linux's ephemeral range (32768–60999), and checked free by
     /// binding it once: a port from the ephemeral range could be handed to another test's `bind(:0)` a moment
     /// later (seen: a "closed" upstream port answered by another test's proxy).
+    /// Never the same port twice in one test process: several daemons of one test reserve their ports before any
+    /// binds, and two random draws may coincide (seen: a fleet test's daemon finding its admin port taken).
     public static func reserveClosedPort() throws -> Int {
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<200 {
             let port = Int.random(in: 20000..<32000, using: &generator)
+            guard handedOut.withLock({ $0.insert(port).inserted }) else { continue }
             if try isFree(port) { return port }
         }
         throw FreePortError.systemCall("bind (no free port found)", EADDRINUSE)
