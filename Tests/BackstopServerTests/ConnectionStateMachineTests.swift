@@ -99,7 +99,9 @@ struct ConnectionStateMachineTests {
         case intakeEnded(Machine.IntakeOutcome)
     }
 
-    /// `@unchecked Sendable`: rows are immutable test data, built once and only read by the test that runs them.
+    /// `@unchecked Sendable`, safe because: `Event` and `Action` carry machine values that are not declared
+    /// `Sendable` (the product never moves them across threads), but every row is a `let` built once in the static
+    /// `rows` array and only read, by the one test invocation that receives it; nothing mutates it after creation.
     struct Row: CustomTestStringConvertible, @unchecked Sendable {
         let name: String
         let steps: [(Event, [Action])]

@@ -69,8 +69,9 @@ struct ExchangeStateMachineTests {
         case network(ms: Int)
     }
 
-    /// `@unchecked Sendable`: rows are immutable test data (`let`s of values, a `RetryPolicy` that is itself
-    /// immutable), built once and only read by the test that runs them.
+    /// `@unchecked Sendable`, safe because: rows hold machine values not declared `Sendable`, but only as `let`s
+    /// (values, and a `RetryPolicy` that is itself immutable) built once in the static `rows` array and only read by
+    /// the one test invocation that receives each; nothing mutates a row after creation.
     struct Row: CustomTestStringConvertible, @unchecked Sendable {
         let name: String
         let configuration: Machine.Configuration

@@ -142,6 +142,8 @@ struct OutageTests {
             #expect(
                 metrics.contains("backstop_ejections_total{upstream=\"app\",endpoint=\"\(origins[0].baseURL)\"} 1\n"))
 
+            // The condition here is time itself: `circuit.open_for` (1 s) on the daemon's real clock must pass
+            // before a probe is allowed; nothing else announces it.
             try await Task.sleep(for: .milliseconds(1100))
             // open_for has passed: the next request probes endpoint 0 (503: ejected again, for 2 s), and is retried
             // on endpoint 1; the one after does not touch endpoint 0.
@@ -189,6 +191,8 @@ struct OutageTests {
                     "backstop_fast_failures_total{upstream=\"app\",reason=\"circuit-open\"} 21\n"))
 
             healthy.withLockedValue { $0 = true }
+            // The condition here is time itself: `circuit.open_for` (1 s) on the daemon's real clock must pass
+            // before a probe is allowed; nothing else announces it.
             try await Task.sleep(for: .milliseconds(1100))
             let probe = try await Self.get(proxy)
             #expect(probe.status == 200)
