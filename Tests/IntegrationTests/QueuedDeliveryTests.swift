@@ -196,8 +196,10 @@ struct QueuedDeliveryTests {
     @Test(
         "a full disk (a 1 MiB tmpfs in the daemon's own mount namespace): 507 spool-full, and every 202 is delivered",
         .disabled(
-            "first run (2026-11-26): 202s then 507 spool-full as expected, but 1 of 6 accepted was not delivered "
-                + "within 30 s of the origin's return; under investigation (issue 29)"))
+            """
+            first run (2026-11-26): 202s then 507 spool-full as expected, but 1 of 6 accepted was not delivered \
+            within 30 s of the origin's return; under investigation (issue 29)
+            """))
     func diskFull() async throws {
         try #require(
             getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
