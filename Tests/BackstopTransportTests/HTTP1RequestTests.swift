@@ -37,7 +37,7 @@ struct HTTP1RequestTests {
         #expect(try #require(HTTP1URL("http://[::1]:80/")).hostValue == "[::1]")
     }
 
-    private static func head(_ request: TransportRequest) -> String {
+    static func head(_ request: TransportRequest) -> String {
         var buffer = ByteBufferAllocator().buffer(capacity: 0)
         let url = HTTP1URL(request.url)!
         HTTP1RequestHead.write(request, url: url, framing: HTTP1RequestHead.framing(of: request), into: &buffer)
@@ -88,6 +88,47 @@ struct HTTP1RequestTests {
                 (name: "X-D", value: "ok"),
             ])
         #expect(Self.head(request) == "GET / HTTP/1.1\r\nHost: h\r\nX-D: ok\r\n\r\n")
+    }
+}
+
+extension HTTP1RequestTests {
+    /// CR, LF or NUL anywhere in a field of any length (the check reads sixteen bytes at a time) leaves the field
+    /// out, and only that field.
+    @Test func aBreakingByteAtAnyPlaceOfAFieldOfAnyLengthLeavesItOut() {
+        for length in 1...72 {
+            for position in 0..<length {
+                for bad in ["\r", "\n", "\0"] {
+                    var value = Array(repeating: "v", count: length)
+                    value[position] = bad
+                    let request = TransportRequest(
+                        url: "http://h/", method: "GET",
+                        headers: [
+                            (name: "X-Before", value: String(repeating: "b", count: length)),
+                            (name: "X-Bad", value: value.joined()),
+                            (name: "X-After", value: "\t" + String(repeating: "a", count: length)),
+                        ])
+                    let expected =
+                        "GET / HTTP/1.1\r\nHost: h\r\nX-Before: \(String(repeating: "b", count: length))\r\n"
+                        + "X-After: \t\(String(repeating: "a", count: length))\r\n\r\n"
+                    #expect(Self.head(request) == expected, "length \(length), position \(position)")
+                }
+            }
+        }
+    }
+
+    @Test func theHeadBufferHoldsTheSameHeadWithRoomForTheBody() {
+        let request = TransportRequest(
+            url: "http://h:1/p", method: "POST",
+            headers: [
+                (name: "Host", value: "up"), (name: "Authorization", value: String(repeating: "t", count: 1024)),
+            ],
+            body: .buffered(ByteBufferAllocator().buffer(string: "hello")))
+        let url = HTTP1URL(request.url)!
+        let framing = HTTP1RequestHead.framing(of: request)
+        let buffer = HTTP1RequestHead.buffer(
+            request, url: url, framing: framing, extraCapacity: 5, allocator: ByteBufferAllocator())
+        #expect(String(buffer: buffer) == Self.head(request))
+        #expect(buffer.writableBytes >= 5)
     }
 }
 
