@@ -164,6 +164,29 @@ struct IdleConnectionPoolTests {
         #expect(pool.count == 0)
     }
 
+    @Test func keysTakenInTurnEachFindTheirOwnConnections() {
+        var pool = IdleConnectionPool<String, Connection>(capacity: 8, maxAgeMS: 100)
+        let x = [Connection(), Connection()]
+        let y = [Connection(), Connection()]
+        for i in 0..<2 {
+            _ = pool.put(x[i], "x", now: 0)
+            _ = pool.put(y[i], "y", now: 50)
+        }
+        #expect(pool.take("x", now: 60).connection === x[1])
+        #expect(pool.take("y", now: 60).connection === y[1])
+        #expect(pool.take("z", now: 60).connection == nil)
+        #expect(pool.take("x", now: 60).connection === x[0])
+        #expect(pool.take("x", now: 60).connection == nil)
+        // The key used last expires whole, and a connection parked for it afterwards is found again.
+        let expired = pool.take("y", now: 150)
+        #expect(expired.connection == nil && expired.expired.count == 1 && expired.expired[0] === y[0])
+        let again = Connection()
+        #expect(pool.put(again, "y", now: 150))
+        #expect(pool.remove(x[0], "x") == false)
+        #expect(pool.take("y", now: 151).connection === again)
+        #expect(pool.count == 0)
+    }
+
     @Test func aConnectionThatWentBadIsRemoved() {
         var pool = IdleConnectionPool<String, Connection>(capacity: 4)
         let a = Connection()
