@@ -92,10 +92,13 @@ struct ExchangeStateMachine: Equatable {
         case buffered
         /// Sent as it arrives (above `retry_buffer`, or over `limits.buffer_memory`): an attempt sends it once only.
         case streaming(complete: Bool)
+        /// Sent as it arrives and written to the spool meanwhile (docs/reference/behaviour.md#spooled-bodies): every
+        /// attempt sends it from the first byte, even before it is complete.
+        case spooled(complete: Bool)
 
         var replayable: Bool {
             switch self {
-            case .none, .buffered: true
+            case .none, .buffered, .spooled: true
             case .buffering, .streaming: false
             }
         }
@@ -519,7 +522,7 @@ struct ExchangeStateMachine: Equatable {
                 progress.body = .streaming(complete: false)
                 action = .storeBodyAndBeginStreaming
             }
-        case .streaming:
+        case .streaming, .spooled:
             action = .storeBody
         }
         state.progress = progress
@@ -536,10 +539,20 @@ struct ExchangeStateMachine: Equatable {
         return .beginStreaming
     }
 
-    /// The executor turned the body into a stream: the attempt starts now, while the body keeps arriving.
-    mutating func streamingBegan(now: Duration) -> Action {
-        guard case .receivingBody(let progress) = state else { return .none }
+    /// The executor turned the body into a stream (`spooled`: kept in the spool as it streams): the attempt starts
+    /// now, while the body keeps arriving.
+    mutating func streamingBegan(now: Duration, spooled: Bool = false) -> Action {
+        guard case .receivingBody(var progress) = state else { return .none }
+        if spooled, case .streaming(let complete) = progress.body { progress.body = .spooled(complete: complete) }
         return prepareAttempt(progress, now: now)
+    }
+
+    /// The spool could not keep the body any more (its disk is full): what is left streams once, not retried.
+    mutating func spoolFailed(now: Duration) -> Action {
+        guard var progress = state.progress, case .spooled(let complete) = progress.body else { return .none }
+        progress.body = .streaming(complete: complete)
+        state.progress = progress
+        return .none
     }
 
     /// The request's last body byte arrived.
@@ -555,6 +568,10 @@ struct ExchangeStateMachine: Equatable {
             return prepareAttempt(progress, now: now)
         case .streaming:
             progress.body = .streaming(complete: true)
+            state.progress = progress
+            return .finishBodyStream
+        case .spooled:
+            progress.body = .spooled(complete: true)
             state.progress = progress
             return .finishBodyStream
         }
