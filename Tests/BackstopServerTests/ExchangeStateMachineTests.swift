@@ -169,19 +169,25 @@ struct ExchangeStateMachineTests {
                 (.head(head(200), generation: 3, ms: 200), deliver(head(200), generation: 3, attempts: 3)),
             ]),
         Row(
-            name: "a spool that fails (its disk full) leaves a stream: a reset is then not retried",
+            name: "a spool that fails (its disk full) before a response: 507 spool-full, the attempt let go",
             configuration: configuration(method: "PUT", hasBody: true, declaredLength: 2000),
             steps: [
                 (.start(), .beginStreaming), (.spooledStreamingBegan, start()), (.body(1000), .storeBody),
-                (.spoolFailed, .none), (.spoolFailed, .none), (.body(1000), .storeBody),
-                (.bodyEnded(), .finishBodyStream),
                 (
-                    .failure(reset),
+                    .spoolFailed,
                     .end(
-                        .failedLocally(.upstreamUnreachable, requestComplete: true),
-                        record(502, giveUp: .bodyNotReplayable, condition: .reset, failure: reset),
-                        report: .failed(reset))
+                        .failedLocally(.spoolFull, requestComplete: false),
+                        record(507, complete: false), report: nil)
                 ),
+                (.spoolFailed, .none), (.body(1000), .none),
+            ]),
+        Row(
+            name: "a spool that fails while the response is relayed: the body is no longer kept",
+            configuration: configuration(method: "PUT", hasBody: true, declaredLength: 2000),
+            steps: [
+                (.start(), .beginStreaming), (.spooledStreamingBegan, start()),
+                (.head(head(200)), deliver(head(200))), (.spoolFailed, .none),
+                (.failure(reset), .end(.aborted(.upstreamBrokeMidResponse), record(200, failure: reset, complete: false), report: nil)),
             ]),
         Row(
             name: "a chunked body crossing retry_buffer turns into a stream with its part",

@@ -547,12 +547,15 @@ struct ExchangeStateMachine: Equatable {
         return prepareAttempt(progress, now: now)
     }
 
-    /// The spool could not keep the body any more (its disk is full): what is left streams once, not retried.
+    /// The spool could not write the body (its filesystem is full): it cannot be sent whole, so the request ends
+    /// with 507 `spool-full`, attempts in flight let go; a response already under way is cut instead (the executor
+    /// failed the body its attempt was reading).
     mutating func spoolFailed(now: Duration) -> Action {
         guard var progress = state.progress, case .spooled(let complete) = progress.body else { return .none }
         progress.body = .streaming(complete: complete)
         state.progress = progress
-        return .none
+        if case .relaying = state { return .none }
+        return endLocally(.spoolFull, progress)
     }
 
     /// The request's last body byte arrived.
