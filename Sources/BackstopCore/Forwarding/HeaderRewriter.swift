@@ -34,6 +34,12 @@ public enum HeaderRewriter {
         return count
     }
 
+    /// Whether a comma-separated field value (`Connection`) lists `token`: ASCII case-insensitive, spaces and tabs
+    /// around an entry ignored.
+    public static func value(_ value: String, lists token: String) -> Bool {
+        value.split(separator: ",").contains { $0.trimmingCharacters(in: " \t").caseInsensitiveEquals(token) }
+    }
+
     /// A request carrying this many Backstop `Via` entries is refused with 508 `loop-detected`.
     public static let viaLoopLimit = 8
 

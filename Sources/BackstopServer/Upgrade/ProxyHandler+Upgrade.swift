@@ -14,7 +14,7 @@ extension ProxyHandler {
         context: ChannelHandlerContext
     ) -> Bool {
         guard case .upstream(let upstream, let path) = accepted.destination, !accepted.framing.hasBody,
-            let upgrade = UpgradeRelay.requestedUpgrade(head),
+            let upgrade = accepted.upgrade,
             let opener = runtime.transport as? any ConnectionOpening
         else { return false }
         // Admission refuses upgrades to an upstream with `upgrades: false` before this (400 upgrade-not-allowed).

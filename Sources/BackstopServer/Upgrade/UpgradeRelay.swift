@@ -94,17 +94,6 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
 
     private var now: Duration { runtime.clock.monotonic() }
 
-    /// The `Upgrade` value of a request that asks for a protocol upgrade: an HTTP/1.1 request with `Upgrade` and
-    /// `upgrade` listed in `Connection` (RFC 9110 §7.8). Nil for any other request, which is forwarded as usual
-    /// (`Upgrade` is hop-by-hop and dropped).
-    static func requestedUpgrade(_ head: HTTPRequestHead) -> String? {
-        guard head.version == .http1_1, let upgrade = head.headers.first(name: "upgrade"), !upgrade.isEmpty else {
-            return nil
-        }
-        let listed = head.headers[canonicalForm: "connection"].contains { String($0).caseInsensitiveEquals("upgrade") }
-        return listed ? upgrade : nil
-    }
-
     // MARK: channel events
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
