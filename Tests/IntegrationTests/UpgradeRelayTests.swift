@@ -9,11 +9,12 @@ import Testing
 struct UpgradeRelayTests {
     static let key = "dGhlIHNhbXBsZSBub25jZQ=="
 
-    /// Sends a WebSocket handshake for `host` through the proxy and reads until the response head is complete.
-    private static func handshake(_ socket: BlockingSocket, host: String, path: String = "/ws") -> String {
+    /// Sends a WebSocket handshake for `host` through the proxy (with `fields`, each `Name: value\r\n`) and reads
+    /// until the response head is complete.
+    static func handshake(_ socket: BlockingSocket, host: String, path: String = "/ws", fields: String = "") -> String {
         _ = socket.send(
             "GET http://\(host)\(path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\r\n")
+                + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\(fields)\r\n")
         _ = read(socket, timeout: .seconds(10)) { $0.firstRange(of: Array("\r\n\r\n".utf8)) != nil }
         let received = socket.received
         guard let end = received.firstRange(of: Array("\r\n\r\n".utf8)) else {
@@ -25,7 +26,7 @@ struct UpgradeRelayTests {
 
     /// Reads until `done` holds for what was received, the peer closes, or `timeout`; true when `done` held.
     @discardableResult
-    private static func read(_ socket: BlockingSocket, timeout: Duration, until done: ([UInt8]) -> Bool) -> Bool {
+    static func read(_ socket: BlockingSocket, timeout: Duration, until done: ([UInt8]) -> Bool) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while !done(socket.received) {
             guard ContinuousClock.now < deadline,
@@ -36,7 +37,7 @@ struct UpgradeRelayTests {
     }
 
     /// Sends a masked text frame and reads the echoed frame back.
-    private static func echo(_ socket: BlockingSocket, _ text: String) -> String? {
+    static func echo(_ socket: BlockingSocket, _ text: String) -> String? {
         _ = socket.send(WebSocketFrames.encode(opcode: WebSocketFrames.text, payload: Array(text.utf8), masked: true))
         read(socket, timeout: .seconds(10)) { WebSocketFrames.decode($0) != nil }
         guard let frame = WebSocketFrames.decode(socket.received) else { return nil }
