@@ -59,7 +59,9 @@ struct UpgradeHandshakeTests {
                 == .retry(after: .milliseconds(100), reason: .status(503)))
         #expect(m.deadline == Self.t0 + .milliseconds(100))
         #expect(m.timerFired(now: Self.t0 + .milliseconds(99), wall: 0, random: &random) == .none)
-        #expect(m.timerFired(now: Self.t0 + .milliseconds(100), wall: 0, random: &random) == .attempt(number: 2, credential: Self.key))
+        #expect(
+            m.timerFired(now: Self.t0 + .milliseconds(100), wall: 0, random: &random)
+                == .attempt(number: 2, credential: Self.key))
         #expect(
             m.responseHead(status: 403, retryAfter: nil, rateLimitReset: nil, now: Self.t0, wall: 0, random: &random)
                 == .relayResponse(attempts: 2))
@@ -129,7 +131,8 @@ struct UpgradeHandshakeTests {
     @Test mutating func a401RefreshesTheTokenOnceAndReplaysTheHandshakeWithTheNewOne() {
         var m = Self.machine(credential: .oauth2(refreshOn: [401]))
         #expect(
-            m.credentialAcquired(.token(Self.token1), now: Self.t0) == .attempt(number: 1, credential: .token(Self.token1)))
+            m.credentialAcquired(.token(Self.token1), now: Self.t0)
+                == .attempt(number: 1, credential: .token(Self.token1)))
         #expect(head(&m, 401, at: Self.t0 + .milliseconds(10)) == .refreshCredential(rejected: Self.token1))
         // The refused answer is held at most until the request's total deadline.
         #expect(m.state == .awaitingRefresh(number: 1, deadline: Self.t0 + .seconds(10)))

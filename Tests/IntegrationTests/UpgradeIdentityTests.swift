@@ -11,15 +11,6 @@ import Testing
 struct UpgradeIdentityTests {
     typealias Relay = UpgradeRelayTests
 
-    /// The handshake's answer with its body, read until Backstop closes the connection.
-    static func refusedHandshake(_ port: Int, host: String, path: String) throws -> String {
-        let socket = try BlockingSocket(port: port)
-        _ = socket.send(
-            "GET http://\(host)\(path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                + "Sec-WebSocket-Key: \(Relay.key)\r\nSec-WebSocket-Version: 13\r\n\r\n")
-        return String(decoding: socket.readUntilClosed(timeout: .seconds(10)), as: UTF8.self)
-    }
-
     @Test(
         "a 401 to the handshake: the token is refreshed once at the token endpoint and the handshake replayed with it, then 101 and echo; a second 401 goes to the client; a failed refresh relays the 401 with token-refresh-failed"
     )
@@ -64,7 +55,7 @@ struct UpgradeIdentityTests {
 
             // Refused again after the replay: the second 401 is the client's, and only one refresh was made for it.
             let always = try await BlockingSocket.onThread {
-                try Self.refusedHandshake(port, host: "api.test", path: "/always")
+                try Relay.answer(port, host: "api.test", path: "/always")
             }()
             #expect(always.hasPrefix("HTTP/1.1 401 "), "\(always)")
             #expect(always.contains("X-Backstop-Attempts: 2\r\n"), "\(always)")
@@ -77,7 +68,7 @@ struct UpgradeIdentityTests {
             auth.revokeAllAccessTokens()
             auth.update { $0.invalidGrant = true }
             let failed = try await BlockingSocket.onThread {
-                try Self.refusedHandshake(port, host: "api.test", path: "/ws")
+                try Relay.answer(port, host: "api.test", path: "/ws")
             }()
             #expect(failed.hasPrefix("HTTP/1.1 401 "), "\(failed)")
             #expect(failed.contains("X-Backstop-Error: token-refresh-failed\r\n"), "\(failed)")
@@ -155,16 +146,10 @@ struct UpgradeIdentityTests {
         "an aws_sigv4 upstream: botocore accepts the handshake's signature (path with a space, repeated and reserved query characters, a session token; the client's Authorization replaced) and switches; a wrong secret is refused with 403"
     )
     func sigV4() async throws {
-        let port = try FreePort.reserveClosedPort()
         let keys = (access: "AKIDUPGRADE", secret: "upgrade/secret+key=", token: "session//token+=")
-        let origin = try DaemonProcess.start(
-            binary: "/usr/bin/env",
-            arguments: [
-                "python3", SigV4LiveTests.scripts + "/botocore-origin.py", String(port), keys.access, keys.secret,
-                keys.token,
-            ])
+        let (origin, port) = try await SigV4LiveTests.startBotocoreOrigin(
+            access: keys.access, secret: keys.secret, token: keys.token)
         defer { origin.send(signal: SIGKILL) }
-        try await origin.waitUntilListening(port: port)
         let (keychain, directory) = try TokenRefreshTests.makeKeychain([
             "aws/access": keys.access, "aws/secret": keys.secret, "aws/token": keys.token, "aws/wrong": "not-it",
         ])
@@ -192,7 +177,7 @@ struct UpgradeIdentityTests {
                 socket, host: "api.test", path: "/live%20feed?b=2&a=1&a=0&x=%2F%3D%26&q=a/b:c@d",
                 fields: "Authorization: Bearer the-clients-own\r\n")
             let echoed = Relay.echo(socket, "signed")
-            return (head, echoed, try Self.refusedHandshake(proxyPort, host: "wrong.test", path: "/live"))
+            return (head, echoed, try Relay.answer(proxyPort, host: "wrong.test", path: "/live"))
         }()
         #expect(head.hasPrefix("HTTP/1.1 101 "), "\(head)")
         #expect(head.contains("Upgrade: websocket\r\n"), "\(head)")
@@ -203,8 +188,7 @@ struct UpgradeIdentityTests {
         await proxy.stop()
         let log = capture.all.joined(separator: "\n")
         #expect(!log.contains(keys.secret) && !log.contains(keys.token))
-        // Measured: SIGTERM leaves this origin running until `stop`'s 10 s limit; it has nothing to drain.
-        origin.send(signal: SIGKILL)
+        origin.send(signal: SIGKILL)  // SIGTERM leaves the origin running until `stop`'s 10 s limit (measured)
         await origin.stop()
     }
 
@@ -254,7 +238,10 @@ struct UpgradeIdentityTests {
         #expect(TracedRequestTests.string(server, "backstop.upstream") == "live")
         #expect(TracedRequestTests.statusCode(server) == "STATUS_CODE_UNSET")
         let clients = spans.filter { $0["kind"] as? String == "SPAN_KIND_CLIENT" }
-            .sorted { (TracedRequestTests.int($0, "backstop.attempt") ?? 0) < (TracedRequestTests.int($1, "backstop.attempt") ?? 0) }
+            .sorted {
+                (TracedRequestTests.int($0, "backstop.attempt") ?? 0)
+                    < (TracedRequestTests.int($1, "backstop.attempt") ?? 0)
+            }
         try #require(clients.count == 2)
         for (index, client) in clients.enumerated() {
             #expect(client["parent_span_id"] as? String == server["span_id"] as? String)

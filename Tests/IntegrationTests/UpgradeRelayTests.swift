@@ -9,12 +9,17 @@ import Testing
 struct UpgradeRelayTests {
     static let key = "dGhlIHNhbXBsZSBub25jZQ=="
 
+    /// A WebSocket handshake for `host` as a client sends it to the proxy (absolute form), with `fields` (each
+    /// `Name: value\r\n`).
+    static func request(host: String, path: String, fields: String = "") -> String {
+        "GET http://\(host)\(path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\(fields)\r\n"
+    }
+
     /// Sends a WebSocket handshake for `host` through the proxy (with `fields`, each `Name: value\r\n`) and reads
     /// until the response head is complete.
     static func handshake(_ socket: BlockingSocket, host: String, path: String = "/ws", fields: String = "") -> String {
-        _ = socket.send(
-            "GET http://\(host)\(path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\(fields)\r\n")
+        _ = socket.send(request(host: host, path: path, fields: fields))
         _ = read(socket, timeout: .seconds(10)) { $0.firstRange(of: Array("\r\n\r\n".utf8)) != nil }
         let received = socket.received
         guard let end = received.firstRange(of: Array("\r\n\r\n".utf8)) else {
@@ -22,6 +27,14 @@ struct UpgradeRelayTests {
         }
         socket.forget(end.upperBound)
         return String(decoding: received[..<end.upperBound], as: UTF8.self)
+    }
+
+    /// Sends a WebSocket handshake for `host` through the proxy on a connection of its own and reads the answer
+    /// (head and body) until Backstop closes the connection, at most 10 s: for answers that are not a `101`.
+    static func answer(_ port: Int, host: String, path: String = "/ws") throws -> String {
+        let socket = try BlockingSocket(port: port)
+        _ = socket.send(request(host: host, path: path))
+        return String(decoding: socket.readUntilClosed(timeout: .seconds(10)), as: UTF8.self)
     }
 
     /// Reads until `done` holds for what was received, the peer closes, or `timeout`; true when `done` held.
@@ -129,13 +142,7 @@ struct UpgradeRelayTests {
               - {name: live, match: {hosts: [live.test]}, url: \(origin.baseURL)}
             """, capture: capture)
         let port = proxy.port
-        let answer = try await BlockingSocket.onThread { () -> String in
-            let socket = try BlockingSocket(port: port)
-            _ = socket.send(
-                "GET http://live.test/ws HTTP/1.1\r\nHost: live.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                    + "Sec-WebSocket-Key: \(Self.key)\r\nSec-WebSocket-Version: 13\r\n\r\n")
-            return String(decoding: socket.readUntilClosed(timeout: .seconds(10)), as: UTF8.self)
-        }()
+        let answer = try await BlockingSocket.onThread { try Self.answer(port, host: "live.test") }()
         #expect(answer.hasPrefix("HTTP/1.1 200 OK\r\n"), "\(answer)")
         #expect(answer.contains("Content-Length: 12\r\n"))
         #expect(answer.lowercased().contains("connection: close\r\n"))
