@@ -12,7 +12,7 @@ struct UpgradeIdentityTests {
     typealias Relay = UpgradeRelayTests
 
     @Test(
-        "a 401 to the handshake: the token is refreshed once at the token endpoint and the handshake replayed with it, then 101 and echo; a second 401 goes to the client; a failed refresh relays the 401 with token-refresh-failed"
+        "a 401 to the handshake: the token is refreshed once at the token endpoint (once for four handshakes refused at once) and each handshake replayed with it, then 101 and echo; a second 401 goes to the client; a failed refresh relays the 401 with token-refresh-failed"
     )
     func refusedTokenRefreshedAndReplayed() async throws {
         let auth = try await TestAuthServer.start()
@@ -37,21 +37,31 @@ struct UpgradeIdentityTests {
         var failure: (any Error)?
         do {
             let port = proxy.port
-            let (head, echoed) = try await BlockingSocket.onThread { () -> (String, String?) in
-                let socket = try BlockingSocket(port: port)
-                let head = Relay.handshake(socket, host: "api.test")
-                return (head, Relay.echo(socket, "after the refresh"))
-            }()
-            #expect(head.hasPrefix("HTTP/1.1 101 "), "\(head)")
-            #expect(head.contains("X-Backstop-Attempts: 2\r\n"), "\(head)")
-            #expect(echoed == "after the refresh")
+            // Four handshakes refused at once: one refresh for all of them, each replayed once with its result. The
+            // slow token endpoint keeps the refresh running until every handshake was sent with the stale token.
+            auth.update { $0.answerDelay = .milliseconds(500) }
+            let clients = (0..<4).map { index in
+                BlockingSocket.onThread { () -> (String, String?) in
+                    let socket = try BlockingSocket(port: port)
+                    let head = Relay.handshake(socket, host: "api.test", path: "/ws?client=\(index)")
+                    return (head, Relay.echo(socket, "after the refresh \(index)"))
+                }
+            }
+            for (index, client) in clients.enumerated() {
+                let (head, echoed) = try await client()
+                #expect(head.hasPrefix("HTTP/1.1 101 "), "\(head)")
+                #expect(head.contains("X-Backstop-Attempts: 2\r\n"), "\(head)")
+                #expect(echoed == "after the refresh \(index)")
+            }
             #expect(auth.tokenCalls == 1)
+            auth.update { $0.answerDelay = nil }
             let sent = origin.handshakes.map { $0.field("Authorization") }
-            try #require(sent.count == 2)
-            #expect(sent[0] == "Bearer \(stale)")
-            #expect(sent[1] != sent[0] && auth.isAuthorized(authorization: sent[1]), "\(sent)")
-            let line = try #require(try await capture.waitFor("request", count: 1).first)
-            #expect(line.contains("status=101") && line.contains("attempts=2"), "\(line)")
+            try #require(sent.count == 8)
+            #expect(sent.filter { $0 == "Bearer \(stale)" }.count == 4, "\(sent)")
+            let fresh = sent.filter { $0 != "Bearer \(stale)" }
+            #expect(fresh.count == 4 && Set(fresh).count == 1 && auth.isAuthorized(authorization: fresh[0]), "\(sent)")
+            let lines = try await capture.waitFor("request", count: 4)
+            #expect(lines.allSatisfy { $0.contains("status=101") && $0.contains("attempts=2") }, "\(lines)")
 
             // Refused again after the replay: the second 401 is the client's, and only one refresh was made for it.
             let always = try await BlockingSocket.onThread {
@@ -62,7 +72,7 @@ struct UpgradeIdentityTests {
             #expect(!always.contains("X-Backstop-Error"), "\(always)")
             #expect(always.hasSuffix("\r\n\r\ndenied"), "\(always)")
             #expect(auth.tokenCalls == 2)
-            #expect(origin.handshakes.count == 4)
+            #expect(origin.handshakes.count == 10)
 
             // The refresh fails (invalid_grant): the upstream's 401 is relayed, saying why it was not replayed.
             auth.revokeAllAccessTokens()
@@ -74,9 +84,9 @@ struct UpgradeIdentityTests {
             #expect(failed.contains("X-Backstop-Error: token-refresh-failed\r\n"), "\(failed)")
             #expect(failed.hasSuffix("\r\n\r\ndenied"), "\(failed)")
             #expect(auth.tokenCalls == 3)
-            #expect(origin.handshakes.count == 5)
-            let lines = try await capture.waitFor("request", count: 3)
-            #expect(lines.last?.contains("error=token-refresh-failed") == true, "\(lines)")
+            #expect(origin.handshakes.count == 11)
+            let all = try await capture.waitFor("request", count: 6)
+            #expect(all.last?.contains("error=token-refresh-failed") == true, "\(all)")
             let log = capture.all.joined(separator: "\n")
             for secret in auth.issuedSecrets { #expect(!log.contains(secret)) }
         } catch {
