@@ -158,8 +158,10 @@ struct UpgradeRelayTests {
     }
 
     @Test(
-        "the handshake is retried after a 503 and after a closed connection, then switches; retries on the access line")
+        "the handshake is retried after a 503 and after a closed connection, then switches; retries on the access line; without tracing the client's traceparent passes unchanged"
+    )
     func handshakeRetried() async throws {
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         let origin = try await WebSocketEchoOrigin.start { number, _ in
             switch number {
             case 1: .respond(status: 503, body: "busy")
@@ -179,13 +181,15 @@ struct UpgradeRelayTests {
         let port = proxy.port
         let (head, echoed) = try await BlockingSocket.onThread { () -> (String, String?) in
             let socket = try BlockingSocket(port: port)
-            let head = Self.handshake(socket, host: "live.test")
+            let head = Self.handshake(socket, host: "live.test", fields: "traceparent: \(traceparent)\r\n")
             return (head, Self.echo(socket, "after retries"))
         }()
         #expect(head.hasPrefix("HTTP/1.1 101 "), "\(head)")
         #expect(head.contains("X-Backstop-Attempts: 3\r\n"))
         #expect(echoed == "after retries")
         #expect(origin.handshakes.count == 3)
+        // Without `tracing`, the client's traceparent goes to every attempt unchanged.
+        #expect(origin.handshakes.allSatisfy { $0.field("traceparent") == traceparent })
         let request = try #require(try await capture.waitFor("request", count: 1).first)
         #expect(request.contains("attempts=3"), "\(request)")
         #expect(request.contains("retries=503,reset"), "\(request)")
