@@ -130,12 +130,7 @@ enum RequestAdmission {
         -> ExchangeStateMachine.Configuration
     {
         let upstream = accepted.destination.upstream
-        let credential: ExchangeStateMachine.CredentialKind
-        switch upstream?.auth {
-        case .staticToken?, .awsSigV4?: credential = .staticValue
-        case .oauth2(_, let config)?: credential = .oauth2(refreshOn: config.refreshOn)
-        case .none?, nil: credential = .none
-        }
+        let credential = upstream?.auth.credentialKind ?? .none
         let keyHeader = upstream?.config.retry.retryNonIdempotentWithKey
         let bodyMustBeKept: Bool =
             if case .awsSigV4(let source)? = upstream?.auth { source.payload == .signed } else { false }

@@ -117,4 +117,14 @@ enum AuthRuntime: Sendable {
         case .oauth2(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
         }
     }
+
+    /// What the request machines need to know of it (`ExchangeStateMachine`, `UpgradeHandshake`): whether a
+    /// response status means "refresh the token and replay".
+    var credentialKind: ExchangeStateMachine.CredentialKind {
+        switch self {
+        case .staticToken, .awsSigV4: .staticValue
+        case .oauth2(_, let config): .oauth2(refreshOn: config.refreshOn)
+        case .none: .none
+        }
+    }
 }

@@ -23,7 +23,7 @@ extension ProxyHandler {
         cancelTimer()
         let relay = UpgradeRelay(
             request: UpgradeRelay.Request(
-                head: head, upstream: upstream, path: path, upgrade: upgrade,
+                head: head, upstream: upstream, path: path, target: accepted.target, upgrade: upgrade,
                 record: AccessRecord.Request(
                     client: clientAddress, method: head.method.rawValue, host: accepted.clientHost,
                     path: accepted.target.path, clientEntry: clientEntry)),
