@@ -81,7 +81,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     private var answered = false
     private var switchedAt: Duration?
     private var lastActivity: Duration
-    private var endReason = "closed"
+    private var endReason = RelayEnd.closed
     private var random = SystemRandomNumberGenerator()
     private var ended = false
     /// The access line (and the server span) of the handshake was written.
@@ -153,12 +153,12 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if endReason == "closed" { endReason = "client-error" }
+        if endReason == .closed { endReason = .clientError }
         close()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if phase == .relaying, endReason == "closed" { endReason = "client-closed" }
+        if phase == .relaying, endReason == .closed { endReason = .clientClosed }
         end()
         context.fireChannelInactive()
     }
@@ -460,10 +460,10 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             unsent -= count
             resumeReadingIfPending()
         case .closed:
-            endReason = "upstream-closed"
+            endReason = .upstreamClosed
             closeAfterWrites()
         case .failure:
-            endReason = "upstream-error"
+            endReason = .upstreamError
             closeAfterWrites()
         }
     }
@@ -570,7 +570,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             "upstream": .string(request.upstream.config.name),
             "path": .string(request.record.path),
             "protocol": .string(request.upgrade),
-            "end": .string(endReason),
+            "end": .string(endReason.rawValue),
             "bytes_up": .stringConvertible(bytesUp),
             "bytes_down": .stringConvertible(bytesDown),
             "ms": .stringConvertible(Milliseconds(now - switchedAt)),
@@ -626,7 +626,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             return
         case .relaying:
             if now >= lastActivity + relayIdleTimeout {
-                endReason = "idle-timeout"
+                endReason = .idleTimeout
                 close()
                 return
             }
