@@ -187,7 +187,10 @@ struct ExchangeStateMachineTests {
             steps: [
                 (.start(), .beginStreaming), (.spooledStreamingBegan, start()),
                 (.head(head(200)), deliver(head(200))), (.spoolFailed, .none),
-                (.failure(reset), .end(.aborted(.upstreamBrokeMidResponse), record(200, failure: reset, complete: false), report: nil)),
+                (
+                    .failure(reset),
+                    .end(.aborted(.upstreamBrokeMidResponse), record(200, failure: reset, complete: false), report: nil)
+                ),
             ]),
         Row(
             name: "a chunked body crossing retry_buffer turns into a stream with its part",

@@ -55,7 +55,8 @@ struct SpooledBodyTests {
                 retry: {attempts: 3, methods: [PUT], backoff: {base: 10ms, max: 50ms}}
                 timeouts: {per_try: 120s, total: 300s}
             """.write(toFile: config, atomically: true, encoding: .utf8)
-            daemon = try DaemonProcess.start(binary: DaemonProcess.binaryPath(), arguments: ["run", "--config", config])
+            daemon = try DaemonProcess.start(
+                binary: DaemonProcess.binaryPath(), arguments: ["run", "--config", config])
             try await daemon.waitUntilListening(port: port)
         }
 

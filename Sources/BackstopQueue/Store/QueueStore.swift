@@ -166,27 +166,27 @@ public final class QueueStore: Sendable {
         let (rows, expired) = try await run(
             writes: true,
             { connection -> ([Row], [DeliveryID]) in
-            let (busy, sending) = self.claims.withLock {
-                ($0.held(upstream, at: Self.seconds(now)), $0.sendingCount(upstream))
-            }
-            // One statement text whatever is in flight, so it is prepared once.
-            let busyList = SQLiteHandle.Value.text(Self.jsonArray(busy))
-            let expired = try connection.query(
-                "UPDATE deliveries SET state = 1, last_outcome = CASE WHEN last_outcome IS NULL THEN 'expired' "
-                    + "ELSE 'expired (last: ' || last_outcome || ')' END "
-                    + "WHERE upstream = ? AND state = 0 AND clock_start <= ? "
-                    + "AND seq NOT IN (SELECT value FROM json_each(?)) RETURNING id",
-                [.text(upstream), .integer(expiredBefore), busyList]
-            ).compactMap { $0.text(0).flatMap(DeliveryID.init) }
-            let available = concurrency - sending
-            guard available > 0 else { return ([], expired) }
-            let rows = try connection.query(
-                "SELECT seq, id, accepted_at, clock_start, attempts, head, body FROM deliveries "
-                    + "WHERE upstream = ? AND state = 0 AND next_at <= ? "
-                    + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
-                [.text(upstream), .integer(now), busyList, .integer(available)]
-            ).compactMap(Row.init)
-            return (rows, expired)
+                let (busy, sending) = self.claims.withLock {
+                    ($0.held(upstream, at: Self.seconds(now)), $0.sendingCount(upstream))
+                }
+                // One statement text whatever is in flight, so it is prepared once.
+                let busyList = SQLiteHandle.Value.text(Self.jsonArray(busy))
+                let expired = try connection.query(
+                    "UPDATE deliveries SET state = 1, last_outcome = CASE WHEN last_outcome IS NULL THEN 'expired' "
+                        + "ELSE 'expired (last: ' || last_outcome || ')' END "
+                        + "WHERE upstream = ? AND state = 0 AND clock_start <= ? "
+                        + "AND seq NOT IN (SELECT value FROM json_each(?)) RETURNING id",
+                    [.text(upstream), .integer(expiredBefore), busyList]
+                ).compactMap { $0.text(0).flatMap(DeliveryID.init) }
+                let available = concurrency - sending
+                guard available > 0 else { return ([], expired) }
+                let rows = try connection.query(
+                    "SELECT seq, id, accepted_at, clock_start, attempts, head, body FROM deliveries "
+                        + "WHERE upstream = ? AND state = 0 AND next_at <= ? "
+                        + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
+                    [.text(upstream), .integer(now), busyList, .integer(available)]
+                ).compactMap(Row.init)
+                return (rows, expired)
             },
             // Held only once the claim committed: a batch that fails (another write in it did not fit a full disk)
             // claims nothing, instead of leaving rows held that no delivery will ever settle.

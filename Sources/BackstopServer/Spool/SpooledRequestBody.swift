@@ -173,7 +173,8 @@ final class SpooledRequestBody {
             var result = Result<SpoolReader.ReadResult, SpoolError>.success(.pending)
             buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.readSize) { raw in
                 do throws(SpoolError) {
-                    let read = try lane.reader.read(into: UnsafeMutableRawBufferPointer(rebasing: raw[..<Self.readSize]))
+                    let read = try lane.reader.read(
+                        into: UnsafeMutableRawBufferPointer(rebasing: raw[..<Self.readSize]))
                     result = .success(read)
                     if case .bytes(let n) = read { return n }
                 } catch {
