@@ -29,7 +29,7 @@ struct SpooledBodyTests {
         }
     }
 
-    /// A daemon with a spool and upstream `big` (host `big.test`, PUT retried on a reset).
+    /// A daemon with a spool, no keychain, and upstream `big` (host `big.test`, PUT retried on a reset).
     final class Setup: Sendable {
         let directory: String
         let spool: String
@@ -38,8 +38,8 @@ struct SpooledBodyTests {
 
         init(origin: TestOrigin, maxBytes: String = "1GiB", maxBody: String = "300MiB") async throws {
             directory = try TestFiles.makeTemporaryDirectory(prefix: "backstop-spooled")
+            // Not created here: without a keychain (so without a delivery queue) the daemon creates it itself.
             spool = directory + "/spool"
-            try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
             port = try FreePort.reserveClosedPort()
             let config = directory + "/backstop.yaml"
             try """

@@ -68,7 +68,7 @@ public final class QueueStore: Sendable {
         newID: (@Sendable () -> DeliveryID)? = nil
     ) async throws(QueueError) -> QueueStore {
         let path = directory + "/" + fileName
-        try makeDirectory(directory)
+        try createDirectory(directory)
         let ownerLock = owner ? try lockOwnership(directory + "/" + lockFileName) : nil
         try createPrivately(path)
         let connection: SQLiteHandle
@@ -462,7 +462,9 @@ public final class QueueStore: Sendable {
         }
     }
 
-    private static func makeDirectory(_ directory: String) throws(QueueError) {
+    /// Creates `spool.dir` (one level, mode 0700) when missing; an existing directory is left as it is. For the
+    /// store, and for the daemon's spooled bodies when there is no store (no keychain).
+    public static func createDirectory(_ directory: String) throws(QueueError) {
         var info = stat()
         if stat(directory, &info) == 0 {
             guard info.st_mode & S_IFMT == S_IFDIR else {

@@ -63,6 +63,16 @@ public final class ProxyServer: Sendable {
         // are still spooled (each under its own key).
         let spoolBudget = queue?.budget ?? config.spool.map { SpoolBudget(limit: $0.maxBytes) }
         self.spoolBudget = spoolBudget
+        if queue == nil, let spool = config.spool {
+            // The queue's store creates the directory; without one, the spooled bodies need it all the same.
+            do throws(QueueError) {
+                try QueueStore.createDirectory(spool.directory)
+            } catch {
+                logger.warning(
+                    "cannot create spool.dir; large bodies are not spooled",
+                    metadata: ["error": .string(error.description)])
+            }
+        }
         _ = ProcessMetrics.startTime
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
         self.keychain = keychain
