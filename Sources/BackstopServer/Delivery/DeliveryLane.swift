@@ -20,15 +20,19 @@ public struct DeliveryLaneSettings: Sendable, Equatable {
     /// How long one delivery's exchange may take before the deliverer gives up on it (the upstream's
     /// `timeouts.total`, which the exchange enforces itself, and a margin).
     public var exchangeLimit: Duration
+    /// How long the deliverer keeps one of its private connections open unused for the next delivery: shorter than
+    /// the proxy's own `limits.client_idle_timeout`, so the proxy never closes one as a delivery starts on it.
+    public var connectionIdle: Duration
 
     public init(
         concurrency: Int, policy: DeliveryPolicy, idempotencyHeader: String = "Idempotency-Key",
-        exchangeLimit: Duration = .seconds(40)
+        exchangeLimit: Duration = .seconds(40), connectionIdle: Duration = .seconds(5)
     ) {
         self.concurrency = concurrency
         self.policy = policy
         self.idempotencyHeader = idempotencyHeader
         self.exchangeLimit = exchangeLimit
+        self.connectionIdle = connectionIdle
     }
 
     /// The settings of every upstream of `config` with `delivery: queue`, by name.
@@ -38,7 +42,8 @@ public struct DeliveryLaneSettings: Sendable, Equatable {
             lanes[upstream.name] = DeliveryLaneSettings(
                 concurrency: upstream.queue.concurrency, policy: DeliveryPolicy(upstream: upstream),
                 idempotencyHeader: upstream.retry.retryNonIdempotentWithKey ?? "Idempotency-Key",
-                exchangeLimit: upstream.timeouts.total + .seconds(10))
+                exchangeLimit: upstream.timeouts.total + .seconds(10),
+                connectionIdle: min(.seconds(5), config.limits.clientIdleTimeout / 2))
         }
         return lanes
     }
