@@ -1,7 +1,7 @@
 import BackstopCore
 
-/// Settings `check` accepts whose request-path half this build does not perform yet (hedging, spooled bodies). Serving such a config
-/// would quietly do less than it says, so `run` refuses it and a reload keeps the old one
+/// Settings `check` accepts whose request-path half this build does not perform yet (spooled bodies). Serving such a
+/// config would quietly do less than it says, so `run` says so when it starts and on reload
 /// (docs/reference/behaviour.md#not-performed-by-this-build-yet). Each line goes when its feature is wired into the
 /// request path.
 enum PendingFeatures {
@@ -12,14 +12,5 @@ enum PendingFeatures {
             "spooled bodies are not performed by this build yet: a body above limits.retry_buffer streams once and is "
                 + "not retried, as without a spool; the spool serves queued deliveries"
         ]
-    }
-
-    static func problems(in config: Config) -> [String] {
-        var problems: [String] = []
-        for upstream in config.upstreams {
-            let name = "upstream '\(upstream.name)'"
-            if upstream.hedge.max > 0 { problems.append("\(name): hedge is not performed by this build yet") }
-        }
-        return problems
     }
 }
