@@ -149,6 +149,7 @@ let package = Package(
             name: "BackstopTestSupport",
             dependencies: [
                 "BackstopCore",
+                "CProcessControl",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -118,7 +118,8 @@ problems = []
 names = {"orders", "payments", "ledger"}
 if {r["data-upstream"] for r in t.rows.get("upstreams", [])} != names: problems.append(f"upstreams table: {t.rows.get('upstreams')}")
 states = {(r["data-upstream"], r.get("data-endpoint-state")) for r in t.rows.get("endpoints", [])}
-if states != {(n, "healthy") for n in names}: problems.append(f"endpoints table: {states}")
+# payments failed six attempts in a row (two requests, three attempts each): the default circuit.failures (5) ejects it.
+if states != {("orders", "healthy"), ("payments", "ejected"), ("ledger", "healthy")}: problems.append(f"endpoints table: {states}")
 failed = [r["data-upstream"] for r in t.rows.get("failures", [])]
 if sorted(failed) != ["ledger", "payments", "payments"]: problems.append(f"failures table: {failed}")
 for table in ("upstreams", "endpoints", "tokens", "failures"):

@@ -151,13 +151,13 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         if tableReady.withLockedValue({ $0 }) { return }
         do {
             try await transaction { connection in
-                let found = try await connection.query(
+                let found = try await connection.queryIfOpen(
                     "SELECT to_regclass(\(self.sqlTable)) IS NOT NULL", logger: self.quiet)
                 for try await exists in found.decode(Bool.self) where exists { return }
-                try await connection.query(
+                try await connection.queryIfOpen(
                     "SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:create:\(self.table)"), 0))",
                     logger: self.quiet)
-                try await connection.query(
+                try await connection.queryIfOpen(
                     PostgresQuery(
                         unsafeSQL: """
                             CREATE TABLE IF NOT EXISTS \(self.sqlTable) (
@@ -196,7 +196,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         let query: PostgresQuery = "SELECT sealed FROM \(unescaped: sqlTable) WHERE prefix = \(prefix)"
         let rows: PostgresRowSequence
         if let connection {
-            rows = try await connection.query(query, logger: quiet)
+            rows = try await connection.queryIfOpen(query, logger: quiet)
         } else {
             rows = try await client.query(query, logger: quiet)
         }
@@ -289,7 +289,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         _ tokens: StoredTokens, version: Int64, prefix: String, outcome: String, on connection: PostgresConnection
     ) async throws {
         let sealed = seal(tokens, version: version, prefix: prefix)
-        try await connection.query(
+        try await connection.queryIfOpen(
             """
             INSERT INTO \(unescaped: sqlTable) (prefix, sealed, version, expires_at, updated_at, refreshed_by, last_outcome)
             VALUES (\(prefix), \(sealed), \(version), \(tokens.expiresAt), now(), \(instanceID), \(outcome))
@@ -298,7 +298,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 last_outcome = EXCLUDED.last_outcome
             """, logger: quiet)
         // Delivered at commit, to every instance listening (this one skips its own). A hint only: receivers re-read.
-        try await connection.query(
+        try await connection.queryIfOpen(
             "SELECT pg_notify(\(channel), \("\(prefix)|\(version)|\(instanceID)"))", logger: quiet)
     }
 
@@ -306,21 +306,32 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// its connection). Keyed by table and prefix, hashed to 64 bits by the server.
     func lock(_ prefix: String, on connection: PostgresConnection) async throws -> Duration {
         let started = ContinuousClock.now
-        try await connection.query(
+        try await connection.queryIfOpen(
             PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(Self.lockWait.components.seconds)s'"),
             logger: quiet)
-        try await connection.query(
+        try await connection.queryIfOpen(
             "SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:\(table):\(prefix)"), 0))",
             logger: quiet)
         return ContinuousClock.now - started
     }
 
     /// Runs `body` in a transaction, failing fast (`unavailable`) when no connection is had within `connectionWait`.
+    /// Not `PostgresClient.withTransaction`: its `ROLLBACK` after a failure goes to the connection even when the
+    /// failure was that connection closing, and then never ends (see `queryIfOpen`).
     func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T
     {
         try await withConnectionWait {
-            try await self.client.withTransaction(logger: self.quiet) { connection in
-                try await body(connection)
+            try await self.client.withConnection { connection in
+                try await connection.queryIfOpen("BEGIN;", logger: self.quiet)
+                let value: T
+                do {
+                    value = try await body(connection)
+                } catch {
+                    _ = try? await connection.queryIfOpen("ROLLBACK;", logger: self.quiet)
+                    throw error
+                }
+                try await connection.queryIfOpen("COMMIT;", logger: self.quiet)
+                return value
             }
         }
     }
@@ -360,8 +371,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
 
     /// An error of the pool's own that names no cause (the types the store explains are PostgreSQL's and its own).
     static func isUnexplained(_ error: any Error) -> Bool {
-        !(error is PSQLError || error is PostgresTransactionError || error is TokenStoreError
-            || error is CancellationError)
+        !(error is PSQLError || error is TokenStoreError || error is CancellationError)
     }
 
     /// Whether the database answers now (a trivial query with a short deadline).
@@ -540,33 +550,19 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// `error` as a store error: one the store raised as it is (wrapping it in another would print both prefixes:
     /// `token store unavailable: token store unavailable: …`), anything else as `unavailable`.
     static func storeError(_ error: any Error) -> TokenStoreError {
-        raisedByStore(error) ?? .unavailable(describe(error))
+        error as? TokenStoreError ?? .unavailable(describe(error))
     }
 
     /// `error` as a failed write: one the store raised as it is (the database was unavailable, the row unreadable),
     /// anything else as `writeFailed`.
     static func writeError(_ error: any Error) -> TokenStoreError {
-        raisedByStore(error) ?? .writeFailed(describe(error))
-    }
-
-    /// The store's own error, also when a transaction carries it out of its closure.
-    private static func raisedByStore(_ error: any Error) -> TokenStoreError? {
-        if let store = error as? TokenStoreError { return store }
-        guard let transaction = error as? PostgresTransactionError else { return nil }
-        return (transaction.closureError ?? transaction.beginError) as? TokenStoreError
+        error as? TokenStoreError ?? .writeFailed(describe(error))
     }
 
     /// An error as an operator can act on it: the SQL state and message, the connection problem, or the store's own
     /// description. Never the configuration (which holds the password) and never a bind value.
     static func describe(_ error: any Error) -> String {
         if let store = error as? TokenStoreError { return store.description }
-        if let transaction = error as? PostgresTransactionError {
-            if let inner = transaction.closureError ?? transaction.beginError ?? transaction.commitError
-                ?? transaction.rollbackError
-            {
-                return describe(inner)
-            }
-        }
         if let psql = error as? PSQLError {
             if let state = psql.serverInfo?[.sqlState] {
                 return "\(state): \(psql.serverInfo?[.message] ?? "server error")"

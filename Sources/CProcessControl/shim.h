@@ -1,8 +1,10 @@
-// prctl(2) is variadic, and Swift cannot call a variadic C function: fixed-arity wrappers, one per use.
+// prctl(2) is variadic, and Swift cannot call a variadic C function: fixed-arity wrappers, one per use. And one
+// glibc function Swift's Glibc module does not show.
 #ifndef BACKSTOP_PROCESS_CONTROL_H
 #define BACKSTOP_PROCESS_CONTROL_H
 
 #ifdef __linux__
+#include <spawn.h>
 #include <sys/prctl.h>
 
 /// prctl(PR_SET_DUMPABLE, dumpable): 0 on success, -1 with errno set.
@@ -13,6 +15,12 @@ static inline int backstop_set_dumpable(int dumpable) {
 /// prctl(PR_GET_DUMPABLE): 0 or 1 (2 under fs.suid_dumpable=2), or -1 with errno set.
 static inline int backstop_get_dumpable(void) {
     return prctl(PR_GET_DUMPABLE, 0UL, 0UL, 0UL, 0UL);
+}
+
+/// posix_spawn_file_actions_addclosefrom_np (glibc 2.34+), which Swift's Glibc module does not show: the child closes
+/// every descriptor from `from` up. 0 on success, else an error number.
+static inline int backstop_spawn_close_from(posix_spawn_file_actions_t *actions, int from) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, from);
 }
 #endif
 

@@ -9,97 +9,11 @@ import Testing
 
 @testable import BackstopServer
 
-/// `ProxyHandler` and `Exchange` in an `EmbeddedChannel` with a scripted transport and a manual clock: requests in,
-/// bytes out, transfers started and answered by the test. No sockets, no threads, no sleeps.
-@Suite("Proxy handler (embedded)")
+/// `ProxyHandler` and `Exchange` with a scripted transport: requests in, bytes out, transfers started and answered by
+/// the test. Each test that does not move time runs both embedded (an `EmbeddedChannel`, a manual clock) and live
+/// (the daemon's pipeline behind a loopback listener, a real client socket): `HandlerHarness`.
+@Suite("Proxy handler (embedded and live)")
 struct ProxyHandlerTests {
-    /// A transport that records each transfer and lets the test answer it. Like curl's, a transfer holds its event
-    /// sink and the transport keeps no strong reference once it is started: when the exchange lets go of it, it
-    /// is gone (a leak shows as a transfer still alive after its exchange ended).
-    final class ScriptedTransport: TransferStarting, Sendable {
-        struct Started {
-            let request: TransportRequest
-            weak var transfer: ScriptedTransfer?
-            var handle: ScriptedTransfer { transfer! }
-            var sink: @Sendable ([TransportEvent]) -> Void { transfer!.sink }
-        }
-
-        private let started = NIOLockedValueBox<[Started]>([])
-        var transfers: [Started] { started.withLockedValue { $0 } }
-
-        func start(
-            _ request: TransportRequest, on eventLoop: EventLoop,
-            sink: @escaping @Sendable ([TransportEvent]) -> Void
-        ) -> any TransferHandle {
-            let handle = ScriptedTransfer(sink: sink)
-            started.withLockedValue { $0.append(Started(request: request, transfer: handle)) }
-            return handle
-        }
-    }
-
-    final class ScriptedTransfer: TransferHandle, Sendable {
-        let sink: @Sendable ([TransportEvent]) -> Void
-        private let state = NIOLockedValueBox((cancelled: false, consumed: 0, abandoned: nil as Duration?))
-        init(sink: @escaping @Sendable ([TransportEvent]) -> Void) { self.sink = sink }
-        var cancelled: Bool { state.withLockedValue { $0.cancelled } }
-        var abandoned: Duration? { state.withLockedValue { $0.abandoned } }
-        func cancel() { state.withLockedValue { $0.cancelled = true } }
-        func consumed(_ bytes: Int) { state.withLockedValue { $0.consumed += bytes } }
-        func abandon(within limit: Duration) { state.withLockedValue { $0.abandoned = limit } }
-    }
-
-    /// A channel with the request decoder and a proxy handler for `yaml`'s config.
-    struct Harness {
-        let channel: EmbeddedChannel
-        let transport: ScriptedTransport
-        let clock: ManualClock
-
-        init(_ yaml: String) throws {
-            let config = try ConfigLoader.parse(
-                yaml: "version: 1\nlisten: [127.0.0.1:0]\n" + yaml, file: "t.yaml",
-                baseDirectory: "/")
-            let upstreams = config.upstreams.map { UpstreamRuntime(config: $0, auth: .none) }
-            transport = ScriptedTransport()
-            clock = ManualClock()
-            let runtime = ProxyRuntime(
-                snapshot: ConfigSnapshot(config: config, upstreams: upstreams), transport: transport,
-                logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }, clock: clock)
-            channel = EmbeddedChannel()
-            let headTimer = HeadTimeoutHandler(timeout: config.limits.headerTimeout, now: clock.monotonic)
-            try channel.pipeline.syncOperations.addHandler(headTimer)
-            try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(HTTPRequestDecoder()))
-            try channel.pipeline.syncOperations.addHandler(
-                ProxyHandler(runtime: runtime, idleTimeout: config.limits.clientIdleTimeout, headTimer: headTimer))
-            // Connecting makes the channel active, as an accepted one is.
-            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40000)).wait()
-        }
-
-        func send(_ text: String) throws { try channel.writeInbound(ByteBuffer(string: text)) }
-
-        /// Everything written to the client so far.
-        func output() throws -> String {
-            var text = ""
-            while let buffer = try channel.readOutbound(as: ByteBuffer.self) { text += String(buffer: buffer) }
-            return text
-        }
-
-        /// Answers transfer `index` with a complete response.
-        func answer(_ index: Int, status: Int = 200, body: String = "ok", contentLength: Bool = true) {
-            let started = transport.transfers[index]
-            started.sink([
-                .head(UpstreamResponseHead(status: status, contentLength: contentLength ? body.utf8.count : nil)),
-                .body(ByteBuffer(string: body)), .end,
-            ])
-            channel.embeddedEventLoop.run()
-        }
-
-        /// Moves the manual clock and the event loop's time together.
-        func advance(by amount: Duration) {
-            clock.advance(by: amount)
-            channel.embeddedEventLoop.advanceTime(by: .nanoseconds(amount.nanosecondsClamped))
-        }
-    }
-
     static let upstream = """
         upstreams:
           - name: app
@@ -109,11 +23,13 @@ struct ProxyHandlerTests {
         limits: {client_idle_timeout: 30s}
         """
 
-    @Test func aRequestIsForwardedAndItsResponseRelayedWithTheAttemptCount() throws {
-        let h = try Harness(Self.upstream)
+    @Test(arguments: HandlerHarnessMode.allCases)
+    func aRequestIsForwardedAndItsResponseRelayedWithTheAttemptCount(_ mode: HandlerHarnessMode) throws {
+        let h = try mode.harness(Self.upstream)
         try h.send(
             "GET http://app.test/x?y=1 HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n\r\n"
         )
+        try #require(h.waitForTransfers(1))
         #expect(h.transport.transfers.count == 1)
         let request = h.transport.transfers[0].request
         #expect(request.url == "http://origin.test:8000/base/x?y=1")
@@ -121,34 +37,38 @@ struct ProxyHandlerTests {
         #expect(request.headers.contains { $0.name == "Via" && $0.value == "1.1 backstop" })
         #expect(!request.headers.contains { $0.name.lowercased() == "x-drop" || $0.name.lowercased() == "connection" })
         h.answer(0, body: "hello")
-        let out = try h.output()
+        let out = try h.output(until: { $0.hasSuffix("hello") })
         #expect(out.hasPrefix("HTTP/1.1 200 OK\r\n"))
         #expect(out.contains("X-Backstop-Attempts: 1\r\n"))
         #expect(out.contains("Content-Length: 5\r\n"))
         #expect(out.hasSuffix("\r\n\r\nhello"))
-        #expect(h.channel.isActive)
         // The finished exchange let go of its transfer (whose sink holds the exchange): nothing is left alive.
-        #expect(h.transport.transfers[0].transfer == nil)
+        #expect(h.eventually { h.transport.transfers[0].transfer == nil })
+        // The connection serves the next request.
+        try h.send("GET http://app.test/next HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        #expect(h.waitForTransfers(2))
     }
 
-    @Test func pipelinedRequestsAreAnsweredInOrder_theSecondStartsAfterTheFirstEnds() throws {
-        let h = try Harness(Self.upstream)
+    @Test(arguments: HandlerHarnessMode.allCases)
+    func pipelinedRequestsAreAnsweredInOrder_theSecondStartsAfterTheFirstEnds(_ mode: HandlerHarnessMode) throws {
+        let h = try mode.harness(Self.upstream)
         try h.send(
             "GET http://app.test/1 HTTP/1.1\r\nHost: app.test\r\n\r\nGET http://app.test/2 HTTP/1.1\r\nHost: app.test\r\n\r\n"
         )
+        try #require(h.waitForTransfers(1))
         #expect(h.transport.transfers.count == 1, "one request at a time")
         h.answer(0, body: "first")
-        #expect(h.transport.transfers.count == 2)
+        try #require(h.waitForTransfers(2))
         #expect(h.transport.transfers[1].request.url.hasSuffix("/base/2"))
         h.answer(1, body: "second")
-        let out = try h.output()
+        let out = try h.output(until: { $0.hasSuffix("second") })
         let first = try #require(out.range(of: "first"))
         let second = try #require(out.range(of: "second"))
         #expect(first.lowerBound < second.lowerBound)
     }
 
     @Test func a503IsRetriedWhenTheTimerFires_theClientSeesOneResponse() throws {
-        let h = try Harness(Self.upstream)
+        let h = try EmbeddedHandlerHarness(Self.upstream)
         try h.send("GET http://app.test/r HTTP/1.1\r\nHost: app.test\r\n\r\n")
         let first = h.transport.transfers[0].handle
         h.answer(0, status: 503, body: "busy")
@@ -164,19 +84,21 @@ struct ProxyHandlerTests {
         #expect(out.hasSuffix("done"))
     }
 
-    @Test func noRouteIsAnsweredLocally_theConnectionStaysUsable() throws {
-        let h = try Harness(Self.upstream)
+    @Test(arguments: HandlerHarnessMode.allCases)
+    func noRouteIsAnsweredLocally_theConnectionStaysUsable(_ mode: HandlerHarnessMode) throws {
+        let h = try mode.harness(Self.upstream)
         try h.send("GET http://other.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n")
-        let refused = try h.output()
+        let refused = try h.output(until: isWholeResponse)
         #expect(refused.hasPrefix("HTTP/1.1 403 Forbidden\r\n"))
         #expect(refused.contains("X-Backstop-Error: no-route\r\n"))
         #expect(h.transport.transfers.isEmpty)
         try h.send("GET http://app.test/ok HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        #expect(h.waitForTransfers(1))
         #expect(h.transport.transfers.count == 1)
     }
 
     @Test func anIdleConnectionIsClosedAtClientIdleTimeout() throws {
-        let h = try Harness(Self.upstream)
+        let h = try EmbeddedHandlerHarness(Self.upstream)
         h.advance(by: .seconds(29))
         #expect(h.channel.isActive)
         h.advance(by: .seconds(1))
@@ -184,7 +106,7 @@ struct ProxyHandlerTests {
     }
 
     @Test func aHeadTrickledPastHeaderTimeoutGets408_eachRequestGetsItsOwnClock() throws {
-        let h = try Harness(Self.upstream.replacing("30s}", with: "30s, header_timeout: 5s}"))
+        let h = try EmbeddedHandlerHarness(Self.upstream.replacing("30s}", with: "30s, header_timeout: 5s}"))
         // A complete request resets the clock: the next head's first byte starts a new one.
         h.advance(by: .seconds(4))
         try h.send("GET http://app.test/1 HTTP/1.1\r\nHost: app.test\r\n\r\n")
@@ -226,7 +148,7 @@ struct ProxyHandlerTests {
     }
 
     @Test func aStalledBodyGets408AndTheTransferIsNeverStarted() throws {
-        let h = try Harness(Self.upstream)
+        let h = try EmbeddedHandlerHarness(Self.upstream)
         try h.send("POST http://app.test/p HTTP/1.1\r\nHost: app.test\r\nContent-Length: 10\r\n\r\nabc")
         h.advance(by: .seconds(30))
         let out = try h.output()
@@ -235,28 +157,29 @@ struct ProxyHandlerTests {
         #expect(h.transport.transfers.isEmpty)
     }
 
-    @Test func aClientDisconnectCancelsTheTransfer() throws {
-        let h = try Harness(Self.upstream)
+    @Test(arguments: HandlerHarnessMode.allCases)
+    func aClientDisconnectCancelsTheTransfer(_ mode: HandlerHarnessMode) throws {
+        let h = try mode.harness(Self.upstream)
         try h.send("GET http://app.test/slow HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        try #require(h.waitForTransfers(1))
         let transfer = h.transport.transfers[0].handle  // held here: the exchange lets go of it when it ends
         #expect(!transfer.cancelled)
-        _ = try h.channel.finish(acceptAlreadyClosed: true)
-        #expect(transfer.cancelled)
+        try h.disconnect()
+        #expect(h.eventually { transfer.cancelled })
     }
 
-    @Test func aBodyLongerThanItsContentLengthClosesTheConnectionAfterTheAnnouncedBytes() throws {
-        let h = try Harness(Self.upstream)
+    @Test(arguments: HandlerHarnessMode.allCases)
+    func aBodyLongerThanItsContentLengthClosesTheConnectionAfterTheAnnouncedBytes(_ mode: HandlerHarnessMode) throws {
+        let h = try mode.harness(Self.upstream)
         try h.send("GET http://app.test/lie HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        try #require(h.waitForTransfers(1))
         let transfer = h.transport.transfers[0].handle
-        transfer.sink([
-            .head(UpstreamResponseHead(status: 200, contentLength: 3)),
-            .body(ByteBuffer(string: "abcINJECTED")),
-        ])
-        h.channel.embeddedEventLoop.run()
-        let out = try h.output()
+        h.deliver(
+            0, [.head(UpstreamResponseHead(status: 200, contentLength: 3)), .body(ByteBuffer(string: "abcINJECTED"))])
+        let out = try h.output(until: { $0.hasSuffix("\r\n\r\nabc") })
         #expect(out.hasSuffix("\r\n\r\nabc"))
         #expect(!out.contains("INJECTED"))
-        #expect(!h.channel.isActive)
-        #expect(transfer.cancelled)
+        #expect(h.waitForClose())
+        #expect(h.eventually { transfer.cancelled })
     }
 }

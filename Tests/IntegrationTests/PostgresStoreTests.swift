@@ -78,8 +78,7 @@ struct PostgresStoreTests {
                 #expect(result == StoredTokens())
                 #expect(failure == nil)
 
-                var iterator = changes.makeAsyncIterator()
-                let seen = await iterator.next()
+                let seen = await changes.next(within: .seconds(20))
                 #expect(seen == tokens)
                 #expect(storeB.revision != before)
                 let (underLock, _) = try await storeB.withRefreshLock { stored in LockedDecision(result: stored) }

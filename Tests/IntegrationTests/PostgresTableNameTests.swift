@@ -24,8 +24,7 @@ struct PostgresTableNameTests {
                 let tokens = StoredTokens(accessToken: "access-1", refreshToken: "refresh-1", expiresAt: 2e9)
                 let (_, failure) = try await storeA.withRefreshLock { _ in LockedDecision(result: (), store: tokens) }
                 #expect(failure == nil)
-                var iterator = changes.makeAsyncIterator()
-                #expect(await iterator.next() == tokens)
+                #expect(await changes.next(within: .seconds(20)) == tokens)
                 let (underLock, _) = try await storeB.withRefreshLock { stored in LockedDecision(result: stored) }
                 #expect(underLock == tokens)
                 let status = try await storeB.status()

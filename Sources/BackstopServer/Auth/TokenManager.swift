@@ -327,28 +327,27 @@ public actor TokenManager {
         refreshesStarted += 1
         let number = refreshesStarted
         refreshInFlight = number
-        background.spawn { [self] in
-            let (result, cause) = await self.performRefresh(number, replacing: staleValue)
-            guard let span else { return }
-            span.finish(
-                RefreshFacts(
-                    upstream: upstreamName, tokenEndpointHost: tokenEndpointHost, outcome: result.rawValue,
-                    failure: cause),
-                at: clock.monotonic())
-        }
+        background.spawn { [self] in await self.performRefresh(number, replacing: staleValue, span: span) }
+    }
+
+    /// Refresh `number`, then its span ends and only then are its waiters woken: a request that waited starts its
+    /// attempt after the refresh span's end, as its trace shows (docs/reference/operations.md#tracing).
+    private func performRefresh(_ number: Int, replacing staleValue: String?, span: SpanTimer?) async {
+        let (result, cause) = await refreshOutcome(replacing: staleValue)
+        span?.finish(
+            RefreshFacts(
+                upstream: upstreamName, tokenEndpointHost: tokenEndpointHost, outcome: result.rawValue,
+                failure: cause),
+            at: clock.monotonic())
+        refreshInFlight = nil
+        refreshSpan = nil
+        refreshesFinished.store(number, ordering: .releasing)
+        refreshEnded.resumeAll()
+        scheduleProactiveRefresh()
     }
 
     /// One refresh: what it came to, and why it failed (the refresh span's `error.type`).
-    private func performRefresh(
-        _ number: Int, replacing staleValue: String?
-    ) async -> (TokenManager.RefreshResult, String?) {
-        defer {
-            refreshInFlight = nil
-            refreshSpan = nil
-            refreshesFinished.store(number, ordering: .releasing)
-            refreshEnded.resumeAll()
-            scheduleProactiveRefresh()
-        }
+    private func refreshOutcome(replacing staleValue: String?) async -> (TokenManager.RefreshResult, String?) {
         let step = self.step
         let outcome: TokenRefreshStep.Outcome
         let writeFailure: TokenStoreError?

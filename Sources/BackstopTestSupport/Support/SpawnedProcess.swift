@@ -1,3 +1,4 @@
+import CProcessControl
 import Foundation
 
 #if canImport(Glibc)
@@ -24,9 +25,18 @@ public enum SpawnedProcess {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, outPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        posix_spawn_file_actions_addopen(&actions, 2, errPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let added = [
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0),
+            posix_spawn_file_actions_addopen(&actions, 1, outPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600),
+            posix_spawn_file_actions_addopen(&actions, 2, errPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600),
+            // Nothing else inherited: a server the command leaves running (pg_ctl start) would otherwise hold
+            // whatever descriptors the test process had open without close-on-exec (a caller's lock file, a pipe a
+            // CI harness reads to its end) for as long as it runs.
+            backstop_spawn_close_from(&actions, 3),
+        ]
+        if let failed = added.first(where: { $0 != 0 }) {
+            throw SpawnedProcessError("\(executable): spawn file actions: \(String(cString: strerror(failed)))")
+        }
         let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
         var pid: pid_t = 0
