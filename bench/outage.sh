@@ -14,8 +14,8 @@
 # and then, with an upstream of endpoint 1 alone while it is down, how fast and how each proxy fails a request
 # (one endpoint: p50 / p99 of the error answers, and the answer).
 #
-#   bash bench/outage.sh                              # nginx, haproxy, envoy (Backstop: --targets, see below)
-#   bash bench/outage.sh --targets "nginx backstop"   # Backstop needs its endpoint wiring (docs/performance.md)
+#   bash bench/outage.sh                              # nginx, haproxy, envoy, backstop
+#   bash bench/outage.sh --targets "nginx backstop"   # some of them
 #   options: --outage 20s, --recovery 30s, --conns 32, --one 10s (the one-endpoint run)
 #   env: BACKSTOP_BIN (default .build/release/backstop), OUTAGE_PORT_BASE (default 18900), ENVOY (binary path),
 #        KEEP_WORK=1 (keep configs, logs and wrk outputs)
@@ -26,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUTAGE=20; RECOVERY=30; CONNS=32; ONE=10
-TARGETS="nginx haproxy envoy"
+TARGETS="nginx haproxy envoy backstop"
 seconds() { local v=${1%s}; [[ $v =~ ^[0-9]+$ ]] || { echo "outage.sh: $1 is not whole seconds" >&2; exit 2; }; echo "$v"; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -161,8 +161,8 @@ $servers" > "$dir/haproxy.cfg"
       endpoints: [{ lb_endpoints: [$endpoints] }]" > "$dir/envoy.yaml"
       "$ENVOY" -c "$dir/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level error > "$dir/out" 2>&1 & ;;
     backstop)
-      # The slot for Backstop: `endpoints`, `balance` and `circuit` take effect once the request core uses
-      # EndpointSet (until then the daemon sends everything to the first endpoint).
+      # Like the peers: round robin over both endpoints, 5 failed attempts eject one for 10 s (doubling while its
+      # probes fail), a failed attempt retried on the other endpoint.
       local endpoints="http://127.0.0.1:$E1"
       [ "$shape" = two ] && endpoints="$endpoints, http://127.0.0.1:$E2"
       { backstop_head "$port"

@@ -9,7 +9,9 @@
 #   bash bench/queue.sh                         # c=32, 10 s per run
 #   options: --conns 32, --duration 10s
 #   env: BACKSTOP_BIN (default .build/release/backstop), QUEUE_PORT_BASE (default 19100), SPOOL_DIR (default a new
-#        directory under ./.bench-spool), KEEP_WORK=1 (keep configs and logs)
+#        directory under ./.bench-spool), KEEP_WORK=1 (keep configs and logs), ATTACH (a command run in the
+#        background while the queued requests are accepted, with BACKSTOP_PID set: e.g.
+#        ATTACH='perf record -g -o /tmp/queue.perf -p $BACKSTOP_PID -- sleep 5')
 #
 # Deliveries run while requests are accepted (`queue.concurrency: 32`): the figures are how many were delivered
 # per second meanwhile, and how fast the backlog the accept run left drains (`backstop_queue_depth` to 0).
@@ -20,7 +22,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --conns) CONNS=$2; shift ;;
     --duration) DURATION=$2; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "queue.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
   shift
@@ -94,7 +96,8 @@ cat bench/wrk_report.lua >> "$WORK/post.lua"
 
 start_origin
 "$BIN" run --config "$WORK/backstop.yaml" 2> "$WORK/backstop.log" &
-PIDS+=("$!")
+BACKSTOP_PID=$!
+PIDS+=("$BACKSTOP_PID")
 wait_port "$PROXY"
 
 run_wrk() {  # HOST → prints "requests/s p50_ms p99_ms non2xx"
@@ -117,6 +120,7 @@ echo "| path | requests/s | p50 ms | p99 ms | not 2xx |"
 echo "| --- | ---: | ---: | ---: | ---: |"
 read -r rps p50 p99 bad < <(run_wrk direct.test)
 echo "| direct forwarding (answered by the origin) | $rps | $p50 | $p99 | $bad |"
+if [ -n "${ATTACH:-}" ]; then BACKSTOP_PID=$BACKSTOP_PID bash -c "sleep 1; $ATTACH" >&2 & fi
 read -r rps p50 p99 bad < <(run_wrk queued.test)
 echo "| delivery: queue (answered 202 once stored) | $rps | $p50 | $p99 | $bad |"
 

@@ -163,22 +163,26 @@ final class HTTP1Connections {
         let request = transfer.request
         let framing = HTTP1RequestHead.framing(of: request)
         connection.reader = HTTP1ResponseReader(requestIsHEAD: request.method == "HEAD")
-        var buffer = allocator.buffer(capacity: 512)
-        HTTP1RequestHead.write(request, url: url, framing: framing, into: &buffer)
+        // The transfer's own copy of a buffered body (rewound for a resend); a small one goes out with the head, in
+        // the head's buffer.
+        var inline: ByteBuffer?
+        if case .buffered = request.body, framing != .none, framing != .length(0), let body = transfer.bufferedBody,
+            body.readableBytes > 0, body.readableBytes <= Self.inlineBody
+        {
+            inline = body
+        }
+        var buffer = HTTP1RequestHead.buffer(
+            request, url: url, framing: framing, extraCapacity: inline?.readableBytes ?? 0, allocator: allocator)
         connection.headBytesLeft = buffer.readableBytes
         connection.body = .done
         switch (framing, request.body) {
         case (.none, _), (.length(0), _):
             break
         case (_, .buffered):
-            // The transfer's own copy: rewound for a resend.
-            if let body = transfer.bufferedBody, body.readableBytes > 0 {
-                if body.readableBytes <= Self.inlineBody {
-                    var body = body
-                    buffer.writeBuffer(&body)
-                } else {
-                    connection.body = .buffer(body)
-                }
+            if var body = inline {
+                buffer.writeBuffer(&body)
+            } else if let body = transfer.bufferedBody, body.readableBytes > 0 {
+                connection.body = .buffer(body)
             }
         case (let framing, .streaming(let stream)):
             connection.body = .stream(stream, chunked: framing == .chunked)

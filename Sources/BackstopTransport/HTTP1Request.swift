@@ -98,52 +98,84 @@ enum HTTP1RequestHead {
         }
     }
 
+    /// The head in a buffer of its own, sized for it and `extraCapacity` more bytes (a small body sent with it), so
+    /// that writing it never grows the buffer.
+    static func buffer(
+        _ request: TransportRequest, url: HTTP1URL, framing: HTTP1BodyFraming, extraCapacity: Int = 0,
+        allocator: ByteBufferAllocator
+    ) -> ByteBuffer {
+        request.headers.withUnsafeBufferPointer { headers in
+            let size = self.size(method: request.method, headers: headers, url: url)
+            var buffer = allocator.buffer(capacity: size.bytes + extraCapacity)
+            write(method: request.method, headers: headers, url: url, framing: framing, size: size, into: &buffer)
+            return buffer
+        }
+    }
+
     /// Appends the head to `buffer`. A field with CR, LF or NUL in its name or value is left out (it would split
     /// the line), and so are `Content-Length` and `Transfer-Encoding` fields: the framing written is the body's.
-    /// The head is sized first and copied in one pass with `memcpy` (this runs for every request, and a realistic
-    /// head is ~2 KB: written piece by piece through `ByteBuffer`'s writers it cost ~25k instructions).
     static func write(
         _ request: TransportRequest, url: HTTP1URL, framing: HTTP1BodyFraming, into buffer: inout ByteBuffer
     ) {
-        var hasHost = false
-        var size = request.method.utf8.count + url.target.utf8.count + 13
-        for header in request.headers {
-            size += header.name.utf8.count + header.value.utf8.count + 4
-            if !hasHost, header.name.utf8.count == 4, header.name.caseInsensitiveEquals("host") { hasHost = true }
+        request.headers.withUnsafeBufferPointer { headers in
+            let size = self.size(method: request.method, headers: headers, url: url)
+            write(method: request.method, headers: headers, url: url, framing: framing, size: size, into: &buffer)
         }
-        let host = hasHost ? "" : url.hostValue
-        if !hasHost { size += host.utf8.count + 8 }
+    }
+
+    /// Bytes the head takes at most, and whether the request has its own `Host`.
+    private static func size(
+        method: String, headers: UnsafeBufferPointer<(name: String, value: String)>, url: HTTP1URL
+    ) -> (bytes: Int, hasHost: Bool) {
+        var hasHost = false
+        var size = method.utf8.count + url.target.utf8.count + 13
+        // The fields are read in place: iterating the array would copy (retain and release) every name and value.
+        for i in headers.indices {
+            let name = headers[i].name.utf8.count
+            size += name + headers[i].value.utf8.count + 4
+            if name == 4, !hasHost, headers[i].name.caseInsensitiveEquals("host") { hasHost = true }
+        }
+        if !hasHost { size += url.hostValue.utf8.count + 8 }
         // "Content-Length: " + 19 digits + CRLF, or "Transfer-Encoding: chunked\r\n"; then the blank line.
-        size += 40
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { space in
+        return (size + 40, hasHost)
+    }
+
+    /// The head is sized first and copied in one pass with `memcpy` (this runs for every request, and a realistic
+    /// head is ~2 KB: written piece by piece through `ByteBuffer`'s writers it cost ~25k instructions).
+    private static func write(
+        method: String, headers: UnsafeBufferPointer<(name: String, value: String)>, url: HTTP1URL,
+        framing: HTTP1BodyFraming, size: (bytes: Int, hasHost: Bool), into buffer: inout ByteBuffer
+    ) {
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size.bytes) { space in
             var out = HeadWriter(space.baseAddress!)
-            out.copy(request.method)
+            out.copy(method)
             out.put(UInt8(ascii: " "))
             out.copy(url.target)
             out.copy(" HTTP/1.1\r\n")
-            if !hasHost {
+            if !size.hasHost {
                 out.copy("Host: ")
-                out.copy(host)
+                out.copy(url.hostValue)
                 out.copy("\r\n")
             }
-            for header in request.headers {
-                switch header.name.utf8.count {
-                case 14 where header.name.caseInsensitiveEquals("content-length"): continue
-                case 17 where header.name.caseInsensitiveEquals("transfer-encoding"): continue
+            for i in headers.indices {
+                switch headers[i].name.utf8.count {
+                case 14 where headers[i].name.caseInsensitiveEquals("content-length"): continue
+                case 17 where headers[i].name.caseInsensitiveEquals("transfer-encoding"): continue
                 default: break
                 }
                 let line = out.count
-                out.copy(header.name)
+                out.copy(headers[i].name)
                 out.put(UInt8(ascii: ":"))
-                if !header.value.isEmpty {
+                if !headers[i].value.isEmpty {
                     out.put(UInt8(ascii: " "))
-                    out.copy(header.value)
+                    out.copy(headers[i].value)
                 }
                 guard !out.splits(from: line) else {
                     out.count = line
                     continue
                 }
-                out.copy("\r\n")
+                out.put(UInt8(ascii: "\r"))
+                out.put(UInt8(ascii: "\n"))
             }
             switch framing {
             case .none: break
@@ -154,7 +186,8 @@ enum HTTP1RequestHead {
             case .chunked:
                 out.copy("Transfer-Encoding: chunked\r\n")
             }
-            out.copy("\r\n")
+            out.put(UInt8(ascii: "\r"))
+            out.put(UInt8(ascii: "\n"))
             return out.count
         }
     }
@@ -172,12 +205,19 @@ enum HTTP1RequestHead {
             count += 1
         }
 
+        /// Reads the string's UTF-8 in place: `withUTF8` on a copy cost a retain and a release per field.
+        @inline(__always)
         mutating func copy(_ text: String) {
+            let copied: Void? = text.utf8.withContiguousStorageIfAvailable { copy($0) }
+            guard copied == nil else { return }
             var text = text
             text.withUTF8 { copy($0) }
         }
 
+        @inline(__always)
         mutating func copy(_ text: Substring) {
+            let copied: Void? = text.utf8.withContiguousStorageIfAvailable { copy($0) }
+            guard copied == nil else { return }
             var text = text
             text.withUTF8 { copy($0) }
         }
@@ -186,6 +226,7 @@ enum HTTP1RequestHead {
             copy(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }
 
+        @inline(__always)
         mutating func copy(_ bytes: UnsafeBufferPointer<UInt8>) {
             guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
             (base + count).copyMemory(from: source, byteCount: bytes.count)
@@ -208,12 +249,36 @@ enum HTTP1RequestHead {
         }
 
         /// Whether what was written since `start` holds CR, LF or NUL: a byte that would split a field line or cut
-        /// it short. `memchr` (vectorised) rather than a byte loop: a bearer token is a kilobyte.
+        /// it short. A long line (a bearer token is a kilobyte) is searched with `memchr` (vectorised); a short one
+        /// eight bytes at a time inline, where three `memchr` calls cost ~100 instructions.
         func splits(from start: Int) -> Bool {
-            let region = base + start
+            let at = UnsafeRawPointer(base + start)
             let length = count - start
-            return memchr(region, 0x0D, length) != nil || memchr(region, 0x0A, length) != nil
-                || memchr(region, 0, length) != nil
+            guard length < 64 else {
+                return memchr(at, 0x0D, length) != nil || memchr(at, 0x0A, length) != nil
+                    || memchr(at, 0, length) != nil
+            }
+            guard length >= 8 else { return Self.splits(at, length) }
+            var offset = 0
+            while true {
+                // Any byte below 0x0E (CR is 0x0D, LF 0x0A, NUL 0): then that word is looked at byte by byte (a
+                // tab is below it too).
+                let word = at.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                let below = (word &- 0x0E0E_0E0E_0E0E_0E0E) & ~word & 0x8080_8080_8080_8080
+                if below != 0, Self.splits(at + offset, 8) { return true }
+                offset += 8
+                if offset >= length { return false }
+                // The last word overlaps the one before rather than reading past the line.
+                if length - offset < 8 { offset = length - 8 }
+            }
+        }
+
+        private static func splits(_ bytes: UnsafeRawPointer, _ count: Int) -> Bool {
+            for i in 0..<count {
+                let byte = bytes.load(fromByteOffset: i, as: UInt8.self)
+                if byte == 0 || byte == 0x0A || byte == 0x0D { return true }
+            }
+            return false
         }
     }
 }

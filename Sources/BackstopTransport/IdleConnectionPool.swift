@@ -4,7 +4,18 @@
 struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
     let capacity: Int
     let maxAgeMS: Int64
-    private var idle: [Key: [(connection: Connection, since: Int64)]] = [:]
+
+    /// The idle connections of one key, newest last. A class, so that the last key's list is changed in place
+    /// without a dictionary lookup.
+    private final class Bucket {
+        var list: [(connection: Connection, since: Int64)] = []
+    }
+
+    /// An emptied bucket stays, so the next `put` for the endpoint allocates nothing.
+    private var idle: [Key: Bucket] = [:]
+    /// The key used last and its bucket: requests to one endpoint follow one another, and comparing a key costs
+    /// far less than hashing it (its origin's bytes) for a lookup, twice per request (take, then put).
+    private var last: (key: Key, bucket: Bucket)?
     private(set) var count = 0
 
     init(capacity: Int, maxAgeMS: Int64 = 118_000) {
@@ -12,15 +23,26 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
         self.maxAgeMS = maxAgeMS
     }
 
+    private mutating func bucket(_ key: Key, creating: Bool) -> Bucket? {
+        if let last, last.key == key { return last.bucket }
+        var found = idle[key]
+        if found == nil, creating {
+            found = Bucket()
+            idle[key] = found
+        }
+        if let found { last = (key, found) }
+        return found
+    }
+
     /// The newest idle connection for `key` at `now` (nil: none), and those too old to be used (to be closed).
     mutating func take(_ key: Key, now: Int64) -> (connection: Connection?, expired: [Connection]) {
-        // In place: a copy of the list taken out and written back would copy the array on every request. An
-        // emptied list stays, so the next `put` for the endpoint allocates nothing.
-        guard let newest = idle[key]?.popLast() else { return (nil, []) }
+        guard let bucket = bucket(key, creating: false), let newest = bucket.list.popLast() else { return (nil, []) }
         count -= 1
         guard now - newest.since < maxAgeMS else {
             // Older ones were parked earlier still: all of them are too old.
-            let older = idle.removeValue(forKey: key) ?? []
+            let older = bucket.list
+            idle.removeValue(forKey: key)
+            last = nil
             count -= older.count
             return (nil, [newest.connection] + older.map(\.connection))
         }
@@ -29,24 +51,27 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
 
     /// Keeps `connection` for `key` from `now`; false when the pool is full (the caller closes it).
     mutating func put(_ connection: Connection, _ key: Key, now: Int64) -> Bool {
-        guard count < capacity else { return false }
-        idle[key, default: []].append((connection, now))
+        guard count < capacity, let bucket = bucket(key, creating: true) else { return false }
+        bucket.list.append((connection, now))
         count += 1
         return true
     }
 
     /// Takes `connection` out (it went bad while idle); false when it was not in the pool.
     mutating func remove(_ connection: Connection, _ key: Key) -> Bool {
-        guard let index = idle[key]?.firstIndex(where: { $0.connection === connection }) else { return false }
-        idle[key]?.remove(at: index)
+        guard let bucket = bucket(key, creating: false),
+            let index = bucket.list.firstIndex(where: { $0.connection === connection })
+        else { return false }
+        bucket.list.remove(at: index)
         count -= 1
         return true
     }
 
     /// Every idle connection, emptying the pool.
     mutating func removeAll() -> [Connection] {
-        let all = idle.values.flatMap { $0.map(\.connection) }
+        let all = idle.values.flatMap { $0.list.map(\.connection) }
         idle = [:]
+        last = nil
         count = 0
         return all
     }

@@ -4,6 +4,7 @@ import BackstopTestSupport
 import Foundation
 import NIOPosix
 import SQLiteNIO
+import Synchronization
 import Testing
 
 @testable import BackstopQueue
@@ -234,6 +235,55 @@ struct QueueStoreTests {
         #expect(Set(try await store.list(.queued).map(\.id)) == Set(ids))
         #expect(try await store.snapshot().upstreams["events"]?.queued == 200)
         await store.close()
+    }
+
+    /// How far `enqueuesShareACommit` got, seen from the store's thread and the test's tasks.
+    final class Progress: Sendable {
+        let holding = Atomic(false)
+        let returned = Atomic(0)
+    }
+
+    @Test("enqueues that arrive while a batch runs share the next commit, and none returns before it")
+    func enqueuesShareACommit() async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        let group = store.database
+        let before = group.commits
+        let progress = Progress()
+        // A read that holds the store's thread until 64 enqueues wait behind it (10 s at most), and says how many
+        // of them had returned by then.
+        let hold = Task {
+            try await group.perform(writes: false) { _ -> Int in
+                progress.holding.store(true, ordering: .releasing)
+                let deadline = ContinuousClock.now + .seconds(10)
+                while group.waitingCount < 64 && ContinuousClock.now < deadline { usleep(1000) }
+                return progress.returned.load(ordering: .acquiring)
+            }
+        }
+        let started = ContinuousClock.now
+        while !progress.holding.load(ordering: .acquiring) {
+            try #require(ContinuousClock.now - started < .seconds(10), "the holding read never ran")
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        let ids = try await withThrowingTaskGroup(of: DeliveryID.self) { tasks in
+            for n in 0..<64 {
+                tasks.addTask {
+                    let id = try await store.enqueue(upstream: "events", Self.request(n))
+                    progress.returned.add(1, ordering: .releasing)
+                    return id
+                }
+            }
+            return try await tasks.reduce(into: [DeliveryID]()) { $0.append($1) }
+        }
+        #expect(try await hold.value == 0)
+        #expect(group.commits == before + 1)
+        #expect(Set(ids).count == 64)
+        #expect(Set(try await store.list(.queued).map(\.id)) == Set(ids))
+        await store.close()
+        // Reopened, every one is still there: they were committed before they returned.
+        let reopened = try await f.open()
+        #expect(try await reopened.list(.queued).count == 64)
+        await reopened.close()
     }
 
     @Test("the snapshot counts queued and dead per upstream and dates the oldest queued")

@@ -37,7 +37,7 @@ struct HTTP1RequestTests {
         #expect(try #require(HTTP1URL("http://[::1]:80/")).hostValue == "[::1]")
     }
 
-    private static func head(_ request: TransportRequest) -> String {
+    static func head(_ request: TransportRequest) -> String {
         var buffer = ByteBufferAllocator().buffer(capacity: 0)
         let url = HTTP1URL(request.url)!
         HTTP1RequestHead.write(request, url: url, framing: HTTP1RequestHead.framing(of: request), into: &buffer)
@@ -91,6 +91,47 @@ struct HTTP1RequestTests {
     }
 }
 
+extension HTTP1RequestTests {
+    /// CR, LF or NUL anywhere in a field of any length (the check reads sixteen bytes at a time) leaves the field
+    /// out, and only that field.
+    @Test func aBreakingByteAtAnyPlaceOfAFieldOfAnyLengthLeavesItOut() {
+        for length in 1...72 {
+            for position in 0..<length {
+                for bad in ["\r", "\n", "\0"] {
+                    var value = Array(repeating: "v", count: length)
+                    value[position] = bad
+                    let request = TransportRequest(
+                        url: "http://h/", method: "GET",
+                        headers: [
+                            (name: "X-Before", value: String(repeating: "b", count: length)),
+                            (name: "X-Bad", value: value.joined()),
+                            (name: "X-After", value: "\t" + String(repeating: "a", count: length)),
+                        ])
+                    let expected =
+                        "GET / HTTP/1.1\r\nHost: h\r\nX-Before: \(String(repeating: "b", count: length))\r\n"
+                        + "X-After: \t\(String(repeating: "a", count: length))\r\n\r\n"
+                    #expect(Self.head(request) == expected, "length \(length), position \(position)")
+                }
+            }
+        }
+    }
+
+    @Test func theHeadBufferHoldsTheSameHeadWithRoomForTheBody() {
+        let request = TransportRequest(
+            url: "http://h:1/p", method: "POST",
+            headers: [
+                (name: "Host", value: "up"), (name: "Authorization", value: String(repeating: "t", count: 1024)),
+            ],
+            body: .buffered(ByteBufferAllocator().buffer(string: "hello")))
+        let url = HTTP1URL(request.url)!
+        let framing = HTTP1RequestHead.framing(of: request)
+        let buffer = HTTP1RequestHead.buffer(
+            request, url: url, framing: framing, extraCapacity: 5, allocator: ByteBufferAllocator())
+        #expect(String(buffer: buffer) == Self.head(request))
+        #expect(buffer.writableBytes >= 5)
+    }
+}
+
 /// `IdleConnectionPool`: newest first, bounded, aged out.
 @Suite("Idle connection pool")
 struct IdleConnectionPoolTests {
@@ -120,6 +161,31 @@ struct IdleConnectionPoolTests {
         let taken = pool.take("x", now: 110)
         #expect(taken.connection == nil)
         #expect(taken.expired.count == 2 && taken.expired[0] === b && taken.expired[1] === a)
+        #expect(pool.count == 0)
+    }
+
+    @Test func keysTakenInTurnEachFindTheirOwnConnections() {
+        var pool = IdleConnectionPool<String, Connection>(capacity: 8, maxAgeMS: 100)
+        let x = [Connection(), Connection()]
+        let y = [Connection(), Connection()]
+        for i in 0..<2 {
+            _ = pool.put(x[i], "x", now: 0)
+            _ = pool.put(y[i], "y", now: 50)
+        }
+        let taken = [
+            pool.take("x", now: 60), pool.take("y", now: 60), pool.take("z", now: 60), pool.take("x", now: 60),
+            pool.take("x", now: 60),
+        ]
+        #expect(taken[0].connection === x[1] && taken[1].connection === y[1] && taken[2].connection == nil)
+        #expect(taken[3].connection === x[0] && taken[4].connection == nil)
+        // The key used last expires whole, and a connection parked for it afterwards is found again.
+        let expired = pool.take("y", now: 150)
+        #expect(expired.connection == nil && expired.expired.count == 1 && expired.expired[0] === y[0])
+        let again = Connection()
+        let parked = pool.put(again, "y", now: 150)
+        let removed = pool.remove(x[0], "x")
+        let found = pool.take("y", now: 151)
+        #expect(parked && !removed && found.connection === again)
         #expect(pool.count == 0)
     }
 

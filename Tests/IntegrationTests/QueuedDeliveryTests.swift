@@ -193,6 +193,72 @@ struct QueuedDeliveryTests {
         try await origin.shutdown()
     }
 
+    @Test(
+        "a full disk (a 1 MiB tmpfs in the daemon's own mount namespace): 507 spool-full, and every 202 is delivered",
+        .disabled(
+            """
+            first run (2026-11-26): 202s then 507 spool-full as expected, but 1 of 6 accepted was not delivered \
+            within 30 s of the origin's return; under investigation (issue 29)
+            """))
+    func diskFull() async throws {
+        try #require(
+            getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
+            "needs root and unshare(1) to mount a tmpfs in a private mount namespace")
+        let switchable = try await SwitchableOrigin(down: true)
+        // The budget is far above the filesystem: what refuses is the disk, not spool.max_bytes.
+        let setup = try Setup(
+            origin: switchable.origin, maxBytes: "1GiB", extra: "limits: {max_request_body: 512KiB}")
+        let spool = setup.directory + "/spool"
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: false)
+        // unshare(1) makes the new mount namespace private: the tmpfs is the daemon's only and goes with it.
+        let script = "mount -t tmpfs -o size=1m,mode=0700 backstop-test \"$0\" && exec \"$@\""
+        let daemon = try DaemonProcess.start(
+            binary: "/usr/bin/unshare",
+            arguments: ["-m", "/bin/sh", "-c", script, spool, binary, "run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+
+        let body = String(repeating: "f", count: 48 * 1024)
+        var accepted: [String] = []
+        var refused: [Int] = []
+        var others: [Int] = []
+        let fillDeadline = ContinuousClock.now + .seconds(60)
+        for n in 0..<200 where refused.count < 3 && ContinuousClock.now < fillDeadline {
+            let response = try await setup.post("/full/\(n)", body: body)
+            switch response.status {
+            case 202:
+                if let id = response.header("X-Backstop-Delivery") { accepted.append(id) }
+            case 507:
+                #expect(response.header("X-Backstop-Error") == "spool-full")
+                #expect(response.header("X-Backstop-Delivery") == nil)
+                refused.append(n)
+            default:
+                others.append(response.status)
+            }
+        }
+        #expect(others.isEmpty, "only 202 and 507: \(others)")
+        #expect(refused.count == 3, "the 1 MiB disk filled within 200 requests of 48 KiB")
+        #expect(accepted.count >= 5, "\(accepted.count) accepted before the disk was full")
+        #expect(daemon.isRunning)
+
+        // The store still reads: once the origin is back, every request that got 202 is delivered, none other.
+        switchable.setDown(false)
+        let deadline = ContinuousClock.now + .seconds(30)
+        var keys = Set<String>()
+        while ContinuousClock.now < deadline {
+            keys = Set(switchable.origin.requests.compactMap { $0.header("Idempotency-Key") })
+            if Set(accepted).isSubset(of: keys) { break }
+            _ = try? await switchable.origin.waitForRequests(switchable.origin.requestCount + 1, timeout: .seconds(1))
+        }
+        #expect(
+            Set(accepted).isSubset(of: keys),
+            "missing: \(Set(accepted).subtracting(keys)); the daemon said: \(daemon.output.suffix(4000))")
+        #expect(keys.isSubset(of: Set(accepted)), "nothing refused is delivered")
+        let deliveredPaths = Set(switchable.origin.requests.map(\.uri))
+        #expect(refused.allSatisfy { !deliveredPaths.contains("/full/\($0)") })
+        await daemon.stop()
+        try await switchable.origin.shutdown()
+    }
+
     @Test("507 spool-full once the spool's budget is spent; nothing is kept of the refused request")
     func spoolFull() async throws {
         let switchable = try await SwitchableOrigin(down: true)

@@ -4,12 +4,12 @@ public enum HeaderRewriter {
     /// Lowercased names listed in every `Connection` header (comma-separated tokens).
     public static func connectionListed(in headers: [(name: String, value: String)]) -> [String] {
         var names: [String] = []
-        for header in headers where HeaderName.classify(header.name) == .hopByHop {
-            var name = header.name
-            let isConnection = name.withUTF8 { HeaderName.equals(UnsafeRawBufferPointer($0), "connection") }
-            guard isConnection else { continue }
-            var value = header.value
-            value.withUTF8 { HeaderName.appendTokens(of: UnsafeRawBufferPointer($0), to: &names) }
+        headers.withUnsafeBufferPointer { headers in
+            // Read in place, and the name's length first: this runs for every field of every request.
+            for i in headers.indices where headers[i].name.utf8.count == 10 {
+                guard headers[i].name.caseInsensitiveEquals("connection") else { continue }
+                HeaderName.withBytes(of: headers[i].value) { HeaderName.appendTokens(of: $0, to: &names) }
+            }
         }
         return names
     }
@@ -45,17 +45,21 @@ public enum HeaderRewriter {
     ) -> [(name: String, value: String)] {
         let listed = connectionListed(in: headers)
         var out: [(name: String, value: String)] = []
-        out.reserveCapacity(headers.count + 2)
+        // `Host`, `Via`, and the credential the exchange appends (a full array would be reallocated for it).
+        out.reserveCapacity(headers.count + 3)
         out.append((name: "Host", value: upstreamHost))
         var via: String?
-        for header in headers {
-            switch HeaderName.classify(header.name) {
-            case .hopByHop, .host, .contentLength, .expect: continue
-            case .via:
-                via = via.map { "\($0), \(header.value)" } ?? header.value
-            case .backstopOwn, .retryAfter, .rateLimitReset, .location, .other:
-                if !listed.isEmpty && listed.contains(header.name.asciiLowercased()) { continue }
-                out.append(header)
+        headers.withUnsafeBufferPointer { headers in
+            // Fields read in place: iterating the array copies (retains and releases) every name and value.
+            for i in headers.indices {
+                switch HeaderName.classify(headers[i].name) {
+                case .hopByHop, .host, .contentLength, .expect: continue
+                case .via:
+                    via = via.map { "\($0), \(headers[i].value)" } ?? headers[i].value
+                case .backstopOwn, .retryAfter, .rateLimitReset, .location, .other:
+                    if !listed.isEmpty && listed.contains(headers[i].name.asciiLowercased()) { continue }
+                    out.append(headers[i])
+                }
             }
         }
         out.append((name: "Via", value: via.map { "\($0), 1.1 backstop" } ?? "1.1 backstop"))

@@ -1,4 +1,4 @@
-import SQLiteNIO
+import NIOPosix
 import Synchronization
 
 /// Runs every operation of the queue store on its one SQLite connection, in batches: whatever arrived while the
@@ -10,123 +10,89 @@ import Synchronization
 /// transaction, on committed data, and answer at once. A failed commit (a full disk) fails every write of the
 /// batch; nothing of it is stored and the connection stays usable.
 ///
-/// One caller at a time drains (leader and followers, no task of its own): the operation that arrives while nobody
-/// drains runs the batch it is in, inside its caller's task; then it hands the draining on to the owner of the next
-/// waiting operation, or stops when none waits. So statements of different operations never interleave on the
-/// connection, and no unstructured task outlives its caller.
+/// A batch runs synchronously on the store's own thread (one job of its one-thread pool), every statement in one
+/// go: a caller's task waits once for its operation, however many statements the batch holds
+/// (docs/performance.md#queued-delivery). One job at a time drains: the operation that arrives while none runs
+/// starts one, and the job takes batch after batch until nothing waits.
 final class GroupCommit: Sendable {
     /// An operation's SQL work; throws only SQLite's errors (anything else would leave a batch half done).
-    typealias Work = @Sendable (SQLiteConnection) async throws -> any Sendable
+    typealias Work = @Sendable (SQLiteHandle) throws -> any Sendable
 
     private struct Operation {
         let writes: Bool
         let work: Work
+        /// Runs on the store's thread once the work succeeded (for a write: committed) or failed; resumes the caller.
         let finish: @Sendable (Result<any Sendable, any Error>) -> Void
-        /// Tells the operation's caller to drain the next batch (its own operation is in it).
-        let lead: @Sendable () -> Void
     }
-
-    /// Where one caller's operation is, as its caller waits for it.
-    private final class Slot: Sendable {
-        enum Outcome {
-            case done(Result<any Sendable, any Error>)
-            /// Drain the next batch, then wait again.
-            case lead
-        }
-        private enum State {
-            case pending
-            case waiting(CheckedContinuation<Outcome, Never>)
-            case ready(Outcome)
-        }
-        private let state = Mutex(State.pending)
-
-        func settle(_ outcome: Outcome) {
-            let waiter = state.withLock { state -> CheckedContinuation<Outcome, Never>? in
-                if case .waiting(let continuation) = state {
-                    state = .pending
-                    return continuation
-                }
-                state = .ready(outcome)
-                return nil
-            }
-            waiter?.resume(returning: outcome)
-        }
-
-        func next() async -> Outcome {
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { state -> Outcome? in
-                    if case .ready(let outcome) = state {
-                        state = .pending
-                        return outcome
-                    }
-                    state = .waiting(continuation)
-                    return nil
-                }
-                if let ready { continuation.resume(returning: ready) }
-            }
-        }
-    }
-
-    /// What an arriving operation finds.
-    private enum Arrival { case start, queued, refused }
 
     private struct State {
         var waiting: [Operation] = []
-        var draining = false
+        var running = false
         var closed = false
-        /// Resumed when the loop stops after `close`.
+        /// Resumed when the running job stops after `close`.
         var drained: [CheckedContinuation<Void, Never>] = []
+        /// Transactions committed so far.
+        var commits = 0
     }
 
-    let connection: SQLiteConnection
+    let database: SQLiteHandle
+    private let threadPool: NIOThreadPool
     private let state = Mutex(State())
 
-    init(connection: SQLiteConnection) {
-        self.connection = connection
+    /// `threadPool`: one thread, the store's; started, and shut down by the owner after `close`.
+    init(database: SQLiteHandle, threadPool: NIOThreadPool) {
+        self.database = database
+        self.threadPool = threadPool
     }
 
-    /// Runs `work` in the next batch; a write's result comes back once its batch is committed. `then` runs on the
-    /// loop as soon as the work succeeded (for a write: committed), before any later operation: bookkeeping that
-    /// must match the committed state exactly (the store's byte accounting).
+    /// Runs `work` in the next batch; a write's result comes back once its batch is committed. `then` runs as soon
+    /// as the work succeeded (for a write: committed), before any later operation: bookkeeping that must match the
+    /// committed state exactly (the store's byte accounting).
     func perform<T: Sendable>(
-        writes: Bool, _ work: @escaping @Sendable (SQLiteConnection) async throws -> T,
+        writes: Bool, _ work: @escaping @Sendable (SQLiteHandle) throws -> T,
         then: (@Sendable (T) -> Void)? = nil
     ) async throws -> T {
-        let slot = Slot()
-        let operation = Operation(
-            writes: writes, work: { try await work($0) },
-            finish: { result in
-                // The value came from `work`, which returns a T.
-                if case .success(let value) = result { then?(value as! T) }
-                slot.settle(.done(result))
-            },
-            lead: { slot.settle(.lead) })
-        let arrival = state.withLock { s -> Arrival in
-            if s.closed { return .refused }
-            s.waiting.append(operation)
-            if s.draining { return .queued }
-            s.draining = true
-            return .start
-        }
-        switch arrival {
-        case .refused: throw QueueError.closed
-        case .queued: break
-        case .start: await drainBatch()
-        }
-        while true {
-            switch await slot.next() {
-            case .done(let result): return try result.get() as! T
-            case .lead: await drainBatch()
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            let operation = Operation(
+                writes: writes, work: { try work($0) },
+                finish: { result in
+                    switch result {
+                    case .success(let value):
+                        // The value came from `work`, which returns a T.
+                        let value = value as! T
+                        then?(value)
+                        continuation.resume(returning: value)
+                    case .failure(let error):
+                        continuation.resume(throwing: error)
+                    }
+                })
+            let start = state.withLock { s -> Bool? in
+                if s.closed { return nil }
+                s.waiting.append(operation)
+                if s.running { return false }
+                s.running = true
+                return true
+            }
+            switch start {
+            case nil: continuation.resume(throwing: QueueError.closed)
+            case true?: threadPool.submit { self.drain($0) }
+            case false?: break
             }
         }
     }
 
-    /// Refuses new operations, lets the waiting ones finish, and returns when the loop has stopped.
+    /// Transactions committed so far (for tests: how many writes shared a commit).
+    var commits: Int { state.withLock { $0.commits } }
+
+    /// Operations waiting for the next batch (for tests).
+    var waitingCount: Int { state.withLock { $0.waiting.count } }
+
+    /// Refuses new operations, lets the waiting ones finish, and returns when the running job has stopped.
     func close() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let idle = state.withLock { s -> Bool in
                 s.closed = true
-                if s.draining {
+                if s.running {
                     s.drained.append(continuation)
                     return false
                 }
@@ -136,45 +102,48 @@ final class GroupCommit: Sendable {
         }
     }
 
-    /// Runs what waits now as one batch, then hands the draining on to the next waiting operation's caller, or
-    /// stops (and, once closed, lets `close` return).
-    private func drainBatch() async {
-        let batch = state.withLock { s -> [Operation] in
-            defer { s.waiting.removeAll() }
-            return s.waiting
+    /// Takes batch after batch until nothing waits; then stops (and, once closed, lets `close` return).
+    private func drain(_ job: NIOThreadPool.WorkItemState) {
+        while true {
+            let (batch, waiters) = state.withLock { s -> ([Operation], [CheckedContinuation<Void, Never>]) in
+                if !s.waiting.isEmpty {
+                    defer { s.waiting.removeAll(keepingCapacity: true) }
+                    return (s.waiting, [])
+                }
+                s.running = false
+                defer { s.drained.removeAll() }
+                return ([], s.drained)
+            }
+            guard !batch.isEmpty else {
+                for waiter in waiters { waiter.resume() }
+                return
+            }
+            guard case .active = job else {
+                // The pool was shut down under a waiting operation (the owner closes only after `close`).
+                for operation in batch { operation.finish(.failure(QueueError.closed)) }
+                continue
+            }
+            run(batch)
         }
-        await run(batch)
-        let (next, waiters) = state.withLock { s -> (Operation?, [CheckedContinuation<Void, Never>]) in
-            if let first = s.waiting.first { return (first, []) }
-            s.draining = false
-            guard s.closed else { return (nil, []) }
-            defer { s.drained.removeAll() }
-            return (nil, s.drained)
-        }
-        next?.lead()
-        for waiter in waiters { waiter.resume() }
     }
 
-    private func run(_ batch: [Operation]) async {
+    private func run(_ batch: [Operation]) {
         for operation in batch where !operation.writes {
-            do {
-                operation.finish(.success(try await operation.work(connection)))
-            } catch {
-                operation.finish(.failure(error))
-            }
+            operation.finish(Result { try operation.work(database) })
         }
         let writes = batch.filter(\.writes)
         guard !writes.isEmpty else { return }
         var results: [any Sendable] = []
         results.reserveCapacity(writes.count)
         do {
-            _ = try await connection.query("BEGIN IMMEDIATE")
+            try database.query("BEGIN IMMEDIATE")
             do {
-                for operation in writes { results.append(try await operation.work(connection)) }
-                _ = try await connection.query("COMMIT")
+                for operation in writes { results.append(try operation.work(database)) }
+                try database.query("COMMIT")
+                state.withLock { $0.commits += 1 }
             } catch {
                 // After SQLITE_FULL SQLite may already have rolled back; a second rollback then fails harmlessly.
-                _ = try? await connection.query("ROLLBACK")
+                _ = try? database.query("ROLLBACK")
                 throw error
             }
         } catch {

@@ -2,7 +2,6 @@ import BackstopCore
 import BackstopKeychain
 import NIOCore
 import NIOPosix
-import SQLiteNIO
 import Synchronization
 
 #if canImport(Glibc)
@@ -32,7 +31,8 @@ public final class QueueStore: Sendable {
     static let rowOverhead = 128
 
     public let path: String
-    private let database: GroupCommit
+    /// Internal for tests: they look at its commits.
+    let database: GroupCommit
     private let threadPool: NIOThreadPool
     private let sealer: RecordSealer
     private let budget: SpoolBudget
@@ -71,28 +71,27 @@ public final class QueueStore: Sendable {
         try makeDirectory(directory)
         let ownerLock = owner ? try lockOwnership(directory + "/" + lockFileName) : nil
         try createPrivately(path)
-        let threadPool = NIOThreadPool(numberOfThreads: 1)
-        threadPool.start()
-        let connection: SQLiteConnection
+        let connection: SQLiteHandle
         do {
-            connection = try await SQLiteConnection.open(
-                storage: .file(path: path), threadPool: threadPool, on: MultiThreadedEventLoopGroup.singleton.any())
+            connection = try SQLiteHandle(path: path)
         } catch {
-            try? await threadPool.shutdownGracefully()
             throw Self.map(error, path: path)
         }
+        // The store's one thread: every batch of statements runs on it (`GroupCommit`).
+        let threadPool = NIOThreadPool(numberOfThreads: 1)
+        threadPool.start()
         let store = QueueStore(
-            path: path, database: GroupCommit(connection: connection), threadPool: threadPool,
+            path: path, database: GroupCommit(database: connection, threadPool: threadPool), threadPool: threadPool,
             sealer: RecordSealer(keychainKey: key), budget: budget, clock: clock,
             newID: newID ?? {
                 var random = SystemRandomNumberGenerator()
                 return DeliveryID(random: &random)
             }, ownerLock: ownerLock)
         do {
-            try await store.prepare(connection)
+            try await store.run(writes: false) { try store.prepare($0) }
         } catch {
             await store.close()
-            throw Self.map(error, path: path)
+            throw error
         }
         return store
     }
@@ -100,7 +99,8 @@ public final class QueueStore: Sendable {
     /// Waits for operations under way, then closes the database. Deliveries still claimed stay queued.
     public func close() async {
         await database.close()
-        try? await database.connection.close()
+        // No batch runs any more (`GroupCommit.close` waited for the last).
+        database.database.close()
         ownerLock?.release()
         try? await threadPool.shutdownGracefully()
         let held = accounted.withLock { value in
@@ -110,13 +110,13 @@ public final class QueueStore: Sendable {
         if held > 0 { budget.release(held) }
     }
 
-    private func prepare(_ connection: SQLiteConnection) async throws {
-        let mode = try await connection.query("PRAGMA journal_mode = WAL").first?.column("journal_mode")?.string
+    private func prepare(_ connection: SQLiteHandle) throws {
+        let mode = try connection.query("PRAGMA journal_mode = WAL").first?.text(0)
         guard mode == "wal" else {
             throw QueueError.storage(path: path, detail: "the filesystem does not support SQLite's WAL mode")
         }
-        for statement in Schema.open { _ = try await connection.query(statement) }
-        try await reconcile(connection)
+        for statement in Schema.open { try connection.execute(statement) }
+        try reconcile(connection)
     }
 
     // MARK: accepting
@@ -132,7 +132,7 @@ public final class QueueStore: Sendable {
         let size = head.count + body.count + Self.rowOverhead
         if !budget.reserve(size) {
             // Rows an operator dropped from another process free their bytes only once this process looks again.
-            _ = try await run(writes: false) { try await self.reconcile($0) }
+            _ = try await run(writes: false) { try self.reconcile($0) }
             guard budget.reserve(size) else { throw QueueError.budgetExhausted }
         }
         do {
@@ -140,13 +140,12 @@ public final class QueueStore: Sendable {
             try await run(
                 writes: true,
                 { connection in
-                    _ = try await connection.query(
+                    try connection.query(
                         "INSERT INTO deliveries (id, upstream, accepted_at, clock_start, next_at, head, body, size) "
                             + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         [
                             .text(id.text), .text(upstream), .integer(acceptedAt), .integer(acceptedAt),
-                            .integer(acceptedAt),
-                            .blob(ByteBuffer(bytes: head)), .blob(ByteBuffer(bytes: body)), .integer(size),
+                            .integer(acceptedAt), .blob(head), .blob(body), .integer(size),
                         ])
                 }, then: { _ in self.accounted.withLock { $0 += size } })
         } catch {
@@ -165,21 +164,23 @@ public final class QueueStore: Sendable {
         let now = Self.micros(clock.wall())
         let expiredBefore = now - Self.micros(policy.maxAge.seconds)
         let (rows, expired) = try await run(writes: true) { connection -> ([Row], [DeliveryID]) in
-            let busy = self.inFlight.withLock { Array($0[upstream, default: []]) }
-            let exclude = busy.isEmpty ? "" : " AND seq NOT IN (" + busy.map { _ in "?" }.joined(separator: ", ") + ")"
-            let busyBinds = busy.map { SQLiteData.integer($0) }
-            let expired = try await connection.query(
+            let busy = self.inFlight.withLock { $0[upstream, default: []] }
+            // One statement text whatever is in flight, so it is prepared once.
+            let busyList = SQLiteHandle.Value.text(Self.jsonArray(busy))
+            let expired = try connection.query(
                 "UPDATE deliveries SET state = 1, last_outcome = CASE WHEN last_outcome IS NULL THEN 'expired' "
                     + "ELSE 'expired (last: ' || last_outcome || ')' END "
-                    + "WHERE upstream = ? AND state = 0 AND clock_start <= ?\(exclude) RETURNING id",
-                [.text(upstream), .integer(expiredBefore)] + busyBinds
-            ).compactMap { $0.column("id")?.string.flatMap(DeliveryID.init) }
+                    + "WHERE upstream = ? AND state = 0 AND clock_start <= ? "
+                    + "AND seq NOT IN (SELECT value FROM json_each(?)) RETURNING id",
+                [.text(upstream), .integer(expiredBefore), busyList]
+            ).compactMap { $0.text(0).flatMap(DeliveryID.init) }
             let available = concurrency - busy.count
             guard available > 0 else { return ([], expired) }
-            let rows = try await connection.query(
+            let rows = try connection.query(
                 "SELECT seq, id, accepted_at, clock_start, attempts, head, body FROM deliveries "
-                    + "WHERE upstream = ? AND state = 0 AND next_at <= ?\(exclude) ORDER BY seq LIMIT ?",
-                [.text(upstream), .integer(now)] + busyBinds + [.integer(available)]
+                    + "WHERE upstream = ? AND state = 0 AND next_at <= ? "
+                    + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
+                [.text(upstream), .integer(now), busyList, .integer(available)]
             ).compactMap(Row.init)
             self.inFlight.withLock { table in
                 for row in rows { table[upstream, default: []].insert(row.seq) }
@@ -211,7 +212,7 @@ public final class QueueStore: Sendable {
             defer { release(upstream: upstream, seqs) }
             try await run(writes: true) { connection in
                 for seq in seqs {
-                    _ = try await connection.query(
+                    try connection.query(
                         "UPDATE deliveries SET state = 1, last_outcome = 'damaged' WHERE seq = ?", [.integer(seq)])
                 }
             }
@@ -223,21 +224,21 @@ public final class QueueStore: Sendable {
     /// deleted, others rescheduled or made dead letters.
     public func settle(_ delivery: ClaimedDelivery, _ decision: DeliveryDecision) async throws(QueueError) {
         defer { release(upstream: delivery.upstream, [delivery.seq]) }
-        let seq = SQLiteData.integer(delivery.seq)
+        let seq = SQLiteHandle.Value.integer(delivery.seq)
         try await run(
             writes: true,
             { connection -> Int in
                 switch decision {
                 case .delivered:
-                    return try await connection.query("DELETE FROM deliveries WHERE seq = ? RETURNING size", [seq])
-                        .compactMap { $0.column("size")?.integer }.reduce(0, +)
+                    return try connection.query("DELETE FROM deliveries WHERE seq = ? RETURNING size", [seq])
+                        .compactMap { $0.integer(0) }.reduce(0, +)
                 case .retry(let at, let outcome):
-                    _ = try await connection.query(
+                    try connection.query(
                         "UPDATE deliveries SET attempts = attempts + 1, next_at = ?, last_outcome = ? WHERE seq = ?",
                         [.integer(Self.micros(at)), .text(outcome), seq])
                     return 0
                 case .dead(let outcome):
-                    _ = try await connection.query(
+                    try connection.query(
                         "UPDATE deliveries SET attempts = attempts + 1, state = 1, last_outcome = ? WHERE seq = ?",
                         [.text(outcome), seq])
                     return 0
@@ -259,13 +260,13 @@ public final class QueueStore: Sendable {
 
     /// When `upstream`'s next queued delivery that is not in flight is due (wall-clock seconds), nil when none is.
     public func nextDue(upstream: String) async throws(QueueError) -> Double? {
-        let busy = inFlight.withLock { Array($0[upstream, default: []]) }
-        let exclude = busy.isEmpty ? "" : " AND seq NOT IN (" + busy.map { _ in "?" }.joined(separator: ", ") + ")"
+        let busyList = SQLiteHandle.Value.text(Self.jsonArray(inFlight.withLock { $0[upstream, default: []] }))
         let next = try await run(writes: false) { connection in
-            try await connection.query(
-                "SELECT min(next_at) AS next FROM deliveries WHERE upstream = ? AND state = 0\(exclude)",
-                [.text(upstream)] + busy.map { .integer($0) }
-            ).first?.column("next")?.integer
+            try connection.query(
+                "SELECT next_at FROM deliveries WHERE upstream = ? AND state = 0 "
+                    + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY next_at LIMIT 1",
+                [.text(upstream), busyList]
+            ).first?.integer(0)
         }
         return next.map { Self.seconds($0) }
     }
@@ -283,26 +284,22 @@ public final class QueueStore: Sendable {
     /// no header value, no body), times, attempts and last outcome.
     public func list(_ state: DeliveryState) async throws(QueueError) -> [DeliverySummary] {
         let rows = try await run(writes: false) { connection in
-            try await connection.query(
+            try connection.query(
                 "SELECT id, upstream, accepted_at, attempts, last_outcome, next_at, head FROM deliveries "
                     + "WHERE state = ? ORDER BY seq", [.integer(state.rawValue)])
         }
         return rows.compactMap { row -> DeliverySummary? in
-            guard let id = row.column("id")?.string.flatMap(DeliveryID.init),
-                let upstream = row.column("upstream")?.string,
-                let acceptedAt = row.column("accepted_at")?.integer, let attempts = row.column("attempts")?.integer,
-                let nextAt = row.column("next_at")?.integer
+            guard let id = row.text(0).flatMap(DeliveryID.init), let upstream = row.text(1),
+                let acceptedAt = row.integer(2), let attempts = row.integer(3), let nextAt = row.integer(5)
             else { return nil }
             let context = Context(id: id, upstream: upstream, acceptedAt: acceptedAt)
-            let head = row.column("head")?.blob.flatMap {
-                sealer.open(Array($0.readableBytesView), context: context.head)
-            }
-            .flatMap(QueuedRequestCodec.decodeHead)
+            let head = row.blob(6).flatMap { sealer.open($0, context: context.head) }
+                .flatMap(QueuedRequestCodec.decodeHead)
             return DeliverySummary(
                 id: id, upstream: upstream, method: head?.method,
                 path: head.map { QueuedRequest(method: $0.method, target: $0.target, headers: [], body: []).path },
                 acceptedAt: Self.seconds(acceptedAt), attempts: attempts,
-                lastOutcome: row.column("last_outcome")?.string, state: state, nextAttemptAt: Self.seconds(nextAt))
+                lastOutcome: row.text(4), state: state, nextAttemptAt: Self.seconds(nextAt))
         }
     }
 
@@ -317,10 +314,10 @@ public final class QueueStore: Sendable {
         try await revive(where: "1", [])
     }
 
-    private func revive(where condition: String, _ binds: [SQLiteData]) async throws(QueueError) -> Int {
+    private func revive(where condition: String, _ binds: [SQLiteHandle.Value]) async throws(QueueError) -> Int {
         let now = Self.micros(clock.wall())
         return try await run(writes: true) { connection in
-            try await connection.query(
+            try connection.query(
                 "UPDATE deliveries SET state = 0, next_at = ?, clock_start = ? WHERE state = 1 AND \(condition) "
                     + "RETURNING seq", [.integer(now), .integer(now)] + binds
             ).count
@@ -333,8 +330,8 @@ public final class QueueStore: Sendable {
         let sizes = try await run(
             writes: true,
             { connection in
-                try await connection.query("DELETE FROM deliveries WHERE id = ? RETURNING size", [.text(id.text)])
-                    .compactMap { $0.column("size")?.integer }
+                try connection.query("DELETE FROM deliveries WHERE id = ? RETURNING size", [.text(id.text)])
+                    .compactMap { $0.integer(0) }
             }, then: { self.freed($0.reduce(0, +)) })
         return !sizes.isEmpty
     }
@@ -342,18 +339,18 @@ public final class QueueStore: Sendable {
     /// Depth, dead letters and oldest queued delivery per upstream, and the bytes stored (for the metrics).
     public func snapshot() async throws(QueueError) -> QueueSnapshot {
         try await run(writes: false) { connection in
-            let stored = try await self.reconcile(connection)
+            let stored = try self.reconcile(connection)
             var snapshot = QueueSnapshot(storedBytes: stored)
-            for row in try await connection.query(
-                "SELECT upstream, state, count(*) AS n, min(accepted_at) AS oldest FROM deliveries GROUP BY upstream, state"
+            for row in try connection.query(
+                "SELECT upstream, state, count(*), min(accepted_at) FROM deliveries GROUP BY upstream, state"
             ) {
-                guard let upstream = row.column("upstream")?.string, let state = row.column("state")?.integer,
-                    let count = row.column("n")?.integer
+                guard let upstream = row.text(0), let state = row.integer(1), let count = row.integer(2)
                 else { continue }
                 if state == DeliveryState.queued.rawValue {
                     snapshot.upstreams[upstream, default: .init()].queued = count
-                    snapshot.upstreams[upstream, default: .init()].oldestQueuedAt =
-                        row.column("oldest")?.integer.map { Self.seconds($0) }
+                    snapshot.upstreams[upstream, default: .init()].oldestQueuedAt = row.integer(3).map {
+                        Self.seconds($0)
+                    }
                 } else {
                     snapshot.upstreams[upstream, default: .init()].dead = count
                 }
@@ -367,9 +364,8 @@ public final class QueueStore: Sendable {
     /// Brings the budget's share for stored rows in line with the committed total (rows another process deleted or
     /// added included); returns that total.
     @discardableResult
-    private func reconcile(_ connection: SQLiteConnection) async throws -> Int {
-        let total =
-            try await connection.query("SELECT bytes FROM totals WHERE id = 0").first?.column("bytes")?.integer ?? 0
+    private func reconcile(_ connection: SQLiteHandle) throws -> Int {
+        let total = try connection.query("SELECT bytes FROM totals WHERE id = 0").first?.integer(0) ?? 0
         let delta = accounted.withLock { held in
             defer { held = total }
             return total - held
@@ -378,8 +374,9 @@ public final class QueueStore: Sendable {
         return total
     }
 
+    @discardableResult
     private func run<T: Sendable>(
-        writes: Bool, _ work: @escaping @Sendable (SQLiteConnection) async throws -> T,
+        writes: Bool, _ work: @escaping @Sendable (SQLiteHandle) throws -> T,
         then: (@Sendable (T) -> Void)? = nil
     ) async throws(QueueError) -> T {
         do {
@@ -391,9 +388,8 @@ public final class QueueStore: Sendable {
 
     static func map(_ error: any Error, path: String) -> QueueError {
         if let queueError = error as? QueueError { return queueError }
-        if let sqlite = error as? SQLiteError {
-            if case .full = sqlite.reason { return .diskFull }
-            return .storage(path: path, detail: sqlite.description)
+        if let sqlite = error as? SQLiteHandle.Failure {
+            return sqlite.isFull ? .diskFull : .storage(path: path, detail: sqlite.description)
         }
         return .storage(path: path, detail: "\(error)")
     }
@@ -405,6 +401,11 @@ public final class QueueStore: Sendable {
     }
 
     static func seconds(_ micros: Int) -> Double { Double(micros) / 1e6 }
+
+    /// `seqs` as a JSON array, for `seq NOT IN (SELECT value FROM json_each(?))`.
+    static func jsonArray(_ seqs: Set<Int>) -> String {
+        "[" + seqs.map(String.init).joined(separator: ",") + "]"
+    }
 
     /// What each sealed part of a row is bound to.
     struct Context {
@@ -425,11 +426,10 @@ public final class QueueStore: Sendable {
         let head: [UInt8]
         let body: [UInt8]
 
-        init?(_ row: SQLiteRow) {
-            guard let seq = row.column("seq")?.integer, let id = row.column("id")?.string.flatMap(DeliveryID.init),
-                let acceptedAt = row.column("accepted_at")?.integer,
-                let clockStart = row.column("clock_start")?.integer,
-                let attempts = row.column("attempts")?.integer
+        /// From `SELECT seq, id, accepted_at, clock_start, attempts, head, body`.
+        init?(_ row: SQLiteHandle.Row) {
+            guard let seq = row.integer(0), let id = row.text(1).flatMap(DeliveryID.init),
+                let acceptedAt = row.integer(2), let clockStart = row.integer(3), let attempts = row.integer(4)
             else { return nil }
             self.seq = seq
             self.id = id
@@ -437,8 +437,8 @@ public final class QueueStore: Sendable {
             self.clockStart = clockStart
             self.attempts = attempts
             // A column that is not a blob (an edited row) opens as nothing and is reported damaged.
-            head = row.column("head")?.blob.map { Array($0.readableBytesView) } ?? []
-            body = row.column("body")?.blob.map { Array($0.readableBytesView) } ?? []
+            head = row.blob(5) ?? []
+            body = row.blob(6) ?? []
         }
     }
 
@@ -505,6 +505,10 @@ enum Schema {
         )
         """,
         "CREATE INDEX IF NOT EXISTS deliveries_order ON deliveries (upstream, state, seq)",
+        // The next due (`nextDue`) and the expired (`claim`) are found without reading the whole queue: with a
+        // backlog, a scan per claim cost more than the commit (docs/performance.md#queued-delivery).
+        "CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (upstream, state, next_at)",
+        "CREATE INDEX IF NOT EXISTS deliveries_age ON deliveries (upstream, state, clock_start)",
         "CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), bytes INTEGER NOT NULL)",
         "INSERT OR IGNORE INTO totals (id, bytes) VALUES (0, 0)",
         """

@@ -151,8 +151,10 @@ public final class QueueDeliverer: Sendable {
                 if stopped { break }
                 var until: Double?
                 do throws(QueueError) {
+                    // With every slot taken only a finishing delivery changes anything: the store is not asked.
                     let nextDue =
-                        settings == nil ? nil : try await store.nextDue(upstream: upstream)
+                        settings.map { inFlight < $0.concurrency } == true
+                        ? try await store.nextDue(upstream: upstream) : nil
                     switch DeliveryLaneStep.next(
                         settings: settings, inFlight: inFlight, nextDue: nextDue,
                         now: clock.wall())

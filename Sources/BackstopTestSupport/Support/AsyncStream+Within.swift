@@ -1,19 +1,16 @@
+import BackstopCore
+import NIOConcurrencyHelpers
+
 extension AsyncStream where Element: Sendable {
     /// The stream's next element, or nil when none comes within `timeout` (or the stream ends): a test that waits for
     /// a notification must not wait forever for one that never comes.
     public func next(within timeout: Duration) async -> Element? {
-        await withTaskGroup(of: Element?.self) { group in
-            group.addTask {
-                var iterator = self.makeAsyncIterator()
-                return await iterator.next()  // nil once cancelled
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+        let received = NIOLockedValueBox<Element?>(nil)
+        _ = await withTimeLimit(timeout) {
+            var iterator = self.makeAsyncIterator()
+            let element = await iterator.next()  // nil once cancelled at the time limit
+            received.withLockedValue { $0 = element }
         }
+        return received.withLockedValue { $0 }
     }
 }

@@ -95,6 +95,19 @@ struct HTTP1ResponseReaderTests {
                 == [.head(200, []), .end(reusable: true)])
     }
 
+    /// Only a field named `Connection` (any case) says whether the connection is kept: a colon where that name's
+    /// would be, after another name or inside one, says nothing.
+    @Test(arguments: [
+        ("Connection: close", false), ("CONNECTION:close", false), ("connection: Keep-Alive, close", false),
+        ("Connection: keep-alive", true), ("Connectionx: close", true), ("Connectio: close", true),
+        ("abc:efghij: close", true), ("X-Connection: close", true), ("Transfer-Encodin: close", true),
+    ])
+    func theConnectionFieldDecidesReuse(field: String, reusable: Bool) {
+        #expect(
+            Self.transcript("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\(field)\r\n\r\nhi").last
+                == .end(reusable: reusable))
+    }
+
     @Test func bytesPastTheLengthAreNotThisResponseAndCostTheConnection() {
         // The reader stops at the length; what follows is the transport's to judge (here: not reusable).
         #expect(
