@@ -62,7 +62,9 @@ final class Exchange {
         self.declaredLength = configuration.declaredLength
         self.connectTimeout = configuration.timeouts.connect
         self.attemptEndpoint = destination.endpoint
-        if let upstream = destination.upstream, upstream.config.hedge.max > 0, case .p95 = upstream.config.hedge.after {
+        if case .upstream(let upstream, _) = destination, upstream.config.hedge.max > 0,
+            case .p95 = upstream.config.hedge.after
+        {
             headLatency = upstream.health
         } else {
             headLatency = nil

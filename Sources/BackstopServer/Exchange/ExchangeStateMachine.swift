@@ -131,18 +131,33 @@ struct ExchangeStateMachine: Equatable {
     }
 
     /// The attempts in flight, and where the next hedged copy is (docs/architecture.md#attempts-in-flight). The first
-    /// is stored inline, so the usual single attempt allocates nothing.
+    /// is stored inline; the copies beside it and the hedge timer are out of line (copied on write) and absent for a
+    /// request that is never hedged, so that the usual single attempt allocates nothing and the state that holds it
+    /// is no larger to copy than before hedging.
     struct AttemptSet: Equatable {
         private(set) var first: Attempt
-        private(set) var others: [Attempt] = []
-        var nextCopy: NextCopy
+        private var race: RaceBox?
 
         init(_ first: Attempt, nextCopy: NextCopy = .none) {
             self.first = first
-            self.nextCopy = nextCopy
+            if nextCopy != .none { race = RaceBox(Race(nextCopy: nextCopy)) }
         }
 
-        var count: Int { 1 + others.count }
+        /// The attempts beside `first`, oldest first.
+        private(set) var others: [Attempt] {
+            get { race?.value.others ?? [] }
+            set { modifyRace { $0.others = newValue } }
+        }
+
+        var nextCopy: NextCopy {
+            get { race?.value.nextCopy ?? .none }
+            set {
+                if race == nil, newValue == .none { return }
+                modifyRace { $0.nextCopy = newValue }
+            }
+        }
+
+        var count: Int { 1 + (race?.value.others.count ?? 0) }
 
         func attempt(_ generation: Int) -> Attempt? {
             if first.generation == generation { return first }
@@ -177,9 +192,38 @@ struct ExchangeStateMachine: Equatable {
 
         /// The earliest of the attempts' deadlines and the hedge timer.
         var earliestDeadline: Duration {
-            let attempts = others.reduce(first.deadline) { min($0, $1.deadline) }
-            if case .due(let at) = nextCopy { return min(attempts, at) }
-            return attempts
+            guard let race else { return first.deadline }
+            return race.value.earliestDeadline(first.deadline)
+        }
+
+        static func == (lhs: AttemptSet, rhs: AttemptSet) -> Bool {
+            lhs.first == rhs.first
+                && (lhs.race === rhs.race || (lhs.race?.value ?? Race()) == (rhs.race?.value ?? Race()))
+        }
+
+        private mutating func modifyRace(_ change: (inout Race) -> Void) {
+            if race == nil {
+                race = RaceBox(Race())
+            } else if !isKnownUniquelyReferenced(&race) {
+                race = RaceBox(race!.value)
+            }
+            change(&race!.value)
+        }
+
+        private struct Race: Equatable {
+            var others: [Attempt] = []
+            var nextCopy = NextCopy.none
+
+            func earliestDeadline(_ first: Duration) -> Duration {
+                let attempts = others.reduce(first) { min($0, $1.deadline) }
+                if case .due(let at) = nextCopy { return min(attempts, at) }
+                return attempts
+            }
+        }
+
+        private final class RaceBox {
+            var value: Race
+            init(_ value: Race) { self.value = value }
         }
     }
 
@@ -340,6 +384,34 @@ struct ExchangeStateMachine: Equatable {
         var hedges = HedgeTally()
     }
 
+    /// The attempts that end with an exchange that ends before a response completed: `report` is the last
+    /// attempt's, when it ended here, and `endpoint` what that means for its endpoint (an attempt still in flight is
+    /// reported `abandoned`); `letGo`: the other attempts still in flight (hedged copies). Out of line (immutable,
+    /// shared): inline, they would make every action of every event too large to move without a call to `memcpy`.
+    final class AttemptsAtEnd: Equatable, Sendable {
+        let report: AttemptReport?
+        let endpoint: EndpointReport?
+        let letGo: [LetGo]
+
+        private init(report: AttemptReport?, endpoint: EndpointReport?, letGo: [LetGo]) {
+            self.report = report
+            self.endpoint = endpoint
+            self.letGo = letGo
+        }
+
+        /// nil when nothing ends with the exchange (the usual end of a relayed response).
+        static func with(
+            report: AttemptReport?, endpoint: EndpointReport? = nil, letGo: [LetGo] = []
+        ) -> AttemptsAtEnd? {
+            if report == nil, endpoint == nil, letGo.isEmpty { return nil }
+            return AttemptsAtEnd(report: report, endpoint: endpoint, letGo: letGo)
+        }
+
+        static func == (lhs: AttemptsAtEnd, rhs: AttemptsAtEnd) -> Bool {
+            lhs === rhs || (lhs.report == rhs.report && lhs.endpoint == rhs.endpoint && lhs.letGo == rhs.letGo)
+        }
+    }
+
     /// How an exchange ends.
     enum Ending: Equatable {
         /// The response is complete; `requestComplete` says whether the client's body was read to its end.
@@ -407,10 +479,9 @@ struct ExchangeStateMachine: Equatable {
         /// to move without a call to `memcpy`.
         indirect case deliverHead(UpstreamResponseHead, Delivery)
         case relayBody(ByteBuffer)
-        /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed).
-        /// `report` is the last attempt's, when it ended here, and `endpoint` what that means for its endpoint (an
-        /// attempt still in flight is reported `abandoned`); `letGo`: the other attempts still in flight (hedged).
-        case end(Ending, Record, report: AttemptReport?, endpoint: EndpointReport? = nil, letGo: [LetGo] = [])
+        /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed);
+        /// the attempts that end with it, if any, as `AttemptsAtEnd` says.
+        case end(Ending, Record, AttemptsAtEnd?)
     }
 
     /// What every live state carries: the request body's progress and the exchange's record so far.
@@ -673,10 +744,11 @@ struct ExchangeStateMachine: Equatable {
 
     /// The credential for the next attempt, or nil when none can be had.
     mutating func credentialAcquired(_ credential: Credential?, now: Duration) -> Action {
-        if case .attempting(let progress, let attempts) = state, case .acquiringCredential = attempts.nextCopy {
+        guard case .acquiringCredential(let progress) = state else {
+            guard case .attempting(let progress, let attempts) = state, case .acquiringCredential = attempts.nextCopy
+            else { return .none }
             return copyCredential(credential, progress, attempts, now: now)
         }
-        guard case .acquiringCredential(let progress) = state else { return .none }
         guard let credential else { return endLocally(.tokenUnavailable, progress) }
         return startAttempt(progress, credential: credential, now: now)
     }
@@ -695,9 +767,10 @@ struct ExchangeStateMachine: Equatable {
     /// The upstream's endpoint set answered `.chooseEndpoint`: start the attempt there, or, with every endpoint
     /// ejected, answer 503 `circuit-open` at once (not an attempt). Stale when the exchange ended meanwhile.
     mutating func endpointChosen(_ verdict: EndpointVerdict, now: Duration) -> Action {
-        if case .attempting(let progress, var attempts) = state,
-            case .choosingEndpoint(let credential) = attempts.nextCopy
-        {
+        guard case .awaitingEndpoint(var progress, let pending) = state else {
+            guard case .attempting(let progress, var attempts) = state,
+                case .choosingEndpoint(let credential) = attempts.nextCopy
+            else { return .none }
             guard case .attempt(let ticket) = verdict else {
                 // No endpoint for a copy: the attempts in flight go on alone.
                 attempts.nextCopy = .none
@@ -706,7 +779,6 @@ struct ExchangeStateMachine: Equatable {
             }
             return startCopy(progress, attempts, credential: credential, endpoint: ticket, now: now)
         }
-        guard case .awaitingEndpoint(var progress, let pending) = state else { return .none }
         switch verdict {
         case .attempt(let ticket):
             if progress.avoidEndpoint != nil { progress.avoidEndpoint = nil }
@@ -941,7 +1013,7 @@ struct ExchangeStateMachine: Equatable {
             }
             // The head wins: the other attempts in flight, if any, are let go.
             if attempt.hedge, !retryable { progress.hedges.won &+= 1 }
-            let cancel = alone ? [] : letGo(attempts, except: generation, &progress)
+            let cancel = alone ? [] : letGo(attempts, except: generation, &progress.hedges)
             return deliver(
                 head, generation: generation, error: nil, report: report, progress, now: now,
                 endpoint: endpointReport(attempt, outcome), cancel: cancel)
@@ -970,10 +1042,10 @@ struct ExchangeStateMachine: Equatable {
 
     /// The attempts of `attempts` other than `generation`, let go unanswered (copies among them counted as
     /// cancelled).
-    private func letGo(_ attempts: AttemptSet, except generation: Int?, _ progress: inout Progress) -> [LetGo] {
+    private func letGo(_ attempts: AttemptSet, except generation: Int?, _ hedges: inout HedgeTally) -> [LetGo] {
         var letGo: [LetGo] = []
         for other in attempts.all where other.generation != generation {
-            if other.hedge { progress.hedges.cancelled &+= 1 }
+            if other.hedge { hedges.cancelled &+= 1 }
             letGo.append(LetGo(generation: other.generation, endpoint: endpointReport(other, nil)))
         }
         return letGo
@@ -1114,10 +1186,12 @@ struct ExchangeStateMachine: Equatable {
     /// The upstream's retry budget answered `.requestRetryPermit`. Stale (ignored) when the exchange ended
     /// meanwhile.
     mutating func retryPermit(granted: Bool, now: Duration) -> Action {
-        if case .attempting(let progress, let attempts) = state, case .askingBudget = attempts.nextCopy {
+        guard case .awaitingRetryPermit(var progress, let pending) = state else {
+            guard case .attempting(let progress, let attempts) = state, case .askingBudget = attempts.nextCopy else {
+                return .none
+            }
             return copyPermitted(granted, progress, attempts, now: now)
         }
-        guard case .awaitingRetryPermit(var progress, let pending) = state else { return .none }
         guard granted else {
             progress.giveUp = .budgetExhausted
             progress.giveUpCondition = pending.reason
@@ -1286,14 +1360,14 @@ struct ExchangeStateMachine: Equatable {
         _ ending: Ending, _ progress: Progress, status: Int, report: AttemptReport? = nil,
         endpoint: EndpointReport? = nil, settled: Int? = nil
     ) -> Action {
-        var progress = progress
         let headError: ProxyErrorReason? = if case .relaying(_, let relaying) = state { relaying.error } else { nil }
+        var hedges = progress.hedges
         var others: [LetGo] = []
-        if case .attempting(_, let attempts) = state, let settled {
+        if let settled, case .attempting(_, let attempts) = state {
             if attempts.attempt(settled)?.hedge == true {
-                if report == nil { progress.hedges.cancelled &+= 1 } else { progress.hedges.lost &+= 1 }
+                if report == nil { hedges.cancelled &+= 1 } else { hedges.lost &+= 1 }
             }
-            if attempts.count > 1 { others = letGo(attempts, except: settled, &progress) }
+            if attempts.count > 1 { others = letGo(attempts, except: settled, &hedges) }
         }
         state = .done
         return .end(
@@ -1302,8 +1376,8 @@ struct ExchangeStateMachine: Equatable {
                 status: status, attempts: progress.attempts, retries: progress.retryReasons, giveUp: progress.giveUp,
                 giveUpCondition: progress.giveUpCondition, lastFailure: progress.lastFailure, headError: headError,
                 requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter,
-                hedges: progress.hedges),
-            report: report, endpoint: endpoint, letGo: others)
+                hedges: hedges),
+            .with(report: report, endpoint: endpoint, letGo: others))
     }
 }
 

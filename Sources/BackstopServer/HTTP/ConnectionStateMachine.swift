@@ -595,10 +595,12 @@ extension ConnectionStateMachine {
             replay(delivery.replay, generation: delivery.generation, now: now, into: &actions)
         case .relayBody(let buffer):
             relay(buffer, now: now, into: &actions)
-        case .end(let ending, let record, let report, let endpoint, let others):
-            attemptEnded(report, endpoint, into: &actions)
-            // Their transfers go with the exchange's end (`.requestFinished`).
-            letGo(others, cancel: false, into: &actions)
+        case .end(let ending, let record, let attempts):
+            if let attempts {
+                attemptEnded(attempts.report, attempts.endpoint, into: &actions)
+                // Their transfers go with the exchange's end (`.requestFinished`).
+                letGo(attempts.letGo, cancel: false, into: &actions)
+            }
             exchangeEnded(ending, record, now: now, into: &actions)
         }
     }
