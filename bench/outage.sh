@@ -12,7 +12,7 @@
 #   back after  seconds from endpoint 1 listening again to the first request it served
 #
 # and then, with an upstream of endpoint 1 alone while it is down, how fast and how each proxy fails a request
-# (one endpoint: p50 / p99 of the error answers, and the answer).
+# (one endpoint: p50 / p99 of the error answers at --conns and at c=1, and the answer).
 #
 #   bash bench/outage.sh                              # nginx, haproxy, envoy, backstop
 #   bash bench/outage.sh --targets "nginx backstop"   # some of them
@@ -190,8 +190,8 @@ CONF
   exit 1
 }
 
-wrk_json() {  # wrk_json SECONDS PORT OUTFILE: one wrk run, its summary line
-  wrk -t1 -c"$CONNS" -d"$1"s --latency -s bench/wrk_report.lua "http://127.0.0.1:$2/" > "$3" 2>&1 || true
+wrk_json() {  # wrk_json SECONDS PORT OUTFILE [CONNS]: one wrk run, its summary line
+  wrk -t1 -c"${4:-$CONNS}" -d"$1"s --latency -s bench/wrk_report.lua "http://127.0.0.1:$2/" > "$3" 2>&1 || true
   sed -n 's/^WRKJSON //p' "$3"
 }
 
@@ -231,25 +231,28 @@ for t in "${available[@]}"; do
   start_proxy "$t" one
   wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" > /dev/null 2>&1 || true
   one_json=$(wrk_json "$ONE" "$port" "$WORK/$t-one.wrk")
+  # The same with one client at a time: the time to an answer itself, without c=32's queueing on 2 cores.
+  one1_json=$(wrk_json "$ONE" "$port" "$WORK/$t-one1.wrk" 1)
   answer=$(curl -s -o /dev/null -D - "http://127.0.0.1:$port/" | tr -d '\r' \
     | awk 'NR == 1 { s = $2 } tolower($1) == "x-backstop-error:" { e = " " $2 } END { print s e }')
   stop_pid "$PROXY_PID"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$dead" "${back:--}" "$(cat "$WORK/$t-outage.json")" "$recovery_json" \
-    "$one_json" "$answer" >> "$RESULTS"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$dead" "${back:--}" "$(cat "$WORK/$t-outage.json")" "$recovery_json" \
+    "$one_json" "$one1_json" "$answer" >> "$RESULTS"
   echo "  $t done (endpoint 1 down at $killed, back at $restored)" >&2
 done
 
 python3 - "$RESULTS" "$OUTAGE" "$RECOVERY" <<'EOF'
 import json, sys
 print(f"\n| proxy | failed requests (outage + {sys.argv[3]} s) | p50 ms (outage) | p99 ms (outage) | "
-      f"attempts to the dead endpoint ({sys.argv[2]} s) | endpoint 1 back after s | one endpoint down: p50 / p99 ms | answer |")
-print("|---|---:|---:|---:|---:|---:|---:|---|")
+      f"attempts to the dead endpoint ({sys.argv[2]} s) | endpoint 1 back after s | one endpoint down: p50 / p99 ms | "
+      f"the same at c=1 | answer |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
 def failed(d):
     return d["non2xx3xx"] + d["err_connect"] + d["err_read"] + d["err_write"] + d["err_timeout"]
 for line in open(sys.argv[1]):
-    name, dead, back, outage, recovery, one, answer = line.rstrip("\n").split("\t")
-    o, r, f = json.loads(outage), json.loads(recovery), json.loads(one)
+    name, dead, back, outage, recovery, one, one1, answer = line.rstrip("\n").split("\t")
+    o, r, f, f1 = json.loads(outage), json.loads(recovery), json.loads(one), json.loads(one1)
     print(f"| {name} | {failed(o) + failed(r)} of {o['requests'] + r['requests']} | {o['p50_us'] / 1000:.2f} | "
           f"{o['p99_us'] / 1000:.2f} | {dead} | {back} | {f['p50_us'] / 1000:.2f} / {f['p99_us'] / 1000:.2f} | "
-          f"{answer} ({f['requests']} answers) |")
+          f"{f1['p50_us'] / 1000:.2f} / {f1['p99_us'] / 1000:.2f} | {answer} ({f['requests']} answers) |")
 EOF

@@ -20,21 +20,33 @@ struct SigV4LiveTests {
         return url.path + "/scripts/sigv4"
     }
 
+    /// The botocore origin (scripts/sigv4/botocore-origin.py) on a free loopback port, accepting these keys, once it
+    /// listens (`waitUntilListening` has its own deadline).
+    static func startBotocoreOrigin(
+        access: String, secret: String, token: String
+    ) async throws -> (DaemonProcess, port: Int) {
+        let port = try FreePort.reserveClosedPort()
+        let origin = try DaemonProcess.start(
+            binary: "/usr/bin/env",
+            arguments: ["python3", scripts + "/botocore-origin.py", String(port), access, secret, token])
+        do {
+            try await origin.waitUntilListening(port: port)
+        } catch {
+            origin.send(signal: SIGKILL)
+            throw error
+        }
+        return (origin, port)
+    }
+
     @Test(
         "botocore accepts the signatures of requests with repeated and reserved query characters, spaces in the path, bodies and a session token"
     )
     func botocoreAcceptsWhatTravels() async throws {
-        let port = try FreePort.reserveClosedPort()
         let credentials = SigV4Credentials(
             accessKeyID: "AKIDLIVE", secretAccessKey: "live/secret+key=", sessionToken: "session//token+=")
-        let origin = try DaemonProcess.start(
-            binary: "/usr/bin/env",
-            arguments: [
-                "python3", Self.scripts + "/botocore-origin.py", String(port), credentials.accessKeyID,
-                credentials.secretAccessKey, credentials.sessionToken!,
-            ])
+        let (origin, port) = try await Self.startBotocoreOrigin(
+            access: credentials.accessKeyID, secret: credentials.secretAccessKey, token: credentials.sessionToken!)
         defer { origin.send(signal: SIGKILL) }
-        try await origin.waitUntilListening(port: port)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let transport = CurlMultiTransport()
         let fetcher = TransportFetcher(transport: transport, eventLoop: group.next())
@@ -99,6 +111,7 @@ struct SigV4LiveTests {
         }
         await transport.shutdown()
         try await group.shutdownGracefully()
+        origin.send(signal: SIGKILL)  // SIGTERM leaves the origin running until `stop`'s 10 s limit (measured)
         await origin.stop()
     }
 
@@ -106,15 +119,10 @@ struct SigV4LiveTests {
         "through the daemon: botocore accepts every request Backstop signs (path with spaces, repeated and reserved query characters, a signed body, an unsigned stream, a session token); the client's Authorization is replaced; a signed body past retry_buffer gets 413"
     )
     func botocoreAcceptsWhatTheDaemonSigns() async throws {
-        let port = try FreePort.reserveClosedPort()
         let keys = (access: "AKIDLIVE", secret: "live/secret+key=", token: "session//token+=")
-        let origin = try DaemonProcess.start(
-            binary: "/usr/bin/env",
-            arguments: [
-                "python3", Self.scripts + "/botocore-origin.py", String(port), keys.access, keys.secret, keys.token,
-            ])
+        let (origin, port) = try await Self.startBotocoreOrigin(
+            access: keys.access, secret: keys.secret, token: keys.token)
         defer { origin.send(signal: SIGKILL) }
-        try await origin.waitUntilListening(port: port)
         let (keychain, directory) = try TokenRefreshTests.makeKeychain(
             ["aws/access": keys.access, "aws/secret": keys.secret, "aws/token": keys.token])
         defer { TestFiles.remove(directory) }
@@ -167,6 +175,7 @@ struct SigV4LiveTests {
         await proxy.stop()
         let log = capture.all.joined(separator: "\n")
         #expect(!log.contains(keys.secret) && !log.contains(keys.token))
+        origin.send(signal: SIGKILL)  // SIGTERM leaves the origin running until `stop`'s 10 s limit (measured)
         await origin.stop()
     }
 }

@@ -9,11 +9,17 @@ import Testing
 struct UpgradeRelayTests {
     static let key = "dGhlIHNhbXBsZSBub25jZQ=="
 
-    /// Sends a WebSocket handshake for `host` through the proxy and reads until the response head is complete.
-    private static func handshake(_ socket: BlockingSocket, host: String, path: String = "/ws") -> String {
-        _ = socket.send(
-            "GET http://\(host)\(path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    /// A WebSocket handshake for `host` as a client sends it to the proxy (absolute form), with `fields` (each
+    /// `Name: value\r\n`).
+    static func request(host: String, path: String, fields: String = "") -> String {
+        "GET http://\(host)\(path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\(fields)\r\n"
+    }
+
+    /// Sends a WebSocket handshake for `host` through the proxy (with `fields`, each `Name: value\r\n`) and reads
+    /// until the response head is complete.
+    static func handshake(_ socket: BlockingSocket, host: String, path: String = "/ws", fields: String = "") -> String {
+        _ = socket.send(request(host: host, path: path, fields: fields))
         _ = read(socket, timeout: .seconds(10)) { $0.firstRange(of: Array("\r\n\r\n".utf8)) != nil }
         let received = socket.received
         guard let end = received.firstRange(of: Array("\r\n\r\n".utf8)) else {
@@ -23,9 +29,17 @@ struct UpgradeRelayTests {
         return String(decoding: received[..<end.upperBound], as: UTF8.self)
     }
 
+    /// Sends a WebSocket handshake for `host` through the proxy on a connection of its own and reads the answer
+    /// (head and body) until Backstop closes the connection, at most 10 s: for answers that are not a `101`.
+    static func answer(_ port: Int, host: String, path: String = "/ws") throws -> String {
+        let socket = try BlockingSocket(port: port)
+        _ = socket.send(request(host: host, path: path))
+        return String(decoding: socket.readUntilClosed(timeout: .seconds(10)), as: UTF8.self)
+    }
+
     /// Reads until `done` holds for what was received, the peer closes, or `timeout`; true when `done` held.
     @discardableResult
-    private static func read(_ socket: BlockingSocket, timeout: Duration, until done: ([UInt8]) -> Bool) -> Bool {
+    static func read(_ socket: BlockingSocket, timeout: Duration, until done: ([UInt8]) -> Bool) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while !done(socket.received) {
             guard ContinuousClock.now < deadline,
@@ -36,7 +50,7 @@ struct UpgradeRelayTests {
     }
 
     /// Sends a masked text frame and reads the echoed frame back.
-    private static func echo(_ socket: BlockingSocket, _ text: String) -> String? {
+    static func echo(_ socket: BlockingSocket, _ text: String) -> String? {
         _ = socket.send(WebSocketFrames.encode(opcode: WebSocketFrames.text, payload: Array(text.utf8), masked: true))
         read(socket, timeout: .seconds(10)) { WebSocketFrames.decode($0) != nil }
         guard let frame = WebSocketFrames.decode(socket.received) else { return nil }
@@ -128,13 +142,7 @@ struct UpgradeRelayTests {
               - {name: live, match: {hosts: [live.test]}, url: \(origin.baseURL)}
             """, capture: capture)
         let port = proxy.port
-        let answer = try await BlockingSocket.onThread { () -> String in
-            let socket = try BlockingSocket(port: port)
-            _ = socket.send(
-                "GET http://live.test/ws HTTP/1.1\r\nHost: live.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                    + "Sec-WebSocket-Key: \(Self.key)\r\nSec-WebSocket-Version: 13\r\n\r\n")
-            return String(decoding: socket.readUntilClosed(timeout: .seconds(10)), as: UTF8.self)
-        }()
+        let answer = try await BlockingSocket.onThread { try Self.answer(port, host: "live.test") }()
         #expect(answer.hasPrefix("HTTP/1.1 200 OK\r\n"), "\(answer)")
         #expect(answer.contains("Content-Length: 12\r\n"))
         #expect(answer.lowercased().contains("connection: close\r\n"))
@@ -150,8 +158,10 @@ struct UpgradeRelayTests {
     }
 
     @Test(
-        "the handshake is retried after a 503 and after a closed connection, then switches; retries on the access line")
+        "the handshake is retried after a 503 and after a closed connection, then switches; retries on the access line; without tracing the client's traceparent passes unchanged"
+    )
     func handshakeRetried() async throws {
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         let origin = try await WebSocketEchoOrigin.start { number, _ in
             switch number {
             case 1: .respond(status: 503, body: "busy")
@@ -171,13 +181,15 @@ struct UpgradeRelayTests {
         let port = proxy.port
         let (head, echoed) = try await BlockingSocket.onThread { () -> (String, String?) in
             let socket = try BlockingSocket(port: port)
-            let head = Self.handshake(socket, host: "live.test")
+            let head = Self.handshake(socket, host: "live.test", fields: "traceparent: \(traceparent)\r\n")
             return (head, Self.echo(socket, "after retries"))
         }()
         #expect(head.hasPrefix("HTTP/1.1 101 "), "\(head)")
         #expect(head.contains("X-Backstop-Attempts: 3\r\n"))
         #expect(echoed == "after retries")
         #expect(origin.handshakes.count == 3)
+        // Without `tracing`, the client's traceparent goes to every attempt unchanged.
+        #expect(origin.handshakes.allSatisfy { $0.field("traceparent") == traceparent })
         let request = try #require(try await capture.waitFor("request", count: 1).first)
         #expect(request.contains("attempts=3"), "\(request)")
         #expect(request.contains("retries=503,reset"), "\(request)")

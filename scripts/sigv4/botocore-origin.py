@@ -4,7 +4,8 @@
 Usage: botocore-origin.py PORT ACCESS_KEY SECRET_KEY [SESSION_TOKEN]. Prints "listening" once bound. Answers 200
 with a JSON account of the check when the Authorization header's signature equals botocore's over the request as
 received (raw path, query, the signed headers' values, and, unless UNSIGNED-PAYLOAD, a body whose SHA-256 is the
-x-amz-content-sha256 value), and 403 with the same account otherwise.
+x-amz-content-sha256 value), and 403 with the same account otherwise. A request with `Upgrade` whose signature
+botocore accepts is answered `101 Switching Protocols` instead, and every byte that follows is echoed back.
 """
 import hashlib
 import http.server
@@ -52,12 +53,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
             for required in ["host", "x-amz-date", "x-amz-content-sha256"] + (["x-amz-security-token"] if TOKEN else []):
                 if required not in signed:
                     report["problems"].append(required + " not signed")
+        if not report["problems"] and self.headers.get("Upgrade"):
+            self.switch_and_echo()
+            return
         reply = json.dumps(report).encode()
         self.send_response(403 if report["problems"] else 200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
         self.wfile.write(reply)
+
+    def switch_and_echo(self):
+        self.send_response(101)
+        self.send_header("Upgrade", self.headers["Upgrade"])
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        while True:
+            data = self.rfile.read1(65536)
+            if not data:
+                return
+            self.wfile.write(data)
+            self.wfile.flush()
 
     do_GET = do_POST = do_PUT = do_DELETE = check
 

@@ -269,8 +269,21 @@ extension ConfigBuilder {
 
     private mutating func header(_ map: MappingView, _ path: String) -> String? {
         guard let n = map["header"], let v = reader.string(n, "\(path).header") else { return nil }
-        return headerName(v, n, "\(path).header") ? v : nil
+        guard headerName(v, n, "\(path).header") else { return nil }
+        if Self.managedHeaderNames.contains(v.asciiLowercased()) {
+            reader.fail(
+                n, "\(path): '\(v)' is a header Backstop sets or removes itself; the credential cannot go in it")
+            return nil
+        }
+        return v
     }
+
+    /// Fields a forwarded request's head is framed or routed by, which Backstop writes or drops itself
+    /// (docs/reference/behaviour.md#forwarding): a credential in one would be dropped or break the request.
+    static let managedHeaderNames: Set<String> = [
+        "host", "via", "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection", "te",
+        "trailer", "upgrade", "expect",
+    ]
 
     /// `auth.scheme`: the value goes in front of the token in the header (`Bearer <token>`).
     private mutating func scheme(_ map: MappingView, _ path: String) -> String? {

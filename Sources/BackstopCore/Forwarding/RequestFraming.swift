@@ -31,14 +31,14 @@ public struct RequestFraming: Sendable, Equatable {
     }
 
     @inlinable
-    init(contentLength: Int?, chunked: Bool) {
+    public init(contentLength: Int?, chunked: Bool) {
         self.contentLength = contentLength
         self.chunked = chunked
     }
 
-    /// The verdict on the values of every `Content-Length` and every `Transfer-Encoding` field, in order.
-    @usableFromInline
-    init?(contentLengthFields: [String], transferEncodingFields: [String]) {
+    /// The verdict on the values of every `Content-Length` and every `Transfer-Encoding` field, in order (a caller
+    /// that already passes over the fields collects them; admission does).
+    public init?(contentLengthFields: [String], transferEncodingFields: [String]) {
         var lengths: [String] = []
         var encodings: [Substring] = []
         for value in contentLengthFields {

@@ -67,15 +67,8 @@ enum UpstreamRequestBuilder {
             hostHeader = authority(of: passthroughURL) ?? head.headers.first(name: "host") ?? ""
             passthrough = true
         }
-        var headers = HeaderRewriter.upstreamRequestHeaders(pairs, upstreamHost: hostHeader)
-        if let injection = destination.upstream?.auth.injection, let secret = credential.secret {
-            let value = injection.scheme.isEmpty ? secret : "\(injection.scheme) \(secret)"
-            let clientSent = headers.contains { $0.name.caseInsensitiveEquals(injection.header) }
-            if injection.policy == .replace || !clientSent {
-                headers.removeAll { $0.name.caseInsensitiveEquals(injection.header) }
-                headers.append((name: injection.header, value: value))
-            }
-        }
+        let injected = credential.secret.flatMap { destination.upstream?.credentialHeader?.header(for: $0) }
+        var headers = HeaderRewriter.upstreamRequestHeaders(pairs, upstreamHost: hostHeader, injecting: injected)
         if case .aws(let credentials) = credential, case .upstream(let upstream, let path) = destination,
             case .awsSigV4(let source) = upstream.auth
         {

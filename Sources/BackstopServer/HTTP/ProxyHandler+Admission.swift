@@ -26,6 +26,7 @@ extension ProxyHandler {
                 // The deliverer's own request: admitted when it was queued; it names its delivery for the access line.
                 deliveryID = head.headers.first(name: LoopbackDeliverySender.deliveryHeader)
                 head.headers.remove(name: LoopbackDeliverySender.deliveryHeader)
+                if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
             } else {
                 switch clientDecision(head, destination: accepted.destination, snapshot: snapshot, context: context) {
                 case .allow(let entry): clientEntry = entry
@@ -43,7 +44,6 @@ extension ProxyHandler {
                     return
                 }
             }
-            if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
             // `circuit.max_inflight`: one more request than the upstream may have in progress is answered at once
             // (docs/reference/behaviour.md#endpoints-and-ejection).
             let slot = accepted.destination.upstream?.health

@@ -11,6 +11,10 @@ enum RequestAdmission {
         var destination: ExchangeDestination
         /// The URL host (absolute form) or the `Host` header (origin form), for the access line.
         var clientHost: String
+        /// The `Upgrade` value of a request that asks for a protocol upgrade: an HTTP/1.1 request with a non-empty
+        /// `Upgrade` and `upgrade` listed in `Connection` (RFC 9110 §7.8; docs/reference/behaviour.md#upgrades). Nil
+        /// for any other request, which is forwarded as usual (`Upgrade` is hop-by-hop and dropped).
+        var upgrade: String? = nil
     }
 
     enum Decision {
@@ -28,16 +32,33 @@ enum RequestAdmission {
         let limits = snapshot.config.limits
         if draining { return .reject(.shuttingDown, close: true) }
         if head.method.isCONNECT { return .connect }
+        // One pass over the fields finds everything admission needs: each lookup by name was a pass of its own.
         var headerBytes = head.uri.utf8.count
         var via = 0
+        var hostHeader: String?
+        var upgrade: String?
+        var connectionListsUpgrade = false
+        var lengthFields: [String] = []
+        var codingFields: [String] = []
         for (name, value) in head.headers {
             headerBytes += name.utf8.count + value.utf8.count + 4
-            if name.utf8.count == 3, name.caseInsensitiveEquals("via") {
-                via += HeaderRewriter.backstopViaEntries(inValue: value)
+            switch name.utf8.count {
+            case 3 where name.caseInsensitiveEquals("via"): via += HeaderRewriter.backstopViaEntries(inValue: value)
+            case 4 where name.caseInsensitiveEquals("host"): if hostHeader == nil { hostHeader = value }
+            case 7 where name.caseInsensitiveEquals("upgrade"): if upgrade == nil { upgrade = value }
+            case 10 where name.caseInsensitiveEquals("connection"):
+                connectionListsUpgrade = connectionListsUpgrade || HeaderRewriter.value(value, lists: "upgrade")
+            case 14 where name.caseInsensitiveEquals("content-length"): lengthFields.append(value)
+            case 17 where name.caseInsensitiveEquals("transfer-encoding"): codingFields.append(value)
+            default: continue
             }
         }
         if headerBytes > limits.maxHeaderBytes { return .reject(.headersTooLarge, close: true) }
-        guard let framing = RequestFraming(head.headers) else { return .reject(.badRequest, close: true) }
+        guard
+            let framing = lengthFields.isEmpty && codingFields.isEmpty
+                ? RequestFraming(contentLength: nil, chunked: false)
+                : RequestFraming(contentLengthFields: lengthFields, transferEncodingFields: codingFields)
+        else { return .reject(.badRequest, close: true) }
         if let length = framing.contentLength, length > limits.maxRequestBody {
             return .reject(.bodyTooLarge, close: true)
         }
@@ -51,7 +72,6 @@ enum RequestAdmission {
             target = inside
         }
         if via >= HeaderRewriter.viaLoopLimit { return .reject(.loopDetected, close: true) }
-        let hostHeader = head.headers.first(name: "host")
         let destination: ExchangeDestination
         switch snapshot.router.route(target: target, hostHeader: hostHeader) {
         case .noRoute:
@@ -67,7 +87,7 @@ enum RequestAdmission {
             if head.method.isTRACE, upstream.config.auth != .none {
                 return .reject(.methodNotAllowed, close: framing.hasBody)
             }
-            if !upstream.config.upgrades, head.headers.contains(name: "upgrade") {
+            if !upstream.config.upgrades, upgrade != nil {
                 return .reject(.upgradeNotAllowed, close: framing.hasBody)
             }
             destination = .upstream(upstream, path: path)
@@ -76,7 +96,11 @@ enum RequestAdmission {
         }
         let clientHost: String
         if case .absolute(_, let host, _) = target.form { clientHost = host } else { clientHost = hostHeader ?? "-" }
-        return .accept(Accepted(framing: framing, target: target, destination: destination, clientHost: clientHost))
+        let requested = head.version == .http1_1 && connectionListsUpgrade && upgrade.map { !$0.isEmpty } == true
+        return .accept(
+            Accepted(
+                framing: framing, target: target, destination: destination, clientHost: clientHost,
+                upgrade: requested ? upgrade : nil))
     }
 
     /// A request inside an intercepted connection as the absolute-form `https://host[:port]/…` request it stands for;
@@ -106,12 +130,7 @@ enum RequestAdmission {
         -> ExchangeStateMachine.Configuration
     {
         let upstream = accepted.destination.upstream
-        let credential: ExchangeStateMachine.CredentialKind
-        switch upstream?.auth {
-        case .staticToken?, .awsSigV4?: credential = .staticValue
-        case .oauth2(_, let config)?: credential = .oauth2(refreshOn: config.refreshOn)
-        case .none?, nil: credential = .none
-        }
+        let credential = upstream?.auth.credentialKind ?? .none
         let keyHeader = upstream?.config.retry.retryNonIdempotentWithKey
         let bodyMustBeKept: Bool =
             if case .awsSigV4(let source)? = upstream?.auth { source.payload == .signed } else { false }

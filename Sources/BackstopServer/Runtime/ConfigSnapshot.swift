@@ -39,6 +39,8 @@ public final class UpstreamRuntime: Sendable {
     /// than go out without the certificate (docs/reference/config.md#client-certificates).
     let clientCertificateUnusable: Bool
     let auth: AuthRuntime
+    /// The header the credential goes in; nil when nothing is injected as a header value (no auth, SigV4).
+    let credentialHeader: CredentialHeader?
     let retryPolicy: RetryPolicy
     /// `scheme://host[:port]` and the `Host` value of the first endpoint, computed once rather than per request.
     let origin: String
@@ -70,6 +72,9 @@ public final class UpstreamRuntime: Sendable {
         self.tls = tls
         self.clientCertificateUnusable = if case .failure = clientIdentity { true } else { false }
         self.auth = auth
+        self.credentialHeader = auth.injection.map {
+            CredentialHeader(name: $0.header, scheme: $0.scheme, policy: $0.policy)
+        }
         self.retryPolicy = RetryPolicy(config: config.retry, timeouts: config.timeouts)
         self.origin = config.url.origin
         self.hostHeader = config.url.hostHeader
@@ -110,6 +115,16 @@ enum AuthRuntime: Sendable {
         case .none, .awsSigV4: return nil
         case .staticToken(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
         case .oauth2(_, let c): return (c.header, c.scheme, c.clientAuthHeader)
+        }
+    }
+
+    /// What the request machines need to know of it (`ExchangeStateMachine`, `UpgradeHandshake`): whether a
+    /// response status means "refresh the token and replay".
+    var credentialKind: ExchangeStateMachine.CredentialKind {
+        switch self {
+        case .staticToken, .awsSigV4: .staticValue
+        case .oauth2(_, let config): .oauth2(refreshOn: config.refreshOn)
+        case .none: .none
         }
     }
 }

@@ -33,7 +33,7 @@ final class TunnelRelay {
     private(set) var bytesUp = 0
     private(set) var bytesDown = 0
     private var closed = false
-    private var endReason = "closed"
+    private var endReason = RelayEnd.closed
     let clientSide: TunnelGlueHandler
     let upstreamSide: TunnelGlueHandler
 
@@ -84,7 +84,7 @@ final class TunnelRelay {
         guard !closed else { return }
         let due = lastActivity + idleTimeout
         if clock.monotonic() >= due {
-            endReason = "idle-timeout"
+            endReason = .idleTimeout
             clientSide.closeChannel()
             upstreamSide.closeChannel()
         } else {
@@ -97,7 +97,7 @@ final class TunnelRelay {
 
     /// A side failed: the tunnel ends.
     func failed(_ side: TunnelGlueHandler.Side, _ error: any Error) {
-        if endReason == "closed" { endReason = side == .client ? "client-error" : "upstream-error" }
+        if endReason == .closed { endReason = side == .client ? .clientError : .upstreamError }
         clientSide.closeChannel()
         upstreamSide.closeChannel()
     }
@@ -120,7 +120,7 @@ final class TunnelRelay {
             "port": .stringConvertible(description.target.port),
             "address": .string(description.address),
             "result": .string("established"),
-            "end": .string(endReason),
+            "end": .string(endReason.rawValue),
             "bytes_up": .stringConvertible(bytesUp),
             "bytes_down": .stringConvertible(bytesDown),
             "ms": .stringConvertible(Milliseconds(clock.monotonic() - started)),

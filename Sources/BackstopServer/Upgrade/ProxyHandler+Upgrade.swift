@@ -14,7 +14,7 @@ extension ProxyHandler {
         context: ChannelHandlerContext
     ) -> Bool {
         guard case .upstream(let upstream, let path) = accepted.destination, !accepted.framing.hasBody,
-            let upgrade = UpgradeRelay.requestedUpgrade(head),
+            let upgrade = accepted.upgrade,
             let opener = runtime.transport as? any ConnectionOpening
         else { return false }
         // Admission refuses upgrades to an upstream with `upgrades: false` before this (400 upgrade-not-allowed).
@@ -23,7 +23,7 @@ extension ProxyHandler {
         cancelTimer()
         let relay = UpgradeRelay(
             request: UpgradeRelay.Request(
-                head: head, upstream: upstream, path: path, upgrade: upgrade,
+                head: head, upstream: upstream, path: path, target: accepted.target, upgrade: upgrade,
                 record: AccessRecord.Request(
                     client: clientAddress, method: head.method.rawValue, host: accepted.clientHost,
                     path: accepted.target.path, clientEntry: clientEntry)),

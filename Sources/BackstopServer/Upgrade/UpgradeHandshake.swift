@@ -2,46 +2,74 @@ import BackstopCore
 import BackstopTransport
 
 /// The decisions of an upgrade request's handshake (docs/reference/behaviour.md#upgrades), without I/O: when to
-/// make an attempt, when to retry it under the upstream's `retry` policy and budget (`RetryPolicy`, as for any
-/// `GET`), and how the handshake ends: a `101` (the relay starts, nothing is retried after it), another answer
-/// (relayed to the client), or a local error. `UpgradeRelay` performs the actions.
+/// make an attempt and with which credential, when to retry it under the upstream's `retry` policy and budget
+/// (`RetryPolicy`, as for any `GET`), when a refused token is refreshed and the handshake replayed once (a status in
+/// `auth.refresh_on`, as for any request), and how the handshake ends: a `101` (the relay starts, nothing is retried
+/// after it), another answer (relayed to the client), or a local error. `UpgradeRelay` performs the actions.
+///
+///     awaitingCredential  credential → attempting;  (nil) → ended (token-unavailable)
+///     attempting          101 → ended (switch);  refresh_on status, first time → awaitingRefresh;  retry.on status
+///                         or failure with a retry left → backingOff;  else → ended;  deadline → as a timeout
+///     awaitingRefresh     refreshFinished(token) → attempting (the replay);  (nil) or total deadline → ended
+///                         (the held answer, with token-refresh-failed)
+///     backingOff          deadline → attempting
+///     ended               terminal; `clientGone` leads here from anywhere
 struct UpgradeHandshake {
     enum State: Equatable {
         case awaitingCredential
         case attempting(number: Int, deadline: Duration)
+        /// Attempt `number`'s token was refused; its answer is held until the refresh ends or `deadline` (the end of
+        /// `timeouts.total`) passes.
+        case awaitingRefresh(number: Int, deadline: Duration)
         case backingOff(nextAttempt: Int, until: Duration)
         case ended
     }
 
+    typealias Credential = ExchangeStateMachine.Credential
+
     enum Action: Equatable {
         case none
-        /// Open a connection and send the handshake (attempt `number`, 1-based).
-        case attempt(number: Int)
+        /// Open a connection and send the handshake (attempt `number`, 1-based) carrying `credential`.
+        case attempt(number: Int, credential: Credential)
         /// Close the attempt's connection; the next one starts when the timer reaches `until`.
         case retry(after: Duration, reason: RetryCondition)
+        /// The upstream refused `rejected`: hold its answer (the connection stays, unread), refresh the token the way
+        /// every request does (`TokenManager.tokenRejected`: shared, single flight) and report `refreshFinished`.
+        case refreshCredential(rejected: ManagedToken)
         /// Answer the client with this error (after `attempts` attempts) and close.
         case failLocally(ProxyErrorReason, attempts: Int)
         /// The upstream switched protocols: answer `101` and relay.
         case switchProtocols(attempts: Int)
-        /// The upstream answered something else: relay it to the client, then close.
-        case relayResponse(attempts: Int)
+        /// The upstream answered something else (or its refusal is what is left after a failed refresh, `error`
+        /// `token-refresh-failed`): relay it to the client, then close.
+        case relayResponse(attempts: Int, error: ProxyErrorReason? = nil)
     }
 
     private(set) var state = State.awaitingCredential
     let policy: RetryPolicy?
     let budget: SharedRetryBudget?
     let timeouts: Timeouts
+    /// How the upstream authenticates: with `oauth2`, which statuses mean the token was refused.
+    let credentialKind: ExchangeStateMachine.CredentialKind
     let startedAt: Duration
     private var previousDelay: Duration?
+    /// What the attempts carry; replaced by a refresh.
+    private(set) var credential: Credential?
+    /// The one replay after a refresh was made: a refused token now is the answer.
+    private var replayedAfterRefresh = false
     /// The `retry.on` conditions that caused retries, in order (for the access line).
     private(set) var retryReasons: [RetryCondition] = []
     /// The last transport failure (for the access line's `reason`).
     private(set) var lastFailure: TransportFailure?
 
-    init(policy: RetryPolicy?, budget: SharedRetryBudget?, timeouts: Timeouts, now: Duration) {
+    init(
+        policy: RetryPolicy?, budget: SharedRetryBudget?, timeouts: Timeouts,
+        credentialKind: ExchangeStateMachine.CredentialKind = .none, now: Duration
+    ) {
         self.policy = policy
         self.budget = budget
         self.timeouts = timeouts
+        self.credentialKind = credentialKind
         self.startedAt = now
         budget?.withBudget { $0.recordRequest(now: now) }
     }
@@ -49,19 +77,20 @@ struct UpgradeHandshake {
     /// When `timerFired` must run next, if anything waits on time.
     var deadline: Duration? {
         switch state {
-        case .attempting(_, let deadline): deadline
+        case .attempting(_, let deadline), .awaitingRefresh(_, let deadline): deadline
         case .backingOff(_, let until): until
         case .awaitingCredential, .ended: nil
         }
     }
 
-    /// The credential is there (or cannot be had).
-    mutating func credential(available: Bool, now: Duration) -> Action {
+    /// The credential for the attempts, or nil when none can be had.
+    mutating func credentialAcquired(_ credential: Credential?, now: Duration) -> Action {
         guard state == .awaitingCredential else { return .none }
-        guard available else {
+        guard let credential else {
             state = .ended
             return .failLocally(.tokenUnavailable, attempts: 0)
         }
+        self.credential = credential
         return begin(1, now: now)
     }
 
@@ -74,6 +103,13 @@ struct UpgradeHandshake {
         if status == 101 {
             state = .ended
             return .switchProtocols(attempts: number)
+        }
+        // The same rule as any request's (docs/reference/behaviour.md#token-refresh): one refresh, one replay.
+        if case .oauth2(let refreshOn) = credentialKind, refreshOn.contains(status), !replayedAfterRefresh,
+            case .token(let rejected)? = credential
+        {
+            state = .awaitingRefresh(number: number, deadline: startedAt + timeouts.total)
+            return .refreshCredential(rejected: rejected)
         }
         if policy?.config.on.contains(.status(status)) == true {
             let outcome = AttemptOutcome.response(
@@ -106,6 +142,19 @@ struct UpgradeHandshake {
         return .failLocally(Self.reason(for: failure), attempts: number)
     }
 
+    /// The refresh asked for by `.refreshCredential` ended: replay the handshake once with `replacement`, or relay
+    /// the held answer with `token-refresh-failed`.
+    mutating func refreshFinished(_ replacement: ManagedToken?, now: Duration) -> Action {
+        guard case .awaitingRefresh(let number, _) = state else { return .none }
+        guard let replacement else {
+            state = .ended
+            return .relayResponse(attempts: number, error: .tokenRefreshFailed)
+        }
+        replayedAfterRefresh = true
+        credential = .token(replacement)
+        return begin(number + 1, now: now)
+    }
+
     /// Time passed: the attempt's deadline (`timeouts.per_try`, or what is left of `timeouts.total`) or the end
     /// of a backoff.
     mutating func timerFired(now: Duration, wall: Double, random: inout some RandomNumberGenerator) -> Action {
@@ -114,6 +163,10 @@ struct UpgradeHandshake {
             return attemptFailed(
                 .timeout(detail: "no response head within the attempt's deadline"), now: now, wall: wall,
                 random: &random)
+        case .awaitingRefresh(let number, let deadline) where now >= deadline:
+            // The refresh outlived the request's budget: the client gets what the upstream said.
+            state = .ended
+            return .relayResponse(attempts: number, error: .tokenRefreshFailed)
         case .backingOff(let next, let until) where now >= until:
             return begin(next, now: now)
         default:
@@ -125,9 +178,10 @@ struct UpgradeHandshake {
     mutating func clientGone() { state = .ended }
 
     private mutating func begin(_ number: Int, now: Duration) -> Action {
+        guard let credential else { return .none }
         let total = startedAt + timeouts.total
         state = .attempting(number: number, deadline: min(now + timeouts.perTry, total))
-        return .attempt(number: number)
+        return .attempt(number: number, credential: credential)
     }
 
     private mutating func retry(

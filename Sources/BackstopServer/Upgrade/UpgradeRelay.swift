@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTracing
 import BackstopTransport
 import Logging
 import NIOCore
@@ -8,11 +9,13 @@ import NIOHTTP1
 /// (docs/reference/behaviour.md#upgrades). It makes the handshake over a raw upstream connection
 /// (`ConnectionOpening`: curl connects, checks the destination and does TLS), writing the head Backstop builds for
 /// any request (`UpstreamRequestBuilder`: credential injected or the request signed, `Via`) plus the
-/// `Connection: Upgrade` and `Upgrade` fields; the handshake is retried as `UpgradeHandshake` decides. A `101`
+/// `Connection: Upgrade` and `Upgrade` fields; the handshake is retried, and replayed once after a refused token is
+/// refreshed, as `UpgradeHandshake` decides. A `101`
 /// is relayed to the client and the connection becomes a blind two-way relay with backpressure both ways and an
 /// idle timeout (`tunnels.idle_timeout`, as blind tunnels); any other answer is relayed like a response, then the
 /// connection closes. Logs the `request` access line when the handshake is answered and an `upgrade` line when a
-/// relay ends (docs/reference/operations.md#logs).
+/// relay ends (docs/reference/operations.md#logs). Traced as any request (`UpgradeRelay+Tracing`): a server span for
+/// the handshake, a client span per attempt.
 ///
 /// Event-loop confined: the channel's handlers, the connection's events (delivered on the channel's event loop)
 /// and the timer all run on `eventLoop`.
@@ -27,6 +30,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         var upstream: UpstreamRuntime
         /// The path (and query) on the upstream.
         var path: String
+        var target: RequestTarget
         /// The client's `Upgrade` value, passed on as sent.
         var upgrade: String
         var record: AccessRecord.Request
@@ -43,9 +47,9 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         case closed
     }
 
-    private let runtime: ProxyRuntime
+    let runtime: ProxyRuntime
     private let opener: any ConnectionOpening
-    private let request: Request
+    let request: Request
     private let eventLoop: EventLoop
     private let relayIdleTimeout: Duration
     private let accessLog: Bool
@@ -56,10 +60,15 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     /// The attempt whose connection events count; events of an earlier one are ignored.
     private var generation = 0
     private var reader = UpgradeResponseReader()
+    /// The current attempt's answer once its head is read; while its refused token is refreshed it is held, with the
+    /// connection's events after it (`held`).
+    private var answer: UpgradeResponseReader.Response?
+    private var held: [ConnectionEvent] = []
+    /// `token-refresh-failed` on a relayed answer whose refresh failed.
+    private var answerError: ProxyErrorReason?
     private(set) var phase = Phase.handshake
     /// What the client sent after its head, before the upstream switched protocols.
     private var early: [ByteBuffer] = []
-    private var credential: ExchangeStateMachine.Credential?
     private var timer: Scheduled<Void>?
     /// Bytes handed to the connection and not yet taken by it.
     private var unsent = 0
@@ -72,9 +81,15 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     private var answered = false
     private var switchedAt: Duration?
     private var lastActivity: Duration
-    private var endReason = "closed"
+    private var endReason = RelayEnd.closed
     private var random = SystemRandomNumberGenerator()
     private var ended = false
+    /// The access line (and the server span) of the handshake was written.
+    private var logged = false
+    /// The request's trace while `tracing` is on, and the span of the attempt in flight (`UpgradeRelay+Tracing`).
+    var trace: RequestTrace?
+    var attemptSpan: AttemptSpan?
+    var attemptFacts: AttemptFacts?
 
     init(request: Request, runtime: ProxyRuntime, opener: any ConnectionOpening, eventLoop: EventLoop) {
         let snapshot = runtime.snapshot
@@ -89,21 +104,10 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         self.lastActivity = now
         self.machine = UpgradeHandshake(
             policy: request.upstream.retryPolicy, budget: request.upstream.budget,
-            timeouts: request.upstream.config.timeouts, now: now)
+            timeouts: request.upstream.config.timeouts, credentialKind: request.upstream.auth.credentialKind, now: now)
     }
 
-    private var now: Duration { runtime.clock.monotonic() }
-
-    /// The `Upgrade` value of a request that asks for a protocol upgrade: an HTTP/1.1 request with `Upgrade` and
-    /// `upgrade` listed in `Connection` (RFC 9110 §7.8). Nil for any other request, which is forwarded as usual
-    /// (`Upgrade` is hop-by-hop and dropped).
-    static func requestedUpgrade(_ head: HTTPRequestHead) -> String? {
-        guard head.version == .http1_1, let upgrade = head.headers.first(name: "upgrade"), !upgrade.isEmpty else {
-            return nil
-        }
-        let listed = head.headers[canonicalForm: "connection"].contains { String($0).caseInsensitiveEquals("upgrade") }
-        return listed ? upgrade : nil
-    }
+    var now: Duration { runtime.clock.monotonic() }
 
     // MARK: channel events
 
@@ -112,6 +116,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The handler is in the pipeline: the handshake begins.
     func start() {
+        traceRequestStarted(at: machine.startedAt)
         acquireCredential()
     }
 
@@ -148,12 +153,12 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if endReason == "closed" { endReason = "client-error" }
+        if endReason == .closed { endReason = .clientError }
         close()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if phase == .relaying, endReason == "closed" { endReason = "client-closed" }
+        if phase == .relaying, endReason == .closed { endReason = .clientClosed }
         end()
         context.fireChannelInactive()
     }
@@ -161,65 +166,110 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     // MARK: the handshake
 
     private func acquireCredential() {
-        let available: ExchangeStateMachine.Credential?
+        let credential: UpgradeHandshake.Credential?
         switch request.upstream.auth {
         case .staticToken(let source, _):
-            available = source.value().map { .value($0) }
+            credential = source.value().map { .value($0) }
         case .oauth2(let manager, _):
             if let token = manager.cachedToken() {
-                available = .token(token)
+                credential = .token(token)
             } else {
                 let bound = NIOLoopBound(self, eventLoop: eventLoop)
                 let loop = eventLoop
+                let trace = self.trace
                 runtime.background.spawn {
-                    let (token, _) = await manager.tokenForRequest()
+                    let (token, refresh) = await manager.tokenForRequest(trace: trace)
                     loop.execute {
                         let relay = bound.value
-                        relay.credential = token.map { .token($0) }
-                        relay.perform(relay.machine.credential(available: token != nil, now: relay.now))
+                        relay.traceWaited(on: refresh)
+                        relay.perform(relay.machine.credentialAcquired(token.map { .token($0) }, now: relay.now))
                     }
                 }
                 return
             }
         case .awsSigV4(let source):
-            available = source.credentials().map { .aws($0) }
+            credential = source.credentials().map { .aws($0) }
         case .none:
-            available = ExchangeStateMachine.Credential.none
+            credential = UpgradeHandshake.Credential.none
         }
-        credential = available
-        perform(machine.credential(available: available != nil, now: now))
+        perform(machine.credentialAcquired(credential, now: now))
+    }
+
+    /// The upstream refused `rejected`: its answer waits, unread, while the token is refreshed as for any request
+    /// (shared, single flight); then the handshake is replayed, or the answer relayed.
+    private func refreshCredential(_ rejected: ManagedToken) {
+        traceAttemptEnded(failure: nil)
+        guard case .oauth2(let manager, _) = request.upstream.auth else {
+            perform(machine.refreshFinished(nil, now: now))
+            return
+        }
+        connection?.setReceiving(false)
+        let bound = NIOLoopBound(self, eventLoop: eventLoop)
+        let loop = eventLoop
+        let trace = self.trace
+        runtime.background.spawn {
+            let (replacement, refresh) = await manager.tokenRejected(rejected, trace: trace)
+            loop.execute {
+                let relay = bound.value
+                relay.traceWaited(on: refresh)
+                relay.perform(relay.machine.refreshFinished(replacement, now: relay.now))
+            }
+        }
     }
 
     private func perform(_ action: UpgradeHandshake.Action) {
         switch action {
         case .none:
             break
-        case .attempt(let number):
-            attempt(number)
-        case .retry(_, let reason):
+        case .attempt(let number, let credential):
+            attempt(number, credential: credential)
+        case .retry(let after, let reason):
+            let failure = reason.isTransportCondition ? machine.lastFailure?.label ?? reason.description : nil
+            traceAttemptEnded(failure: failure, retry: (reason, after))
             dropConnection()
             metrics.recordRetry(reason: reason.description)
+        case .refreshCredential(let rejected):
+            refreshCredential(rejected)
         case .failLocally(let reason, let attempts):
+            traceAttemptEnded(failure: machine.lastFailure?.label ?? reason.rawValue)
             dropConnection()
             self.attempts = attempts
             answerLocally(reason)
-        case .switchProtocols, .relayResponse:
-            // Decided on a response head, and performed there (`responseArrived`), which has the head.
-            break
+        case .switchProtocols(let attempts):
+            self.attempts = attempts
+            guard let response = answer else { return }
+            answer = nil
+            guard let upgrade = response.upgrade, !upgrade.utf8.contains(where: Self.breaksLine) else {
+                traceAttemptEnded(failure: "bad-response")
+                dropConnection()
+                answerLocally(.badUpstreamResponse, detail: "101 Switching Protocols without an Upgrade field")
+                return
+            }
+            switchProtocols(response.head, upgrade: upgrade, rest: response.rest)
+        case .relayResponse(let attempts, let error):
+            self.attempts = attempts
+            relayAnswer(error: error)
         }
         armTimer()
     }
 
-    private func attempt(_ number: Int) {
-        guard let credential, phase == .handshake else { return }
+    private func attempt(_ number: Int, credential: UpgradeHandshake.Credential) {
+        guard phase == .handshake else { return }
+        // A refused token's held answer is let go: the replay has a connection of its own.
+        dropConnection()
+        answer = nil
+        held = []
         attempts = number
         let wall: Double = if case .aws = credential { runtime.clock.wall() } else { 0 }
         let upstream = request.upstream
-        let built = UpstreamRequestBuilder.request(
+        var built = UpstreamRequestBuilder.request(
             head: request.head, destination: .upstream(upstream, path: request.path), credential: credential,
             body: .empty, mayResend: true, connectTimeout: upstream.config.timeouts.connect, wall: wall)
+        traceAttemptStarted(&built, attempt: number)
         guard let head = Self.handshake(built, target: request.path, upgrade: request.upgrade) else {
-            // Only the credential can carry such a byte (the client's fields were parsed): nothing is sent.
+            // Only the credential can carry such a byte (the client's fields were parsed): nothing is sent, so the
+            // attempt's span is not recorded.
+            traceAttemptDropped()
             machine.clientGone()
             answerLocally(.tokenUnavailable, detail: "the credential would split the handshake head")
             return
@@ -266,6 +316,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         for event in events {
             guard generation == self.generation, phase != .closed else { return }
             switch phase {
+            case .handshake where answer != nil: held.append(event)
             case .handshake: handshakeEvent(event)
             case .relaying: relayEvent(event)
             case .answering(let remaining): answerEvent(event, remaining: remaining)
@@ -303,24 +354,12 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         metrics.recordAttempt(status: head.status)
-        let action = machine.responseHead(
-            status: head.status, retryAfter: head.retryAfter, rateLimitReset: head.rateLimitReset, now: now,
-            wall: runtime.clock.wall(), random: &random)
-        switch action {
-        case .switchProtocols(let attempts):
-            self.attempts = attempts
-            guard let upgrade = response.upgrade, !upgrade.utf8.contains(where: Self.breaksLine) else {
-                dropConnection()
-                answerLocally(.badUpstreamResponse, detail: "101 Switching Protocols without an Upgrade field")
-                return
-            }
-            switchProtocols(head, upgrade: upgrade, rest: response.rest)
-        case .relayResponse(let attempts):
-            self.attempts = attempts
-            relayResponse(head, chunked: response.chunked, rest: response.rest)
-        default:
-            perform(action)
-        }
+        traceAttemptHead(status: head.status, version: head.version)
+        answer = response
+        perform(
+            machine.responseHead(
+                status: head.status, retryAfter: head.retryAfter, rateLimitReset: head.rateLimitReset, now: now,
+                wall: runtime.clock.wall(), random: &random))
     }
 
     private func switchProtocols(_ head: UpstreamResponseHead, upgrade: String, rest: [UInt8]) {
@@ -356,6 +395,22 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         armTimer()
     }
 
+    /// The answer in hand goes to the client, then what came after it while it was held.
+    private func relayAnswer(error: ProxyErrorReason?) {
+        guard let response = answer else { return }
+        answer = nil
+        answerError = error
+        connection?.setReceiving(true)
+        relayResponse(response.head, chunked: response.chunked, rest: response.rest)
+        let events = held
+        held = []
+        for event in events {
+            guard case .answering(let remaining) = phase else { break }
+            answerEvent(event, remaining: remaining)
+        }
+        context?.flush()
+    }
+
     private func relayResponse(_ head: UpstreamResponseHead, chunked: Bool, rest: [UInt8]) {
         guard let context else { return }
         let framing: ResponseFraming
@@ -368,7 +423,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         }
         var buffer = context.channel.allocator.buffer(capacity: 256 + head.fields.count)
         ResponseHeadWriter.upstreamHead(
-            head, into: &buffer, clientIsHTTP10: false, attempts: attempts, error: nil, framing: framing,
+            head, into: &buffer, clientIsHTTP10: false, attempts: attempts, error: answerError, framing: framing,
             connection: .close)
         status = head.status
         answered = true
@@ -405,10 +460,10 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             unsent -= count
             resumeReadingIfPending()
         case .closed:
-            endReason = "upstream-closed"
+            endReason = .upstreamClosed
             closeAfterWrites()
         case .failure:
-            endReason = "upstream-error"
+            endReason = .upstreamError
             closeAfterWrites()
         }
     }
@@ -453,7 +508,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func finishAnswer() {
-        logRequest(error: nil, reason: nil, bytes: bytesDown)
+        logRequest(error: answerError?.rawValue, reason: nil, bytes: bytesDown)
         closeAfterWrites()
     }
 
@@ -503,6 +558,9 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             // The client left during the handshake: its access line says so, as for any request.
             status = 499
             logRequest(error: "client-closed", reason: nil, bytes: 0)
+        } else {
+            // The client left while an answer was relayed: the line of what it got (none when already written).
+            logRequest(error: answerError?.rawValue, reason: nil, bytes: bytesDown)
         }
         guard let switchedAt else { return }
         runtime.upgradeMetrics.relayClosed()
@@ -512,7 +570,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             "upstream": .string(request.upstream.config.name),
             "path": .string(request.record.path),
             "protocol": .string(request.upgrade),
-            "end": .string(endReason),
+            "end": .string(endReason.rawValue),
             "bytes_up": .stringConvertible(bytesUp),
             "bytes_down": .stringConvertible(bytesDown),
             "ms": .stringConvertible(Milliseconds(now - switchedAt)),
@@ -521,7 +579,11 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         runtime.logger.info("upgrade", metadata: metadata)
     }
 
+    /// The handshake's access line and server span, once.
     private func logRequest(error: String?, reason: String?, bytes: Int) {
+        guard !logged else { return }
+        logged = true
+        traceFinished(status: status, error: error, attempts: attempts)
         let elapsed = now - machine.startedAt
         runtime.metrics.recordRequest(upstream: request.upstream.config.name, status: status, seconds: elapsed.seconds)
         runtime.logAccess(
@@ -564,7 +626,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             return
         case .relaying:
             if now >= lastActivity + relayIdleTimeout {
-                endReason = "idle-timeout"
+                endReason = .idleTimeout
                 close()
                 return
             }

@@ -137,7 +137,13 @@ public final class TestAuthServer: Sendable {
 
     /// Whether `Authorization: Bearer <token>` carries a valid token.
     public func isAuthorized(_ request: RecordedRequest) -> Bool {
-        guard let header = request.header("Authorization"), header.hasPrefix("Bearer ") else { return false }
+        isAuthorized(authorization: request.header("Authorization"))
+    }
+
+    /// Whether an `Authorization` value is `Bearer <token>` with a valid token (for origins that record fields
+    /// themselves, such as `WebSocketEchoOrigin`).
+    public func isAuthorized(authorization header: String?) -> Bool {
+        guard let header, header.hasPrefix("Bearer ") else { return false }
         let token = String(header.dropFirst(7))
         return state.withLockedValue { s in
             guard let expiry = s.validAccessTokens[token] else { return false }

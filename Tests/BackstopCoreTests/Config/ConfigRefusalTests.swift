@@ -48,6 +48,16 @@ struct ConfigRefusalTests {
         }
     }
 
+    @Test(
+        "auth.header naming a field Backstop writes or removes itself is an error at that value",
+        arguments: ["Host", "via", "Content-Length", "TRANSFER-ENCODING", "Connection", "Upgrade", "Expect"])
+    func managedHeaderNames(name: String) {
+        expectSingleError(
+            ErrorCase(
+                ConfigFixture.upstream("auth: {type: static, entry: a/t, header: \(name)}", keychain: true), at: name,
+                "'\(name)' is a header Backstop sets or removes itself"))
+    }
+
     @Test("ordinary values pass: schemes with spaces or none, scopes with spaces, header names")
     func ordinaryValues() throws {
         let config = try ConfigFixture.parse(

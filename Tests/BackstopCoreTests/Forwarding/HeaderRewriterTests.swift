@@ -38,6 +38,45 @@ struct HeaderRewriterTests {
         #expect(out == ["Host: up:8080"] + names.map { "\($0): v" } + ["Via: 1.1 backstop"])
     }
 
+    private static func injecting(_ pairs: [(String, String)], replace: Bool) -> [String] {
+        let credential = HeaderRewriter.InjectedHeader(
+            name: "Authorization", value: "Bearer t", replacesClient: replace)
+        return HeaderRewriter.upstreamRequestHeaders(
+            pairs.map { (name: $0.0, value: $0.1) }, upstreamHost: "up:8080", injecting: credential
+        ).map { "\($0.name): \($0.value)" }
+    }
+
+    /// The credential goes last, after `Via`; with `replace` every client field of its name (in any case) goes.
+    @Test func theCredentialReplacesTheClientsOwn() {
+        #expect(
+            Self.injecting([("authorization", "Basic a"), ("X", "1"), ("AUTHORIZATION", "b")], replace: true)
+                == ["Host: up:8080", "X: 1", "Via: 1.1 backstop", "Authorization: Bearer t"])
+        #expect(
+            Self.injecting([("X", "1")], replace: true) == [
+                "Host: up:8080", "X: 1", "Via: 1.1 backstop", "Authorization: Bearer t",
+            ])
+    }
+
+    /// With `keep`, a client that sent the field keeps it and nothing is injected; one that did not gets the
+    /// credential; a client field that `Connection` lists is gone, so it counts as not sent.
+    @Test func keepLeavesTheClientsOwnAndInjectsOnlyWithoutIt() {
+        #expect(
+            Self.injecting([("Authorization", "Basic a"), ("X", "1")], replace: false)
+                == ["Host: up:8080", "Authorization: Basic a", "X: 1", "Via: 1.1 backstop"])
+        #expect(
+            Self.injecting([("X", "1")], replace: false)
+                == ["Host: up:8080", "X: 1", "Via: 1.1 backstop", "Authorization: Bearer t"])
+        #expect(
+            Self.injecting([("Connection", "authorization"), ("Authorization", "Basic a")], replace: false)
+                == ["Host: up:8080", "Via: 1.1 backstop", "Authorization: Bearer t"])
+        #expect(
+            Self.injecting([("Authorizatio", "a"), ("Authorization-X", "b")], replace: false)
+                == [
+                    "Host: up:8080", "Authorizatio: a", "Authorization-X: b", "Via: 1.1 backstop",
+                    "Authorization: Bearer t",
+                ])
+    }
+
     @Test(arguments: [
         ("Content-Length", "content-length", true), ("HOST", "host", true), ("X-A", "x-a", true),
         ("x-a", "X-b", false), ("host", "hos", false), ("", "", true), ("[", "{", false), ("@", "`", false),
