@@ -286,6 +286,114 @@ struct QueueStoreTests {
         await reopened.close()
     }
 
+    /// Runs `sql` on the store's connection between batches (a setting for what follows: `query_only`,
+    /// `max_page_count`).
+    static func set(_ store: QueueStore, _ sql: String) async throws {
+        try await store.database.perform(writes: false) { try $0.query(sql) }
+    }
+
+    @Test("a claim that fails (its transaction does not commit) holds nothing: the rows are claimed next time")
+    func failedClaimHoldsNothing() async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        let id = try await store.enqueue(upstream: "events", Self.request(1))
+        // Every write of the store's connection now fails in SQLite, as a transaction on a full disk does.
+        try await Self.set(store, "PRAGMA query_only = 1")
+        await #expect(throws: QueueError.self) {
+            try await store.claim(upstream: "events", concurrency: 4, policy: policy)
+        }
+        try await Self.set(store, "PRAGMA query_only = 0")
+        let batch = try await store.claim(upstream: "events", concurrency: 4, policy: policy)
+        #expect(batch.deliveries.map(\.id) == [id], "the failed claim left the row held in memory")
+        await store.close()
+    }
+
+    @Test("an outcome that cannot be recorded keeps the delivery held without a slot, until it is recorded")
+    func failedSettleKeepsItHeld() async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        let first = try await store.enqueue(upstream: "events", Self.request(1))
+        let second = try await store.enqueue(upstream: "events", Self.request(2))
+        let claimed = try await store.claim(upstream: "events", concurrency: 1, policy: policy).deliveries
+        #expect(claimed.map(\.id) == [first])
+        try await Self.set(store, "PRAGMA query_only = 1")
+        await #expect(throws: QueueError.self) { try await store.settle(claimed[0], .delivered) }
+        try await Self.set(store, "PRAGMA query_only = 0")
+        // Not sent again while its outcome waits; its slot is free for the next one.
+        #expect(try await store.nextDue(upstream: "events") != nil)
+        let next = try await store.claim(upstream: "events", concurrency: 1, policy: policy).deliveries
+        #expect(next.map(\.id) == [second])
+        #expect(try await store.claim(upstream: "events", concurrency: 4, policy: policy).deliveries.isEmpty)
+        try await store.settle(claimed[0], .delivered)
+        try await store.settle(next[0], .retry(at: f.clock.wall(), lastOutcome: "status 503"))
+        #expect(try await store.list(.queued).map(\.id) == [second])
+        #expect(
+            try await store.claim(upstream: "events", concurrency: 4, policy: policy).deliveries.map(\.id) == [second])
+        await store.close()
+    }
+
+    @Test("a failed try whose outcome cannot be recorded is claimed again at the time it named, not at once")
+    func unrecordedRetryWaits() async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        let id = try await store.enqueue(upstream: "events", Self.request(1))
+        let claimed = try await store.claim(upstream: "events", concurrency: 1, policy: policy).deliveries
+        try await Self.set(store, "PRAGMA query_only = 1")
+        await #expect(throws: QueueError.self) {
+            try await store.settle(claimed[0], .retry(at: f.clock.wall() + 8, lastOutcome: "connect-failure"))
+        }
+        try await Self.set(store, "PRAGMA query_only = 0")
+        #expect(try await store.nextDue(upstream: "events") == f.clock.wall() + 8)
+        #expect(try await store.claim(upstream: "events", concurrency: 1, policy: policy).deliveries.isEmpty)
+        f.clock.advance(by: .seconds(8))
+        let again = try await store.claim(upstream: "events", concurrency: 1, policy: policy).deliveries
+        #expect(again.map(\.id) == [id])
+        #expect(again.first?.attempts == 0, "the unrecorded try is not counted")
+        await store.close()
+    }
+
+    @Test("a write that does not fit fails alone: the claim committed beside it in the same batch stands")
+    func failingWriteFailsAlone() async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        let id = try await store.enqueue(upstream: "events", Self.request(1))
+        let group = store.database
+        let release = Atomic(false)
+        let holding = Atomic(false)
+        // Holds the store's thread until the claim and a large enqueue wait behind it (10 s at most), and makes
+        // the database full: SQLite refuses to grow it past its current size (SQLITE_FULL, as on a full disk).
+        let hold = Task {
+            try await group.perform(writes: false) { connection in
+                let pages = try connection.query("PRAGMA page_count").first?.integer(0) ?? 0
+                try connection.query("PRAGMA max_page_count = \(pages)")
+                holding.store(true, ordering: .releasing)
+                let deadline = ContinuousClock.now + .seconds(10)
+                while !release.load(ordering: .acquiring) && ContinuousClock.now < deadline { usleep(1000) }
+            }
+        }
+        try await Self.waitUntil("the holding read runs") { holding.load(ordering: .acquiring) }
+        let claim = Task { try await store.claim(upstream: "events", concurrency: 4, policy: policy) }
+        try await Self.waitUntil("the claim waits") { group.waitingCount == 1 }
+        let big = Task { try await store.enqueue(upstream: "events", Self.request(2, body: 1 << 20)) }
+        try await Self.waitUntil("the enqueue waits") { group.waitingCount == 2 }
+        release.store(true, ordering: .releasing)
+        try await hold.value
+        #expect(try await claim.value.deliveries.map(\.id) == [id])
+        await #expect(throws: QueueError.diskFull) { try await big.value }
+        try await Self.set(store, "PRAGMA max_page_count = 1073741823")
+        #expect(try await store.list(.queued).map(\.id) == [id], "nothing of the refused request is kept")
+        await store.close()
+    }
+
+    /// Polls `condition` every millisecond for up to 10 s.
+    static func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !condition() {
+            try #require(ContinuousClock.now < deadline, "timed out waiting until \(what)")
+            try await Task.sleep(for: .milliseconds(1))
+        }
+    }
+
     @Test("the snapshot counts queued and dead per upstream and dates the oldest queued")
     func snapshot() async throws {
         let f = try Fixture()

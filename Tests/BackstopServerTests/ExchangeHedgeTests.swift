@@ -305,6 +305,14 @@ extension ExchangeStateMachineTests {
                 (.timer(ms: 50), .none),
             ], deadline: .some(at(2000))),
         Row(
+            name: "a chunked body that went to the spool is replayable by a retry, but never hedged",
+            configuration: hedged(method: "PUT", hasBody: true),
+            steps: [
+                (.start(), .none), (.body(1000), .storeBody), (.body(100), .storeBodyAndBeginStreaming),
+                (.spooledStreamingBegan, start()), (.bodyEnded(ms: 5), .finishBodyStream),
+                (.timer(ms: 50), .none),
+            ], deadline: .some(at(2000))),
+        Row(
             name: "retry.attempts 1 leaves no attempt for a copy",
             configuration: hedged(attempts: 1),
             steps: [(.start(), start())], deadline: .some(at(2000))),

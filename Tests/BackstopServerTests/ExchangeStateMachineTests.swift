@@ -50,6 +50,9 @@ struct ExchangeStateMachineTests {
         case body(Int, ms: Int = 0)
         case bufferDenied
         case streamingBegan
+        /// The executor kept the streamed body in the spool.
+        case spooledStreamingBegan
+        case spoolFailed
         case bodyEnded(ms: Int = 0)
         case credential(Machine.Credential?, ms: Int = 0)
         case head(UpstreamResponseHead, generation: Int = 1, ms: Int = 0)
@@ -151,6 +154,43 @@ struct ExchangeStateMachineTests {
             steps: [
                 (.start(), .beginStreaming), (.streamingBegan, start()), (.body(1000), .storeBody),
                 (.bodyEnded(), .finishBodyStream),
+            ]),
+        Row(
+            name: "a spooled body is sent again after a reset, even before its last byte arrived",
+            configuration: configuration(method: "PUT", hasBody: true, declaredLength: 2000),
+            steps: [
+                (.start(), .beginStreaming), (.spooledStreamingBegan, start()), (.body(1000), .storeBody),
+                (.failure(reset), .requestRetryPermit(report: .failed(reset))),
+                (.permit(true), retry(.reset, disposal: .none, failure: reset)),
+                (.timer(ms: 100), start(2)), (.body(1000), .storeBody), (.bodyEnded(ms: 100), .finishBodyStream),
+                (.failure(reset, generation: 2, ms: 100), .requestRetryPermit(report: .failed(reset))),
+                (.permit(true, ms: 100), retry(.reset, attempt: 2, disposal: .none, failure: reset)),
+                (.timer(ms: 200), start(3)),
+                (.head(head(200), generation: 3, ms: 200), deliver(head(200), generation: 3, attempts: 3)),
+            ]),
+        Row(
+            name: "a spool that fails (its disk full) before a response: 507 spool-full, the attempt let go",
+            configuration: configuration(method: "PUT", hasBody: true, declaredLength: 2000),
+            steps: [
+                (.start(), .beginStreaming), (.spooledStreamingBegan, start()), (.body(1000), .storeBody),
+                (
+                    .spoolFailed,
+                    .end(
+                        .failedLocally(.spoolFull, requestComplete: false),
+                        record(507, complete: false), report: nil)
+                ),
+                (.spoolFailed, .none), (.body(1000), .none),
+            ]),
+        Row(
+            name: "a spool that fails while the response is relayed: the body is no longer kept",
+            configuration: configuration(method: "PUT", hasBody: true, declaredLength: 2000),
+            steps: [
+                (.start(), .beginStreaming), (.spooledStreamingBegan, start()),
+                (.head(head(200)), deliver(head(200))), (.spoolFailed, .none),
+                (
+                    .failure(reset),
+                    .end(.aborted(.upstreamBrokeMidResponse), record(200, failure: reset, complete: false), report: nil)
+                ),
             ]),
         Row(
             name: "a chunked body crossing retry_buffer turns into a stream with its part",
@@ -541,6 +581,8 @@ struct ExchangeStateMachineTests {
         case .body(let count, let ms): m.bodyReceived(count: count, now: at(ms))
         case .bufferDenied: m.bufferDenied(now: t0)
         case .streamingBegan: m.streamingBegan(now: t0)
+        case .spooledStreamingBegan: m.streamingBegan(now: t0, spooled: true)
+        case .spoolFailed: m.spoolFailed(now: t0)
         case .bodyEnded(let ms): m.bodyEnded(now: at(ms))
         case .credential(let credential, let ms): m.credentialAcquired(credential, now: at(ms))
         case .head(let head, let generation, let ms):

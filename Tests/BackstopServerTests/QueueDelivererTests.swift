@@ -1,11 +1,11 @@
 import BackstopCore
 import BackstopKeychain
-import BackstopQueue
 import BackstopTestSupport
 import Logging
 import Synchronization
 import Testing
 
+@testable import BackstopQueue
 @testable import BackstopServer
 
 /// The deliverer's loops on a real queue store (SQLite in a temporary spool) with a scripted sender in place of
@@ -37,6 +37,49 @@ struct QueueDelivererTests {
         let settings =
             configured ? DeliveryLaneSettings(concurrency: 2, policy: DeliveryPolicy(maxAge: .seconds(60))) : nil
         #expect(DeliveryLaneStep.next(settings: settings, inFlight: inFlight, nextDue: nextDue, now: 100) == expected)
+    }
+
+    @Test(
+        "outcomes waiting to be recorded come first when due, else bound the wait, whatever the slots",
+        arguments: [
+            // (configured, in flight, next due, unsettled due, expected)
+            (true, 0, 100.0, 100.0, DeliveryLaneStep.recordOutcomes),
+            (true, 2, nil, 99.0, .recordOutcomes),
+            (false, 0, nil, 100.0, .recordOutcomes),
+            (true, 0, 100.0, 101.0, .claim),
+            (true, 0, nil, 101.0, .wait(until: 101)),
+            (true, 0, 103.0, 102.0, .wait(until: 102)),
+            (true, 0, 102.0, 103.0, .wait(until: 102)),
+            (true, 0, nil, 200.0, .wait(until: 105)),
+            (true, 2, 100.0, 130.0, .wait(until: 130)),
+            (false, 0, nil, 130.0, .wait(until: 130)),
+        ] as [(Bool, Int, Double?, Double, DeliveryLaneStep)])
+    func stepWithUnsettled(
+        configured: Bool, inFlight: Int, nextDue: Double?, unsettledDue: Double, expected: DeliveryLaneStep
+    ) {
+        let settings =
+            configured ? DeliveryLaneSettings(concurrency: 2, policy: DeliveryPolicy(maxAge: .seconds(60))) : nil
+        #expect(
+            DeliveryLaneStep.next(
+                settings: settings, inFlight: inFlight, nextDue: nextDue, now: 100, unsettledDue: unsettledDue)
+                == expected)
+    }
+
+    @Test("an outcome the store cannot take is tried again after 1 s, 2 s, 4 s, … at most a minute")
+    func unsettledWaits() {
+        #expect((1...9).map { UnsettledDelivery.wait(afterFailures: $0) } == [1, 2, 4, 8, 16, 32, 60, 60, 60])
+        #expect(UnsettledDelivery.wait(afterFailures: 1_000) == 60)
+        let delivery = ClaimedDelivery(
+            id: DeliveryID("5af14c38-9d4e-4f5b-b017-f28c5c64d024")!, upstream: "events",
+            request: QueuedRequest(method: "POST", target: "/", headers: [], body: []), attempts: 0, acceptedAt: 0,
+            clockStart: 0, seq: 6)
+        var unsettled = UnsettledDelivery(delivery, .delivered, failedAt: 100)
+        #expect(unsettled.failures == 1 && unsettled.retryAt == 101)
+        unsettled.failedAgain(at: 101.5)
+        #expect(unsettled.failures == 2 && unsettled.retryAt == 103.5)
+        unsettled.failedAgain(at: 104)
+        #expect(unsettled.failures == 3 && unsettled.retryAt == 108)
+        #expect(unsettled.decision == .delivered && unsettled.delivery == delivery)
     }
 
     // MARK: the loops

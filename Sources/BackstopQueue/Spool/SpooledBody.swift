@@ -18,7 +18,8 @@ public final class SpooledBody: Sendable {
     /// Plaintext bytes per chunk: large enough that sealing and `pwrite` cost little per byte, small enough that
     /// the writer and each reader hold only one chunk in memory.
     public static let defaultChunkSize = 64 << 10
-    static let tagSize = 16
+    /// Bytes each sealed chunk adds (the AES-GCM tag).
+    public static let tagSize = 16
 
     let chunkSize: Int
     private let file: SpoolFile

@@ -7,15 +7,18 @@ import Synchronization
 ///
 /// Writes run inside the batch's `BEGIN IMMEDIATE … COMMIT` and their callers hear back only after `COMMIT`
 /// returned, so an answer never reports something that a crash could still undo. Reads run before the
-/// transaction, on committed data, and answer at once. A failed commit (a full disk) fails every write of the
-/// batch; nothing of it is stored and the connection stays usable.
+/// transaction, on committed data, and answer at once. When a batch of several writes fails (a full disk), each is
+/// run again alone, so only the writes that do not fit fail; nothing of a failed write is stored and the connection
+/// stays usable.
 ///
 /// A batch runs synchronously on the store's own thread (one job of its one-thread pool), every statement in one
 /// go: a caller's task waits once for its operation, however many statements the batch holds
 /// (docs/performance.md#queued-delivery). One job at a time drains: the operation that arrives while none runs
 /// starts one, and the job takes batch after batch until nothing waits.
 final class GroupCommit: Sendable {
-    /// An operation's SQL work; throws only SQLite's errors (anything else would leave a batch half done).
+    /// An operation's SQL work; throws only SQLite's errors (anything else would leave a batch half done). A write's
+    /// work may run a second time after its batch was rolled back, so it only reads and writes the database (what
+    /// must follow its commit goes in `then`).
     typealias Work = @Sendable (SQLiteHandle) throws -> any Sendable
 
     private struct Operation {
@@ -133,6 +136,25 @@ final class GroupCommit: Sendable {
         }
         let writes = batch.filter(\.writes)
         guard !writes.isEmpty else { return }
+        switch commit(writes) {
+        case .success(let results):
+            for (operation, result) in zip(writes, results) { operation.finish(.success(result)) }
+        case .failure(let error) where writes.count == 1:
+            writes[0].finish(.failure(error))
+        case .failure:
+            // One write that does not fit (a large request on a full disk) must not fail the small ones beside it
+            // (a claim, an outcome): each goes again in a transaction of its own, and fails only for itself.
+            for operation in writes {
+                switch commit([operation]) {
+                case .success(let results): operation.finish(.success(results[0]))
+                case .failure(let error): operation.finish(.failure(error))
+                }
+            }
+        }
+    }
+
+    /// Runs `writes` in one transaction: their results once committed, or the first error (nothing of them kept).
+    private func commit(_ writes: [Operation]) -> Result<[any Sendable], any Error> {
         var results: [any Sendable] = []
         results.reserveCapacity(writes.count)
         do {
@@ -147,9 +169,8 @@ final class GroupCommit: Sendable {
                 throw error
             }
         } catch {
-            for operation in writes { operation.finish(.failure(error)) }
-            return
+            return .failure(error)
         }
-        for (operation, result) in zip(writes, results) { operation.finish(.success(result)) }
+        return .success(results)
     }
 }

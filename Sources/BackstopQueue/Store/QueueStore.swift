@@ -43,8 +43,8 @@ public final class QueueStore: Sendable {
     private let ownerLock: FileLock?
     /// Stored bytes currently reserved in `budget` for committed rows.
     private let accounted = Mutex(0)
-    /// Rows claimed and not yet settled, by upstream.
-    private let inFlight = Mutex([String: Set<Int>]())
+    /// Rows claimed and not yet settled.
+    private let claims = Mutex(ClaimTable())
 
     private init(
         path: String, database: GroupCommit, threadPool: NIOThreadPool, sealer: RecordSealer, budget: SpoolBudget,
@@ -68,7 +68,7 @@ public final class QueueStore: Sendable {
         newID: (@Sendable () -> DeliveryID)? = nil
     ) async throws(QueueError) -> QueueStore {
         let path = directory + "/" + fileName
-        try makeDirectory(directory)
+        try createDirectory(directory)
         let ownerLock = owner ? try lockOwnership(directory + "/" + lockFileName) : nil
         try createPrivately(path)
         let connection: SQLiteHandle
@@ -163,30 +163,34 @@ public final class QueueStore: Sendable {
     {
         let now = Self.micros(clock.wall())
         let expiredBefore = now - Self.micros(policy.maxAge.seconds)
-        let (rows, expired) = try await run(writes: true) { connection -> ([Row], [DeliveryID]) in
-            let busy = self.inFlight.withLock { $0[upstream, default: []] }
-            // One statement text whatever is in flight, so it is prepared once.
-            let busyList = SQLiteHandle.Value.text(Self.jsonArray(busy))
-            let expired = try connection.query(
-                "UPDATE deliveries SET state = 1, last_outcome = CASE WHEN last_outcome IS NULL THEN 'expired' "
-                    + "ELSE 'expired (last: ' || last_outcome || ')' END "
-                    + "WHERE upstream = ? AND state = 0 AND clock_start <= ? "
-                    + "AND seq NOT IN (SELECT value FROM json_each(?)) RETURNING id",
-                [.text(upstream), .integer(expiredBefore), busyList]
-            ).compactMap { $0.text(0).flatMap(DeliveryID.init) }
-            let available = concurrency - busy.count
-            guard available > 0 else { return ([], expired) }
-            let rows = try connection.query(
-                "SELECT seq, id, accepted_at, clock_start, attempts, head, body FROM deliveries "
-                    + "WHERE upstream = ? AND state = 0 AND next_at <= ? "
-                    + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
-                [.text(upstream), .integer(now), busyList, .integer(available)]
-            ).compactMap(Row.init)
-            self.inFlight.withLock { table in
-                for row in rows { table[upstream, default: []].insert(row.seq) }
-            }
-            return (rows, expired)
-        }
+        let (rows, expired) = try await run(
+            writes: true,
+            { connection -> ([Row], [DeliveryID]) in
+                let (busy, sending) = self.claims.withLock {
+                    ($0.held(upstream, at: Self.seconds(now)), $0.sendingCount(upstream))
+                }
+                // One statement text whatever is in flight, so it is prepared once.
+                let busyList = SQLiteHandle.Value.text(Self.jsonArray(busy))
+                let expired = try connection.query(
+                    "UPDATE deliveries SET state = 1, last_outcome = CASE WHEN last_outcome IS NULL THEN 'expired' "
+                        + "ELSE 'expired (last: ' || last_outcome || ')' END "
+                        + "WHERE upstream = ? AND state = 0 AND clock_start <= ? "
+                        + "AND seq NOT IN (SELECT value FROM json_each(?)) RETURNING id",
+                    [.text(upstream), .integer(expiredBefore), busyList]
+                ).compactMap { $0.text(0).flatMap(DeliveryID.init) }
+                let available = concurrency - sending
+                guard available > 0 else { return ([], expired) }
+                let rows = try connection.query(
+                    "SELECT seq, id, accepted_at, clock_start, attempts, head, body FROM deliveries "
+                        + "WHERE upstream = ? AND state = 0 AND next_at <= ? "
+                        + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
+                    [.text(upstream), .integer(now), busyList, .integer(available)]
+                ).compactMap(Row.init)
+                return (rows, expired)
+            },
+            // Held only once the claim committed: a batch that fails (another write in it did not fit a full disk)
+            // claims nothing, instead of leaving rows held that no delivery will ever settle.
+            then: { claimed in self.claims.withLock { $0.claimed(upstream, claimed.0.map(\.seq)) } })
         var batch = ClaimBatch(expired: expired.sorted())
         var damagedSeqs: [Int] = []
         for row in rows {
@@ -221,10 +225,27 @@ public final class QueueStore: Sendable {
     }
 
     /// Records how a claimed delivery's try ended (`DeliveryPolicy.decide`) and ends its claim: delivered ones are
-    /// deleted, others rescheduled or made dead letters.
+    /// deleted, others rescheduled or made dead letters. When it throws (a full disk), the delivery stays held
+    /// without taking a slot: one delivered or dead is not sent again while the caller tries to record the outcome
+    /// later (`unclaim` gives it up); one to be tried again is claimable from the time the decision named.
     public func settle(_ delivery: ClaimedDelivery, _ decision: DeliveryDecision) async throws(QueueError) {
-        defer { release(upstream: delivery.upstream, [delivery.seq]) }
         let seq = SQLiteHandle.Value.integer(delivery.seq)
+        do {
+            try await settleRow(seq, decision)
+        } catch {
+            claims.withLock { claims in
+                if case .retry(let at, _) = decision {
+                    claims.retryUnrecorded(delivery.upstream, delivery.seq, until: at)
+                } else {
+                    claims.settleFailed(delivery.upstream, delivery.seq)
+                }
+            }
+            throw error
+        }
+        release(upstream: delivery.upstream, [delivery.seq])
+    }
+
+    private func settleRow(_ seq: SQLiteHandle.Value, _ decision: DeliveryDecision) async throws(QueueError) {
         try await run(
             writes: true,
             { connection -> Int in
@@ -253,29 +274,28 @@ public final class QueueStore: Sendable {
         budget.release(bytes)
     }
 
-    /// Gives a claimed delivery back untried (the deliverer is stopping): due again at once.
+    /// Gives a claimed delivery back (the deliverer is stopping; or it gives up recording an outcome): queued as the
+    /// store last recorded it.
     public func unclaim(_ delivery: ClaimedDelivery) {
         release(upstream: delivery.upstream, [delivery.seq])
     }
 
     /// When `upstream`'s next queued delivery that is not in flight is due (wall-clock seconds), nil when none is.
     public func nextDue(upstream: String) async throws(QueueError) -> Double? {
-        let busyList = SQLiteHandle.Value.text(Self.jsonArray(inFlight.withLock { $0[upstream, default: []] }))
-        let next = try await run(writes: false) { connection in
+        let (held, deferredUntil) = claims.withLock { $0.allHeld(upstream) }
+        let busyList = SQLiteHandle.Value.text(Self.jsonArray(held))
+        let stored = try await run(writes: false) { connection in
             try connection.query(
                 "SELECT next_at FROM deliveries WHERE upstream = ? AND state = 0 "
                     + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY next_at LIMIT 1",
                 [.text(upstream), busyList]
             ).first?.integer(0)
         }
-        return next.map { Self.seconds($0) }
+        return [stored.map { Self.seconds($0) }, deferredUntil].compactMap { $0 }.min()
     }
 
     private func release(upstream: String, _ seqs: [Int]) {
-        inFlight.withLock { table in
-            for seq in seqs { table[upstream]?.remove(seq) }
-            if table[upstream]?.isEmpty == true { table[upstream] = nil }
-        }
+        claims.withLock { $0.release(upstream, seqs) }
     }
 
     // MARK: operating
@@ -442,7 +462,9 @@ public final class QueueStore: Sendable {
         }
     }
 
-    private static func makeDirectory(_ directory: String) throws(QueueError) {
+    /// Creates `spool.dir` (one level, mode 0700) when missing; an existing directory is left as it is. For the
+    /// store, and for the daemon's spooled bodies when there is no store (no keychain).
+    public static func createDirectory(_ directory: String) throws(QueueError) {
         var info = stat()
         if stat(directory, &info) == 0 {
             guard info.st_mode & S_IFMT == S_IFDIR else {

@@ -48,6 +48,8 @@ public struct DeliveryLaneSettings: Sendable, Equatable {
 /// claim more now, or wait for a wake-up (a request accepted, a delivery finished, a reload) until the next queued
 /// delivery falls due.
 enum DeliveryLaneStep: Equatable {
+    /// Record the outcomes the store could not take earlier (`UnsettledDelivery`) that are due again.
+    case recordOutcomes
     /// Claim due deliveries (the store returns at most the free slots' worth).
     case claim
     /// Wait for a wake-up, or until this wall-clock time (seconds since the epoch) when given.
@@ -60,12 +62,14 @@ enum DeliveryLaneStep: Equatable {
     /// `settings` nil: the upstream is no longer configured for queued delivery (its rows stay queued, untouched,
     /// until a reload configures it again or an operator drops them). `nextDue`: when the next queued delivery
     /// not in flight is due, nil when there is none. With every slot taken, only a finishing delivery (which wakes
-    /// the lane) can change anything.
+    /// the lane) can change anything. `unsettledDue`: when the first outcome waiting to be recorded is due again
+    /// (whatever the settings: those deliveries were made).
     static func next(
-        settings: DeliveryLaneSettings?, inFlight: Int, nextDue: Double?, now: Double
+        settings: DeliveryLaneSettings?, inFlight: Int, nextDue: Double?, now: Double, unsettledDue: Double? = nil
     ) -> DeliveryLaneStep {
-        guard let settings, inFlight < settings.concurrency else { return .wait(until: nil) }
+        if let unsettledDue, unsettledDue <= now { return .recordOutcomes }
+        guard let settings, inFlight < settings.concurrency else { return .wait(until: unsettledDue) }
         if let nextDue, nextDue <= now { return .claim }
-        return .wait(until: min(nextDue ?? .infinity, now + recheck))
+        return .wait(until: min(nextDue ?? .infinity, now + recheck, unsettledDue ?? .infinity))
     }
 }

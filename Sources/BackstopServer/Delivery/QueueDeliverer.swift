@@ -19,6 +19,8 @@ public final class QueueDeliverer: Sendable {
         var started: Set<String> = []
         /// Deliveries in flight, by upstream.
         var inFlight: [String: Int] = [:]
+        /// Tries whose outcome the store could not record yet, by upstream (not sent again meanwhile).
+        var unsettled: [String: [UnsettledDelivery]] = [:]
         var stopped = false
     }
 
@@ -142,10 +144,10 @@ public final class QueueDeliverer: Sendable {
     private func lane(_ upstream: String) async {
         await withDiscardingTaskGroup { deliveries in
             while !Task.isCancelled {
-                let (settings, observed, inFlight, stopped) = state.withLock { state in
+                let (settings, observed, inFlight, stopped, unsettledDue) = state.withLock { state in
                     (
                         state.lanes[upstream], state.wakes[upstream, default: 0], state.inFlight[upstream, default: 0],
-                        state.stopped
+                        state.stopped, state.unsettled[upstream]?.map(\.retryAt).min()
                     )
                 }
                 if stopped { break }
@@ -157,8 +159,11 @@ public final class QueueDeliverer: Sendable {
                         ? try await store.nextDue(upstream: upstream) : nil
                     switch DeliveryLaneStep.next(
                         settings: settings, inFlight: inFlight, nextDue: nextDue,
-                        now: clock.wall())
+                        now: clock.wall(), unsettledDue: unsettledDue)
                     {
+                    case .recordOutcomes:
+                        await recordUnsettled(upstream)
+                        continue
                     case .claim:
                         guard let settings else { continue }
                         let batch = try await store.claim(
@@ -178,7 +183,7 @@ public final class QueueDeliverer: Sendable {
                         // Nothing claimable although something was due: every slot is taken in the store's eyes,
                         // and the delivery that frees one wakes this loop.
                         let next = try await store.nextDue(upstream: upstream)
-                        until = next.flatMap { $0 > clock.wall() ? $0 : nil }
+                        until = [next.flatMap { $0 > clock.wall() ? $0 : nil }, unsettledDue].compactMap { $0 }.min()
                     case .wait(let next):
                         until = next
                     }
@@ -233,16 +238,61 @@ public final class QueueDeliverer: Sendable {
         do throws(QueueError) {
             try await store.settle(delivery, decision)
         } catch {
-            // `settle` ended the claim all the same: the delivery stays queued as it was and is tried again (at
-            // least once).
-            logger.error(
-                "cannot record a delivery's outcome; it will be tried again",
-                metadata: [
-                    "upstream": .string(delivery.upstream), "delivery": .string(delivery.id.text),
-                    "error": .string(error.description),
-                ])
+            // The store keeps the delivery held (docs/reference/behaviour.md#queued-delivery): delivered or dead, it
+            // is not sent again while its outcome waits to be recorded here; to be tried again, it waits for the
+            // time its decision named, and that next try records its own outcome. A full disk thus causes neither
+            // a resend loop nor a duplicate.
+            if case .retry(let at, let outcome) = decision {
+                logger.error(
+                    "cannot record a delivery's outcome; tried again later",
+                    metadata: [
+                        "upstream": .string(delivery.upstream), "delivery": .string(delivery.id.text),
+                        "outcome": .string(outcome), "error": .string(error.description),
+                        "next_in_s": .stringConvertible(Int(max(0, at - clock.wall()).rounded(.up))),
+                    ])
+                return
+            }
+            let unsettled = UnsettledDelivery(delivery, decision, failedAt: clock.wall())
+            state.withLock { $0.unsettled[delivery.upstream, default: []].append(unsettled) }
+            logUnsettled(unsettled, error)
             return
         }
+        recorded(delivery, decision)
+    }
+
+    /// Tries again to record the outcomes of `upstream` that are due; those that fail again wait longer.
+    private func recordUnsettled(_ upstream: String) async {
+        let now = clock.wall()
+        let due = state.withLock { state -> [UnsettledDelivery] in
+            let all = state.unsettled[upstream, default: []]
+            state.unsettled[upstream] = all.filter { $0.retryAt > now }
+            if state.unsettled[upstream]?.isEmpty == true { state.unsettled[upstream] = nil }
+            return all.filter { $0.retryAt <= now }
+        }
+        for var unsettled in due {
+            do throws(QueueError) {
+                try await store.settle(unsettled.delivery, unsettled.decision)
+                recorded(unsettled.delivery, unsettled.decision)
+            } catch {
+                unsettled.failedAgain(at: clock.wall())
+                state.withLock { $0.unsettled[upstream, default: []].append(unsettled) }
+                logUnsettled(unsettled, error)
+            }
+        }
+    }
+
+    private func logUnsettled(_ unsettled: UnsettledDelivery, _ error: QueueError) {
+        logger.error(
+            "cannot record a delivery's outcome; recorded later, not sent again meanwhile",
+            metadata: [
+                "upstream": .string(unsettled.delivery.upstream), "delivery": .string(unsettled.delivery.id.text),
+                "error": .string(error.description),
+                "retry_in_s": .stringConvertible(Int((unsettled.retryAt - clock.wall()).rounded(.up))),
+            ])
+    }
+
+    /// The outcome of `delivery`'s try is in the store: counted and logged.
+    private func recorded(_ delivery: ClaimedDelivery, _ decision: DeliveryDecision) {
         countsChanged()
         var metadata: Logger.Metadata = [
             "upstream": .string(delivery.upstream), "delivery": .string(delivery.id.text),

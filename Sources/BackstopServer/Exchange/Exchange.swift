@@ -84,6 +84,9 @@ final class Exchange {
         case overBudget
         /// Streamed, and the stream is above its high-water mark: hold the client's reads.
         case streamFull
+        /// The spool could not write it (its disk is full): the body is no longer kept, and the attempts reading
+        /// it fail.
+        case spoolFailed
     }
 
     /// Keeps a body part for replay (taking its share of `limits.buffer_memory`), or sends it into the stream.
@@ -91,6 +94,8 @@ final class Exchange {
         switch body {
         case .stream(let stream):
             return stream.append(chunk) ? .kept : .streamFull
+        case .spool(let spooled):
+            return spooled.append(chunk) ? .kept : .spoolFailed
         case .none, .buffer:
             guard environment.runtime.reserveBodyMemory(chunk.readableBytes, limit: environment.bufferMemory) else {
                 return .overBudget
@@ -120,12 +125,35 @@ final class Exchange {
         return fits
     }
 
+    /// The body is kept in the spool from now on (docs/reference/behaviour.md#spooled-bodies), starting with what
+    /// was kept in memory, then `part`; each attempt sends it from the first byte. False when there is no spool or
+    /// no room in it (then nothing changed).
+    func beginSpooling(then part: ByteBuffer?, on eventLoop: any EventLoop, maxLength: Int) -> Bool {
+        guard let spool = environment.runtime.bodySpool,
+            let spooled = SpooledRequestBody.make(
+                spool: spool, expectedLength: declaredLength, maxLength: maxLength, eventLoop: eventLoop)
+        else { return false }
+        if case .buffer(let buffered) = body { _ = spooled.append(buffered) }
+        if let part { _ = spooled.append(part) }
+        body = .spool(spooled)
+        releaseKeptBody()
+        return true
+    }
+
     func finishBodyStream() {
-        if case .stream(let stream) = body { stream.finish() }
+        switch body {
+        case .stream(let stream): stream.finish()
+        case .spool(let spooled): _ = spooled.finish()
+        case .none, .buffer: break
+        }
     }
 
     func failBodyStream() {
-        if case .stream(let stream) = body { stream.fail() }
+        switch body {
+        case .stream(let stream): stream.fail()
+        case .spool(let spooled): spooled.close()
+        case .none, .buffer: break
+        }
     }
 
     /// The body is no longer kept for replay: its share of `limits.buffer_memory` goes back.
@@ -146,6 +174,7 @@ final class Exchange {
         case .none: transportBody = hasBody ? .buffered(ByteBuffer()) : .empty
         case .buffer(let buffer): transportBody = .buffered(buffer)
         case .stream(let stream): transportBody = .streaming(stream)
+        case .spool(let spooled): transportBody = .streaming(spooled.attemptBody())
         }
         // Only a signed attempt needs the time of day (its `X-Amz-Date`).
         let wall: Double = if case .aws = start.credential { environment.clock.wall() } else { 0 }
@@ -219,6 +248,7 @@ final class Exchange {
         transfer = nil
         otherTransfers = []
         releaseKeptBody()
+        if case .spool(let spooled) = body { spooled.close() }
     }
 }
 
@@ -227,6 +257,8 @@ enum RequestBodyStorage {
     case none
     case buffer(ByteBuffer)
     case stream(RequestBodyStream)
+    /// Kept in the spool: every attempt reads it from the first byte.
+    case spool(SpooledRequestBody)
 }
 
 extension TransportEvent {

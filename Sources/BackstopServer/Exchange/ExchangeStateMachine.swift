@@ -109,10 +109,13 @@ struct ExchangeStateMachine: Equatable {
         case buffered
         /// Sent as it arrives (above `retry_buffer`, or over `limits.buffer_memory`): an attempt sends it once only.
         case streaming(complete: Bool)
+        /// Sent as it arrives and written to the spool meanwhile (docs/reference/behaviour.md#spooled-bodies): every
+        /// attempt sends it from the first byte, even before it is complete.
+        case spooled(complete: Bool)
 
         var replayable: Bool {
             switch self {
-            case .none, .buffered: true
+            case .none, .buffered, .spooled: true
             case .buffering, .streaming: false
             }
         }
@@ -692,7 +695,7 @@ struct ExchangeStateMachine: Equatable {
                 progress.body = .streaming(complete: false)
                 action = .storeBodyAndBeginStreaming
             }
-        case .streaming:
+        case .streaming, .spooled:
             action = .storeBody
         }
         state.progress = progress
@@ -709,10 +712,23 @@ struct ExchangeStateMachine: Equatable {
         return .beginStreaming
     }
 
-    /// The executor turned the body into a stream: the attempt starts now, while the body keeps arriving.
-    mutating func streamingBegan(now: Duration) -> Action {
-        guard case .receivingBody(let progress) = state else { return .none }
+    /// The executor turned the body into a stream (`spooled`: kept in the spool as it streams): the attempt starts
+    /// now, while the body keeps arriving.
+    mutating func streamingBegan(now: Duration, spooled: Bool = false) -> Action {
+        guard case .receivingBody(var progress) = state else { return .none }
+        if spooled, case .streaming(let complete) = progress.body { progress.body = .spooled(complete: complete) }
         return prepareAttempt(progress, now: now)
+    }
+
+    /// The spool could not write the body (its filesystem is full): it cannot be sent whole, so the request ends
+    /// with 507 `spool-full`, attempts in flight let go; a response already under way is cut instead (the executor
+    /// failed the body its attempt was reading).
+    mutating func spoolFailed(now: Duration) -> Action {
+        guard var progress = state.progress, case .spooled(let complete) = progress.body else { return .none }
+        progress.body = .streaming(complete: complete)
+        state.progress = progress
+        if case .relaying = state { return .none }
+        return endLocally(.spoolFull, progress)
     }
 
     /// The request's last body byte arrived.
@@ -728,6 +744,10 @@ struct ExchangeStateMachine: Equatable {
             return prepareAttempt(progress, now: now)
         case .streaming:
             progress.body = .streaming(complete: true)
+            state.progress = progress
+            return .finishBodyStream
+        case .spooled:
+            progress.body = .spooled(complete: true)
             state.progress = progress
             return .finishBodyStream
         }
@@ -825,8 +845,14 @@ struct ExchangeStateMachine: Equatable {
     /// (none, or kept whole), fewer than `hedge.max` copies are in flight, and attempts and time are left.
     private func mayCopy(_ progress: Progress, inFlight: Int, now: Duration) -> Bool {
         guard let plan = configuration.hedge, let retry = configuration.retry else { return false }
-        return progress.body.replayable && inFlight <= plan.max && progress.attempts < retry.config.attempts
-            && now < totalDeadline
+        // A spooled body is replayable too, but only a body sent whole at once is copied: one still streaming in
+        // would be read by two attempts at once from a file still being written.
+        let whole: Bool =
+            switch progress.body {
+            case .none, .buffered: true
+            case .buffering, .streaming, .spooled: false
+            }
+        return whole && inFlight <= plan.max && progress.attempts < retry.config.attempts && now < totalDeadline
     }
 
     /// The hedge timer for a set of `inFlight` attempts, one of them sent `now`.

@@ -399,9 +399,15 @@ extension ConnectionStateMachine {
         requestMayBeDone(now: now, into: &actions)
     }
 
-    /// The executor turned the body into a stream (after `.beginStreaming`).
-    mutating func streamingBegan(now: Duration, into actions: inout [Action]) {
-        withExchange(now: now, into: &actions) { $0.streamingBegan(now: now) }
+    /// The executor turned the body into a stream (after `.beginStreaming`); `spooled`: kept in the spool as it
+    /// streams, so it can be sent again.
+    mutating func streamingBegan(now: Duration, spooled: Bool = false, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) { $0.streamingBegan(now: now, spooled: spooled) }
+    }
+
+    /// The spool could not keep the body any more: it streams on, not retried.
+    mutating func spoolFailed(now: Duration, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) { $0.spoolFailed(now: now) }
     }
 
     /// `part`, asked to be kept (`.storeBody`), does not fit `limits.buffer_memory`: the body streams instead,

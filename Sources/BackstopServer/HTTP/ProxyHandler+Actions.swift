@@ -158,14 +158,25 @@ extension ProxyHandler {
             machine.holdUploads()
         case .overBudget:
             // A part kept for replay takes its share of `limits.buffer_memory`; one that does not fit turns the
-            // body into a stream (sent once, not retryable) instead of growing memory past the budget.
+            // body into a stream (spooled, or sent once and not retryable) instead of growing memory past the budget.
             let now = self.now
             feed { $0.bufferDenied(buffer, now: now, into: &$1) }
+        case .spoolFailed:
+            let now = self.now
+            feed { $0.spoolFailed(now: now, into: &$1) }
         }
     }
 
     private func beginStreaming(then part: ByteBuffer?) {
         guard let exchange, let context else { return }
+        // With a spool, a body too large to keep in memory is kept there instead (docs/reference/behaviour.md#spooled-bodies).
+        if exchange.beginSpooling(
+            then: part, on: context.eventLoop, maxLength: runtime.snapshot.config.limits.maxRequestBody)
+        {
+            let now = self.now
+            feed { $0.streamingBegan(now: now, spooled: true, into: &$1) }
+            return
+        }
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let loop = context.eventLoop
         let fits = exchange.beginStreaming(then: part) {

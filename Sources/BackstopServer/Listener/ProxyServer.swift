@@ -59,7 +59,20 @@ public final class ProxyServer: Sendable {
         queue: (store: QueueStore, budget: SpoolBudget)? = nil, eventLoopThreads: Int = 1
     ) {
         self.tokenStoreMetrics = tokenStoreMetrics
-        self.spoolBudget = queue?.budget
+        // One budget for spooled bodies and queued deliveries; without a keychain there is no queue, but bodies
+        // are still spooled (each under its own key).
+        let spoolBudget = queue?.budget ?? config.spool.map { SpoolBudget(limit: $0.maxBytes) }
+        self.spoolBudget = spoolBudget
+        if queue == nil, let spool = config.spool {
+            // The queue's store creates the directory; without one, the spooled bodies need it all the same.
+            do throws(QueueError) {
+                try QueueStore.createDirectory(spool.directory)
+            } catch {
+                logger.warning(
+                    "cannot create spool.dir; large bodies are not spooled",
+                    metadata: ["error": .string(error.description)])
+            }
+        }
         _ = ProcessMetrics.startTime
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: eventLoopThreads)
         self.keychain = keychain
@@ -102,7 +115,10 @@ public final class ProxyServer: Sendable {
                 config: config, upstreams: upstreams, intercept: intercept,
                 clients: Self.clientsInForce(config, keychain: keychain, logger: logger)),
             transport: transport, logger: logger, clock: clock, tracer: tracer, queue: deliverer,
-            background: background, outageMetrics: outage)
+            background: background, outageMetrics: outage,
+            bodySpool: config.spool.flatMap { spool in
+                spoolBudget.map { BodySpool(directory: spool.directory, budget: $0) }
+            })
         self.runtime = runtime
         deliveryRuntime.withLockedValue { $0 = runtime }
         self.channels = NIOLockedValueBox([])

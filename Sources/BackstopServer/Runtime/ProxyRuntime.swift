@@ -29,6 +29,9 @@ public final class ProxyRuntime: Sendable {
     /// Stores and delivers requests to `delivery: queue` upstreams; nil without a spool or such an upstream
     /// (docs/reference/behaviour.md#queued-delivery).
     public let queue: QueueDeliverer?
+    /// Where bodies above `limits.retry_buffer` are kept for retries; nil without a spool
+    /// (docs/reference/behaviour.md#spooled-bodies).
+    public let bodySpool: BodySpool?
     /// Where work that outlives an event-loop callback runs (waiting for a token): children of the server's
     /// `run()`, never unstructured tasks.
     public let background: BackgroundWork
@@ -41,9 +44,11 @@ public final class ProxyRuntime: Sendable {
     public init(
         snapshot: ConfigSnapshot, transport: any TransferStarting, logger: Logger,
         clock: any BackstopClock = SystemClock(), tracer: Tracer? = nil, queue: QueueDeliverer? = nil,
-        background: BackgroundWork = BackgroundWork(), outageMetrics: OutageMetrics = OutageMetrics()
+        background: BackgroundWork = BackgroundWork(), outageMetrics: OutageMetrics = OutageMetrics(),
+        bodySpool: BodySpool? = nil
     ) {
         self.tracer = tracer
+        self.bodySpool = bodySpool
         self.queue = queue
         self.background = background
         self.outageMetrics = outageMetrics
