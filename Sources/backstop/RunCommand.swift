@@ -50,14 +50,9 @@ struct RunCommand: AsyncParsableCommand {
 
         let problems = EnvironmentChecks.problems(in: config)
         for problem in problems { logger.error("config problem", metadata: ["detail": .string(problem.description)]) }
-        let pending = PendingFeatures.problems(in: config)
-        for problem in pending {
-            logger.error("config not served by this build; refusing to start", metadata: ["detail": .string(problem)])
-        }
         for warning in PendingFeatures.warnings(in: config) {
             logger.warning("config not fully served by this build", metadata: ["detail": .string(warning)])
         }
-        if !pending.isEmpty { throw ExitCode(1) }
         let keychain = try KeychainStartup.prepare(config: config, logger: logger)
         do throws(ClientPolicyError) {
             _ = try ProxyServer.clientPolicy(for: config, keychain: keychain)
@@ -230,14 +225,6 @@ enum Reloader {
             for error in errors.errors {
                 logger.error(
                     "reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
-            }
-            server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
-            return nil
-        }
-        let pending = PendingFeatures.problems(in: config)
-        if !pending.isEmpty {
-            for problem in pending {
-                logger.error("reload rejected; old config stays in force", metadata: ["detail": .string(problem)])
             }
             server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil

@@ -113,6 +113,17 @@ struct ConnectionStateMachineTests {
     }
 
     static let post = request(.POST, "/q", contentLength: 4)
+    static let hedgedConfiguration: ExchangeStateMachine.Configuration = {
+        var hedged = configuration()
+        hedged.hedge = ExchangeStateMachine.HedgePlan(after: .milliseconds(50), max: 1)
+        return hedged
+    }()
+    static func hedgeCopy(_ generation: Int) -> Action {
+        .startAttempt(
+            ExchangeStateMachine.Start(
+                generation: generation, attempt: generation, credential: .none, mayResend: true,
+                countsAsRequest: false, replacing: nil, hedge: true))
+    }
     static func queue(maxBody: Int = 10) -> Machine.Admission { .queue(maxBody: maxBody, expectsContinue: false) }
 
     static let rows: [Row] = [
@@ -428,6 +439,30 @@ struct ConnectionStateMachineTests {
                 (.transport(.head(upstream(200)), generation: 1), []),
             ]),
         Row(
+            name:
+                "a hedge race: the copy asks the budget; the first's head wins, the copy is cancelled before it is recorded",
+            steps: [
+                (.part(.head(get)), [.admit(get)]),
+                (.admitted(.forward(hedgedConfiguration, expectsContinue: false)), [start()]),
+                (.part(.end(nil)), []),
+                (.timer(ms: 50), [.requestRetryPermit]),
+                (.permit(true), [hedgeCopy(2)]),
+                (
+                    .transport(.failure(.reset(detail: "r")), generation: 2),
+                    [.attemptLeft(generation: 2, .failed(.reset(detail: "r")))]
+                ),
+                (.timer(ms: 100), [.requestRetryPermit]),
+                (.permit(true), [hedgeCopy(3)]),
+                (
+                    .transport(.head(upstream(200))),
+                    [
+                        .cancelAttempt(generation: 3), report200,
+                        .writeHead(upstream(200), headWrite(.contentLength(2), attempts: 3)),
+                    ]
+                ),
+                (.transport(.body(ok), generation: 3), []),
+            ]),
+        Row(
             name: "an upstream with credentials: the exchange asks for one first",
             steps: [
                 (.part(.head(get)), [.admit(get)]),
@@ -618,10 +653,14 @@ struct ConnectionStateMachineTests {
         /// The first broken rule, if any.
         var violation: String?
 
+        /// A GET is hedged after 1 s: a second passing sends a copy, and "stale head" is then the first attempt's
+        /// head racing it.
         static func config(_ method: String, streamed: Bool) -> ExchangeStateMachine.Configuration {
-            ExchangeStateMachineTests.configuration(
+            var configuration = ExchangeStateMachineTests.configuration(
                 method: method, hasBody: streamed, declaredLength: streamed ? 5000 : nil,
                 timeouts: Timeouts(connect: .seconds(1), perTry: .seconds(2), total: .seconds(5), idle: .seconds(2)))
+            if !streamed { configuration.hedge = ExchangeStateMachine.HedgePlan(after: .seconds(1), max: 1) }
+            return configuration
         }
 
         mutating func run(_ event: (inout Machine, inout [Action]) -> Void) -> [Action] {

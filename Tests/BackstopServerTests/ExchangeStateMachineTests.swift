@@ -629,3 +629,14 @@ extension ExchangeStateMachine {
         return .none
     }
 }
+
+extension ExchangeStateMachine.Action {
+    /// `.end` as the rows write it: the attempts that end with the exchange by field (none: nil).
+    static func end(
+        _ ending: ExchangeStateMachine.Ending, _ record: ExchangeStateMachine.Record,
+        report: ExchangeStateMachine.AttemptReport?, endpoint: EndpointReport? = nil,
+        letGo: [ExchangeStateMachine.LetGo] = []
+    ) -> Self {
+        .end(ending, record, .with(report: report, endpoint: endpoint, letGo: letGo))
+    }
+}

@@ -233,10 +233,7 @@ struct OutageTests {
 
     // MARK: hedging
 
-    @Test(
-        "a slow GET is hedged: the fast copy wins, the slow one is cancelled at the origin",
-        .disabled(
-            "hedging is not performed by this build yet (docs/reference/behaviour.md#not-performed-by-this-build-yet)"))
+    @Test("a slow GET is hedged: the fast copy wins, the slow one is cancelled at the origin")
     func hedgeWins() async throws {
         try await Self.with(
             origins: [{ _ in .delay(.seconds(5), then: .text(200, "slow")) }, { _ in .text(200, "fast") }],
@@ -255,6 +252,24 @@ struct OutageTests {
             #expect(ContinuousClock.now - started < .seconds(4))
             #expect(
                 proxy.server.metricsText().contains("backstop_hedges_total{upstream=\"app\",result=\"won\"} 1\n"))
+        }
+    }
+
+    @Test("hedge.after: p95 follows the upstream's time to response head: quick answers bring it below 250 ms")
+    func p95FollowsObservedLatency() async throws {
+        try await Self.with(
+            origins: [{ _ in .text(200, "ok") }],
+            config: { Self.config(endpoints: [$0[0].baseURL], "hedge: {after: p95, max: 1}") }
+        ) { _, proxy in
+            let health = proxy.server.runtime.snapshot.upstreams[0].health
+            // Fewer than 20 samples: the default.
+            #expect(health.hedgeDelay(.p95) == .milliseconds(250))
+            for _ in 0..<20 {
+                let response = try await Self.get(proxy)
+                #expect(response.status == 200)
+            }
+            let delay = health.hedgeDelay(.p95)
+            #expect(delay >= .milliseconds(10) && delay < .milliseconds(250), "\(delay)")
         }
     }
 

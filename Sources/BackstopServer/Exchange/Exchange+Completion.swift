@@ -24,6 +24,7 @@ extension Exchange {
             }
         }
         environment.requestFinished()
+        if record.hedges != ExchangeStateMachine.HedgeTally() { recordHedges(record.hedges) }
         let now = self.now
         let elapsed = now - startedAt
         traceFinished(ending, record)
@@ -39,6 +40,16 @@ extension Exchange {
                 retries: record.retries.map(\.description),
                 elapsed: elapsed, bytes: finished.bytes,
                 endpoint: record.endpoint.flatMap { destination.upstream?.health.key($0) }))
+    }
+
+    /// `backstop_hedges_total`: how the request's hedged copies ended (docs/reference/operations.md#metrics).
+    private func recordHedges(_ tally: ExchangeStateMachine.HedgeTally) {
+        let metrics = environment.runtime.outageMetrics
+        for (result, count) in [
+            (OutageMetrics.HedgeResult.won, tally.won), (.lost, tally.lost), (.cancelled, tally.cancelled),
+        ] {
+            for _ in 0..<count { metrics.record(result, upstream: destination.name) }
+        }
     }
 
     /// Which rule stopped the retries of a failed attempt (docs/reference/behaviour.md#when-it-is-retried), at

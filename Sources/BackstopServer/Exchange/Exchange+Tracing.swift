@@ -3,15 +3,18 @@ import BackstopTracing
 import BackstopTransport
 import NIOHTTP1
 
-/// The span of the attempt in flight, with what is known of it so far (`facts` only when the trace is recorded).
+/// The span of an attempt in flight, with what is known of it so far (`facts` only when the trace is recorded).
 struct AttemptTrace {
+    let generation: Int
     let span: AttemptSpan
     var facts: AttemptFacts?
 }
 
 /// The exchange's spans (docs/reference/operations.md#tracing): the server span runs from the exchange's start to
 /// `finish`; an attempt's client span from its `.startAttempt` to the action that ends it (`.retryScheduled`,
-/// `.refreshCredential`, or the end of the exchange). Each hook is a nil check without `tracing`.
+/// `.refreshCredential`, `.attemptLeft`, a lost hedge race's `.cancelAttempt`, or the end of the exchange). While a
+/// request is hedged several are open: `attemptTrace` is the oldest, `hedgeTraces` the others; the actions that end
+/// "the" attempt come when only one is left. Each hook is a nil check without `tracing`.
 extension Exchange {
     /// The request was routed: continue the client's trace, or start one.
     func traceRequestStarted(now: Duration) {
@@ -20,20 +23,56 @@ extension Exchange {
     }
 
     /// An attempt is about to be sent: its span, and the `traceparent` naming that span in `request` (in place of
-    /// the client's; `tracestate` goes as the client sent it).
-    func traceAttemptStarted(_ request: inout TransportRequest, attempt: Int) {
+    /// the client's; `tracestate` goes as the client sent it). A hedged copy's span opens beside the others'.
+    func traceAttemptStarted(
+        _ request: inout TransportRequest, attempt: Int, generation: Int, hedge: Bool, endpoint: String
+    ) {
         guard trace != nil else { return }
-        traceAttemptEnded(failure: "cancelled")  // none is open: every attempt's end is traced before the next
+        if !hedge {
+            // None is open: every attempt's end is traced before the next that is not a copy.
+            while attemptTrace != nil { traceAttemptEnded(failure: "cancelled") }
+        }
         let now = self.now
         guard let span = trace?.startAttempt(at: now) else { return }
         span.settingTraceparent(in: &request.headers)
         var facts: AttemptFacts?
         if trace?.sampled == true {
             facts = AttemptFacts(
-                method: request.method, url: request.url, upstream: destination.name, endpoint: attemptEndpoint,
-                attempt: attempt, outcome: "")
+                method: request.method, url: request.url, upstream: destination.name, endpoint: endpoint,
+                attempt: attempt, hedge: hedge, outcome: "")
         }
-        attemptTrace = AttemptTrace(span: span, facts: facts)
+        let opened = AttemptTrace(generation: generation, span: span, facts: facts)
+        if attemptTrace == nil { attemptTrace = opened } else { hedgeTraces.append(opened) }
+    }
+
+    /// Attempt `generation` left a hedge race that goes on (`.attemptLeft`): its span ends with how it ended.
+    func traceAttemptLeft(_ generation: Int, _ report: ExchangeStateMachine.AttemptReport) {
+        guard var attempt = takeTrace(generation) else { return }
+        switch report {
+        case .response(let status, let version):
+            attempt.facts?.status = status
+            attempt.facts?.protocolVersion = version
+            end(attempt, failure: nil)
+        case .failed(let failure):
+            end(attempt, failure: failure.label)
+        }
+    }
+
+    /// Attempt `generation`'s transfer was cancelled while another attempt's span is open: it lost a hedge race (a
+    /// lone attempt's span is ended by the action that disposes of it: `.retryScheduled`, the exchange's end).
+    func traceAttemptCancelled(_ generation: Int) {
+        guard !hedgeTraces.isEmpty, let attempt = takeTrace(generation) else { return }
+        end(attempt, failure: "cancelled")
+    }
+
+    /// Takes attempt `generation`'s open span; the oldest of the others becomes `attemptTrace` in its place.
+    private func takeTrace(_ generation: Int) -> AttemptTrace? {
+        if let attempt = attemptTrace, attempt.generation == generation {
+            attemptTrace = hedgeTraces.isEmpty ? nil : hedgeTraces.removeFirst()
+            return attempt
+        }
+        guard let index = hedgeTraces.firstIndex(where: { $0.generation == generation }) else { return nil }
+        return hedgeTraces.remove(at: index)
     }
 
     /// The attempt's response head arrived.
@@ -47,7 +86,13 @@ extension Exchange {
     /// the `retry.on` condition it is retried for and the wait before the next attempt.
     func traceAttemptEnded(failure: String?, retry: (reason: RetryCondition, after: Duration)? = nil) {
         guard let attempt = attemptTrace else { return }
-        attemptTrace = nil
+        attemptTrace = hedgeTraces.isEmpty ? nil : hedgeTraces.removeFirst()
+        end(attempt, failure: failure, retry: retry)
+    }
+
+    private func end(
+        _ attempt: AttemptTrace, failure: String?, retry: (reason: RetryCondition, after: Duration)? = nil
+    ) {
         guard var facts = attempt.facts, let trace else { return }
         facts.outcome = facts.status.map(ProxyMetrics.statusClassLabel) ?? failure ?? "cancelled"
         facts.failure = failure
@@ -72,9 +117,11 @@ extension Exchange {
         trace?.waited(on: refresh)
     }
 
-    /// The exchange ended: the open attempt's span, then the server span.
+    /// The exchange ended: the open attempt's span (the copies still in a hedge race were let go: cancelled), then
+    /// the server span.
     func traceFinished(_ ending: ExchangeStateMachine.Ending, _ record: ExchangeStateMachine.Record) {
         guard trace != nil else { return }
+        while let copy = hedgeTraces.popLast() { end(copy, failure: "cancelled") }
         if attemptTrace != nil { traceAttemptEnded(failure: Self.attemptFailure(ending, record)) }
         guard let trace, trace.sampled else { return }
         trace.finish(

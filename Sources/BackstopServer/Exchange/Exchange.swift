@@ -29,9 +29,14 @@ final class Exchange {
     private var otherTransfers: [(generation: Int, handle: any TransferHandle)] = []
     /// The share of `limits.buffer_memory` this exchange's kept body holds (given back once it is no longer kept).
     private var keptBodyBytes = 0
-    /// The request's trace while `tracing` is on, and the span of the attempt in flight (`Exchange+Tracing`).
+    /// The request's trace while `tracing` is on, and the spans of the attempts in flight: the oldest, and hedged
+    /// copies beside it (`Exchange+Tracing`).
     var trace: RequestTrace?
     var attemptTrace: AttemptTrace?
+    var hedgeTraces: [AttemptTrace] = []
+    /// The upstream's time to response head, counted for each attempt when its `hedge.after` is `p95`
+    /// (docs/reference/behaviour.md#hedging); nil otherwise.
+    private let headLatency: UpstreamHealth?
     /// The upstream's `circuit.max_inflight` slot this request holds, given back when it ends.
     var inflightSlot: UpstreamHealth?
     /// The network change count when the last attempt started, and the wait for the next change while a backoff
@@ -57,6 +62,13 @@ final class Exchange {
         self.declaredLength = configuration.declaredLength
         self.connectTimeout = configuration.timeouts.connect
         self.attemptEndpoint = destination.endpoint
+        if case .upstream(let upstream, _) = destination, upstream.config.hedge.max > 0,
+            case .p95 = upstream.config.hedge.after
+        {
+            headLatency = upstream.health
+        } else {
+            headLatency = nil
+        }
         environment.requestStarted()
         traceRequestStarted(now: now)
     }
@@ -176,13 +188,28 @@ final class Exchange {
         {
             attemptEndpoint = origins[endpoint]
         }
-        traceAttemptStarted(&request, attempt: start.attempt)
+        traceAttemptStarted(
+            &request, attempt: start.attempt, generation: start.generation, hedge: start.hedge,
+            endpoint: attemptEndpoint)
+        var sink = sink
+        if let headLatency {
+            let started = now
+            let clock = environment.clock
+            let relay = sink
+            sink = { events in
+                if events.contains(where: \.isHead) { headLatency.recordHeadLatency(clock.monotonic() - started) }
+                relay(events)
+            }
+        }
         let handle = environment.transport.start(request, on: eventLoop, sink: sink)
         if let transfer { otherTransfers.append(transfer) }
         transfer = (start.generation, handle)
     }
 
-    func cancelAttempt(_ generation: Int) { take(generation)?.cancel() }
+    func cancelAttempt(_ generation: Int) {
+        take(generation)?.cancel()
+        traceAttemptCancelled(generation)
+    }
 
     /// Ends the wait for a network change, if one is registered.
     func stopWaitingForNetwork() {
@@ -232,6 +259,10 @@ enum RequestBodyStorage {
     case stream(RequestBodyStream)
     /// Kept in the spool: every attempt reads it from the first byte.
     case spool(SpooledRequestBody)
+}
+
+extension TransportEvent {
+    fileprivate var isHead: Bool { if case .head = self { true } else { false } }
 }
 
 extension RetryCondition {

@@ -13,10 +13,14 @@ import NIOCore
 /// breaks that framing (`framingBroken`).
 ///
 /// Attempts in flight (docs/architecture.md#attempts-in-flight). `attempting` holds a set of attempts, each with its
-/// generation and deadline; today the set has one member (a retry is "this attempt ends, later another starts",
-/// through `backingOff`). Generations are unique on the connection; an event of a generation that is not the
-/// machine's (an attempt it cancelled, abandoned or finished, whose events were already queued) is stale and
-/// ignored: the action is `.none` and nothing changes.
+/// generation and deadline. A retry is "this attempt ends, later another starts", through `backingOff`; a hedged copy
+/// (docs/reference/behaviour.md#hedging) joins the set while the others are still in flight, when the set's hedge
+/// timer is due (`AttemptSet.nextCopy`: asked of the retry budget, then given a credential and an endpoint, as a
+/// retry is). The first head that is not a `retry.on` condition wins and the others are cancelled; an attempt that
+/// ends otherwise while others are in flight just leaves the set (`.attemptLeft`), and only the last one's outcome
+/// is decided on (retried, refreshed, delivered or failed) as a lone attempt's is. Generations are unique on the
+/// connection; an event of a generation that is not the machine's (an attempt it cancelled, abandoned or finished,
+/// whose events were already queued) is stale and ignored: the action is `.none` and nothing changes.
 ///
 /// States and their transitions (an event not listed for a state changes nothing and returns `.none`):
 ///
@@ -25,7 +29,10 @@ import NIOCore
 ///                          acquiringCredential | attempting;  too large → done (413);  total deadline → done (408)
 ///     acquiringCredential  credentialAcquired → attempting;  (nil) or total deadline → done (token-unavailable)
 ///     attempting           head → relaying | awaitingRefresh | awaitingRetryPermit;  failure or per-try deadline
-///                          → awaitingRetryPermit | done;  total deadline → done (upstream-timeout)
+///                          → awaitingRetryPermit | done;  total deadline → done (upstream-timeout);  hedge timer →
+///                          attempting (a copy: permit, credential, endpoint asked in turn, then started);  with
+///                          others in flight, a head that does not win, a failure or a per-try deadline → attempting
+///                          (the attempt leaves the set)
 ///     awaitingRetryPermit  retryPermit(granted) → backingOff;  (denied) → relaying (the head) | done
 ///     awaitingRefresh      refreshFinished(token) → attempting (replay once);  (nil) or total deadline → relaying
 ///                          (the held head with token-refresh-failed, then the events held meanwhile)
@@ -58,9 +65,19 @@ struct ExchangeStateMachine: Equatable {
         /// `retry.on_network_change`: a backoff after a failure for want of a usable network ends at the first
         /// network change (docs/reference/behaviour.md#the-network-coming-back).
         var networkReturn = false
+        /// `hedge` of the upstream, when this request may be hedged (its method is in `hedge.methods`, and its body
+        /// may be kept): nil on the usual path (docs/reference/behaviour.md#hedging).
+        var hedge: HedgePlan? = nil
         /// Bodies up to this size of a response that will be retried are left to finish, so curl keeps the
         /// connection for the retry; larger or unframed ones are cut.
         static let smallResponseLimit = 64 << 10
+    }
+
+    /// When and how many hedged copies a request may get: `hedge.after` as it stood when the request was admitted
+    /// (`p95` read then), and `hedge.max`.
+    struct HedgePlan: Equatable {
+        var after: Duration
+        var max: Int
     }
 
     /// How the upstream is authenticated, as far as decisions go.
@@ -112,31 +129,145 @@ struct ExchangeStateMachine: Equatable {
         var deadlineIsTotal: Bool
         /// The endpoint the attempt was given, whose health its outcome is reported for.
         var endpoint: EndpointTicket? = nil
+        /// A hedged copy, sent while another attempt of the request was in flight (`backstop_hedges_total`).
+        var hedge = false
     }
 
-    /// The attempts in flight: one today; a hedge would add others (docs/architecture.md#attempts-in-flight). The
-    /// first is stored inline, so the usual single attempt allocates nothing.
+    /// The attempts in flight, and where the next hedged copy is (docs/architecture.md#attempts-in-flight). The first
+    /// is stored inline; the copies beside it and the hedge timer are out of line (copied on write) and absent for a
+    /// request that is never hedged, so that the usual single attempt allocates nothing and the state that holds it
+    /// is no larger to copy than before hedging.
     struct AttemptSet: Equatable {
         private(set) var first: Attempt
-        private(set) var others: [Attempt] = []
+        private var race: RaceBox?
 
-        init(_ first: Attempt) { self.first = first }
+        init(_ first: Attempt, nextCopy: NextCopy = .none) {
+            self.first = first
+            if nextCopy != .none { race = RaceBox(Race(nextCopy: nextCopy)) }
+        }
+
+        /// The attempts beside `first`, oldest first.
+        private(set) var others: [Attempt] {
+            get { race?.value.others ?? [] }
+            set { modifyRace { $0.others = newValue } }
+        }
+
+        var nextCopy: NextCopy {
+            get { race?.value.nextCopy ?? .none }
+            set {
+                if race == nil, newValue == .none { return }
+                modifyRace { $0.nextCopy = newValue }
+            }
+        }
+
+        var count: Int { 1 + (race?.value.others.count ?? 0) }
 
         func attempt(_ generation: Int) -> Attempt? {
             if first.generation == generation { return first }
             return others.first { $0.generation == generation }
         }
 
-        /// Every generation in flight, oldest first.
-        var generations: [Int] { [first.generation] + others.map(\.generation) }
+        /// Every attempt in flight, oldest first.
+        var all: [Attempt] { [first] + others }
 
-        /// The first deadline due at `now`, if any.
+        /// Every generation in flight, oldest first.
+        var generations: [Int] { all.map(\.generation) }
+
+        /// The endpoints the attempts in flight were given: a copy passes over them while another may be tried.
+        var endpoints: [Int] { all.compactMap { $0.endpoint?.endpoint } }
+
+        mutating func add(_ attempt: Attempt) { others.append(attempt) }
+
+        /// Takes attempt `generation` out of a set that holds others too.
+        mutating func remove(_ generation: Int) {
+            if first.generation == generation, !others.isEmpty {
+                first = others.removeFirst()
+            } else if let index = others.firstIndex(where: { $0.generation == generation }) {
+                others.remove(at: index)
+            }
+        }
+
+        /// The first attempt whose deadline is due at `now`, if any.
         func due(at now: Duration) -> Attempt? {
             if first.deadline <= now { return first }
             return others.first { $0.deadline <= now }
         }
 
-        var earliestDeadline: Duration { others.reduce(first.deadline) { min($0, $1.deadline) } }
+        /// The earliest of the attempts' deadlines and the hedge timer.
+        var earliestDeadline: Duration {
+            guard let race else { return first.deadline }
+            return race.value.earliestDeadline(first.deadline)
+        }
+
+        static func == (lhs: AttemptSet, rhs: AttemptSet) -> Bool {
+            lhs.first == rhs.first
+                && (lhs.race === rhs.race || (lhs.race?.value ?? Race()) == (rhs.race?.value ?? Race()))
+        }
+
+        private mutating func modifyRace(_ change: (inout Race) -> Void) {
+            if race == nil {
+                race = RaceBox(Race())
+            } else if !isKnownUniquelyReferenced(&race) {
+                race = RaceBox(race!.value)
+            }
+            change(&race!.value)
+        }
+
+        private struct Race: Equatable {
+            var others: [Attempt] = []
+            var nextCopy = NextCopy.none
+
+            func earliestDeadline(_ first: Duration) -> Duration {
+                let attempts = others.reduce(first) { min($0, $1.deadline) }
+                if case .due(let at) = nextCopy { return min(attempts, at) }
+                return attempts
+            }
+        }
+
+        private final class RaceBox {
+            var value: Race
+            init(_ value: Race) { self.value = value }
+        }
+    }
+
+    /// Where the request's next hedged copy is: a copy asks what a retry asks, in the same order (the budget, a
+    /// credential, an endpoint), while the attempts in flight go on.
+    enum NextCopy: Equatable {
+        /// None will be sent: hedging is off for the request, or no attempt, copy or time is left for one.
+        case none
+        /// Sent at this time unless a head wins first.
+        case due(Duration)
+        /// `.requestHedgePermit` is out: `retryPermit` answers.
+        case askingBudget
+        /// `.acquireCredential` is out: `credentialAcquired` answers.
+        case acquiringCredential
+        /// `.chooseEndpoint` is out with the copy's credential: `endpointChosen` answers. Boxed: a moment, once per copy.
+        indirect case choosingEndpoint(Credential)
+    }
+
+    /// An attempt let go unanswered because another won or the request ended: its transfer is cancelled and its
+    /// endpoint told nothing was learned (a probe permit it held is freed).
+    struct LetGo: Equatable {
+        var generation: Int
+        var endpoint: EndpointReport? = nil
+    }
+
+    /// An attempt that ended without a head to deliver while others of its request are still in flight: it leaves
+    /// the set, and no retry is decided for it (docs/reference/behaviour.md#hedging).
+    struct AttemptLeft: Equatable {
+        var generation: Int
+        var report: AttemptReport
+        var endpoint: EndpointReport?
+        var disposal: Disposal
+    }
+
+    /// How a request's hedged copies ended, for `backstop_hedges_total{result}`: `won` (its head was delivered),
+    /// `lost` (it ended with a `retry.on` condition or a failure), `cancelled` (let go unanswered: another attempt
+    /// won, or the request ended first).
+    struct HedgeTally: Equatable {
+        var won: UInt8 = 0
+        var lost: UInt8 = 0
+        var cancelled: UInt8 = 0
     }
 
     /// How an attempt ended, for `backstop_upstream_attempts_total{status|outcome}`
@@ -206,6 +337,8 @@ struct ExchangeStateMachine: Equatable {
         var replacing: Int?
         /// Which of the upstream's endpoints it goes to (nil: the upstream's first, or passthrough).
         var endpoint: Int? = nil
+        /// A hedged copy (its span's `backstop.hedge`).
+        var hedge = false
     }
 
     /// An attempt waiting for the endpoint set's answer (`endpointChosen`).
@@ -225,8 +358,8 @@ struct ExchangeStateMachine: Equatable {
         var report: AttemptReport?
         /// How its attempt ended for its endpoint, when this head ended it.
         var endpoint: EndpointReport? = nil
-        /// Other attempts in flight, to cancel (a hedge that lost).
-        var cancel: [Int] = []
+        /// Other attempts in flight, to cancel (the hedge race is over).
+        var cancel: [LetGo] = []
         /// Events held meanwhile, fed back in order after the head.
         var replay: [TransportEvent] = []
     }
@@ -250,6 +383,36 @@ struct ExchangeStateMachine: Equatable {
         var endpoint: Int? = nil
         /// `Retry-After` of a 503 `circuit-open`: whole seconds until an endpoint may be probed.
         var retryAfter: Int? = nil
+        /// How the request's hedged copies ended.
+        var hedges = HedgeTally()
+    }
+
+    /// The attempts that end with an exchange that ends before a response completed: `report` is the last
+    /// attempt's, when it ended here, and `endpoint` what that means for its endpoint (an attempt still in flight is
+    /// reported `abandoned`); `letGo`: the other attempts still in flight (hedged copies). Out of line (immutable,
+    /// shared): inline, they would make every action of every event too large to move without a call to `memcpy`.
+    final class AttemptsAtEnd: Equatable, Sendable {
+        let report: AttemptReport?
+        let endpoint: EndpointReport?
+        let letGo: [LetGo]
+
+        private init(report: AttemptReport?, endpoint: EndpointReport?, letGo: [LetGo]) {
+            self.report = report
+            self.endpoint = endpoint
+            self.letGo = letGo
+        }
+
+        /// nil when nothing ends with the exchange (the usual end of a relayed response).
+        static func with(
+            report: AttemptReport?, endpoint: EndpointReport? = nil, letGo: [LetGo] = []
+        ) -> AttemptsAtEnd? {
+            if report == nil, endpoint == nil, letGo.isEmpty { return nil }
+            return AttemptsAtEnd(report: report, endpoint: endpoint, letGo: letGo)
+        }
+
+        static func == (lhs: AttemptsAtEnd, rhs: AttemptsAtEnd) -> Bool {
+            lhs === rhs || (lhs.report == rhs.report && lhs.endpoint == rhs.endpoint && lhs.letGo == rhs.letGo)
+        }
     }
 
     /// How an exchange ends.
@@ -298,8 +461,9 @@ struct ExchangeStateMachine: Equatable {
         /// Get the credential for the next attempt and report `credentialAcquired`.
         case acquireCredential
         /// Ask the upstream's endpoint set for the next attempt's endpoint, passing over `avoiding` while another may
-        /// be tried, and report `endpointChosen` before any other event.
-        case chooseEndpoint(avoiding: [Int])
+        /// be tried, and report `endpointChosen` before any other event. `copy`: for a hedged copy, which finding no
+        /// endpoint does not fail the request (not counted as a fast failure).
+        case chooseEndpoint(avoiding: [Int], copy: Bool = false)
         case startAttempt(Start)
         /// Refresh the rejected token (shared, single flight) and report `refreshFinished`; the rejected attempt
         /// ended as `report`.
@@ -309,14 +473,18 @@ struct ExchangeStateMachine: Equatable {
         case requestRetryPermit(report: AttemptReport, endpoint: EndpointReport? = nil)
         /// The budget allowed the retry: dispose of the attempt's transfer; `timerFired` comes after `after`.
         case retry(Retry)
+        /// The hedge timer is due: ask the upstream's retry budget for a copy (copies draw from it as retries do) and
+        /// report `retryPermit` before any other event.
+        case requestHedgePermit
+        /// An attempt ended while others are in flight: record it, dispose of its transfer. Boxed: rare.
+        indirect case attemptLeft(AttemptLeft)
         /// Boxed (`indirect`), once per exchange: inline, the head would make every action of every event too large
         /// to move without a call to `memcpy`.
         indirect case deliverHead(UpstreamResponseHead, Delivery)
         case relayBody(ByteBuffer)
-        /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed).
-        /// `report` is the last attempt's, when it ended here, and `endpoint` what that means for its endpoint (an
-        /// attempt still in flight is reported `abandoned`).
-        case end(Ending, Record, report: AttemptReport?, endpoint: EndpointReport? = nil)
+        /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed);
+        /// the attempts that end with it, if any, as `AttemptsAtEnd` says.
+        case end(Ending, Record, AttemptsAtEnd?)
     }
 
     /// What every live state carries: the request body's progress and the exchange's record so far.
@@ -379,6 +547,10 @@ struct ExchangeStateMachine: Equatable {
             get { rare?.value.wakesOnNetworkChange ?? false }
             set { modifyRare { $0.wakesOnNetworkChange = newValue } }
         }
+        var hedges: HedgeTally {
+            get { rare?.value.hedges ?? HedgeTally() }
+            set { modifyRare { $0.hedges = newValue } }
+        }
 
         private mutating func modifyRare(_ change: (inout Rare) -> Void) {
             if rare == nil {
@@ -407,6 +579,7 @@ struct ExchangeStateMachine: Equatable {
             var avoidEndpoint: Int?
             var retryAfter: Int?
             var wakesOnNetworkChange = false
+            var hedges = HedgeTally()
         }
 
         private final class RareBox {
@@ -591,7 +764,11 @@ struct ExchangeStateMachine: Equatable {
 
     /// The credential for the next attempt, or nil when none can be had.
     mutating func credentialAcquired(_ credential: Credential?, now: Duration) -> Action {
-        guard case .acquiringCredential(let progress) = state else { return .none }
+        guard case .acquiringCredential(let progress) = state else {
+            guard case .attempting(let progress, let attempts) = state, case .acquiringCredential = attempts.nextCopy
+            else { return .none }
+            return copyCredential(credential, progress, attempts, now: now)
+        }
         guard let credential else { return endLocally(.tokenUnavailable, progress) }
         return startAttempt(progress, credential: credential, now: now)
     }
@@ -610,11 +787,21 @@ struct ExchangeStateMachine: Equatable {
     /// The upstream's endpoint set answered `.chooseEndpoint`: start the attempt there, or, with every endpoint
     /// ejected, answer 503 `circuit-open` at once (not an attempt). Stale when the exchange ended meanwhile.
     mutating func endpointChosen(_ verdict: EndpointVerdict, now: Duration) -> Action {
-        guard case .awaitingEndpoint(var progress, let pending) = state else { return .none }
+        guard case .awaitingEndpoint(var progress, let pending) = state else {
+            guard case .attempting(let progress, var attempts) = state,
+                case .choosingEndpoint(let credential) = attempts.nextCopy
+            else { return .none }
+            guard case .attempt(let ticket) = verdict else {
+                // No endpoint for a copy: the attempts in flight go on alone.
+                attempts.nextCopy = .none
+                state = .attempting(progress, attempts)
+                return .none
+            }
+            return startCopy(progress, attempts, credential: credential, endpoint: ticket, now: now)
+        }
         switch verdict {
         case .attempt(let ticket):
             if progress.avoidEndpoint != nil { progress.avoidEndpoint = nil }
-            progress.endpoint = ticket.endpoint
             return beginAttempt(
                 progress, credential: pending.credential, replacing: pending.replacing, endpoint: ticket, now: now)
         case .circuitOpen(let retryAfter):
@@ -627,21 +814,140 @@ struct ExchangeStateMachine: Equatable {
         _ progress: Progress, credential: Credential, replacing: Int?, endpoint: EndpointTicket?, now: Duration
     ) -> Action {
         var progress = progress
+        let attempt = newAttempt(&progress, credential: credential, endpoint: endpoint, hedge: false, now: now)
+        state = .attempting(progress, AttemptSet(attempt, nextCopy: nextCopy(progress, inFlight: 1, now: now)))
+        return .startAttempt(
+            Start(
+                generation: attempt.generation, attempt: progress.attempts, credential: credential,
+                mayResend: mayResend(progress), countsAsRequest: progress.attempts == 1 && configuration.retry != nil,
+                replacing: replacing, endpoint: endpoint?.endpoint))
+    }
+
+    /// Counts an attempt and gives it the next generation and its deadline: `per_try`, or what is left of `total`.
+    private func newAttempt(
+        _ progress: inout Progress, credential: Credential, endpoint: EndpointTicket?, hedge: Bool, now: Duration
+    ) -> Attempt {
         progress.attempts += 1
         let generation = progress.nextGeneration
         progress.nextGeneration += 1
         if case .token(let managed) = credential { progress.token = managed }
+        if let endpoint { progress.endpoint = endpoint.endpoint }
         let remaining = totalDeadline - now
         let isTotal = remaining <= configuration.timeouts.perTry
         let deadline = now + (isTotal ? max(remaining, .zero) : configuration.timeouts.perTry)
-        let attempt = Attempt(
-            generation: generation, deadline: deadline, deadlineIsTotal: isTotal, endpoint: endpoint)
-        state = .attempting(progress, AttemptSet(attempt))
+        return Attempt(
+            generation: generation, deadline: deadline, deadlineIsTotal: isTotal, endpoint: endpoint, hedge: hedge)
+    }
+
+    // MARK: hedged copies (docs/reference/behaviour.md#hedging)
+
+    /// Whether a copy may be sent now beside `inFlight` attempts: the request may be hedged and its body is replayable
+    /// (none, or kept whole), fewer than `hedge.max` copies are in flight, and attempts and time are left.
+    private func mayCopy(_ progress: Progress, inFlight: Int, now: Duration) -> Bool {
+        guard let plan = configuration.hedge, let retry = configuration.retry else { return false }
+        // A spooled body is replayable too, but only a body sent whole at once is copied: one still streaming in
+        // would be read by two attempts at once from a file still being written.
+        let whole: Bool =
+            switch progress.body {
+            case .none, .buffered: true
+            case .buffering, .streaming, .spooled: false
+            }
+        return whole && inFlight <= plan.max && progress.attempts < retry.config.attempts && now < totalDeadline
+    }
+
+    /// The hedge timer for a set of `inFlight` attempts, one of them sent `now`.
+    private func nextCopy(_ progress: Progress, inFlight: Int, now: Duration) -> NextCopy {
+        guard let plan = configuration.hedge, mayCopy(progress, inFlight: inFlight, now: now + plan.after) else {
+            return .none
+        }
+        return .due(now + plan.after)
+    }
+
+    /// The hedge timer is due: the copy asks the budget first, as a retry does.
+    private mutating func hedgeDue(_ progress: Progress, _ attempts: AttemptSet, now: Duration) -> Action {
+        var attempts = attempts
+        guard mayCopy(progress, inFlight: attempts.count, now: now) else {
+            attempts.nextCopy = .none
+            state = .attempting(progress, attempts)
+            return .none
+        }
+        attempts.nextCopy = .askingBudget
+        state = .attempting(progress, attempts)
+        return .requestHedgePermit
+    }
+
+    /// The budget allowed a copy: its credential next, when the upstream needs one, then its endpoint.
+    private mutating func copyPermitted(
+        _ granted: Bool, _ progress: Progress, _ attempts: AttemptSet, now: Duration
+    ) -> Action {
+        var attempts = attempts
+        guard granted else {
+            attempts.nextCopy = .none
+            state = .attempting(progress, attempts)
+            return .none
+        }
+        if case .none = configuration.credential {
+            return copyCredential(Credential.none, progress, attempts, now: now)
+        }
+        attempts.nextCopy = .acquiringCredential
+        state = .attempting(progress, attempts)
+        return .acquireCredential
+    }
+
+    /// The copy's credential (nil: none to be had: no copy); its endpoint next, passing over those in flight.
+    private mutating func copyCredential(
+        _ credential: Credential?, _ progress: Progress, _ attempts: AttemptSet, now: Duration
+    ) -> Action {
+        var attempts = attempts
+        guard let credential else {
+            attempts.nextCopy = .none
+            state = .attempting(progress, attempts)
+            return .none
+        }
+        guard configuration.choosesEndpoint else {
+            return startCopy(progress, attempts, credential: credential, endpoint: nil, now: now)
+        }
+        attempts.nextCopy = .choosingEndpoint(credential)
+        state = .attempting(progress, attempts)
+        return .chooseEndpoint(avoiding: attempts.endpoints, copy: true)
+    }
+
+    /// Sends the copy beside the attempts in flight; the timer is set for the one after it, if any may follow.
+    private mutating func startCopy(
+        _ progress: Progress, _ attempts: AttemptSet, credential: Credential, endpoint: EndpointTicket?,
+        now: Duration
+    ) -> Action {
+        var progress = progress
+        var attempts = attempts
+        let attempt = newAttempt(&progress, credential: credential, endpoint: endpoint, hedge: true, now: now)
+        attempts.add(attempt)
+        attempts.nextCopy = nextCopy(progress, inFlight: attempts.count, now: now)
+        state = .attempting(progress, attempts)
         return .startAttempt(
             Start(
-                generation: generation, attempt: progress.attempts, credential: credential,
-                mayResend: mayResend(progress), countsAsRequest: progress.attempts == 1 && configuration.retry != nil,
-                replacing: replacing, endpoint: endpoint?.endpoint))
+                generation: attempt.generation, attempt: progress.attempts, credential: credential,
+                mayResend: mayResend(progress), countsAsRequest: false, replacing: nil, endpoint: endpoint?.endpoint,
+                hedge: true))
+    }
+
+    /// Attempt `attempt` ended without a head to deliver while others are in flight: it leaves the set, and no retry
+    /// is decided until the last one ends. A place for a copy opens: the timer is set again when none is due.
+    private mutating func leave(
+        _ attempt: Attempt, report: AttemptReport, outcome: AttemptOutcome?, failure: TransportFailure?,
+        disposal: Disposal, _ progress: Progress, _ attempts: AttemptSet, now: Duration
+    ) -> Action {
+        var progress = progress
+        var attempts = attempts
+        attempts.remove(attempt.generation)
+        if let failure { progress.lastFailure = failure }
+        if let ticket = attempt.endpoint { progress.endpoint = ticket.endpoint }
+        if attempt.hedge { progress.hedges.lost &+= 1 }
+        if case .none = attempts.nextCopy { attempts.nextCopy = nextCopy(progress, inFlight: attempts.count, now: now) }
+        state = .attempting(progress, attempts)
+        return .attemptLeft(
+            AttemptLeft(
+                generation: attempt.generation, report: report, endpoint: endpointReport(attempt, outcome),
+                disposal: disposal))
     }
 
     private func mayResend(_ progress: Progress) -> Bool {
@@ -676,40 +982,67 @@ struct ExchangeStateMachine: Equatable {
             let report = AttemptReport.response(status: head.status, version: head.version)
             let outcome = AttemptOutcome.response(
                 status: head.status, retryAfter: head.retryAfter, rateLimitReset: head.rateLimitReset)
+            let alone = attempts.count == 1
+            // The access line names the endpoint of the attempt that ended last (the one that answered).
+            if let ticket = attempt.endpoint { progress.endpoint = ticket.endpoint }
+            let small = head.contentLength.map { $0 <= Configuration.smallResponseLimit } ?? false
+            let disposal: Disposal = small ? .abandon(within: configuration.timeouts.idle) : .cancel
             // Backstop forwards no `Upgrade` (a hop-by-hop field), so a 101 answers a question nobody asked: what
             // follows it is not HTTP, and relaying it would hand the client a foreign protocol.
             if head.status == 101 {
+                let failure = TransportFailure.badResponse(
+                    detail: "101 Switching Protocols to a request that asked for no upgrade")
+                guard alone else {
+                    return leave(
+                        attempt, report: report, outcome: Self.classify(failure).0, failure: failure,
+                        disposal: .cancel, progress, attempts, now: now)
+                }
                 return attemptFailed(
-                    .badResponse(detail: "101 Switching Protocols to a request that asked for no upgrade"),
-                    generation: generation, report: report, disposal: .cancel, progress, now: now, wall: wall,
+                    failure, generation: generation, report: report, disposal: .cancel, progress, now: now, wall: wall,
                     random: &random)
             }
             if case .oauth2(let refreshOn) = configuration.credential, refreshOn.contains(head.status),
                 !progress.replayedAfterRefresh, progress.body.replayable, let rejected = progress.token
             {
+                guard alone else {
+                    return leave(
+                        attempt, report: report, outcome: outcome, failure: nil, disposal: .cancel, progress, attempts,
+                        now: now)
+                }
+                if attempt.hedge { progress.hedges.lost &+= 1 }
                 state = .awaitingRefresh(progress, Refresh(attempt: attempt, held: head))
                 return .refreshCredential(
                     rejected: rejected, report: report, endpoint: endpointReport(attempt, outcome))
             }
-            if let policy = configuration.retry, policy.config.on.contains(.status(head.status)) {
+            let retryable = configuration.retry?.config.on.contains(.status(head.status)) ?? false
+            if retryable {
+                // A `retry.on` status does not win a hedge race: the attempts still in flight may.
+                guard alone else {
+                    return leave(
+                        attempt, report: report, outcome: outcome, failure: nil, disposal: disposal, progress,
+                        attempts, now: now)
+                }
+                // A copy that got one lost, even when its head is the answer (no retry is left).
+                if attempt.hedge { progress.hedges.lost &+= 1 }
                 switch considerRetry(outcome, &progress, now: now, wall: wall, random: &random) {
                 case .retry(let delay, let reason):
-                    if attempt.endpoint != nil { progress.avoidEndpoint = progress.endpoint }
-                    let small = head.contentLength.map { $0 <= Configuration.smallResponseLimit } ?? false
+                    if let ticket = attempt.endpoint { progress.avoidEndpoint = ticket.endpoint }
                     state = .awaitingRetryPermit(
                         progress,
                         PendingRetry(
-                            generation: generation, delay: delay, reason: reason,
-                            disposal: small ? .abandon(within: configuration.timeouts.idle) : .cancel, failure: nil,
+                            generation: generation, delay: delay, reason: reason, disposal: disposal, failure: nil,
                             fallback: .deliver(head)))
                     return .requestRetryPermit(report: report, endpoint: endpointReport(attempt, outcome))
                 case .giveUp:
                     break
                 }
             }
+            // The head wins: the other attempts in flight, if any, are let go.
+            if attempt.hedge, !retryable { progress.hedges.won &+= 1 }
+            let cancel = alone ? [] : letGo(attempts, except: generation, &progress.hedges)
             return deliver(
                 head, generation: generation, error: nil, report: report, progress, now: now,
-                endpoint: endpointReport(attempt, outcome))
+                endpoint: endpointReport(attempt, outcome), cancel: cancel)
         case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
             pending.held.append(.head(head))
             state = .awaitingRetryPermit(progress, pending)
@@ -721,7 +1054,8 @@ struct ExchangeStateMachine: Equatable {
 
     private mutating func deliver(
         _ head: UpstreamResponseHead, generation: Int, error: ProxyErrorReason?, report: AttemptReport?,
-        _ progress: Progress, now: Duration, replay: [TransportEvent] = [], endpoint: EndpointReport? = nil
+        _ progress: Progress, now: Duration, replay: [TransportEvent] = [], endpoint: EndpointReport? = nil,
+        cancel: [LetGo] = []
     ) -> Action {
         state = .relaying(
             progress, Relaying(generation: generation, status: head.status, error: error, lastProgress: now))
@@ -729,7 +1063,18 @@ struct ExchangeStateMachine: Equatable {
             head,
             Delivery(
                 generation: generation, error: error, attempts: progress.attempts, report: report, endpoint: endpoint,
-                replay: replay))
+                cancel: cancel, replay: replay))
+    }
+
+    /// The attempts of `attempts` other than `generation`, let go unanswered (copies among them counted as
+    /// cancelled).
+    private func letGo(_ attempts: AttemptSet, except generation: Int?, _ hedges: inout HedgeTally) -> [LetGo] {
+        var letGo: [LetGo] = []
+        for other in attempts.all where other.generation != generation {
+            if other.hedge { hedges.cancelled &+= 1 }
+            letGo.append(LetGo(generation: other.generation, endpoint: endpointReport(other, nil)))
+        }
+        return letGo
     }
 
     /// Body bytes of attempt `generation`.
@@ -787,7 +1132,13 @@ struct ExchangeStateMachine: Equatable {
             pending.held.append(.failure(failure))
             state = .awaitingRetryPermit(progress, pending)
             return .none
-        case .attempting(let progress, let attempts) where attempts.attempt(generation) != nil:
+        case .attempting(let progress, let attempts):
+            guard let attempt = attempts.attempt(generation) else { return .none }
+            guard attempts.count == 1 else {
+                return leave(
+                    attempt, report: .failed(failure), outcome: Self.classify(failure).0, failure: failure,
+                    disposal: .none, progress, attempts, now: now)
+            }
             return attemptFailed(
                 failure, generation: generation, report: .failed(failure), disposal: .none, progress, now: now,
                 wall: wall, random: &random)
@@ -805,12 +1156,14 @@ struct ExchangeStateMachine: Equatable {
         let (outcome, reason) = Self.classify(failure)
         let attempt: Attempt? =
             if case .attempting(_, let attempts) = state { attempts.attempt(generation) } else { nil }
+        if attempt?.hedge == true { progress.hedges.lost &+= 1 }
+        if let ticket = attempt?.endpoint { progress.endpoint = ticket.endpoint }
         let endpoint = endpointReport(attempt, outcome)
         if let outcome,
             case .retry(let delay, let condition) = considerRetry(
                 outcome, &progress, now: now, wall: wall, random: &random)
         {
-            if attempt?.endpoint != nil { progress.avoidEndpoint = progress.endpoint }
+            if let ticket = attempt?.endpoint { progress.avoidEndpoint = ticket.endpoint }
             state = .awaitingRetryPermit(
                 progress,
                 PendingRetry(
@@ -859,7 +1212,12 @@ struct ExchangeStateMachine: Equatable {
     /// The upstream's retry budget answered `.requestRetryPermit`. Stale (ignored) when the exchange ended
     /// meanwhile.
     mutating func retryPermit(granted: Bool, now: Duration) -> Action {
-        guard case .awaitingRetryPermit(var progress, let pending) = state else { return .none }
+        guard case .awaitingRetryPermit(var progress, let pending) = state else {
+            guard case .attempting(let progress, let attempts) = state, case .askingBudget = attempts.nextCopy else {
+                return .none
+            }
+            return copyPermitted(granted, progress, attempts, now: now)
+        }
         guard granted else {
             progress.giveUp = .budgetExhausted
             progress.giveUpCondition = pending.reason
@@ -922,13 +1280,21 @@ struct ExchangeStateMachine: Equatable {
         case .acquiringCredential(let progress):
             return endLocally(.tokenUnavailable, progress)
         case .attempting(let progress, let attempts):
-            guard let due = attempts.due(at: now) else { return .none }
+            guard let due = attempts.due(at: now) else {
+                if case .due(let at) = attempts.nextCopy, at <= now { return hedgeDue(progress, attempts, now: now) }
+                return .none
+            }
             if due.deadlineIsTotal {
                 return endLocally(
                     .upstreamTimeout, progress, report: .failed(.timeout(detail: "total timeout")),
-                    endpoint: endpointReport(due, .timeout))
+                    endpoint: endpointReport(due, .timeout), settled: due.generation)
             }
             let failure = TransportFailure.timeout(detail: "per_try timeout")
+            guard attempts.count == 1 else {
+                return leave(
+                    due, report: .failed(failure), outcome: .timeout, failure: failure, disposal: .cancel, progress,
+                    attempts, now: now)
+            }
             return attemptFailed(
                 failure, generation: due.generation, report: .failed(failure), disposal: .cancel, progress, now: now,
                 wall: wall, random: &random)
@@ -968,7 +1334,9 @@ struct ExchangeStateMachine: Equatable {
         case .relaying(let progress, let relaying):
             return end(.aborted(.requestBodyStalled), progress, status: relaying.status)
         case .attempting(let progress, let attempts):
-            return endLocally(.requestTimeout, progress, endpoint: endpointReport(attempts.first, nil))
+            return endLocally(
+                .requestTimeout, progress, endpoint: endpointReport(attempts.first, nil),
+                settled: attempts.first.generation)
         case .receivingBody(let progress), .acquiringCredential(let progress), .awaitingRetryPermit(let progress, _),
             .awaitingRefresh(let progress, _), .backingOff(let progress, _), .awaitingEndpoint(let progress, _):
             return endLocally(.requestTimeout, progress)
@@ -979,17 +1347,20 @@ struct ExchangeStateMachine: Equatable {
     mutating func clientGone() -> Action {
         guard let progress = state.progress else { return .none }
         // An attempt in flight is let go unanswered: it tells nothing about its endpoint (its probe permit is freed).
-        let endpoint: EndpointReport? =
-            if case .attempting(_, let attempts) = state { endpointReport(attempts.first, nil) } else { nil }
-        return end(.clientClosed, progress, status: 499, endpoint: endpoint)
+        guard case .attempting(_, let attempts) = state else { return end(.clientClosed, progress, status: 499) }
+        return end(
+            .clientClosed, progress, status: 499, endpoint: endpointReport(attempts.first, nil),
+            settled: attempts.first.generation)
     }
 
     // MARK: ending
 
     /// Ends with a Backstop error, or, once a head went out, by aborting the response.
+    /// `settled`: the attempt in flight whose end `report` and `endpoint` describe; the others still in flight are
+    /// let go.
     private mutating func endLocally(
         _ reason: ProxyErrorReason, _ progress: Progress, report: AttemptReport? = nil,
-        endpoint: EndpointReport? = nil
+        endpoint: EndpointReport? = nil, settled: Int? = nil
     ) -> Action {
         if case .relaying(_, let relaying) = state {
             // Only the request body can fail once the response is under way (it grew past `max_request_body`).
@@ -999,27 +1370,40 @@ struct ExchangeStateMachine: Equatable {
         }
         // The request body grew too large while an attempt was in flight: that attempt is let go unanswered.
         var endpoint = endpoint
+        var settled = settled
         if endpoint == nil, report == nil, case .attempting(_, let attempts) = state {
             endpoint = endpointReport(attempts.first, nil)
+            settled = attempts.first.generation
         }
         return end(
             .failedLocally(reason, requestComplete: progress.requestComplete), progress, status: reason.status,
-            report: report, endpoint: endpoint)
+            report: report, endpoint: endpoint, settled: settled)
     }
 
+    /// `settled`: as for `endLocally`. Copies still in flight count as cancelled, the settled one too unless it
+    /// failed (`report`).
     private mutating func end(
         _ ending: Ending, _ progress: Progress, status: Int, report: AttemptReport? = nil,
-        endpoint: EndpointReport? = nil
+        endpoint: EndpointReport? = nil, settled: Int? = nil
     ) -> Action {
         let headError: ProxyErrorReason? = if case .relaying(_, let relaying) = state { relaying.error } else { nil }
+        var hedges = progress.hedges
+        var others: [LetGo] = []
+        if let settled, case .attempting(_, let attempts) = state {
+            if attempts.attempt(settled)?.hedge == true {
+                if report == nil { hedges.cancelled &+= 1 } else { hedges.lost &+= 1 }
+            }
+            if attempts.count > 1 { others = letGo(attempts, except: settled, &hedges) }
+        }
         state = .done
         return .end(
             ending,
             Record(
                 status: status, attempts: progress.attempts, retries: progress.retryReasons, giveUp: progress.giveUp,
                 giveUpCondition: progress.giveUpCondition, lastFailure: progress.lastFailure, headError: headError,
-                requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter),
-            report: report, endpoint: endpoint)
+                requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter,
+                hedges: hedges),
+            .with(report: report, endpoint: endpoint, letGo: others))
     }
 }
 

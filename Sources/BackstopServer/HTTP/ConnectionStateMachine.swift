@@ -228,8 +228,9 @@ struct ConnectionStateMachine {
         /// The streamed body will not be read to its end: fail the stream.
         case failBodyStream
         case acquireCredential
-        /// Ask the upstream's endpoint set for the next attempt's endpoint and report `endpointChosen`.
-        case chooseEndpoint(avoiding: [Int])
+        /// Ask the upstream's endpoint set for the next attempt's endpoint and report `endpointChosen`; `copy`: for a
+        /// hedged copy (finding none is not a fast failure).
+        case chooseEndpoint(avoiding: [Int], copy: Bool = false)
         case refreshCredential(rejected: ManagedToken)
         case startAttempt(Exchange.Start)
         case cancelAttempt(generation: Int)
@@ -248,6 +249,9 @@ struct ConnectionStateMachine {
         // What metrics, logs and spans record.
         /// An attempt ended as `report` (`backstop_upstream_attempts_total`).
         case attemptEnded(Exchange.AttemptReport)
+        /// Attempt `generation` ended as `report` while others of the request are in flight (a hedge race): recorded
+        /// as `attemptEnded` is, and its span ends.
+        case attemptLeft(generation: Int, Exchange.AttemptReport)
         /// What an attempt's end means for its endpoint (ejection, probing); `reason` names the failure
         /// (`503`, `connect-failure`) for the `endpoint ejected` line.
         case endpointReport(EndpointReport, reason: String?)
@@ -561,8 +565,8 @@ extension ConnectionStateMachine {
             actions.append(.finishBodyStream)
         case .acquireCredential:
             actions.append(.acquireCredential)
-        case .chooseEndpoint(let avoiding):
-            actions.append(.chooseEndpoint(avoiding: avoiding))
+        case .chooseEndpoint(let avoiding, let copy):
+            actions.append(.chooseEndpoint(avoiding: avoiding, copy: copy))
         case .startAttempt(let start):
             nextGeneration = max(nextGeneration, start.generation + 1)
             if let replaced = start.replacing { actions.append(.cancelAttempt(generation: replaced)) }
@@ -580,24 +584,54 @@ extension ConnectionStateMachine {
             case .abandon(let within): actions.append(.abandonAttempt(generation: retry.generation, within: within))
             }
             actions.append(.retryScheduled(retry))
+        case .requestHedgePermit:
+            actions.append(.requestRetryPermit)
+        case .attemptLeft(let left):
+            attemptEnded(left.report, left.endpoint, generation: left.generation, into: &actions)
+            switch left.disposal {
+            case .none: break
+            case .cancel: actions.append(.cancelAttempt(generation: left.generation))
+            case .abandon(let within): actions.append(.abandonAttempt(generation: left.generation, within: within))
+            }
         case .deliverHead(let head, let delivery):
+            // The losers first: what is recorded of the winner then goes to the one attempt left.
+            letGo(delivery.cancel, cancel: true, into: &actions)
             attemptEnded(delivery.report, delivery.endpoint, into: &actions)
-            for generation in delivery.cancel { actions.append(.cancelAttempt(generation: generation)) }
             writeHead(head, delivery, into: &actions)
             replay(delivery.replay, generation: delivery.generation, now: now, into: &actions)
         case .relayBody(let buffer):
             relay(buffer, now: now, into: &actions)
-        case .end(let ending, let record, let report, let endpoint):
-            attemptEnded(report, endpoint, into: &actions)
+        case .end(let ending, let record, let attempts):
+            if let attempts {
+                attemptEnded(attempts.report, attempts.endpoint, into: &actions)
+                // Their transfers go with the exchange's end (`.requestFinished`).
+                letGo(attempts.letGo, cancel: false, into: &actions)
+            }
             exchangeEnded(ending, record, now: now, into: &actions)
         }
     }
 
-    /// An attempt ended as `report` (nil: let go unanswered), meaning `endpoint` for its endpoint.
+    /// Attempts let go unanswered: their transfers cancelled (`cancel`), their endpoints told nothing was learned.
+    private func letGo(_ attempts: [Exchange.LetGo], cancel: Bool, into actions: inout [Action]) {
+        for attempt in attempts {
+            if cancel { actions.append(.cancelAttempt(generation: attempt.generation)) }
+            if let endpoint = attempt.endpoint { actions.append(.endpointReport(endpoint, reason: nil)) }
+        }
+    }
+
+    /// An attempt ended as `report` (nil: let go unanswered), meaning `endpoint` for its endpoint; `generation`: it
+    /// left a hedge race that goes on.
     private func attemptEnded(
-        _ report: Exchange.AttemptReport?, _ endpoint: EndpointReport?, into actions: inout [Action]
+        _ report: Exchange.AttemptReport?, _ endpoint: EndpointReport?, generation: Int? = nil,
+        into actions: inout [Action]
     ) {
-        if let report { actions.append(.attemptEnded(report)) }
+        if let report {
+            if let generation {
+                actions.append(.attemptLeft(generation: generation, report))
+            } else {
+                actions.append(.attemptEnded(report))
+            }
+        }
         guard let endpoint else { return }
         let reason: String? =
             switch report {

@@ -71,10 +71,10 @@ extension ProxyHandler {
             exchange?.failBodyStream()
         case .acquireCredential:
             acquireCredential()
-        case .chooseEndpoint(let avoiding):
+        case .chooseEndpoint(let avoiding, let copy):
             let now = self.now
             let verdict =
-                exchange?.destination.upstream?.health.choose(avoiding: avoiding)
+                exchange?.destination.upstream?.health.choose(avoiding: avoiding, copy: copy)
                 ?? .attempt(EndpointTicket(endpoint: 0, probe: nil))
             feed { $0.endpointChosen(verdict, now: now, into: &$1) }
         case .refreshCredential(let rejected):
@@ -122,6 +122,13 @@ extension ProxyHandler {
             case .failed(let failure):
                 exchange.metrics.recordAttempt(outcome: failure.label)
             }
+        case .attemptLeft(let generation, let report):
+            guard let exchange else { return }
+            switch report {
+            case .response(let status, _): exchange.metrics.recordAttempt(status: status)
+            case .failed(let failure): exchange.metrics.recordAttempt(outcome: failure.label)
+            }
+            exchange.traceAttemptLeft(generation, report)
         case .endpointReport(let report, let reason):
             exchange?.destination.upstream?.health.report(report.outcome, ticket: report.ticket, reason: reason)
         case .retryScheduled(let retry):

@@ -134,13 +134,25 @@ enum RequestAdmission {
         let keyHeader = upstream?.config.retry.retryNonIdempotentWithKey
         let bodyMustBeKept: Bool =
             if case .awsSigV4(let source)? = upstream?.auth { source.payload == .signed } else { false }
+        let method = head.method.rawValue
+        let retryBuffer = snapshot.config.limits.retryBuffer
+        var hedge: ExchangeStateMachine.HedgePlan?
+        // Hedging off (`hedge.max: 0`, the default) costs one comparison. A body is replayable only if kept whole:
+        // one announced above `retry_buffer` streams (a chunked one is checked by the machine when the copy is due).
+        if let upstream, upstream.config.hedge.max > 0,
+            upstream.config.hedge.applies(
+                method: method, bodyReplayable: (accepted.framing.contentLength ?? 0) <= retryBuffer)
+        {
+            hedge = ExchangeStateMachine.HedgePlan(
+                after: upstream.health.hedgeDelay(upstream.config.hedge.after), max: upstream.config.hedge.max)
+        }
         return ExchangeStateMachine.Configuration(
-            method: head.method.rawValue, hasBody: accepted.framing.hasBody,
+            method: method, hasBody: accepted.framing.hasBody,
             declaredLength: accepted.framing.contentLength,
-            retryBuffer: snapshot.config.limits.retryBuffer, maxRequestBody: snapshot.config.limits.maxRequestBody,
+            retryBuffer: retryBuffer, maxRequestBody: snapshot.config.limits.maxRequestBody,
             timeouts: upstream?.config.timeouts ?? Timeouts(),
             hasIdempotencyKey: keyHeader.map { head.headers.contains(name: $0) } ?? false, credential: credential,
             retry: upstream?.retryPolicy, bodyMustBeKept: bodyMustBeKept, choosesEndpoint: upstream != nil,
-            networkReturn: upstream?.config.retry.onNetworkChange ?? false)
+            networkReturn: upstream?.config.retry.onNetworkChange ?? false, hedge: hedge)
     }
 }

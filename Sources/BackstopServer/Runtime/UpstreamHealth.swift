@@ -69,11 +69,12 @@ public final class UpstreamHealth: Sendable {
     // MARK: endpoints
 
     /// The endpoint for the next attempt (passing over `avoiding` while another may be tried), or `circuitOpen`.
-    public func choose(avoiding: [Int] = []) -> EndpointVerdict {
+    /// `copy`: for a hedged copy, which goes without when there is none (not a fast failure: the request goes on).
+    public func choose(avoiding: [Int] = [], copy: Bool = false) -> EndpointVerdict {
         let now = clock.monotonic()
         let choice = endpoints.withLock { $0.choose(avoiding: avoiding, now: now) }
         record(choice.events, reason: nil)
-        if case .circuitOpen = choice.verdict { metrics.record(.circuitOpen, upstream: upstream) }
+        if !copy, case .circuitOpen = choice.verdict { metrics.record(.circuitOpen, upstream: upstream) }
         return choice.verdict
     }
 

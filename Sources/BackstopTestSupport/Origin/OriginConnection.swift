@@ -23,9 +23,9 @@ struct OriginConnection {
                 try await serveRequests(inbound)
             }
         } catch {
-            // Resets, client aborts and decode errors are what these tests provoke; the connection just ends.
+            // Resets, client aborts and decode errors are what these tests provoke; the connection just ends (its
+            // socket's close takes it off `OriginState`'s open connections).
         }
-        state.unregisterConnection(id)
     }
 
     private func serveRequests(_ inbound: NIOAsyncChannelInboundStream<HTTPServerRequestPart>) async throws {

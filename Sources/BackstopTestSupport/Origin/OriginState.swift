@@ -45,18 +45,23 @@ final class OriginState: Sendable {
         inner.withLockedValue { $0.bodyBytesSent += count }
     }
 
-    /// Returns the connection's id, or nil when the origin is already shutting down (the caller closes it).
+    /// Returns the connection's id, or nil when the origin is already shutting down (the caller closes it). The
+    /// connection counts as open until its socket closes, whoever closes it: a script that is still waiting (`.delay`)
+    /// does not notice the proxy closing it, and would otherwise keep it counted until its wait is over.
     func registerConnection(_ channel: any Channel) -> Int? {
-        inner.withLockedValue { state in
+        let id: Int? = inner.withLockedValue { state in
             guard !state.isShutDown else { return nil }
             state.acceptedConnections += 1
             let id = state.acceptedConnections
             state.openConnections[id] = channel
             return id
         }
+        // Outside the lock: on a channel already closed, the callback runs at once.
+        if let id { channel.closeFuture.whenComplete { _ in self.unregisterConnection(id) } }
+        return id
     }
 
-    func unregisterConnection(_ id: Int) {
+    private func unregisterConnection(_ id: Int) {
         _ = inner.withLockedValue { $0.openConnections.removeValue(forKey: id) }
     }
 
