@@ -55,7 +55,8 @@ public final class LoopbackDeliverySender: DeliverySending {
                 case .failure: return .noResponse("local-socket-failed")
                 }
             }
-            let answer = await connection.exchange(request, limit: settings.exchangeLimit, idle: settings.connectionIdle)
+            let answer = await connection.exchange(
+                request, limit: settings.exchangeLimit, idle: settings.connectionIdle)
             guard answer.written else {
                 if answer.fresh || Task.isCancelled { return answer.result }
                 continue
@@ -231,7 +232,8 @@ final class DeliveryAnswerHandler: ChannelInboundHandler, RemovableChannelHandle
         context.write(wrapOutboundOut(.head(request.head)), promise: headWritten)
         if !request.body.isEmpty {
             context.write(
-                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: request.body)))), promise: nil)
+                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: request.body)))), promise: nil
+            )
         }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
     }
