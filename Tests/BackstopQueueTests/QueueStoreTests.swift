@@ -255,16 +255,13 @@ struct QueueStoreTests {
         let hold = Task {
             try await group.perform(writes: false) { _ -> Int in
                 progress.holding.store(true, ordering: .releasing)
+                // The store's thread cannot await, and GroupCommit has no signal for its queue: a bounded poll.
                 let deadline = ContinuousClock.now + .seconds(10)
                 while group.waitingCount < 64 && ContinuousClock.now < deadline { usleep(1000) }
                 return progress.returned.load(ordering: .acquiring)
             }
         }
-        let started = ContinuousClock.now
-        while !progress.holding.load(ordering: .acquiring) {
-            try #require(ContinuousClock.now - started < .seconds(10), "the holding read never ran")
-            try await Task.sleep(for: .milliseconds(1))
-        }
+        try await Self.waitUntil("the holding read runs") { progress.holding.load(ordering: .acquiring) }
         let ids = try await withThrowingTaskGroup(of: DeliveryID.self) { tasks in
             for n in 0..<64 {
                 tasks.addTask {
@@ -358,7 +355,7 @@ struct QueueStoreTests {
         let store = try await f.open()
         let id = try await store.enqueue(upstream: "events", Self.request(1))
         let group = store.database
-        let release = Atomic(false)
+        let release = DispatchSemaphore(value: 0)
         let holding = Atomic(false)
         // Holds the store's thread until the claim and a large enqueue wait behind it (10 s at most), and makes
         // the database full: SQLite refuses to grow it past its current size (SQLITE_FULL, as on a full disk).
@@ -367,8 +364,7 @@ struct QueueStoreTests {
                 let pages = try connection.query("PRAGMA page_count").first?.integer(0) ?? 0
                 try connection.query("PRAGMA max_page_count = \(pages)")
                 holding.store(true, ordering: .releasing)
-                let deadline = ContinuousClock.now + .seconds(10)
-                while !release.load(ordering: .acquiring) && ContinuousClock.now < deadline { usleep(1000) }
+                _ = release.wait(timeout: .now() + 10)
             }
         }
         try await Self.waitUntil("the holding read runs") { holding.load(ordering: .acquiring) }
@@ -376,7 +372,7 @@ struct QueueStoreTests {
         try await Self.waitUntil("the claim waits") { group.waitingCount == 1 }
         let big = Task { try await store.enqueue(upstream: "events", Self.request(2, body: 1 << 20)) }
         try await Self.waitUntil("the enqueue waits") { group.waitingCount == 2 }
-        release.store(true, ordering: .releasing)
+        release.signal()
         try await hold.value
         #expect(try await claim.value.deliveries.map(\.id) == [id])
         await #expect(throws: QueueError.diskFull) { try await big.value }

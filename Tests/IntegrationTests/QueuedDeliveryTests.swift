@@ -261,8 +261,12 @@ struct QueuedDeliveryTests {
         #expect(Set(delivered).isSubset(of: Set(accepted)), "nothing refused is delivered")
         let deliveredPaths = Set(switchable.origin.requests.map(\.uri))
         #expect(refused.allSatisfy { !deliveredPaths.contains("/full/\($0)") })
-        // Delivered requests are not sent again while their outcome waits (2 s more: the first re-records are due).
-        try await Task.sleep(for: .seconds(2))
+        // Delivered requests are not sent again while their outcome waits: once every accepted request's outcome has
+        // failed to be recorded twice (the first try, then its retry after 1 s), none has been sent a second time.
+        try await daemon.waitForOutput(timeout: .seconds(10)) { output in
+            let unrecorded = output.split(separator: "\n").filter { $0.contains("recorded later, not sent again") }
+            return accepted.allSatisfy { id in unrecorded.filter { $0.contains(id) }.count >= 2 }
+        }
         let answered = switchable.answered
         #expect(answered.count == Set(answered).count, "a delivered request was sent again: \(answered)")
         await daemon.stop()
