@@ -194,6 +194,10 @@ let package = Package(
             name: "BackstopFuzz",
             dependencies: [
                 "BackstopCore", "BackstopKeychain", "BackstopCA", "BackstopTracing", "BackstopIdentity", "CFuzzing",
+                // NIO's HTTPRequestDecoder (llhttp): the reference the `request-decoder` target compares against.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]),
         .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore", "BackstopTestSupport"]),

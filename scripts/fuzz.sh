@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libFuzzer runs of the parsers that face hostile input (Sources/BackstopFuzz): config, retry-hint, token, upgrade-response,
+# libFuzzer runs of the parsers that face hostile input (Sources/BackstopFuzz): config, retry-hint, token, upgrade-response, request-decoder,
 # keychain, request, response-head, http1-response, connect, ca-bundle, path, ... (every folder of fuzz/corpus is a target). Builds backstop-fuzz with -sanitize=fuzzer,address in its own scratch path (.build-fuzz),
 # then runs each target for a bounded time, starting from the seeds in fuzz/corpus/<target> (the grown corpus
 # stays in .build-fuzz/corpus, out of git). A crash is saved to fuzz/crashes/<target>-*, the run stops, and the

@@ -4,6 +4,9 @@ import BackstopIdentity
 import BackstopKeychain
 import BackstopTracing
 import Foundation
+import NIOCore
+import NIOEmbedded
+import NIOHTTP1
 
 #if BACKSTOP_FUZZER
 import CFuzzing
@@ -46,6 +49,10 @@ import CFuzzing
 ///   `UpgradeResponseReader` (the first byte says where to split the rest into two reads), which must answer as
 ///   when fed at once; a head must pass `checkClientBound`, its `Upgrade` value must hold no CR, LF or NUL, and
 ///   the bytes after the head must be the input's tail.
+/// - `request-decoder`: what a client sends → `HTTP1RequestReader` (the first byte says where to split the rest into
+///   two reads) and, as the reference, NIO's `HTTPRequestDecoder` (llhttp, the decoder it replaced): the reader's
+///   heads, bodies and ends must be llhttp's, or a prefix of them when the reader refuses the bytes (it is stricter
+///   in places, docs/reference/behaviour.md#request-syntax) or llhttp did; it never accepts what llhttp refuses.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
@@ -60,6 +67,7 @@ enum FuzzTarget: String, CaseIterable {
     case tlsAlert = "tls-alert"
     case upgradeResponse = "upgrade-response"
     case http1Response = "http1-response"
+    case requestDecoder = "request-decoder"
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -90,6 +98,7 @@ enum FuzzTarget: String, CaseIterable {
         case .tlsAlert: Self.tlsAlert(bytes)
         case .upgradeResponse: Self.upgradeResponse(bytes)
         case .http1Response: Self.http1Response(bytes)
+        case .requestDecoder: Self.requestDecoder(bytes)
         }
     }
 
@@ -478,3 +487,99 @@ enum FuzzReplay {
     }
 }
 #endif
+
+extension FuzzTarget {
+    /// What a decoder made of some bytes: heads (method, target, version and fields as one string), body bytes
+    /// joined per request, ends (with their trailers), and whether it refused them.
+    struct RequestTrace: Equatable {
+        enum Part: Equatable {
+            case head(String)
+            case body([UInt8])
+            case end([String]?)
+        }
+        var parts: [Part] = []
+        var refused = false
+
+        mutating func append(_ part: Part) {
+            if case .body(let more) = part, case .body(let sofar)? = parts.last {
+                parts[parts.count - 1] = .body(sofar + more)
+            } else {
+                parts.append(part)
+            }
+        }
+
+        /// `self` is what `reference` emitted up to some point (its last body may stop short of the reference's).
+        func isPrefix(of reference: RequestTrace) -> Bool {
+            guard parts.count <= reference.parts.count else { return false }
+            for (index, part) in parts.enumerated() where part != reference.parts[index] {
+                guard index == parts.count - 1, case .body(let ours) = part,
+                    case .body(let theirs) = reference.parts[index], theirs.starts(with: ours)
+                else { return false }
+            }
+            return true
+        }
+    }
+
+    static func requestDecoder(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let input = Array(bytes.dropFirst())
+        let split = input.isEmpty ? 0 : Int(first) % (input.count + 1)
+        let ours = readerTrace(input, split: split)
+        let reference = llhttpTrace(input)
+        let agrees =
+            if ours.refused || reference.refused { ours.isPrefix(of: reference) } else { ours == reference }
+        precondition(agrees, "request-decoder: the reader made \(ours), llhttp \(reference)")
+    }
+
+    static func readerTrace(_ input: [UInt8], split: Int) -> RequestTrace {
+        var reader = HTTP1RequestReader(maxHeadBytes: 80 << 10)
+        var trace = RequestTrace()
+        // The reader takes bytes as it reads them; what it has not taken is handed to it again with the next read.
+        var pending: [UInt8] = []
+        for chunk in [input[..<split], input[split...]] {
+            pending += chunk
+            var offset = 0
+            pending.withUnsafeBytes { bytes in
+                reading: while true {
+                    switch reader.next(bytes, at: &offset) {
+                    case .needMore: break reading
+                    case .head(let head):
+                        // NIO spells M-SEARCH's case `MSEARCH`: the proxy sees `.MSEARCH` from either decoder.
+                        let method = head.method == .msearch ? "MSEARCH" : "\(head.method.name)"
+                        let line = "\(method) \(head.target) HTTP/1.\(head.minorVersion)"
+                        trace.append(.head(([line] + head.fields.map { "\($0.0): \($0.1)" }).joined(separator: "\n")))
+                    case .body(let range): trace.append(.body(Array(bytes[range])))
+                    case .end(let trailers): trace.append(.end(trailers?.map { "\($0.0): \($0.1)" }))
+                    case .invalid:
+                        trace.refused = true
+                        break reading
+                    }
+                }
+            }
+            if trace.refused { break }
+            pending.removeFirst(offset)
+        }
+        return trace
+    }
+
+    static func llhttpTrace(_ input: [UInt8]) -> RequestTrace {
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(HTTPRequestDecoder()))
+        var trace = RequestTrace()
+        do {
+            try channel.writeInbound(ByteBuffer(bytes: input))
+        } catch {
+            trace.refused = true
+        }
+        while let part = try? channel.readInbound(as: HTTPServerRequestPart.self) {
+            switch part {
+            case .head(let head):
+                let line = "\(head.method.rawValue) \(head.uri) HTTP/1.\(head.version.minor)"
+                trace.append(.head(([line] + head.headers.map { "\($0.name): \($0.value)" }).joined(separator: "\n")))
+            case .body(let buffer): trace.append(.body(Array(buffer.readableBytesView)))
+            case .end(let trailers): trace.append(.end(trailers?.map { "\($0.name): \($0.value)" }))
+            }
+        }
+        _ = try? channel.finish()
+        return trace
+    }
+}

@@ -157,7 +157,7 @@ extension ProxyHandler {
         answer.writeStaticString(Self.connectEstablished)
         context.writeAndFlush(wrapOutboundOut(answer), promise: nil)
         let pipeline = context.pipeline.syncOperations
-        let decoder = try pipeline.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+        let decoder = try pipeline.handler(type: ByteToMessageHandler<ClientRequestDecoder>.self)
         try pipeline.addHandlers(handlers, position: .after(decoder))
         let decoderRemoved = context.eventLoop.makePromise(of: Void.self)
         pipeline.removeHandler(context: context, promise: nil)
@@ -209,9 +209,9 @@ extension ProxyHandler {
                 to: [
                     observer.makeSNIHandler(channel: channel), observer, headTimer,
                     ByteToMessageHandler(
-                        HTTPRequestDecoder(
-                            leftOverBytesStrategy: .dropBytes,
-                            limitConfiguration: ProxyServer.decoderLimits(snapshot.config.limits))),
+                        ClientRequestDecoder(
+                            maxHeadBytes: ClientRequestDecoder.maxHeadBytes(snapshot.config.limits),
+                            forwardsLeftOverBytes: false)),
                     ProxyHandler(
                         runtime: runtime, idleTimeout: machine.idleTimeout, headTimer: headTimer,
                         intercepted: intercepted),

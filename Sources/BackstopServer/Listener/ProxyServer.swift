@@ -257,15 +257,6 @@ public final class ProxyServer: Sendable {
         try? await group.shutdownGracefully()
     }
 
-    /// The decoder's own cap (80 KiB by default) must not undercut `limits.max_header_bytes`, which the proxy
-    /// handler enforces with a 431.
-    static func decoderLimits(_ limits: Limits) -> NIOHTTPDecoderLimitConfiguration {
-        var decoder = NIOHTTPDecoderLimitConfiguration()
-        decoder.maxHeaderFieldSize = max(decoder.maxHeaderFieldSize, limits.maxHeaderBytes)
-        decoder.maxHeaderListSize = max(decoder.maxHeaderListSize, limits.maxHeaderBytes)
-        return decoder
-    }
-
     /// The pipeline of a client connection: a request decoder and no response encoder (the proxy handler writes
     /// responses as bytes). What follows a CONNECT head (a TLS ClientHello sent without waiting for the 200) is
     /// handed on to the tunnel when the decoder leaves the pipeline. `delivery`: the deliverer's private connection
@@ -276,7 +267,8 @@ public final class ProxyServer: Sendable {
         try sync.addHandler(headTimer)
         try sync.addHandler(
             ByteToMessageHandler(
-                HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes, limitConfiguration: decoderLimits(limits))))
+                ClientRequestDecoder(
+                    maxHeadBytes: ClientRequestDecoder.maxHeadBytes(limits), forwardsLeftOverBytes: true)))
         try sync.addHandler(
             ProxyHandler(
                 runtime: runtime, idleTimeout: limits.clientIdleTimeout, headTimer: headTimer, delivery: delivery))

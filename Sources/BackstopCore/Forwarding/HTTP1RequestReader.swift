@@ -1,0 +1,547 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A request method Backstop's client decoder accepts: the HTTP methods llhttp (the parser it replaced) knows.
+/// Methods are case-sensitive (RFC 9110 §9.1); any other is refused as a malformed request line.
+public enum HTTP1Method: UInt8, Sendable, CaseIterable {
+    case delete, get, head, post, put, connect, options, trace, copy, lock, mkcol, move, propfind, proppatch, search
+    case unlock, bind, rebind, unbind, acl, report, mkactivity, checkout, merge, msearch, notify, subscribe
+    case unsubscribe, patch, purge, mkcalendar, link, unlink, source, query
+
+    /// The method as sent.
+    public var name: StaticString {
+        switch self {
+        case .delete: "DELETE"
+        case .get: "GET"
+        case .head: "HEAD"
+        case .post: "POST"
+        case .put: "PUT"
+        case .connect: "CONNECT"
+        case .options: "OPTIONS"
+        case .trace: "TRACE"
+        case .copy: "COPY"
+        case .lock: "LOCK"
+        case .mkcol: "MKCOL"
+        case .move: "MOVE"
+        case .propfind: "PROPFIND"
+        case .proppatch: "PROPPATCH"
+        case .search: "SEARCH"
+        case .unlock: "UNLOCK"
+        case .bind: "BIND"
+        case .rebind: "REBIND"
+        case .unbind: "UNBIND"
+        case .acl: "ACL"
+        case .report: "REPORT"
+        case .mkactivity: "MKACTIVITY"
+        case .checkout: "CHECKOUT"
+        case .merge: "MERGE"
+        case .msearch: "M-SEARCH"
+        case .notify: "NOTIFY"
+        case .subscribe: "SUBSCRIBE"
+        case .unsubscribe: "UNSUBSCRIBE"
+        case .patch: "PATCH"
+        case .purge: "PURGE"
+        case .mkcalendar: "MKCALENDAR"
+        case .link: "LINK"
+        case .unlink: "UNLINK"
+        case .source: "SOURCE"
+        case .query: "QUERY"
+        }
+    }
+
+    /// The method these bytes name exactly, or nil.
+    static func named(_ bytes: UnsafeRawBufferPointer) -> HTTP1Method? {
+        // GET and POST, nearly every request, before the table.
+        if bytes.count == 3, bytes[0] == UInt8(ascii: "G"), bytes[1] == UInt8(ascii: "E"), bytes[2] == UInt8(ascii: "T")
+        {
+            return .get
+        }
+        for method in allCases where method.name.utf8CodeUnitCount == bytes.count {
+            if memcmp(bytes.baseAddress!, method.name.utf8Start, bytes.count) == 0 { return method }
+        }
+        return nil
+    }
+}
+
+/// A request head as the client decoder read it: the strings are copies of bytes already checked (a token method,
+/// a target of visible ASCII, field names that are tokens, values without control characters).
+public struct HTTP1RequestHead: Sendable, Equatable {
+    public var method: HTTP1Method
+    public var target: String
+    /// 0 (HTTP/1.0) or 1 (HTTP/1.1): no other version is read.
+    public var minorVersion: Int
+    /// Name and value of each field line, in arrival order. The value is without the spaces and tabs before it
+    /// but with those after it, as llhttp gave it (the proxy trims where it reads a value).
+    public var fields: [(String, String)]
+    /// A `CONNECT`, or a request with `Upgrade` and `upgrade` listed in `Connection`: what follows its message is
+    /// not HTTP, and the reader stops there.
+    public var upgrade: Bool
+
+    public init(method: HTTP1Method, target: String, minorVersion: Int, fields: [(String, String)], upgrade: Bool) {
+        self.method = method
+        self.target = target
+        self.minorVersion = minorVersion
+        self.fields = fields
+        self.upgrade = upgrade
+    }
+
+    public static func == (a: Self, b: Self) -> Bool {
+        a.method == b.method && a.target == b.target && a.minorVersion == b.minorVersion && a.upgrade == b.upgrade
+            && a.fields.elementsEqual(b.fields) { $0.0 == $1.0 && $0.1 == $1.1 }
+    }
+}
+
+/// Why the client decoder refused the bytes (docs/reference/behaviour.md#request-syntax). Each is answered `400`
+/// and the connection closed, `headTooLarge` `431`.
+public enum HTTP1RequestError: Error, Sendable, Equatable {
+    /// The head (or trailer section) is larger than the limit.
+    case headTooLarge
+    /// An unknown method, or a request line not `METHOD SP target SP HTTP/1.x CRLF`.
+    case method, target, version
+    /// A field line that is not `token ":" OWS value OWS CRLF` (obs-fold, a space before the colon, a control
+    /// character in the value).
+    case field
+    /// A line ending in LF alone, or a CR not followed by LF.
+    case lineEnding
+    /// `Content-Length` with `Transfer-Encoding`, two or malformed `Content-Length`s, a transfer coding list that
+    /// does not end in `chunked`.
+    case framing
+    /// A malformed chunk-size line, a size over 2^60, chunk data not followed by CRLF.
+    case chunk
+}
+
+/// Reads the requests a client sends on one connection (docs/reference/behaviour.md#request-syntax), strictly by
+/// RFC 9112: heads, then bodies as their heads frame them (`Content-Length`, `chunked` de-chunked, none), request
+/// after request. After the message of a `CONNECT` or an upgrade request it stops: the bytes after it belong to a
+/// tunnel or to another protocol. Pure: the caller hands the bytes over; body bytes come back as ranges of them.
+///
+/// A head is parsed in one pass once all of it has arrived: until then `next` answers `.needMore` without taking
+/// its bytes, and must be handed them again with more (it resumes its search for the head's end where it stopped,
+/// so a head that trickles in is not re-read from its start).
+public struct HTTP1RequestReader: Sendable {
+    /// A chunk-size line (size and extensions) longer than this is refused.
+    static let maxChunkLine = 4 << 10
+    /// Significant hex digits of a chunk size at most (15 keeps the size within `Int`).
+    static let maxChunkDigits = 15
+
+    /// What the next bytes made of the requests.
+    public enum Event: Sendable, Equatable {
+        /// Every byte that can be taken now was taken; call again with more.
+        case needMore
+        case head(HTTP1RequestHead)
+        /// Body bytes (de-chunked): this range of the bytes handed over.
+        case body(Range<Int>)
+        /// The request is complete; its trailer fields, when a chunked body had any.
+        case end(trailers: [(String, String)]?)
+        /// The bytes cannot be read as a request. Nothing follows.
+        case invalid(HTTP1RequestError)
+
+        public static func == (a: Self, b: Self) -> Bool {
+            switch (a, b) {
+            case (.needMore, .needMore): true
+            case (.head(let x), .head(let y)): x == y
+            case (.body(let x), .body(let y)): x == y
+            case (.end(let x), .end(let y)):
+                x == nil && y == nil
+                    || (x != nil && y != nil && x!.elementsEqual(y!) { $0.0 == $1.0 && $0.1 == $1.1 })
+            case (.invalid(let x), .invalid(let y)): x == y
+            default: false
+            }
+        }
+    }
+
+    private enum ChunkLine: Sendable {
+        case size, extensionName, extensionNameMore, extensionValue, token, quoted, quotedPair, afterQuoted, lf
+    }
+
+    private enum State: Sendable {
+        /// Awaiting or reading a head: where the search for its end stopped (`Scan`).
+        case head(Scan)
+        case fixed(remaining: Int)
+        case chunkLine(ChunkLine)
+        case chunkData(remaining: Int)
+        /// The CRLF after a chunk's data (`sawCR`: its CR was seen).
+        case chunkDataEnd(sawCR: Bool)
+        case trailers(Scan)
+        /// The body ended: `.end` comes next.
+        case complete(trailers: [(String, String)]?)
+        /// After an upgrade's message, or a refusal: nothing more is read.
+        case stopped
+    }
+
+    private let maxHeadBytes: Int
+    private var state = State.head(Scan())
+    /// The request being read asked for an upgrade (the reader stops after it).
+    private var upgrading = false
+    private var chunkSize = 0
+    private var chunkDigits = 0
+    private var chunkLineBytes = 0
+
+    /// `maxHeadBytes`: the largest head, and the largest trailer section, accepted.
+    public init(maxHeadBytes: Int) {
+        self.maxHeadBytes = maxHeadBytes
+    }
+
+    /// Whether the reader is inside a request (its head started, or its body is not complete): a connection that
+    /// ends now ends a request short.
+    public var inRequest: Bool {
+        switch state {
+        case .head(let scan): scan.scanned > 0
+        case .stopped: false
+        default: true
+        }
+    }
+
+    /// Whether the reader stopped for good (after an upgrade's message, or a refusal): the bytes after are not its.
+    public var stopped: Bool {
+        if case .stopped = state { return true }
+        return false
+    }
+
+    /// Reads from `input` at `offset` (moved past what was taken) and says what it found. Call again until it
+    /// answers `.needMore` or `.invalid`.
+    public mutating func next(_ input: UnsafeRawBufferPointer, at offset: inout Int) -> Event {
+        switch state {
+        case .head(let scan):
+            return readHead(input, at: &offset, scan: scan)
+        case .complete(let trailers):
+            state = upgrading ? .stopped : .head(Scan())
+            return .end(trailers: trailers)
+        case .stopped:
+            return .needMore
+        case .trailers(let scan):
+            return readTrailers(input, at: &offset, scan: scan)
+        case .fixed(let remaining):
+            guard offset < input.count else { return .needMore }
+            let n = min(remaining, input.count - offset)
+            let range = offset..<(offset + n)
+            offset += n
+            state = n == remaining ? .complete(trailers: nil) : .fixed(remaining: remaining - n)
+            return .body(range)
+        case .chunkData(let remaining):
+            guard offset < input.count else { return .needMore }
+            let n = min(remaining, input.count - offset)
+            let range = offset..<(offset + n)
+            offset += n
+            state = n == remaining ? .chunkDataEnd(sawCR: false) : .chunkData(remaining: remaining - n)
+            return .body(range)
+        case .chunkLine(let line):
+            return readChunkLine(line, input, at: &offset)
+        case .chunkDataEnd(let sawCR):
+            guard offset < input.count else { return .needMore }
+            let byte = input[offset]
+            offset += 1
+            if !sawCR, byte == 0x0D {
+                state = .chunkDataEnd(sawCR: true)
+                return next(input, at: &offset)
+            }
+            guard sawCR, byte == 0x0A else { return fail(.chunk) }
+            startChunkLine()
+            return next(input, at: &offset)
+        }
+    }
+
+    // MARK: head
+
+    /// How far the search for the end of a section of lines (a head, a trailer section) went, relative to the
+    /// section's start: the bytes searched, and where the line they end in starts.
+    struct Scan: Sendable {
+        var scanned = 0
+        var lineStart = 0
+    }
+
+    /// Where a section of lines ending in an empty line ends.
+    private enum SectionEnd {
+        case at(Int)
+        case notYet(Scan)
+        case invalid(HTTP1RequestError)
+    }
+
+    /// Searches `section` for its empty line, resuming where `scan` stopped: every line must end in CRLF.
+    private func sectionEnd(_ section: UnsafeRawBufferPointer, scan: Scan) -> SectionEnd {
+        var lineStart = scan.lineStart
+        var from = scan.scanned
+        while from < section.count {
+            guard let found = memchr(section.baseAddress! + from, 0x0A, section.count - from) else { break }
+            let lf = UnsafeRawPointer(found) - section.baseAddress!
+            guard lf > lineStart, section[lf - 1] == 0x0D else {
+                // An LF alone ends no line here (a blank line of a bare LF included).
+                return .invalid(.lineEnding)
+            }
+            if lf - 1 == lineStart { return lf + 1 > maxHeadBytes ? .invalid(.headTooLarge) : .at(lf + 1) }
+            // A line that starts with a CR is the empty line or no line at all: `\r\r\n` does not end a head.
+            if section[lineStart] == 0x0D { return .invalid(.lineEnding) }
+            lineStart = lf + 1
+            from = lineStart
+        }
+        return section.count > maxHeadBytes
+            ? .invalid(.headTooLarge) : .notYet(Scan(scanned: section.count, lineStart: lineStart))
+    }
+
+    private mutating func readHead(_ input: UnsafeRawBufferPointer, at offset: inout Int, scan: Scan) -> Event {
+        if scan.scanned == 0 {
+            // Empty lines before a request line are skipped (RFC 9112 §2.2), as CRLF pairs only.
+            while input.count - offset >= 2, input[offset] == 0x0D, input[offset + 1] == 0x0A { offset += 2 }
+            if input.count - offset == 1, input[offset] == 0x0D { return .needMore }
+        }
+        guard offset < input.count else { return .needMore }
+        let section = UnsafeRawBufferPointer(rebasing: input[offset...])
+        switch sectionEnd(section, scan: scan) {
+        case .notYet(let scan):
+            state = .head(scan)
+            return .needMore
+        case .invalid(let error):
+            return fail(error)
+        case .at(let end):
+            switch parseHead(UnsafeRawBufferPointer(rebasing: section[0..<end])) {
+            case .success(let head):
+                offset += end
+                return .head(head)
+            case .failure(let error):
+                return fail(error)
+            }
+        }
+    }
+
+    /// The head, from its request line to its empty line (every line known to end in CRLF), and the body that
+    /// follows it.
+    private mutating func parseHead(_ p: UnsafeRawBufferPointer) -> Result<HTTP1RequestHead, HTTP1RequestError> {
+        var i = 0
+        while HTTPSyntax.isTokenByte(p[i]) { i += 1 }
+        guard i > 0, p[i] == 0x20, let method = HTTP1Method.named(UnsafeRawBufferPointer(rebasing: p[0..<i])) else {
+            return .failure(.method)
+        }
+        i += 1
+        let targetStart = i
+        while p[i] > 0x20, p[i] < 0x7F { i += 1 }
+        guard i > targetStart, p[i] == 0x20 else { return .failure(.target) }
+        let target = String(decoding: UnsafeRawBufferPointer(rebasing: p[targetStart..<i]), as: UTF8.self)
+        i += 1
+        guard p.count - i >= 10, p[i] == UInt8(ascii: "H"), p[i + 1] == UInt8(ascii: "T"),
+            p[i + 2] == UInt8(ascii: "T"), p[i + 3] == UInt8(ascii: "P"), p[i + 4] == UInt8(ascii: "/"),
+            p[i + 5] == UInt8(ascii: "1"), p[i + 6] == UInt8(ascii: "."),
+            p[i + 7] == UInt8(ascii: "0") || p[i + 7] == UInt8(ascii: "1"), p[i + 8] == 0x0D
+        else { return .failure(.version) }
+        let minorVersion = Int(p[i + 7] - 0x30)
+        i += 10
+
+        var fields: [(String, String)] = []
+        fields.reserveCapacity(16)
+        var contentLength: Int?
+        var lengthFields = 0
+        var codings = false
+        var chunked = false
+        var upgradeField = false
+        var connectionUpgrade = false
+        while p[i] != 0x0D {
+            var fieldError = HTTP1RequestError.field
+            guard let (nameEnd, valueStart, valueEnd, next) = Self.fieldLine(p, from: i, error: &fieldError) else {
+                return .failure(fieldError)
+            }
+            let name = UnsafeRawBufferPointer(rebasing: p[i..<nameEnd])
+            let value = UnsafeRawBufferPointer(rebasing: p[valueStart..<valueEnd])
+            switch name.count {
+            case 7 where HeaderName.equals(name, "upgrade"): upgradeField = true
+            case 10 where HeaderName.equals(name, "connection"):
+                FramingTally.forEachElement(of: value) { if HeaderName.equals($0, "upgrade") { connectionUpgrade = true } }
+            case 14 where HeaderName.equals(name, "content-length"):
+                // One length only, digits only: `5, 5` and a repeated field are refused, as llhttp does.
+                lengthFields += 1
+                let (_, end) = UpstreamHeadParser.trimmed(value, 0, value.count)
+                contentLength = HTTPSyntax.decimal(UnsafeRawBufferPointer(rebasing: value[0..<end]))
+                guard lengthFields == 1, contentLength != nil else { return .failure(.framing) }
+            case 17 where HeaderName.equals(name, "transfer-encoding"):
+                // The codings of every field in order: tokens, `chunked` once and last (RFC 9112 §6.1), with nothing
+                // after it, not even a space (llhttp's rule).
+                codings = true
+                var valid = true
+                FramingTally.forEachElement(of: value) { coding in
+                    if chunked || !HTTPSyntax.isToken(coding) { valid = false }
+                    chunked = HeaderName.equals(coding, "chunked")
+                }
+                if chunked, let last = value.last, last == 0x20 || last == 0x09 { valid = false }
+                guard valid else { return .failure(.framing) }
+            default: break
+            }
+            fields.append(
+                (String(decoding: name, as: UTF8.self), valueStart == valueEnd ? "" : String(decoding: value, as: UTF8.self)))
+            i = next
+        }
+        guard i == p.count - 2 else { return .failure(.lineEnding) }
+        // RFC 9112 §6.1 and §6.3: a request whose length two parsers could read differently is refused.
+        if codings && (contentLength != nil || !chunked) { return .failure(.framing) }
+        upgrading = method == .connect || (upgradeField && connectionUpgrade)
+        if method == .connect {
+            state = .complete(trailers: nil)
+        } else if chunked {
+            startChunkLine()
+        } else if let contentLength, contentLength > 0 {
+            state = .fixed(remaining: contentLength)
+        } else {
+            state = .complete(trailers: nil)
+        }
+        return .success(
+            HTTP1RequestHead(
+                method: method, target: target, minorVersion: minorVersion, fields: fields, upgrade: upgrading))
+    }
+
+    /// One field line starting at `i` (known to end in CRLF): where its name ends, where its value starts and ends
+    /// (the spaces and tabs before it left out), where the next line starts; nil when it is not a valid field line.
+    private static func fieldLine(
+        _ p: UnsafeRawBufferPointer, from start: Int, error: inout HTTP1RequestError
+    ) -> (Int, Int, Int, Int)? {
+        var i = start
+        while HTTPSyntax.isTokenByte(p[i]) { i += 1 }
+        guard i > start, p[i] == UInt8(ascii: ":") else { return nil }
+        let nameEnd = i
+        i += 1
+        while p[i] == 0x20 || p[i] == 0x09 { i += 1 }
+        let valueStart = i
+        while HTTPSyntax.isFieldValueByte(p[i]) { i += 1 }
+        let valueEnd = i
+        guard p[i] == 0x0D else { return nil }
+        guard p[i + 1] == 0x0A else {
+            error = .lineEnding
+            return nil
+        }
+        return (nameEnd, valueStart, valueEnd, i + 2)
+    }
+
+    // MARK: chunked body
+
+    private mutating func startChunkLine() {
+        chunkSize = 0
+        chunkDigits = 0
+        chunkLineBytes = 0
+        state = .chunkLine(.size)
+    }
+
+    /// `chunk-size [ chunk-ext ] CRLF` (RFC 9112 §7.1), extensions without whitespace:
+    /// `*( ";" token [ "=" ( token / quoted-string ) ] )`.
+    private mutating func readChunkLine(_ line: ChunkLine, _ input: UnsafeRawBufferPointer, at offset: inout Int)
+        -> Event
+    {
+        var line = line
+        while offset < input.count {
+            let byte = input[offset]
+            offset += 1
+            chunkLineBytes += 1
+            guard chunkLineBytes <= Self.maxChunkLine else { return fail(.chunk) }
+            switch line {
+            case .size:
+                if let value = HTTP1ResponseReader.hexValue(byte) {
+                    if chunkSize > 0 || value > 0 { chunkDigits += 1 }
+                    guard chunkDigits <= Self.maxChunkDigits else { return fail(.chunk) }
+                    chunkSize = chunkSize << 4 | value
+                } else if chunkLineBytes > 1, byte == UInt8(ascii: ";") {
+                    line = .extensionName
+                } else if chunkLineBytes > 1, byte == 0x0D {
+                    line = .lf
+                } else {
+                    return fail(.chunk)
+                }
+            case .extensionName, .extensionNameMore:
+                if HTTPSyntax.isTokenByte(byte) {
+                    line = .extensionNameMore
+                } else if line == .extensionNameMore, byte == UInt8(ascii: "=") {
+                    line = .extensionValue
+                } else if line == .extensionNameMore, byte == UInt8(ascii: ";") {
+                    line = .extensionName
+                } else if line == .extensionNameMore, byte == 0x0D {
+                    line = .lf
+                } else {
+                    return fail(.chunk)
+                }
+            case .extensionValue:
+                if byte == UInt8(ascii: "\"") {
+                    line = .quoted
+                } else if HTTPSyntax.isTokenByte(byte) {
+                    line = .token
+                } else {
+                    return fail(.chunk)
+                }
+            case .token, .afterQuoted:
+                if line == .token, HTTPSyntax.isTokenByte(byte) {
+                } else if byte == UInt8(ascii: ";") {
+                    line = .extensionName
+                } else if byte == 0x0D {
+                    line = .lf
+                } else {
+                    return fail(.chunk)
+                }
+            case .quoted:
+                // qdtext: HTAB, SP, visible characters but `"` and `\`, obs-text.
+                if byte == UInt8(ascii: "\"") {
+                    line = .afterQuoted
+                } else if byte == UInt8(ascii: "\\") {
+                    line = .quotedPair
+                } else if !HTTPSyntax.isFieldValueByte(byte) {
+                    return fail(.chunk)
+                }
+            case .quotedPair:
+                guard HTTPSyntax.isFieldValueByte(byte) else { return fail(.chunk) }
+                line = .quoted
+            case .lf:
+                guard byte == 0x0A else { return fail(.lineEnding) }
+                if chunkSize == 0 {
+                    state = .trailers(Scan())
+                    return readTrailers(input, at: &offset, scan: Scan())
+                }
+                state = .chunkData(remaining: chunkSize)
+                return next(input, at: &offset)
+            }
+        }
+        state = .chunkLine(line)
+        return .needMore
+    }
+
+    /// The trailer section after the last chunk: field lines, then an empty line. Read whole, like a head.
+    private mutating func readTrailers(_ input: UnsafeRawBufferPointer, at offset: inout Int, scan: Scan) -> Event {
+        guard offset < input.count else { return .needMore }
+        let section = UnsafeRawBufferPointer(rebasing: input[offset...])
+        if scan.scanned == 0, section[0] == 0x0D {
+            // No trailer fields (nearly every chunked body): the CRLF that ends the body.
+            guard section.count >= 2 else { return .needMore }
+            guard section[1] == 0x0A else { return fail(.lineEnding) }
+            offset += 2
+            state = .complete(trailers: nil)
+            return next(input, at: &offset)
+        }
+        switch sectionEnd(section, scan: scan) {
+        case .notYet(let scan):
+            state = .trailers(scan)
+            return .needMore
+        case .invalid(let error):
+            return fail(error)
+        case .at(let end):
+            var fields: [(String, String)] = []
+            var i = 0
+            while section[i] != 0x0D {
+                var fieldError = HTTP1RequestError.field
+                guard let (nameEnd, valueStart, valueEnd, next) = Self.fieldLine(section, from: i, error: &fieldError)
+                else { return fail(fieldError) }
+                fields.append(
+                    (
+                        String(decoding: UnsafeRawBufferPointer(rebasing: section[i..<nameEnd]), as: UTF8.self),
+                        String(
+                            decoding: UnsafeRawBufferPointer(rebasing: section[valueStart..<valueEnd]), as: UTF8.self)
+                    ))
+                i = next
+            }
+            guard i == end - 2 else { return fail(.lineEnding) }
+            offset += end
+            state = .complete(trailers: fields)
+            return next(input, at: &offset)
+        }
+    }
+
+    private mutating func fail(_ error: HTTP1RequestError) -> Event {
+        state = .stopped
+        return .invalid(error)
+    }
+}
