@@ -402,7 +402,7 @@ public struct HTTP1RequestReader: Sendable {
         i += 1
         while p[i] == 0x20 || p[i] == 0x09 { i += 1 }
         let valueStart = i
-        while HTTPSyntax.isFieldValueByte(p[i]) { i += 1 }
+        i = HTTPSyntax.fieldValueEnd(in: p, from: i)
         let valueEnd = i
         guard p[i] == 0x0D else { return nil }
         guard p[i + 1] == 0x0A else {
