@@ -161,19 +161,35 @@ struct ClientRequestDecoderTests {
         Case("Content-Length 0", "POST /p HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
         Case("body cut short", "POST /p HTTP/1.1\r\nContent-Length: 10\r\n\r\nhello"),
         Case("chunked", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
-        Case("chunked, upper-case hex", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nA\r\n0123456789\r\n0\r\n\r\n"),
-        Case("chunk extensions", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b;c\r\nhello\r\n0;d=\"x y\"\r\n\r\n"),
-        Case("chunk extension with spaces", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5 ; a=b\r\nhello\r\n0\r\n\r\n"),
-        Case("trailers", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-Sum: 1\r\nX-T: 2\r\n\r\n"),
+        Case(
+            "chunked, upper-case hex",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nA\r\n0123456789\r\n0\r\n\r\n"),
+        Case(
+            "chunk extensions",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b;c\r\nhello\r\n0;d=\"x y\"\r\n\r\n"),
+        Case(
+            "chunk extension with spaces",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5 ; a=b\r\nhello\r\n0\r\n\r\n"),
+        Case(
+            "trailers", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-Sum: 1\r\nX-T: 2\r\n\r\n"
+        ),
         Case("missing final chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"),
-        Case("chunk data not followed by CRLF", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"),
+        Case(
+            "chunk data not followed by CRLF",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"),
         Case("huge chunk size", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\n"),
-        Case("chunk size 2^60", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\nab", .stricter),
-        Case("chunk size with leading zeros", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n000000000000000000005\r\nhello\r\n0\r\n\r\n"),
-        Case("hex-prefixed chunk size", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n"),
+        Case(
+            "chunk size 2^60", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\nab", .stricter),
+        Case(
+            "chunk size with leading zeros",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n000000000000000000005\r\nhello\r\n0\r\n\r\n"),
+        Case(
+            "hex-prefixed chunk size", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n"),
         Case("negative chunk size", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n"),
         Case("empty chunk size", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\r\nhello\r\n0\r\n\r\n"),
-        Case("chunk size line ending in LF", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n"),
+        Case(
+            "chunk size line ending in LF", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n"
+        ),
         Case("last chunk ending in LF", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\n\r\n"),
         Case("CL and TE", "POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
         Case("TE and CL", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n"),
@@ -183,8 +199,12 @@ struct ClientRequestDecoderTests {
         Case("TE identity", "POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n"),
         Case("TE casing", "POST / HTTP/1.1\r\nTransfer-Encoding: ChUnKeD\r\n\r\n0\r\n\r\n"),
         Case("TE surrounding whitespace", "POST / HTTP/1.1\r\nTransfer-Encoding: \t chunked \t\r\n\r\n0\r\n\r\n"),
-        Case("TE in two fields", "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
-        Case("TE chunked then gzip field", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n"),
+        Case(
+            "TE in two fields",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        Case(
+            "TE chunked then gzip field",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n"),
         Case("TE chunked with parameter", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked;q=1\r\n\r\n0\r\n\r\n"),
         Case("TE xchunked", "POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n"),
         Case("TE with a space before the colon", "POST / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n"),
@@ -232,20 +252,33 @@ struct ClientRequestDecoderTests {
         Case("HTTP/1.2", "GET / HTTP/1.2\r\n\r\n"),
         Case("HTTP/1.10", "GET / HTTP/1.10\r\n\r\n"),
         Case("space after the version", "GET / HTTP/1.1 \r\n\r\n"),
-        Case("CONNECT authority form", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n\u{16}\u{3}\u{1}hello"),
+        Case(
+            "CONNECT authority form",
+            "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n\u{16}\u{3}\u{1}hello"),
         Case("CONNECT with a Content-Length", "CONNECT example.com:443 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET"),
         Case("CONNECT with chunked", "CONNECT example.com:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
         Case("CONNECT IPv6", "CONNECT [::1]:443 HTTP/1.1\r\n\r\n"),
-        Case("upgrade", "GET /ws HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n\u{81}\u{80}frame"),
-        Case("upgrade with a body", "POST /ws HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: x\r\nContent-Length: 2\r\n\r\nhiGET / HTTP/1.1\r\n\r\n"),
+        Case(
+            "upgrade",
+            "GET /ws HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n\u{81}\u{80}frame"),
+        Case(
+            "upgrade with a body",
+            "POST /ws HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: x\r\nContent-Length: 2\r\n\r\nhiGET / HTTP/1.1\r\n\r\n"
+        ),
         Case("upgrade without Connection", "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\nGET / HTTP/1.1\r\n\r\n"),
         Case("upgrade, HTTP/1.0", "GET /ws HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\nxyz"),
         Case("pipelined GETs", "GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n"),
         Case("pipelined POST and GET", "POST /1 HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /2 HTTP/1.1\r\n\r\n"),
-        Case("pipelined chunked and GET", "POST /1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"),
+        Case(
+            "pipelined chunked and GET",
+            "POST /1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"),
         Case("pipelined, the second malformed", "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\nX Y: z\r\n\r\n"),
-        Case("CL.TE smuggling", "POST / HTTP/1.1\r\nContent-Length: 13\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nSMUGGLED"),
-        Case("TE.CL smuggling", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n8\r\nSMUGGLED\r\n0\r\n\r\n"),
+        Case(
+            "CL.TE smuggling",
+            "POST / HTTP/1.1\r\nContent-Length: 13\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nSMUGGLED"),
+        Case(
+            "TE.CL smuggling",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n8\r\nSMUGGLED\r\n0\r\n\r\n"),
         Case("empty lines before the request", "\r\n\r\nGET / HTTP/1.1\r\n\r\n"),
         Case("empty lines between requests", "GET /1 HTTP/1.1\r\n\r\n\r\nGET /2 HTTP/1.1\r\n\r\n"),
         Case("head cut short", "GET / HTTP/1.1\r\nHost: a\r\n"),
@@ -274,19 +307,24 @@ struct ClientRequestDecoderTests {
     @Test("A head over the limit is refused as too large (431), a smaller one is not")
     func headLimit() {
         let head = "GET / HTTP/1.1\r\nX: " + String(repeating: "a", count: 1000) + "\r\n\r\n"
-        let small = Self.trace(ClientRequestDecoder(maxHeadBytes: head.utf8.count, forwardsLeftOverBytes: true), Array(head.utf8))
+        let small = Self.trace(
+            ClientRequestDecoder(maxHeadBytes: head.utf8.count, forwardsLeftOverBytes: true), Array(head.utf8))
         #expect(small.refused == nil && small.parts.count == 2)
-        let large = Self.trace(ClientRequestDecoder(maxHeadBytes: head.utf8.count - 1, forwardsLeftOverBytes: true), Array(head.utf8))
+        let large = Self.trace(
+            ClientRequestDecoder(maxHeadBytes: head.utf8.count - 1, forwardsLeftOverBytes: true), Array(head.utf8))
         #expect(large.refused == .headerOverflow)
         // Without the end of the head in sight, the limit applies to what arrived.
-        let open = Self.trace(ClientRequestDecoder(maxHeadBytes: 100, forwardsLeftOverBytes: true), Array(head.utf8.prefix(200)))
+        let open = Self.trace(
+            ClientRequestDecoder(maxHeadBytes: 100, forwardsLeftOverBytes: true), Array(head.utf8.prefix(200)))
         #expect(open.refused == .headerOverflow)
     }
 
     @Test("The reader's events for a pipelined pair, whole")
     func readerEvents() {
         var reader = HTTP1RequestReader(maxHeadBytes: 1024)
-        let bytes = Array("POST /a HTTP/1.1\r\nContent-Length: 2\r\n\r\nhiGET /b HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\nrest".utf8)
+        let bytes = Array(
+            "POST /a HTTP/1.1\r\nContent-Length: 2\r\n\r\nhiGET /b HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\nrest"
+                .utf8)
         var events: [HTTP1RequestReader.Event] = []
         bytes.withUnsafeBytes { input in
             var offset = 0
@@ -301,7 +339,8 @@ struct ClientRequestDecoderTests {
             events == [
                 .head(
                     HTTP1RequestHead(
-                        method: .post, target: "/a", minorVersion: 1, fields: [("Content-Length", "2")], upgrade: false)),
+                        method: .post, target: "/a", minorVersion: 1, fields: [("Content-Length", "2")], upgrade: false)
+                ),
                 .body(39..<41), .end(trailers: nil),
                 .head(
                     HTTP1RequestHead(

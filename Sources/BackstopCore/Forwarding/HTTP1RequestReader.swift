@@ -348,7 +348,9 @@ public struct HTTP1RequestReader: Sendable {
             switch name.count {
             case 7 where HeaderName.equals(name, "upgrade"): upgradeField = true
             case 10 where HeaderName.equals(name, "connection"):
-                FramingTally.forEachElement(of: value) { if HeaderName.equals($0, "upgrade") { connectionUpgrade = true } }
+                FramingTally.forEachElement(of: value) {
+                    if HeaderName.equals($0, "upgrade") { connectionUpgrade = true }
+                }
             case 14 where HeaderName.equals(name, "content-length"):
                 // One length only, digits only: `5, 5` and a repeated field are refused, as llhttp does.
                 lengthFields += 1
@@ -369,7 +371,10 @@ public struct HTTP1RequestReader: Sendable {
             default: break
             }
             fields.append(
-                (String(decoding: name, as: UTF8.self), valueStart == valueEnd ? "" : String(decoding: value, as: UTF8.self)))
+                (
+                    String(decoding: name, as: UTF8.self),
+                    valueStart == valueEnd ? "" : String(decoding: value, as: UTF8.self)
+                ))
             i = next
         }
         guard i == p.count - 2 else { return .failure(.lineEnding) }
@@ -423,7 +428,9 @@ public struct HTTP1RequestReader: Sendable {
 
     /// `chunk-size [ chunk-ext ] CRLF` (RFC 9112 §7.1), extensions without whitespace:
     /// `*( ";" token [ "=" ( token / quoted-string ) ] )`.
-    private mutating func readChunkLine(_ line: ChunkLine, _ input: UnsafeRawBufferPointer, at offset: inout Int)
+    private mutating func readChunkLine(
+        _ line: ChunkLine, _ input: UnsafeRawBufferPointer, at offset: inout Int
+    )
         -> Event
     {
         var line = line
