@@ -252,6 +252,9 @@ struct ClientRequestDecoderTests {
         Case("HTTP/1.2", "GET / HTTP/1.2\r\n\r\n"),
         Case("HTTP/1.10", "GET / HTTP/1.10\r\n\r\n"),
         Case("space after the version", "GET / HTTP/1.1 \r\n\r\n"),
+        // Found by the request-decoder fuzz target: the request line's CR was not checked for its LF.
+        Case(
+            "CR alone after the version", bytes: Array("GET / HTTP/1.1\rost:".utf8) + [0x97] + Array("a\r\n\r\n".utf8)),
         Case(
             "CONNECT authority form",
             "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n\u{16}\u{3}\u{1}hello"),

@@ -327,6 +327,7 @@ public struct HTTP1RequestReader: Sendable {
             p[i + 5] == UInt8(ascii: "1"), p[i + 6] == UInt8(ascii: "."),
             p[i + 7] == UInt8(ascii: "0") || p[i + 7] == UInt8(ascii: "1"), p[i + 8] == 0x0D
         else { return .failure(.version) }
+        guard p[i + 9] == 0x0A else { return .failure(.lineEnding) }
         let minorVersion = Int(p[i + 7] - 0x30)
         i += 10
 
