@@ -454,19 +454,25 @@ struct QueueStoreTests {
         #expect(try await store.retryDead(audit))
         try await check(
             "retried",
-            ["events": .init(queued: 2, oldestQueuedAt: start + 1), "audit": .init(queued: 1, oldestQueuedAt: start + 3)])
+            [
+                "events": .init(queued: 2, oldestQueuedAt: start + 1),
+                "audit": .init(queued: 1, oldestQueuedAt: start + 3),
+            ])
 
         #expect(try await store.drop(events[1]))
         f.clock.advance(by: .seconds(3600))
         let expiring = try await store.claim(upstream: "events", concurrency: 4, policy: policy)
         #expect(expiring.expired == [events[2]])
-        try await check("expired and dropped", ["events": .init(queued: 0, dead: 1), "audit": .init(queued: 1, oldestQueuedAt: start + 3)])
+        try await check(
+            "expired and dropped",
+            ["events": .init(queued: 0, dead: 1), "audit": .init(queued: 1, oldestQueuedAt: start + 3)])
 
         // Counts that went wrong (a file from an older version, a hand edit) are counted again on open.
         try await Self.set(store, "UPDATE counts SET n = n + 7")
         await store.close()
         store = try await f.open()
-        try await check("reopened", ["events": .init(queued: 0, dead: 1), "audit": .init(queued: 1, oldestQueuedAt: start + 3)])
+        try await check(
+            "reopened", ["events": .init(queued: 0, dead: 1), "audit": .init(queued: 1, oldestQueuedAt: start + 3)])
         #expect(try await store.retryAllDead() == 1)
         #expect(try await store.drop(audit))
         try await check("retried all, dropped", ["events": .init(queued: 1, oldestQueuedAt: start + 2)])
