@@ -110,7 +110,9 @@ final class CurlEasy {
             return
         }
         let handle: CurlURL
-        if let current = self.url, current.endpoint.utf8.elementsEqual(target.endpoint.utf8) {
+        // Substring's `==` compares contiguous ASCII with memcmp (as `HTTP1PoolKey` does); `utf8.elementsEqual` went
+        // byte by byte, ~2.7k instructions per transfer.
+        if let current = self.url, current.endpoint[...] == target.endpoint {
             handle = current.handle
         } else {
             guard let fresh = CurlURL(endpoint: target.endpoint) else {

@@ -633,13 +633,18 @@ extension ConnectionStateMachine {
             }
         }
         guard let endpoint else { return }
+        // Named only for a failure (the `endpoint ejected` line): a success makes no string.
+        guard endpoint.outcome == .failure else {
+            actions.append(.endpointReport(endpoint, reason: nil))
+            return
+        }
         let reason: String? =
             switch report {
             case .response(let status, _)?: String(status)
             case .failed(let failure)?: failure.label
             case nil: nil
             }
-        actions.append(.endpointReport(endpoint, reason: endpoint.outcome == .failure ? reason : nil))
+        actions.append(.endpointReport(endpoint, reason: reason))
     }
 
     /// Feeds events held while a refresh or the budget was awaited back in, in order, as the attempt's own.
