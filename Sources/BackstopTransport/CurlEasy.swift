@@ -38,6 +38,9 @@ final class CurlEasy {
     private var headerList: CurlHeaderList?
     /// The URL handle `CURLOPT_CURLU` points to, and the endpoint it holds (parsed once per handle and endpoint).
     private var url: (handle: CurlURL, endpoint: String)?
+    /// The TLS options last set on the handle (`HandleConfiguration.configure`): a handle from the idle group of
+    /// the same options has them already. Nil on a new or reset handle.
+    var tlsOptions: TransportTLSOptions?
 
     private init(_ raw: UnsafeMutableRawPointer) { self.raw = raw }
 
@@ -136,6 +139,7 @@ final class CurlEasy {
         curl_easy_reset(raw)
         headerList = nil
         url = nil
+        tlsOptions = nil
     }
 
     // Transfer facts for failure causes and the stale-connection rule. `curl_easy_getinfo` fails only for an

@@ -59,12 +59,12 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         request: TransportRequest, eventLoop: EventLoop, transport: CurlMultiTransport, rawHTTP1: Bool,
         sink: @escaping @Sendable ([TransportEvent]) -> Void
     ) {
-        self.request = request
         self.http1URL = rawHTTP1 && !request.tls.http2 ? HTTP1URL(request.url) : nil
         self.eventLoop = eventLoop
         self.transport = transport
         self.sink = sink
         if case .buffered(let buffer) = request.body { self.bufferedBody = buffer }
+        self.request = request  // last: moved in, not copied
     }
 
     /// Stops the attempt; a `.failure(.cancelled)` event follows unless it already ended.

@@ -478,9 +478,8 @@ struct ExchangeStateMachine: Equatable {
         case requestHedgePermit
         /// An attempt ended while others are in flight: record it, dispose of its transfer. Boxed: rare.
         indirect case attemptLeft(AttemptLeft)
-        /// Boxed (`indirect`), once per exchange: inline, the head would make every action of every event too large
-        /// to move without a call to `memcpy`.
-        indirect case deliverHead(UpstreamResponseHead, Delivery)
+        /// Inline: the head is one reference (its fields share one box), and `Delivery` is smaller than `.end`.
+        case deliverHead(UpstreamResponseHead, Delivery)
         case relayBody(ByteBuffer)
         /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed);
         /// the attempts that end with it, if any, as `AttemptsAtEnd` says.
@@ -610,8 +609,8 @@ struct ExchangeStateMachine: Equatable {
         case attempting(Progress, AttemptSet)
         /// Boxed (`indirect`): rare, and large enough to make every other state copy cost more.
         indirect case awaitingRetryPermit(Progress, PendingRetry)
-        /// Boxed: a moment, once per attempt of an upstream with endpoints.
-        indirect case awaitingEndpoint(Progress, PendingStart)
+        /// Inline: once per attempt of every upstream (each chooses an endpoint), and no larger than `.attempting`.
+        case awaitingEndpoint(Progress, PendingStart)
         indirect case awaitingRefresh(Progress, Refresh)
         case backingOff(Progress, until: Duration)
         case relaying(Progress, Relaying)
@@ -1014,7 +1013,8 @@ struct ExchangeStateMachine: Equatable {
                 return .refreshCredential(
                     rejected: rejected, report: report, endpoint: endpointReport(attempt, outcome))
             }
-            let retryable = configuration.retry?.config.on.contains(.status(head.status)) ?? false
+            // Scanned, not hashed (as `EndpointOutcome` does): a handful of conditions, checked for every head.
+            let retryable = configuration.retry?.config.on.contains(where: { $0 == .status(head.status) }) ?? false
             if retryable {
                 // A `retry.on` status does not win a hedge race: the attempts still in flight may.
                 guard alone else {

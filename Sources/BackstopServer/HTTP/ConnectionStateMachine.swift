@@ -165,6 +165,10 @@ struct ConnectionStateMachine {
         var connection: ResponseHeadWriter.ConnectionField
         var attempts: Int
         var error: ProxyErrorReason?
+        /// How the attempt whose head this is ended, recorded as the head is written (as `.attemptEnded` records
+        /// one, in the same action: one fewer per response); nil when it was recorded when it ended (a head held for a
+        /// token refresh or the retry budget).
+        var report: Exchange.AttemptReport? = nil
     }
 
     /// How a Backstop error is written.
@@ -198,16 +202,16 @@ struct ConnectionStateMachine {
         case admit(HTTPRequestHead)
         /// `100 Continue`: the client waits for it before it sends its body.
         case writeContinue(clientIsHTTP10: Bool)
-        /// Boxed (`indirect`), once per response: inline, the head would make every action too large to move
-        /// without a call to `memcpy`.
-        indirect case writeHead(UpstreamResponseHead, HeadWrite)
+        /// Inline: the head is one reference (its fields share one box).
+        case writeHead(UpstreamResponseHead, HeadWrite)
         /// Body bytes, framed as an HTTP/1.1 chunk when `chunk` says so.
         case writeBody(ByteBuffer, chunk: ResponseRelay.Chunk?)
         /// The transport batch of attempt `generation` ended while its response is relayed: flush, and tell the
         /// transfer what the client socket took (backpressure).
         case flushBody(generation: Int)
-        /// The response is complete: write its closing bytes (`lastChunk`) and flush; close after it if `close`.
-        case endResponse(lastChunk: ResponseRelay.LastChunk?, close: Bool)
+        /// The response is complete: record the exchange as `.requestFinished` does (`finished`, in the same action:
+        /// one fewer per response), then write its closing bytes (`lastChunk`) and flush; close after it if `close`.
+        case endResponse(lastChunk: ResponseRelay.LastChunk?, close: Bool, Finished)
         case writeError(ProxyErrorReason, ErrorWrite)
         /// `202 Accepted` with `X-Backstop-Delivery`: a queued request was stored (its access line with it).
         case writeAccepted(delivery: String, ErrorWrite)
@@ -594,9 +598,10 @@ extension ConnectionStateMachine {
             case .abandon(let within): actions.append(.abandonAttempt(generation: left.generation, within: within))
             }
         case .deliverHead(let head, let delivery):
-            // The losers first: what is recorded of the winner then goes to the one attempt left.
+            // The losers first: what is recorded of the winner then goes to the one attempt left. The winner's own
+            // report goes with its head (`HeadWrite.report`).
             letGo(delivery.cancel, cancel: true, into: &actions)
-            attemptEnded(delivery.report, delivery.endpoint, into: &actions)
+            reportEndpoint(delivery.endpoint, of: delivery.report, into: &actions)
             writeHead(head, delivery, into: &actions)
             replay(delivery.replay, generation: delivery.generation, now: now, into: &actions)
         case .relayBody(let buffer):
@@ -604,7 +609,7 @@ extension ConnectionStateMachine {
         case .end(let ending, let record, let attempts):
             if let attempts {
                 attemptEnded(attempts.report, attempts.endpoint, into: &actions)
-                // Their transfers go with the exchange's end (`.requestFinished`).
+                // Their transfers go with the exchange's end (`.requestFinished` or `.endResponse`).
                 letGo(attempts.letGo, cancel: false, into: &actions)
             }
             exchangeEnded(ending, record, now: now, into: &actions)
@@ -632,6 +637,13 @@ extension ConnectionStateMachine {
                 actions.append(.attemptEnded(report))
             }
         }
+        reportEndpoint(endpoint, of: report, into: &actions)
+    }
+
+    /// What the end of an attempt (as `report`) means for its endpoint, if it was given one.
+    private func reportEndpoint(
+        _ endpoint: EndpointReport?, of report: Exchange.AttemptReport?, into actions: inout [Action]
+    ) {
         guard let endpoint else { return }
         // Named only for a failure (the `endpoint ejected` line): a success makes no string.
         guard endpoint.outcome == .failure else {
@@ -675,7 +687,7 @@ extension ConnectionStateMachine {
                 head,
                 HeadWrite(
                     framing: framing, clientIsHTTP10: facts.clientIsHTTP10, connection: connection,
-                    attempts: delivery.attempts, error: delivery.error)))
+                    attempts: delivery.attempts, error: delivery.error, report: delivery.report)))
     }
 
     private mutating func relay(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
@@ -700,29 +712,28 @@ extension ConnectionStateMachine {
         active.exchange = nil
         var bytes = 0
         if case .writing(let relay) = active.response { bytes = relay.bytes }
-        let finished = Action.requestFinished(Finished(ending: ending, record: record, bytes: bytes))
+        let finished = Finished(ending: ending, record: record, bytes: bytes)
         switch ending {
         case .completed(let requestComplete):
             guard case .writing(let relay) = active.response else {
                 preconditionFailure("a response completed without a head")
             }
             if !requestComplete { actions.append(.failBodyStream) }
-            actions.append(finished)
-            // The upload no longer matters: reads held for it resume.
-            releaseUploadHold(into: &actions)
             let close = active.facts.closeAfterResponse || relay.framing.endsConnection || !requestComplete
             if !requestComplete { active.request = .discarding(lastPart: active.request.lastPart) }
             active.response = .ended
-            actions.append(.endResponse(lastChunk: relay.lastChunk, close: close))
+            actions.append(.endResponse(lastChunk: relay.lastChunk, close: close, finished))
+            // The upload no longer matters: reads held for it resume.
+            releaseUploadHold(into: &actions)
             responseEnded(close: close, now: now, into: &actions)
         case .aborted:
             if !record.requestComplete { actions.append(.failBodyStream) }
-            actions.append(finished)
+            actions.append(.requestFinished(finished))
             actions.append(.abortResponse)
             close()
         case .failedLocally(let reason, let requestComplete):
             if !requestComplete { actions.append(.failBodyStream) }
-            actions.append(finished)
+            actions.append(.requestFinished(finished))
             releaseUploadHold(into: &actions)
             if !requestComplete { active.request = .discarding(lastPart: active.request.lastPart) }
             active.response = .pending
@@ -733,7 +744,7 @@ extension ConnectionStateMachine {
         case .clientClosed:
             // What follows is the caller's: the connection closed, or an unreadable request is answered.
             if !record.requestComplete { actions.append(.failBodyStream) }
-            actions.append(finished)
+            actions.append(.requestFinished(finished))
         }
     }
 
