@@ -114,6 +114,15 @@ struct ConnectionStateMachine {
             return body(&exchange!)
         }
 
+        /// The box of a finished request, made the next one's (`ConnectionStateMachine.spare`).
+        func reuse(facts: RequestFacts) {
+            self.facts = facts
+            request = .admitting
+            response = .pending
+            exchange = nil
+            intake = nil
+        }
+
         static func == (lhs: Active, rhs: Active) -> Bool {
             lhs === rhs
                 || (lhs.facts == rhs.facts && lhs.request == rhs.request && lhs.response == rhs.response
@@ -275,6 +284,9 @@ struct ConnectionStateMachine {
     private var pendingRead = false
     /// The generation the next exchange's first attempt gets: above every attempt this connection started.
     private var nextGeneration = 1
+    /// The last finished request's box, which the next request takes when nothing else holds it: one allocation
+    /// per connection rather than per request (docs/performance.md). Not state: no decision reads it.
+    private var spare: Active?
 
     init(idleTimeout: Duration, now: Duration) {
         self.idleTimeout = idleTimeout
@@ -314,6 +326,19 @@ extension ConnectionStateMachine {
         }
     }
 
+    /// A box for a new request: the spare one when no earlier state value still holds it.
+    private mutating func activeBox(_ facts: RequestFacts) -> Active {
+        guard var box = spare else {
+            return Active(facts: facts, request: .admitting, response: .pending, exchange: nil)
+        }
+        spare = nil
+        guard isKnownUniquelyReferenced(&box) else {
+            return Active(facts: facts, request: .admitting, response: .pending, exchange: nil)
+        }
+        box.reuse(facts: facts)
+        return box
+    }
+
     private mutating func process(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
         switch part {
         case .head(let head):
@@ -326,7 +351,7 @@ extension ConnectionStateMachine {
                 // A `CONNECT` is answered as HTTP/1.1 whatever it said: its answer is a tunnel's, not a resource's.
                 clientIsHTTP10: !isConnect && head.version.major == 1 && head.version.minor == 0,
                 isHEAD: isHEAD)
-            state = .active(Active(facts: facts, request: .admitting, response: .pending, exchange: nil))
+            state = .active(activeBox(facts))
             actions.append(.admit(head))
         case .body(let buffer):
             bodyArrived(buffer, now: now, into: &actions)
@@ -854,6 +879,7 @@ extension ConnectionStateMachine {
     private mutating func requestMayBeDone(now: Duration, into actions: inout [Action]) {
         guard case .active(let active) = state, active.request == .ended, active.response == .ended else { return }
         state = .idle(deadline: now + idleTimeout)
+        spare = active
         if queueHold && queued.count < Self.maxQueuedParts / 2 {
             queueHold = false
             resumeReadsIfHeld(into: &actions)
