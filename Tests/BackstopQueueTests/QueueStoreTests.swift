@@ -261,7 +261,7 @@ struct QueueStoreTests {
                 return progress.returned.load(ordering: .acquiring)
             }
         }
-        try await Self.waitUntil("the holding read runs") { progress.holding.load(ordering: .acquiring) }
+        try await Poll.until("the holding read runs") { progress.holding.load(ordering: .acquiring) }
         let ids = try await withThrowingTaskGroup(of: DeliveryID.self) { tasks in
             for n in 0..<64 {
                 tasks.addTask {
@@ -367,11 +367,11 @@ struct QueueStoreTests {
                 _ = release.wait(timeout: .now() + 10)
             }
         }
-        try await Self.waitUntil("the holding read runs") { holding.load(ordering: .acquiring) }
+        try await Poll.until("the holding read runs") { holding.load(ordering: .acquiring) }
         let claim = Task { try await store.claim(upstream: "events", concurrency: 4, policy: policy) }
-        try await Self.waitUntil("the claim waits") { group.waitingCount == 1 }
+        try await Poll.until("the claim waits") { group.waitingCount == 1 }
         let big = Task { try await store.enqueue(upstream: "events", Self.request(2, body: 1 << 20)) }
-        try await Self.waitUntil("the enqueue waits") { group.waitingCount == 2 }
+        try await Poll.until("the enqueue waits") { group.waitingCount == 2 }
         release.signal()
         try await hold.value
         #expect(try await claim.value.deliveries.map(\.id) == [id])
@@ -379,15 +379,6 @@ struct QueueStoreTests {
         try await Self.set(store, "PRAGMA max_page_count = 1073741823")
         #expect(try await store.list(.queued).map(\.id) == [id], "nothing of the refused request is kept")
         await store.close()
-    }
-
-    /// Polls `condition` every millisecond for up to 10 s.
-    static func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !condition() {
-            try #require(ContinuousClock.now < deadline, "timed out waiting until \(what)")
-            try await Task.sleep(for: .milliseconds(1))
-        }
     }
 
     @Test("the snapshot counts queued and dead per upstream and dates the oldest queued")

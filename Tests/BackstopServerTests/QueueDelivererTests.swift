@@ -190,16 +190,6 @@ struct QueueDelivererTests {
             TestFiles.remove(directory)
         }
 
-        /// Waits (at most 10 s, looking every 10 ms) until the deliverer has recorded what `condition` expects: a
-        /// delivery is settled in the store after the sender returned, so the sender's own record comes first.
-        func eventually(_ what: String, _ condition: () async throws -> Bool) async throws {
-            let deadline = ContinuousClock.now + .seconds(10)
-            while try await !condition() {
-                guard ContinuousClock.now < deadline else { throw TestFailure("timed out waiting until \(what)") }
-                try await Task.sleep(for: .milliseconds(10))
-            }
-        }
-
         func delivered() -> Int { metricCount(#"result="delivered""#) }
         func dead() -> Int { metricCount(#"result="dead""#) }
 
@@ -218,7 +208,7 @@ struct QueueDelivererTests {
         for marker: UInt8 in 1...5 { try await fixture.enqueue(marker) }
         try await fixture.running {
             try await fixture.sender.wait("five were sent") { $0.sent.count == 5 && $0.inFlight == 0 }
-            try await fixture.eventually("five were recorded") { fixture.delivered() == 5 }
+            try await Poll.until("five were recorded", every: .milliseconds(10)) { fixture.delivered() == 5 }
         }
         let record = fixture.sender.record.withLock { $0 }
         #expect(record.sent == [1, 2, 3, 4, 5])
@@ -238,7 +228,7 @@ struct QueueDelivererTests {
             #expect(fixture.sender.record.withLock { $0.sent } == [1, 2])
             fixture.sender.setGate(open: true)
             try await fixture.sender.wait("six were sent") { $0.sent.count == 6 && $0.inFlight == 0 }
-            try await fixture.eventually("six were recorded") { fixture.delivered() == 6 }
+            try await Poll.until("six were recorded", every: .milliseconds(10)) { fixture.delivered() == 6 }
         }
         #expect(fixture.sender.record.withLock { $0.maxInFlight } == 2)
         #expect(fixture.delivered() == 6)
@@ -256,7 +246,7 @@ struct QueueDelivererTests {
             try await fixture.enqueue(9)
             try await fixture.sender.wait("it was sent") { $0.sent == [9] }
             #expect(clock.now - accepted < .seconds(2))
-            try await fixture.eventually("it was recorded") { fixture.delivered() == 1 }
+            try await Poll.until("it was recorded", every: .milliseconds(10)) { fixture.delivered() == 1 }
         }
         #expect(fixture.delivered() == 1)
         await fixture.close()
@@ -277,7 +267,9 @@ struct QueueDelivererTests {
             try await fixture.sender.wait("1 was sent three times") {
                 $0.sent.filter { $0 == 1 }.count == 3 && $0.inFlight == 0
             }
-            try await fixture.eventually("both were recorded") { fixture.delivered() == 1 && fixture.dead() == 1 }
+            try await Poll.until("both were recorded", every: .milliseconds(10)) {
+                fixture.delivered() == 1 && fixture.dead() == 1
+            }
         }
         #expect(fixture.sender.record.withLock { $0.sent.filter { $0 == 2 } } == [2])
         #expect(try await fixture.store.list(.queued).isEmpty)
@@ -318,7 +310,9 @@ struct QueueDelivererTests {
             #expect(try await fixture.store.list(.queued).map(\.id).contains(id))
             fixture.deliverer.update(lanes: ["events": settings, "audit": settings])
             try await fixture.sender.wait("both were sent") { Set($0.sent) == [3, 4] && $0.inFlight == 0 }
-            try await fixture.eventually("both were settled") { try await fixture.store.list(.queued).isEmpty }
+            try await Poll.until("both were settled", every: .milliseconds(10)) {
+                try await fixture.store.list(.queued).isEmpty
+            }
         }
         #expect(try await fixture.store.list(.queued).isEmpty)
         await fixture.close()

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTestSupport
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -189,9 +190,8 @@ struct NetworkReturnSignalTests {
 
     /// Waits (with a deadline) until `count` wakes were seen.
     static func expectWakes(_ count: Count, _ expected: Int) async throws {
-        let deadline = ContinuousClock.now + .seconds(2)
-        while count.value.withLockedValue({ $0 }) < expected && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(1))
+        _ = await Poll.holds(within: .seconds(2), every: .milliseconds(1)) {
+            count.value.withLockedValue { $0 } >= expected
         }
         #expect(count.value.withLockedValue { $0 } == expected)
     }

@@ -16,15 +16,6 @@ struct SpanExportQueueTests {
             name: "GET", kind: .server, startNanos: 1, endNanos: 2, attributes: [SpanAttribute("n", .int(Int64(n)))])
     }
 
-    static func waitUntil(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            guard ContinuousClock.now < deadline else { return false }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return true
-    }
-
     @Test("a full queue drops and counts what does not fit")
     func fullQueue() {
         let queue = makeQueue(TestSender(.accept), capacity: 4, batchSize: 2)
@@ -39,7 +30,7 @@ struct SpanExportQueueTests {
         let good = makeQueue(TestSender(.accept), batchSize: 2, interval: .milliseconds(10))
         let goodRun = Task { await good.run() }
         for n in 0..<5 { good.submit(Self.span(n)) }
-        #expect(await Self.waitUntil { good.exported == 5 })
+        #expect(await Poll.holds { good.exported == 5 })
         good.shutdown()
         await goodRun.value
         #expect(good.isFinished)
@@ -49,7 +40,7 @@ struct SpanExportQueueTests {
         let refused = makeQueue(TestSender(.refuse), batchSize: 2, interval: .milliseconds(10))
         let refusedRun = Task { await refused.run() }
         for n in 0..<3 { refused.submit(Self.span(n)) }
-        #expect(await Self.waitUntil { refused.dropped.exportFailed == 3 })
+        #expect(await Poll.holds { refused.dropped.exportFailed == 3 })
         #expect(refused.exported == 0)
         refused.shutdown()
         await refusedRun.value
@@ -67,7 +58,7 @@ struct SpanExportQueueTests {
             }
             if mode == .hang {
                 // The exporter holds one batch in its hung send; the queue behind it is full, the rest dropped.
-                #expect(await Self.waitUntil { queue.queued == queue.capacity })
+                #expect(await Poll.holds { queue.queued == queue.capacity })
             }
             run.cancel()
             await run.value

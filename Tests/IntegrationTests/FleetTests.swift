@@ -302,8 +302,7 @@ struct FleetTests {
                     port: fleet.ports[0].proxy, request: RawHTTP.request("GET", "http://api.test/k", host: "api.test"),
                     timeout: .seconds(30))
             }
-            let deadline = ContinuousClock.now + .seconds(10)
-            while auth.heldCalls == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            _ = await Poll.holds(within: .seconds(10), every: .milliseconds(20)) { auth.heldCalls > 0 }
             #expect(auth.heldCalls == 1)
             kill(fleet.daemons[0].pid, SIGKILL)
             _ = await stuck.value

@@ -127,10 +127,7 @@ struct NetworkChangeMonitorTests {
         _ = try await log.wait(within: .seconds(2), "eventsLost") { $0 == .eventsLost }
         // The reopened socket works.
         let mark = log.all.count
-        let deadline = ContinuousClock.now + .seconds(2)
-        while monitor.socketsOpened < 2 && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(2))
-        }
+        _ = await Poll.holds(within: .seconds(2)) { monitor.socketsOpened >= 2 }
         #expect(monitor.socketsOpened == 2)
         _ = try await namespace.run("/usr/sbin/ip", ["route", "add", "10.251.0.0/16", "via", namespace.hostAddress])
         _ = try await log.wait(from: mark, within: .seconds(1), "route 10.251.0.0/16 on the new socket") {

@@ -57,20 +57,6 @@ struct OutageTests {
         try await proxy.get("http://app.test\(path)", host: "app.test")
     }
 
-    /// Waits until `condition` holds, or records a failure naming `what` after `timeout`.
-    static func eventually(
-        _ what: String, within timeout: Duration = .seconds(3), _ condition: () -> Bool
-    ) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            if ContinuousClock.now > deadline {
-                Issue.record("not within \(timeout): \(what)")
-                return
-            }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-    }
-
     // MARK: another endpoint for a retry
 
     @Test("a 503 from the first endpoint is retried on the second, which answers; the access line names it")
@@ -248,7 +234,9 @@ struct OutageTests {
             #expect(elapsed >= .milliseconds(100) && elapsed < .seconds(1))
             #expect(origins[1].requestCount == 1)
             // The slow copy's connection is closed by the proxy long before the origin would have answered.
-            try await Self.eventually("the slow copy's connection closed") { origins[0].openConnectionCount == 0 }
+            try await Poll.until("the slow copy's connection closed", within: .seconds(3)) {
+                origins[0].openConnectionCount == 0
+            }
             #expect(ContinuousClock.now - started < .seconds(4))
             #expect(
                 proxy.server.metricsText().contains("backstop_hedges_total{upstream=\"app\",result=\"won\"} 1\n"))
@@ -341,7 +329,7 @@ struct NetworkReturnTests {
                 onChange: { batch in changes.withLockedValue { $0 += batch.map(\.description) } }
             ).get()
             try namespace.giveRouteBack()
-            try await OutageTests.eventually("route \(namespace.clientAddress)/32 announced") {
+            try await Poll.until("route \(namespace.clientAddress)/32 announced", within: .seconds(3)) {
                 changes.withLockedValue { $0.contains { $0.hasPrefix("route \(namespace.clientAddress)/32 added") } }
             }
             try await monitor.stop().get()

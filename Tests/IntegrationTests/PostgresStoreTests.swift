@@ -30,14 +30,12 @@ struct PostgresStoreTests {
     /// Waits (20 s at most) until PostgreSQL shows `count` sessions whose last statement was a `LISTEN`: the
     /// backends' listeners are connected then.
     static func waitForListeners(_ pg: TestPostgres, atLeast count: Int) async throws {
-        let deadline = ContinuousClock.now + .seconds(20)
-        while ContinuousClock.now < deadline {
+        let connected = try await Poll.holds(within: .seconds(20), every: .milliseconds(20)) {
             let listening = try await pg.psql(
                 "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle' AND query ILIKE 'LISTEN %'")
-            if let n = Int(listening.trimmingCharacters(in: .whitespacesAndNewlines)), n >= count { return }
-            try await Task.sleep(for: .milliseconds(20))
+            return (Int(listening.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= count
         }
-        Issue.record("fewer than \(count) token store listeners connected within 20 s")
+        if !connected { Issue.record("fewer than \(count) token store listeners connected within 20 s") }
     }
 
     /// Runs `body` while every backend runs (their pools, listeners and table checks).

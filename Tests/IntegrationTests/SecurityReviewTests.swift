@@ -274,10 +274,7 @@ struct SecurityReviewTests {
         #expect(response.status == 200)
         #expect(response.header("X-Backstop-Attempts") == "2")
         // The stalled first connection is closed by Backstop; only the reusable second one stays.
-        let deadline = ContinuousClock.now + .seconds(5)
-        while origin.openConnectionCount > 1 && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        _ = await Poll.holds(within: .seconds(5), every: .milliseconds(20)) { origin.openConnectionCount <= 1 }
         #expect(origin.openConnectionCount == 1)
         await proxy.stop()
         try await origin.shutdown()

@@ -95,8 +95,7 @@ extension TokenRefreshTests {
             #expect(try await proxy.get("http://api.test/first", host: "api.test").status == 200)
             #expect(auth.tokenCalls == 1)
             // No request now: the timer alone must call the endpoint.
-            let deadline = ContinuousClock.now + .seconds(6)
-            while auth.tokenCalls < 2 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            _ = await Poll.holds(within: .seconds(6), every: .milliseconds(20)) { auth.tokenCalls >= 2 }
             #expect(auth.tokenCalls >= 2, "refreshed without a request")
             let calls = auth.tokenCalls
             // The endpoint counts a call when it answers; the token is in use once the manager logged it.

@@ -262,10 +262,7 @@ struct TracedRequestTests {
                     ])
             }
             // The first request's refresh reached the token endpoint, which answers 2 s later …
-            let deadline = ContinuousClock.now + .seconds(10)
-            while auth.origin.requestCount < 1, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(5))
-            }
+            _ = await Poll.holds(within: .seconds(10)) { auth.origin.requestCount >= 1 }
             #expect(auth.origin.requestCount == 1)
             // … so a second request arriving now finds it in flight and waits on it.
             let second = Task {
@@ -381,9 +378,8 @@ struct TracedRequestTests {
         #expect(stuckTime <= liveTime * 2 + .milliseconds(500), "hung collector \(stuckTime), live \(liveTime)")
         // Every batch waits out the 5 s call timeout and is dropped.
         let failed = "backstop_spans_dropped_total{reason=\"export-failed\"}"
-        let deadline = ContinuousClock.now + .seconds(20)
-        while (TracingExportTests.metric(stuck, failed) ?? 0) == 0, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(50))
+        _ = await Poll.holds(within: .seconds(20), every: .milliseconds(50)) {
+            (TracingExportTests.metric(stuck, failed) ?? 0) > 0
         }
         #expect((TracingExportTests.metric(stuck, failed) ?? 0) > 0)
         #expect(TracingExportTests.metric(stuck, "backstop_spans_exported_total") == 0)

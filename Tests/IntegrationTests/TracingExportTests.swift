@@ -100,9 +100,8 @@ struct TracingExportTests {
         #expect((first["backstop.backoff_ms"] as? NSNumber)?.intValue == 25)
         #expect(first["backstop.outcome"] as? String == "5xx")
         #expect(!receiver.output.contains("token=x"))
-        let deadline = ContinuousClock.now + .seconds(5)
-        while Self.metric(proxy, "backstop_spans_exported_total") != 3, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
+        _ = await Poll.holds(within: .seconds(5), every: .milliseconds(10)) {
+            Self.metric(proxy, "backstop_spans_exported_total") == 3
         }
         #expect(Self.metric(proxy, "backstop_spans_exported_total") == 3)
         await proxy.stop()
@@ -125,11 +124,8 @@ struct TracingExportTests {
         let liveTime = try time(live)
         let deadTime = try time(dead)
         #expect(deadTime <= liveTime * 3 + .milliseconds(50), "dead \(deadTime), live \(liveTime)")
-        let deadline = ContinuousClock.now + .seconds(15)
-        while (Self.metric(dead, "backstop_spans_dropped_total{reason=\"export-failed\"}") ?? 0) == 0,
-            ContinuousClock.now < deadline
-        {
-            try await Task.sleep(for: .milliseconds(20))
+        _ = await Poll.holds(within: .seconds(15), every: .milliseconds(20)) {
+            (Self.metric(dead, "backstop_spans_dropped_total{reason=\"export-failed\"}") ?? 0) > 0
         }
         let failed = Self.metric(dead, "backstop_spans_dropped_total{reason=\"export-failed\"}") ?? 0
         let full = Self.metric(dead, "backstop_spans_dropped_total{reason=\"queue-full\"}") ?? 0

@@ -221,20 +221,17 @@ struct NamespacedTLSServer {
 
     /// Waits (10 s at most) until the server accepts connections from this host.
     func waitUntilListening() async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            if (try? BlockingSocket(port: port, host: address)) != nil { return }
-            try await Task.sleep(for: .milliseconds(50))
+        let listening = await Poll.holds(within: .seconds(10), every: .milliseconds(50)) {
+            (try? BlockingSocket(port: port, host: address)) != nil
         }
-        throw NamespacedTLSServerError.notListening
+        guard listening else { throw NamespacedTLSServerError.notListening }
     }
 
     /// Kills the server and waits (5 s at most) until it is gone. Polls: Foundation's `waitUntilExit` can hang in
     /// an async test.
     func stop() async {
         kill(process.processIdentifier, SIGKILL)
-        let deadline = ContinuousClock.now + .seconds(5)
-        while process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+        _ = await Poll.holds(within: .seconds(5), every: .milliseconds(20)) { !process.isRunning }
     }
 }
 

@@ -46,6 +46,13 @@ public final class DaemonProcess: Sendable {
         self.stderrPath = stderrPath
     }
 
+    /// A test that never called `stop()` (it failed first, or only needed the daemon while it ran) leaves neither a
+    /// daemon running nor its log in the temporary directory.
+    deinit {
+        if process.isRunning { kill(pid, SIGKILL) }
+        unlink(stderrPath)
+    }
+
     /// Everything the daemon wrote to stdout and stderr so far (invalid UTF-8 replaced, never dropped: a scan for
     /// secrets must see every line).
     public var output: String {
@@ -61,25 +68,20 @@ public final class DaemonProcess: Sendable {
     /// Waits until `host:port` accepts TCP connections (the daemon bound its listener).
     public func waitUntilListening(port: Int, host: String = "127.0.0.1", timeout: Duration = .seconds(20)) async throws
     {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if !process.isRunning {
+        let listening = try await Poll.holds(within: timeout, every: .milliseconds(25)) {
+            guard process.isRunning else {
                 throw DaemonProcessError.exited(status: process.terminationStatus, output: output)
             }
-            if Self.canConnect(host: host, port: port) { return }
-            try await Task.sleep(for: .milliseconds(25))
+            return Self.canConnect(host: host, port: port)
         }
-        throw DaemonProcessError.notListening(port: port, output: output)
+        guard listening else { throw DaemonProcessError.notListening(port: port, output: output) }
     }
 
     /// Waits until `predicate(output)` holds.
     public func waitForOutput(timeout: Duration, _ predicate: (String) -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if predicate(output) { return }
-            try await Task.sleep(for: .milliseconds(25))
+        guard await Poll.holds(within: timeout, every: .milliseconds(25), { predicate(output) }) else {
+            throw DaemonProcessError.outputNotSeen(output: output)
         }
-        throw DaemonProcessError.outputNotSeen(output: output)
     }
 
     public func send(signal: Int32) { kill(pid, signal) }
@@ -87,13 +89,9 @@ public final class DaemonProcess: Sendable {
     /// Waits for the process to exit; returns its exit status. Kills it (SIGKILL) if the timeout passes.
     @discardableResult
     public func waitForExit(timeout: Duration) async throws -> Int32 {
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning {
-            if ContinuousClock.now >= deadline {
-                kill(pid, SIGKILL)
-                throw DaemonProcessError.didNotExit(output: output)
-            }
-            try await Task.sleep(for: .milliseconds(20))
+        guard await Poll.holds(within: timeout, every: .milliseconds(20), { !process.isRunning }) else {
+            kill(pid, SIGKILL)
+            throw DaemonProcessError.didNotExit(output: output)
         }
         return process.terminationStatus
     }

@@ -67,12 +67,7 @@ extension HandlerHarness {
 
     /// Waits until `condition` holds (live: checked every millisecond for up to `HandlerHarnessLimits.wait`).
     func eventually(_ condition: () -> Bool) -> Bool {
-        let deadline = ContinuousClock.now + HandlerHarnessLimits.wait
-        while !condition() {
-            guard ContinuousClock.now < deadline else { return false }
-            usleep(1000)
-        }
-        return true
+        Poll.holdsBlocking(within: HandlerHarnessLimits.wait, condition)
     }
 }
 
