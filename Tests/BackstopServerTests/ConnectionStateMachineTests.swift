@@ -277,13 +277,13 @@ struct ConnectionStateMachineTests {
                     [
                         .writeHead(
                             upstream(200, contentLength: nil),
-                            headWrite(.closeDelimited, http10: true, connection: .close)),
+                            headWrite(.closeDelimited, http10: true, connection: .close))
                     ]
                 ),
                 (
                     .transport(.end),
                     [
-                        completed(close: true),
+                        completed(close: true)
                     ]
                 ),
             ],
@@ -463,7 +463,8 @@ struct ConnectionStateMachineTests {
                 (
                     .transport(.head(upstream(200))),
                     [
-                        .cancelAttempt(generation: 3), .writeHead(upstream(200), headWrite(.contentLength(2), attempts: 3)),
+                        .cancelAttempt(generation: 3),
+                        .writeHead(upstream(200), headWrite(.contentLength(2), attempts: 3)),
                     ]
                 ),
                 (.transport(.body(ok), generation: 3), []),
