@@ -449,7 +449,7 @@ struct ExchangeStateMachine: Equatable {
         }
 
         /// Immutable once made: a change makes a new box, so records that share one never see each other's.
-        private final class RareBox {
+        private final class RareBox: Sendable {
             let value: Rare
             init(_ value: Rare) { self.value = value }
         }
