@@ -78,6 +78,12 @@ final class CurlEasy {
         try check(bs_easy_setopt_data_callback(raw, option, callback), option)
     }
 
+    /// OpenSSL reads TLS records ahead on this handle's connections (one `recv` per record, not two); for readers
+    /// that read on until OpenSSL has nothing.
+    func setTLSReadAhead() throws(CurlSetupError) {
+        try check(bs_easy_setopt_tls_read_ahead(raw), CURLOPT_SSL_CTX_FUNCTION)
+    }
+
     func setSeekCallback(_ callback: bs_curl_seek_callback) throws(CurlSetupError) {
         try check(bs_easy_setopt_seek_callback(raw, callback), CURLOPT_SEEKFUNCTION)
     }

@@ -204,6 +204,9 @@ final class HTTP1Connections {
             try configuration.configureConnectOnly(
                 easy, url: String(url.origin), connectTimeout: request.connectTimeout, tls: request.tls,
                 context: Unmanaged.passUnretained(connection).toOpaque(), open: CurlTrampolines.openHTTP1Socket)
+            // `read` reads a TLS connection on until curl has nothing, and `resume` reads before waiting for epoll:
+            // no record read ahead is left waiting in OpenSSL (docs/performance.md#syscalls-and-wake-ups-per-request).
+            if url.secure { try easy.setTLSReadAhead() }
         } catch {
             return error.description
         }

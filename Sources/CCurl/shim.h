@@ -170,6 +170,23 @@ static inline int bs_wake_fd_drain(int fd) {
 /* Names the calling thread for the kernel (top -H, perf, core dumps); at most 15 bytes are kept. 0 or the errno. */
 static inline int bs_set_thread_name(const char *name) { return prctl(PR_SET_NAME, name, 0, 0, 0) == 0 ? 0 : errno; }
 
+/* A CURLOPT_SSL_CTX_FUNCTION that turns on OpenSSL's read-ahead for the connection being made: a TLS record then
+ * costs one recv() instead of two (its 5-byte header, then its body). Only for connections whose reader reads on
+ * until OpenSSL has nothing (raw HTTP/1.1: records read ahead sit in OpenSSL's buffer, where no epoll reports them).
+ * SSL_CTX_ctrl is looked up at run time like X509_verify_cert_error_string below; without it nothing changes. */
+typedef long (*bs_ssl_ctx_ctrl_fn)(void *, int, long, void *);
+static inline CURLcode bs_ssl_ctx_read_ahead(CURL *curl, void *ssl_ctx, void *userptr) {
+    (void)curl;
+    (void)userptr;
+    /* Once per TLS connection, next to a handshake: the lookup's cost does not matter, and no state is shared. */
+    bs_ssl_ctx_ctrl_fn ctrl = (bs_ssl_ctx_ctrl_fn)dlsym(RTLD_DEFAULT, "SSL_CTX_ctrl");
+    if (ctrl) (void)ctrl(ssl_ctx, 41 /* SSL_CTRL_SET_READ_AHEAD */, 1, NULL); /* returns the previous setting */
+    return CURLE_OK;
+}
+static inline CURLcode bs_easy_setopt_tls_read_ahead(CURL *h) {
+    return curl_easy_setopt(h, CURLOPT_SSL_CTX_FUNCTION, bs_ssl_ctx_read_ahead);
+}
+
 /* OpenSSL's text for an X509 verification result (CURLINFO_SSL_VERIFYRESULT), e.g. "unable to get local issuer
  * certificate"; NULL when libcrypto is not in the process. Looked up at run time: libcurl brings libcrypto in, and
  * linking it directly would need libssl-dev's unversioned library at build time. */

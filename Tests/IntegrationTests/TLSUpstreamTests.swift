@@ -133,6 +133,40 @@ struct TLSUpstreamTests {
         try await pinnedOrigin.shutdown()
         try await offeredOrigin.shutdown()
     }
+    @Test(
+        "a TLS upstream's 8 MiB response to a slow reader arrives byte-exact (reading pauses and resumes with records read ahead), and its connection serves the next request"
+    )
+    func tlsSlowReader() async throws {
+        let size = 8 << 20
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let certificates = try TestCertificates.generate(in: directory)
+        let origin = try await TestOrigin.start(tls: certificates.serverIdentity) { request in
+            request.uri == "/large"
+                ? .stream(status: 200, headers: [], totalBytes: size, chunkSize: 64 << 10, chunked: false)
+                : .text(200, "next")
+        }
+        let proxy = try await ProxyHarness.start(
+            """
+            upstreams:
+              - name: secure
+                match: {hosts: [secure.test]}
+                url: https://localhost:\(origin.port)
+                tls: {ca_file: \(certificates.caCertPath)}
+            """)
+        let large = try await RawHTTP.exchange(
+            port: proxy.port, request: RawHTTP.request("GET", "http://secure.test/large", host: "secure.test"),
+            timeout: .seconds(60), readDelayPerChunk: .milliseconds(1))
+        #expect(large.status == 200)
+        #expect(large.body.count == size)
+        #expect(TestPattern.verify(large.body, expectedLength: size))
+        let next = try await proxy.get("http://secure.test/next", host: "secure.test")
+        #expect(next.bodyString == "next")
+        #expect(origin.connectionCount == 1, "the upstream connection was kept and used again")
+        await proxy.stop()
+        try await origin.shutdown()
+    }
+
     @Test("a new upstream connection on another handle resumes the TLS session the first one made (one session store)")
     func tlsSessionsShared() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
