@@ -38,6 +38,9 @@ final class CurlEasy {
     private var headerList: CurlHeaderList?
     /// The URL handle `CURLOPT_CURLU` points to, and the endpoint it holds (parsed once per handle and endpoint).
     private var url: (handle: CurlURL, endpoint: String)?
+    /// The TLS options last set on the handle (`HandleConfiguration.configure`): a handle from the idle group of
+    /// the same options has them already. Nil on a new or reset handle.
+    var tlsOptions: TransportTLSOptions?
 
     private init(_ raw: UnsafeMutableRawPointer) { self.raw = raw }
 
@@ -116,7 +119,9 @@ final class CurlEasy {
             return
         }
         let handle: CurlURL
-        if let current = self.url, current.endpoint.utf8.elementsEqual(target.endpoint.utf8) {
+        // Substring's `==` compares contiguous ASCII with memcmp (as `HTTP1PoolKey` does); `utf8.elementsEqual` went
+        // byte by byte, ~2.7k instructions per transfer.
+        if let current = self.url, current.endpoint[...] == target.endpoint {
             handle = current.handle
         } else {
             guard let fresh = CurlURL(endpoint: target.endpoint) else {
@@ -140,6 +145,7 @@ final class CurlEasy {
         curl_easy_reset(raw)
         headerList = nil
         url = nil
+        tlsOptions = nil
     }
 
     // Transfer facts for failure causes and the stale-connection rule. `curl_easy_getinfo` fails only for an

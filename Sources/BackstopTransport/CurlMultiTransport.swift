@@ -111,12 +111,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     /// Starts an attempt. Events arrive, in order and batched, through `sink` on `eventLoop`.
     public func start(
-        _ request: TransportRequest, on eventLoop: EventLoop,
+        _ request: consuming TransportRequest, on eventLoop: EventLoop,
         sink: @escaping @Sendable ([TransportEvent]) -> Void
     ) -> any TransferHandle {
         let transfer = CurlTransfer(
             request: request, eventLoop: eventLoop, transport: self, rawHTTP1: rawHTTP1, sink: sink)
-        if case .streaming(let stream) = request.body {
+        if case .streaming(let stream) = transfer.request.body {
             stream.setResumeConsumer { [weak transfer, weak self] in
                 guard let transfer, let self else { return }
                 self.submit(.resumeSend(transfer))

@@ -59,12 +59,12 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         request: TransportRequest, eventLoop: EventLoop, transport: CurlMultiTransport, rawHTTP1: Bool,
         sink: @escaping @Sendable ([TransportEvent]) -> Void
     ) {
-        self.request = request
         self.http1URL = rawHTTP1 && !request.tls.http2 ? HTTP1URL(request.url) : nil
         self.eventLoop = eventLoop
         self.transport = transport
         self.sink = sink
         if case .buffered(let buffer) = request.body { self.bufferedBody = buffer }
+        self.request = request  // last: moved in, not copied
     }
 
     /// Stops the attempt; a `.failure(.cancelled)` event follows unless it already ended.
@@ -91,20 +91,30 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
 
     // MARK: transport thread
 
-    func emit(_ event: TransportEvent) {
+    /// Taken, not borrowed: the event moves into `pending` (a copy would retain every field of a head).
+    func emit(_ event: consuming TransportEvent) {
         assertOnTransportThread()
-        if case .body(var incoming) = event, case .body(var last)? = pending.last {
-            pending.removeLast()
-            last.writeBuffer(&incoming)
-            pending.append(.body(last))
-        } else {
-            if pending.isEmpty {
-                // A batch is usually head, body and end: room for them at once rather than growing 1 → 2 → 4.
-                pending.reserveCapacity(4)
-                transport.markDirty(self)
+        switch consume event {
+        case .body(var incoming):
+            if case .body(var last)? = pending.last {
+                pending.removeLast()
+                last.writeBuffer(&incoming)
+                pending.append(.body(last))
+            } else {
+                enqueue(.body(incoming))
             }
-            pending.append(event)
+        case let other:
+            enqueue(other)
         }
+    }
+
+    private func enqueue(_ event: consuming TransportEvent) {
+        if pending.isEmpty {
+            // A batch is usually head, body and end: room for them at once rather than growing 1 → 2 → 4.
+            pending.reserveCapacity(4)
+            transport.markDirty(self)
+        }
+        pending.append(event)
     }
 
     /// One turn's events of a transfer and where they go, run on the requester's event loop.

@@ -42,9 +42,13 @@ struct HandleConfiguration {
         try easy.set(CURLOPT_OPENSOCKETDATA, pointer: context)
         try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(request.connectTimeout.millisecondsRoundedUp))
         // Non-default TLS options stay on the handle: it goes back to the idle group of these options
-        // (`EasyHandles` resets a handle before it serves other options).
-        try setTLSOptions(easy, request.tls)
-        if request.tls.http2 { try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)) }
+        // (`EasyHandles` resets a handle before it serves other options), so one from that group has them already
+        // (setting a CA file again costs curl a copy of its path on every transfer).
+        if easy.tlsOptions != request.tls {
+            try setTLSOptions(easy, request.tls)
+            if request.tls.http2 { try easy.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)) }
+            easy.tlsOptions = request.tls
+        }
 
         let method = request.method
         let sendsBody: Bool

@@ -15,7 +15,10 @@ struct IdleHandlePool<Handle> {
     let capacity: Int
     /// Handles with the default options, apart: the common case costs no hashing.
     private var plain: [Handle] = []
-    private var groups: [TransportTLSOptions: [Handle]] = [:]
+    /// The other groups, found by `==`: there are as many as distinct upstream `tls` settings (a few), and
+    /// comparing options that share their strings is cheaper than hashing them twice per transfer, as a dictionary
+    /// keyed by them did (~2k instructions per request on an h2 upstream; docs/performance.md).
+    private var groups: [(options: TransportTLSOptions, handles: [Handle])] = []
     private(set) var count = 0
 
     init(capacity: Int) { self.capacity = capacity }
@@ -28,29 +31,42 @@ struct IdleHandlePool<Handle> {
             count -= 1
             return .ready(handle)
         }
-        guard let other = groups.first(where: { !$0.value.isEmpty })?.key, let handle = pop(other) else { return nil }
+        guard let index = groups.firstIndex(where: { !$0.handles.isEmpty }), let handle = pop(at: index) else {
+            return nil
+        }
         return .needsReset(handle)
     }
 
     /// Keeps `handle`, last configured for `options`; false when the pool is full (the caller frees it).
     mutating func put(_ handle: Handle, options: TransportTLSOptions) -> Bool {
         guard count < capacity else { return false }
-        if options.isDefault { plain.append(handle) } else { groups[options, default: []].append(handle) }
+        if options.isDefault {
+            plain.append(handle)
+        } else if let index = groups.firstIndex(where: { $0.options == options }) {
+            groups[index].handles.append(handle)
+        } else {
+            groups.append((options, [handle]))
+        }
         count += 1
         return true
     }
 
     /// Every idle handle, emptying the pool.
     mutating func removeAll() -> [Handle] {
-        let all = plain + groups.values.flatMap { $0 }
+        let all = plain + groups.flatMap(\.handles)
         plain = []
-        groups = [:]
+        groups = []
         count = 0
         return all
     }
 
     private mutating func pop(_ options: TransportTLSOptions) -> Handle? {
-        guard let handle = groups[options]?.popLast() else { return nil }
+        guard let index = groups.firstIndex(where: { $0.options == options }) else { return nil }
+        return pop(at: index)
+    }
+
+    private mutating func pop(at index: Int) -> Handle? {
+        guard let handle = groups[index].handles.popLast() else { return nil }
         count -= 1
         return handle
     }

@@ -4,8 +4,9 @@ import NIOCore
 /// The exchange and the token fetcher depend on this rather than on `CurlMultiTransport`, so unit tests drive them
 /// with a scripted transport.
 public protocol TransferStarting: AnyObject, Sendable {
+    /// `request` is taken: the transfer keeps it without copying its fields.
     func start(
-        _ request: TransportRequest, on eventLoop: EventLoop,
+        _ request: consuming TransportRequest, on eventLoop: EventLoop,
         sink: @escaping @Sendable ([TransportEvent]) -> Void
     ) -> any TransferHandle
 }

@@ -401,6 +401,104 @@ struct QueueStoreTests {
         await store.close()
     }
 
+    /// The snapshot's figures counted from the rows themselves (what `snapshot` read before the `counts` table).
+    static func countedFromRows(_ store: QueueStore) async throws -> [String: QueueSnapshot.Upstream] {
+        let rows = try await store.database.perform(writes: false) { connection in
+            try connection.query(
+                "SELECT upstream, state, count(*), min(accepted_at) FROM deliveries GROUP BY upstream, state")
+        }
+        var upstreams: [String: QueueSnapshot.Upstream] = [:]
+        for row in rows {
+            let upstream = try #require(row.text(0))
+            let count = try #require(row.integer(2))
+            if row.integer(1) == DeliveryState.queued.rawValue {
+                upstreams[upstream, default: .init()].queued = count
+                upstreams[upstream, default: .init()].oldestQueuedAt = row.integer(3).map { Double($0) / 1e6 }
+            } else {
+                upstreams[upstream, default: .init()].dead = count
+            }
+        }
+        return upstreams
+    }
+
+    @Test("the snapshot's counts follow every change (accept, outcomes, expiry, retry, drop) and are rebuilt on open")
+    func countsFollowEveryChange() async throws {
+        let f = try Fixture()
+        var store = try await f.open()
+        func check(_ step: String, _ expected: [String: QueueSnapshot.Upstream]) async throws {
+            let upstreams = try await store.snapshot().upstreams
+            #expect(upstreams == expected, "\(step)")
+            #expect(upstreams == (try await Self.countedFromRows(store)), "\(step): counts differ from the rows")
+        }
+        let start = 1_800_000_000.0
+        var events: [DeliveryID] = []
+        for n in 0..<3 {
+            events.append(try await store.enqueue(upstream: "events", Self.request(n)))
+            f.clock.advance(by: .seconds(1))
+        }
+        let audit = try await store.enqueue(upstream: "audit", Self.request(3))
+        try await check(
+            "accepted",
+            ["events": .init(queued: 3, oldestQueuedAt: start), "audit": .init(queued: 1, oldestQueuedAt: start + 3)])
+
+        let claimed = try await store.claim(upstream: "events", concurrency: 2, policy: policy).deliveries
+        #expect(claimed.map(\.id) == Array(events[0..<2]))
+        try await store.settle(claimed[0], .delivered)
+        try await store.settle(claimed[1], .retry(at: start + 10, lastOutcome: "status 503"))
+        let auditClaim = try await store.claim(upstream: "audit", concurrency: 1, policy: policy).deliveries
+        try await store.settle(auditClaim[0], .dead(lastOutcome: "status 400"))
+        try await check(
+            "settled",
+            ["events": .init(queued: 2, oldestQueuedAt: start + 1), "audit": .init(queued: 0, dead: 1)])
+
+        #expect(try await store.retryDead(audit))
+        try await check(
+            "retried",
+            [
+                "events": .init(queued: 2, oldestQueuedAt: start + 1),
+                "audit": .init(queued: 1, oldestQueuedAt: start + 3),
+            ])
+
+        #expect(try await store.drop(events[1]))
+        f.clock.advance(by: .seconds(3600))
+        let expiring = try await store.claim(upstream: "events", concurrency: 4, policy: policy)
+        #expect(expiring.expired == [events[2]])
+        try await check(
+            "expired and dropped",
+            ["events": .init(queued: 0, dead: 1), "audit": .init(queued: 1, oldestQueuedAt: start + 3)])
+
+        // Counts that went wrong (a file from an older version, a hand edit) are counted again on open.
+        try await Self.set(store, "UPDATE counts SET n = n + 7")
+        await store.close()
+        store = try await f.open()
+        try await check(
+            "reopened", ["events": .init(queued: 0, dead: 1), "audit": .init(queued: 1, oldestQueuedAt: start + 3)])
+        #expect(try await store.retryAllDead() == 1)
+        #expect(try await store.drop(audit))
+        try await check("retried all, dropped", ["events": .init(queued: 1, oldestQueuedAt: start + 2)])
+        await store.close()
+    }
+
+    @Test("the WAL is copied off the writer's thread, and starts over once long: nothing committed is lost")
+    func checkpointsOffTheWriter() async throws {
+        let f = try Fixture()
+        var store = try await f.open()
+        let checkpointer = try #require(store.database.checkpointer)
+        // One commit each (a few frames): past SQLite's 1,000-frame threshold several times, and past the 4,096-frame
+        // limit at which the writer copies the rest itself.
+        var ids: [DeliveryID] = []
+        for n in 0..<1200 { ids.append(try await store.enqueue(upstream: "events", Self.request(n))) }
+        let frames = try await store.database.perform(writes: false) { $0.walFrames }
+        let copies = checkpointer.copies
+        #expect(copies.background >= 2, "the bulk is copied in the background")
+        #expect(copies.foreground >= 1, "the writer copied the last frames of a long WAL")
+        #expect(frames < 4096 + 100, "the WAL started over (\(frames) frames)")
+        await store.close()
+        store = try await f.open()
+        #expect(try await store.list(.queued).map(\.id) == ids)
+        await store.close()
+    }
+
     @Test("one daemon at a time delivers from a spool; commands open it beside the daemon")
     func ownerLock() async throws {
         let f = try Fixture()

@@ -52,10 +52,12 @@ struct ConnectionStateMachineTests {
 
     static func headWrite(
         _ framing: ResponseFraming, http10: Bool = false, connection: ResponseHeadWriter.ConnectionField = .none,
-        attempts: Int = 1, error: ProxyErrorReason? = nil
+        attempts: Int = 1, error: ProxyErrorReason? = nil,
+        report: ExchangeStateMachine.AttemptReport? = .response(status: 200, version: "1.1")
     ) -> Machine.HeadWrite {
         Machine.HeadWrite(
-            framing: framing, clientIsHTTP10: http10, connection: connection, attempts: attempts, error: error)
+            framing: framing, clientIsHTTP10: http10, connection: connection, attempts: attempts, error: error,
+            report: report)
     }
 
     static func errorWrite(
@@ -72,8 +74,17 @@ struct ConnectionStateMachineTests {
         .requestFinished(Machine.Finished(ending: ending, record: record, bytes: bytes))
     }
 
+    /// A response that completed, its exchange recorded with its end.
+    static func completed(
+        lastChunk: ResponseRelay.LastChunk? = nil, close: Bool = false, bytes: Int = 0,
+        record: ExchangeStateMachine.Record = record200
+    ) -> Action {
+        .endResponse(
+            lastChunk: lastChunk, close: close,
+            Machine.Finished(ending: .completed(requestComplete: true), record: record, bytes: bytes))
+    }
+
     static let record200 = ExchangeStateMachineTests.record(200)
-    static let report200 = Action.attemptEnded(.response(status: 200, version: "1.1"))
 
     // MARK: the table
 
@@ -226,15 +237,14 @@ struct ConnectionStateMachineTests {
                 (.part(.end(nil)), []),
                 (
                     .transport(.head(upstream(200))),
-                    [report200, .writeHead(upstream(200), headWrite(.contentLength(2)))]
+                    [.writeHead(upstream(200), headWrite(.contentLength(2)))]
                 ),
                 (.transport(.body(ok)), [.writeBody(ok, chunk: nil)]),
                 (.batchEnded(), [.flushBody(generation: 1)]),
                 (
                     .transport(.end, ms: 10),
                     [
-                        finished(.completed(requestComplete: true), record200, bytes: 2),
-                        .endResponse(lastChunk: nil, close: false), .awaitNextHead,
+                        completed(bytes: 2), .awaitNextHead,
                     ]
                 ),
             ],
@@ -245,15 +255,14 @@ struct ConnectionStateMachineTests {
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]), (.part(.end(nil)), []),
                 (
                     .transport(.head(upstream(200, contentLength: nil))),
-                    [report200, .writeHead(upstream(200, contentLength: nil), headWrite(.chunked))]
+                    [.writeHead(upstream(200, contentLength: nil), headWrite(.chunked))]
                 ),
                 (.transport(.body(ok)), [.writeBody(ok, chunk: ResponseRelay.Chunk(first: true))]),
                 (.transport(.body(ok)), [.writeBody(ok, chunk: ResponseRelay.Chunk(first: false))]),
                 (
                     .transport(.end),
                     [
-                        finished(.completed(requestComplete: true), record200, bytes: 4),
-                        .endResponse(lastChunk: ResponseRelay.LastChunk(afterChunks: true), close: false),
+                        completed(lastChunk: ResponseRelay.LastChunk(afterChunks: true), bytes: 4),
                         .awaitNextHead,
                     ]
                 ),
@@ -266,17 +275,15 @@ struct ConnectionStateMachineTests {
                 (
                     .transport(.head(upstream(200, contentLength: nil))),
                     [
-                        report200,
                         .writeHead(
                             upstream(200, contentLength: nil),
-                            headWrite(.closeDelimited, http10: true, connection: .close)),
+                            headWrite(.closeDelimited, http10: true, connection: .close))
                     ]
                 ),
                 (
                     .transport(.end),
                     [
-                        finished(.completed(requestComplete: true), record200),
-                        .endResponse(lastChunk: nil, close: true),
+                        completed(close: true)
                     ]
                 ),
             ],
@@ -287,7 +294,7 @@ struct ConnectionStateMachineTests {
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]), (.part(.end(nil)), []),
                 (
                     .transport(.head(upstream(200))),
-                    [report200, .writeHead(upstream(200), headWrite(.contentLength(2)))]
+                    [.writeHead(upstream(200), headWrite(.contentLength(2)))]
                 ),
                 (
                     .transport(.body(ByteBuffer(string: "okk"))),
@@ -305,7 +312,7 @@ struct ConnectionStateMachineTests {
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]), (.part(.end(nil)), []),
                 (
                     .transport(.head(upstream(200, contentLength: 5))),
-                    [report200, .writeHead(upstream(200, contentLength: 5), headWrite(.contentLength(5)))]
+                    [.writeHead(upstream(200, contentLength: 5), headWrite(.contentLength(5)))]
                 ),
                 (.transport(.body(ok)), [.writeBody(ok, chunk: nil)]),
                 (
@@ -318,7 +325,7 @@ struct ConnectionStateMachineTests {
             name: "a HEAD's response is bodyless whatever its length",
             steps: [
                 (.part(.head(request(.HEAD))), [.admit(request(.HEAD))]), (.admitted(forward), [start()]),
-                (.transport(.head(upstream(200))), [report200, .writeHead(upstream(200), headWrite(.bodyless))]),
+                (.transport(.head(upstream(200))), [.writeHead(upstream(200), headWrite(.bodyless))]),
                 (.transport(.body(ok)), []),
             ]),
         Row(
@@ -456,7 +463,7 @@ struct ConnectionStateMachineTests {
                 (
                     .transport(.head(upstream(200))),
                     [
-                        .cancelAttempt(generation: 3), report200,
+                        .cancelAttempt(generation: 3),
                         .writeHead(upstream(200), headWrite(.contentLength(2), attempts: 3)),
                     ]
                 ),
@@ -479,14 +486,13 @@ struct ConnectionStateMachineTests {
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]), (.part(.end(nil)), []),
                 (
                     .transport(.head(upstream(200))),
-                    [report200, .writeHead(upstream(200), headWrite(.contentLength(2)))]
+                    [.writeHead(upstream(200), headWrite(.contentLength(2)))]
                 ),
                 (.transport(.body(ok)), [.writeBody(ok, chunk: nil)]),
                 (
                     .transport(.end),
                     [
-                        finished(.completed(requestComplete: true), record200, bytes: 2),
-                        .endResponse(lastChunk: nil, close: false), .awaitNextHead,
+                        completed(bytes: 2), .awaitNextHead,
                     ]
                 ),
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start(2, attempt: 1)]),
@@ -528,7 +534,7 @@ struct ConnectionStateMachineTests {
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]), (.part(.end(nil)), []),
                 (
                     .transport(.head(upstream(200))),
-                    [report200, .writeHead(upstream(200), headWrite(.contentLength(2)))]
+                    [.writeHead(upstream(200), headWrite(.contentLength(2)))]
                 ),
                 (.headTimedOut, []),
                 (
@@ -696,7 +702,7 @@ struct ConnectionStateMachineTests {
                 case .writeHead, .writeError, .writeAccepted:
                     responses += 1
                     if responses > 1 { violation = violation ?? "two responses to one request" }
-                case .requestFinished:
+                case .requestFinished, .endResponse:
                     finishes += 1
                     if finishes > 1 { violation = violation ?? "two records of one exchange" }
                 case .acquireCredential, .refreshCredential:

@@ -66,6 +66,8 @@ struct QueuedDeliveryTests {
     final class SwitchableOrigin: Sendable {
         final class Flag: Sendable {
             let down: Atomic<Bool>
+            /// Requests answered with a reset (counted once the answer is decided, unlike `requests`).
+            let resets = Atomic<Int>(0)
             let answered = Mutex<[String]>([])
             init(_ down: Bool) { self.down = Atomic(down) }
         }
@@ -76,7 +78,10 @@ struct QueuedDeliveryTests {
             let flag = Flag(down)
             self.flag = flag
             origin = try await TestOrigin.start { request in
-                if flag.down.load(ordering: .acquiring) { return .reset }
+                if flag.down.load(ordering: .acquiring) {
+                    flag.resets.add(1, ordering: .relaxed)
+                    return .reset
+                }
                 if let key = request.header("Idempotency-Key") { flag.answered.withLock { $0.append(key) } }
                 return .respond(status: 204)
             }
@@ -86,6 +91,12 @@ struct QueuedDeliveryTests {
         var answered: [String] { flag.answered.withLock { $0 } }
 
         func setDown(_ value: Bool) { flag.down.store(value, ordering: .releasing) }
+
+        /// Waits until `count` requests were answered with a reset: the origin records a request before it looks at
+        /// `down`, so `waitForRequests` alone can return before that request's answer is decided.
+        func waitForResets(_ count: Int) async throws {
+            try await Poll.until("\(count) tries reset") { flag.resets.load(ordering: .relaxed) >= count }
+        }
     }
 
     /// Counts what an origin script answered.
@@ -134,7 +145,7 @@ struct QueuedDeliveryTests {
         let response = try await setup.post("/hook", body: "payload", headers: [("Idempotency-Key", "client-key-1")])
         #expect(response.status == 202)
         // At least one try fails against the reset, then the origin comes back.
-        _ = try await switchable.origin.waitForRequests(1, timeout: .seconds(10))
+        try await switchable.waitForResets(1)
         switchable.setDown(false)
         try await daemon.waitForOutput(timeout: .seconds(15)) { $0.contains("msg=delivered") }
         let tries = switchable.origin.requests

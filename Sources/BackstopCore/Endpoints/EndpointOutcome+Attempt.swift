@@ -8,7 +8,8 @@ extension EndpointOutcome {
             self = .abandoned
             return
         }
-        if retryOn.contains(outcome.condition) {
+        // Scanned, not hashed: `retry.on` holds a handful of conditions, and this runs for every attempt's end.
+        if retryOn.contains(where: { $0 == outcome.condition }) {
             self = .failure
         } else if case .response = outcome {
             self = .success

@@ -8,38 +8,119 @@
 /// a line into the client's response. Kept as bytes because this runs for every response: the client head is
 /// written by copying them once.
 public struct UpstreamResponseHead: Sendable, Equatable {
-    public var status: Int
+    /// Every field lives in one copy-on-write box: a head passes from the transport thread through events and the
+    /// machines' actions to the writer, and moving or copying it is then one reference, not nine fields' worth of
+    /// retains, and no action needs a box of its own to stay small (docs/performance.md).
+    private var storage: Storage
+
+    public var status: Int {
+        get { storage.status }
+        set { unique().status = newValue }
+    }
     /// The protocol version the upstream spoke, as `Via` writes it: `1.1`, `1.0`, `2`.
-    public var version: String
-    public var fields: [UInt8]
+    public var version: String {
+        get { storage.version }
+        set { unique().version = newValue }
+    }
+    public var fields: [UInt8] {
+        get { storage.fields }
+        set { unique().fields = newValue }
+    }
     /// The upstream's `Content-Length`, when it sent a valid one.
-    public var contentLength: Int?
+    public var contentLength: Int? {
+        get { storage.contentLength }
+        set { unique().contentLength = newValue }
+    }
     /// The upstream's own `Via` values, comma-joined (Backstop appends itself).
-    public var via: String?
+    public var via: String? {
+        get { storage.via }
+        set { unique().via = newValue }
+    }
     /// `Retry-After` and `X-RateLimit-Reset` as sent (they also stay in `fields`).
-    public var retryAfter: String?
-    public var rateLimitReset: String?
+    public var retryAfter: String? {
+        get { storage.retryAfter }
+        set { unique().retryAfter = newValue }
+    }
+    public var rateLimitReset: String? {
+        get { storage.rateLimitReset }
+        set { unique().rateLimitReset = newValue }
+    }
     /// Why the head's body framing cannot be trusted (`Content-Length` with `Transfer-Encoding`, differing or
     /// malformed lengths, a transfer coding other than `chunked`), or nil when it is sound. Such a head is never
     /// relayed: a proxy and its client could disagree about where the body ends (response splitting).
-    public var framingProblem: String?
+    public var framingProblem: String? {
+        get { storage.framingProblem }
+        set { unique().framingProblem = newValue }
+    }
     /// Where the values of `Location` and `Content-Location` lines sit in `fields` (for `RedirectRewriter`).
-    public var redirectValueRanges: [Range<Int>]
+    public var redirectValueRanges: [Range<Int>] {
+        get { storage.redirectValueRanges }
+        set { unique().redirectValueRanges = newValue }
+    }
 
     public init(
         status: Int, version: String = "1.1", fields: [UInt8] = [], contentLength: Int? = nil, via: String? = nil,
         retryAfter: String? = nil, rateLimitReset: String? = nil, framingProblem: String? = nil,
         redirectValueRanges: [Range<Int>] = []
     ) {
-        self.framingProblem = framingProblem
-        self.redirectValueRanges = redirectValueRanges
-        self.status = status
-        self.version = version
-        self.fields = fields
-        self.contentLength = contentLength
-        self.via = via
-        self.retryAfter = retryAfter
-        self.rateLimitReset = rateLimitReset
+        storage = Storage(
+            status: status, version: version, fields: fields, contentLength: contentLength, via: via,
+            retryAfter: retryAfter, rateLimitReset: rateLimitReset, framingProblem: framingProblem,
+            redirectValueRanges: redirectValueRanges)
+    }
+
+    /// The box, copied first when another head shares it.
+    private mutating func unique() -> Storage {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        return storage
+    }
+
+    public static func == (lhs: UpstreamResponseHead, rhs: UpstreamResponseHead) -> Bool {
+        lhs.storage === rhs.storage || lhs.storage.hasSameFields(as: rhs.storage)
+    }
+
+    /// `@unchecked Sendable`: its fields change only through `unique()`, that is while the head changing it holds
+    /// the only reference (copy on write), so no other head, on this thread or another, can see a change; a
+    /// shared box is only ever read.
+    private final class Storage: @unchecked Sendable {
+        var status: Int
+        var version: String
+        var fields: [UInt8]
+        var contentLength: Int?
+        var via: String?
+        var retryAfter: String?
+        var rateLimitReset: String?
+        var framingProblem: String?
+        var redirectValueRanges: [Range<Int>]
+
+        init(
+            status: Int, version: String, fields: [UInt8], contentLength: Int?, via: String?, retryAfter: String?,
+            rateLimitReset: String?, framingProblem: String?, redirectValueRanges: [Range<Int>]
+        ) {
+            self.status = status
+            self.version = version
+            self.fields = fields
+            self.contentLength = contentLength
+            self.via = via
+            self.retryAfter = retryAfter
+            self.rateLimitReset = rateLimitReset
+            self.framingProblem = framingProblem
+            self.redirectValueRanges = redirectValueRanges
+        }
+
+        func copy() -> Storage {
+            Storage(
+                status: status, version: version, fields: fields, contentLength: contentLength, via: via,
+                retryAfter: retryAfter, rateLimitReset: rateLimitReset, framingProblem: framingProblem,
+                redirectValueRanges: redirectValueRanges)
+        }
+
+        func hasSameFields(as other: Storage) -> Bool {
+            status == other.status && version == other.version && fields == other.fields
+                && contentLength == other.contentLength && via == other.via && retryAfter == other.retryAfter
+                && rateLimitReset == other.rateLimitReset && framingProblem == other.framingProblem
+                && redirectValueRanges == other.redirectValueRanges
+        }
     }
 
     /// The fields as name/value pairs (for tests and diagnostics; the data path copies `fields` as bytes).

@@ -40,12 +40,16 @@ final class GroupCommit: Sendable {
 
     let database: SQLiteHandle
     private let threadPool: NIOThreadPool
+    /// Copies the WAL into the database file off this thread; nil: SQLite does so at commit time, as by default.
+    let checkpointer: Checkpointer?
     private let state = Mutex(State())
 
-    /// `threadPool`: one thread, the store's; started, and shut down by the owner after `close`.
-    init(database: SQLiteHandle, threadPool: NIOThreadPool) {
+    /// `threadPool`: one thread, the store's; started, and shut down by the owner after `close`. `checkpointer`:
+    /// `database` reports its commits (`SQLiteHandle.reportCommits`) and no longer checkpoints by itself.
+    init(database: SQLiteHandle, threadPool: NIOThreadPool, checkpointer: Checkpointer? = nil) {
         self.database = database
         self.threadPool = threadPool
+        self.checkpointer = checkpointer
     }
 
     /// Runs `work` in the next batch; a write's result comes back once its batch is committed. `then` runs as soon
@@ -136,8 +140,10 @@ final class GroupCommit: Sendable {
         }
         let writes = batch.filter(\.writes)
         guard !writes.isEmpty else { return }
+        var committed = false
         switch commit(writes) {
         case .success(let results):
+            committed = true
             for (operation, result) in zip(writes, results) { operation.finish(.success(result)) }
         case .failure(let error) where writes.count == 1:
             writes[0].finish(.failure(error))
@@ -146,10 +152,16 @@ final class GroupCommit: Sendable {
             // (a claim, an outcome): each goes again in a transaction of its own, and fails only for itself.
             for operation in writes {
                 switch commit([operation]) {
-                case .success(let results): operation.finish(.success(results[0]))
+                case .success(let results):
+                    committed = true
+                    operation.finish(.success(results[0]))
                 case .failure(let error): operation.finish(.failure(error))
                 }
             }
+        }
+        // After the callers were answered: a copy the writer must make itself delays the next batch, not this one.
+        if committed, let checkpointer, checkpointer.committed(walFrames: database.walFrames) {
+            checkpointer.copyOnWriter(database)
         }
     }
 

@@ -12,7 +12,9 @@ final class SQLiteHandle: @unchecked Sendable {
     // @unchecked Sendable: the handle has mutable state (the connection and its statement cache) and no lock. It is
     // shared only through `GroupCommit`, which calls it from one drain job at a time (its `running` flag, set and
     // cleared under its mutex, orders one job's calls before the next's), and from `open`/`close`, which run when no
-    // job can (before the store is returned; after `GroupCommit.close` waited for the last job).
+    // job can (before the store is returned; after `GroupCommit.close` waited for the last job). The checkpointer's
+    // handle likewise: one copy at a time (`CheckpointSchedule.running`, under `Checkpointer`'s mutex), closed once
+    // none runs. `walFrames` is written by SQLite's WAL hook during `COMMIT`, on the thread that commits.
 
     /// A value bound to or read from a statement.
     enum Value: Sendable, Equatable {
@@ -104,6 +106,35 @@ final class SQLiteHandle: @unchecked Sendable {
             let count = sqlite_nio_sqlite3_column_count(statement)
             rows.append(Row(values: (0..<count).map { column(Int32($0), of: statement) }))
         }
+    }
+
+    /// Frames in the write-ahead log after this connection's last commit, once `reportCommits` is on (SQLite's WAL
+    /// hook sets it during `COMMIT`, on the thread that commits).
+    private(set) var walFrames = 0
+
+    /// From now on SQLite no longer checkpoints at commit time on this connection (its default, 1,000 frames): each
+    /// commit reports the WAL's size in `walFrames` instead, and `CheckpointSchedule` decides
+    /// (docs/performance.md#queued-delivery).
+    func reportCommits() {
+        // Replaces the hook through which SQLite's automatic checkpoints run. `self` outlives the hook: it fires
+        // only during a commit of this connection, which `close` (before `self` goes) ends.
+        _ = sqlite_nio_sqlite3_wal_hook(
+            connection,
+            { context, _, _, frames in
+                guard let context else { return SQLITE_OK }
+                Unmanaged<SQLiteHandle>.fromOpaque(context).takeUnretainedValue().walFrames = Int(frames)
+                return SQLITE_OK
+            }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Copies what it can of the WAL into the database file without waiting for any reader or writer
+    /// (`SQLITE_CHECKPOINT_PASSIVE`, with the `fsync`s `synchronous` asks for): the WAL's frames, and how many of them
+    /// are now copied. Nil when this connection does not see the database in WAL mode (it has not read it yet).
+    func checkpoint() throws(Failure) -> (walFrames: Int, copied: Int)? {
+        var frames: Int32 = 0
+        var copied: Int32 = 0
+        try check(sqlite_nio_sqlite3_wal_checkpoint_v2(connection, nil, SQLITE_CHECKPOINT_PASSIVE, &frames, &copied))
+        return frames < 0 ? nil : (Int(frames), Int(copied))
     }
 
     /// Runs `sql` without keeping a prepared statement (the schema, run once).

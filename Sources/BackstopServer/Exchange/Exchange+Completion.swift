@@ -3,7 +3,7 @@ import BackstopTransport
 import Logging
 import NIOCore
 
-/// The end of an exchange as `.requestFinished` reports it: metrics, the access line, the status page, the spans,
+/// The end of an exchange as `.requestFinished` (or `.endResponse`) reports it: metrics, the access line, the status page, the spans,
 /// and the log lines of a failed attempt (docs/reference/operations.md).
 extension Exchange {
     /// The exchange is over: its transfers and kept body are let go, then everything that records it.
@@ -55,7 +55,8 @@ extension Exchange {
     /// Which rule stopped the retries of a failed attempt (docs/reference/behaviour.md#when-it-is-retried), at
     /// `debug`: the attempt's outcome matched `retry.on` (or was a transport failure) and was not retried.
     private func logNotRetried(_ record: ExchangeStateMachine.Record) {
-        guard environment.logger.logLevel <= .debug, let rule = record.giveUp, let condition = record.giveUpCondition
+        // The rule first: reading the level asks the log handler, on every request, while most give up nothing.
+        guard let rule = record.giveUp, let condition = record.giveUpCondition, environment.logger.logLevel <= .debug
         else { return }
         environment.logger.debug(
             "not retried",

@@ -201,7 +201,7 @@ final class Exchange {
                 relay(events)
             }
         }
-        let handle = environment.transport.start(request, on: eventLoop, sink: sink)
+        let handle = environment.transport.start(consume request, on: eventLoop, sink: sink)
         if let transfer { otherTransfers.append(transfer) }
         transfer = (start.generation, handle)
     }

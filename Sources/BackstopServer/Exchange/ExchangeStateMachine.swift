@@ -365,26 +365,94 @@ struct ExchangeStateMachine: Equatable {
     }
 
     /// What an ended exchange leaves for metrics, the access line, logs and its span.
+    ///
+    /// What only retries, failures, circuit-open answers and hedges write is kept out of line, as `Progress` keeps
+    /// it, and absent on a plain request's record: the actions that carry a record (`.end`, `.endResponse`,
+    /// `.requestFinished`) then stay small enough to be moved without a call to `memcpy` (docs/performance.md).
     struct Record: Equatable {
         /// The status the client got (499 when it went away first).
         var status: Int
         var attempts: Int
-        var retries: [RetryCondition]
-        /// Which rule stopped the retries, and the `retry.on` condition it refused.
-        var giveUp: GiveUpReason?
-        var giveUpCondition: RetryCondition?
-        /// The last attempt's failure below HTTP, if any.
-        var lastFailure: TransportFailure?
         /// The `X-Backstop-Error` the relayed head carried.
         var headError: ProxyErrorReason?
         /// The client's body was read to its end (else a streamed body is failed, and the rest is not read).
         var requestComplete: Bool
         /// The endpoint of the last attempt (the access line's `endpoint=`); nil when none was made.
-        var endpoint: Int? = nil
+        var endpoint: Int?
+        private var rare: RareBox?
+
+        init(
+            status: Int, attempts: Int, retries: [RetryCondition], giveUp: GiveUpReason? = nil,
+            giveUpCondition: RetryCondition? = nil, lastFailure: TransportFailure? = nil,
+            headError: ProxyErrorReason? = nil, requestComplete: Bool, endpoint: Int? = nil, retryAfter: Int? = nil,
+            hedges: HedgeTally = HedgeTally()
+        ) {
+            self.status = status
+            self.attempts = attempts
+            self.headError = headError
+            self.requestComplete = requestComplete
+            self.endpoint = endpoint
+            let rare = Rare(
+                retries: retries, giveUp: giveUp, giveUpCondition: giveUpCondition, lastFailure: lastFailure,
+                retryAfter: retryAfter, hedges: hedges)
+            if rare != Rare() { self.rare = RareBox(rare) }
+        }
+
+        var retries: [RetryCondition] {
+            get { rare?.value.retries ?? [] }
+            set { modifyRare { $0.retries = newValue } }
+        }
+        /// Which rule stopped the retries, and the `retry.on` condition it refused.
+        var giveUp: GiveUpReason? {
+            get { rare?.value.giveUp }
+            set { modifyRare { $0.giveUp = newValue } }
+        }
+        var giveUpCondition: RetryCondition? {
+            get { rare?.value.giveUpCondition }
+            set { modifyRare { $0.giveUpCondition = newValue } }
+        }
+        /// The last attempt's failure below HTTP, if any.
+        var lastFailure: TransportFailure? {
+            get { rare?.value.lastFailure }
+            set { modifyRare { $0.lastFailure = newValue } }
+        }
         /// `Retry-After` of a 503 `circuit-open`: whole seconds until an endpoint may be probed.
-        var retryAfter: Int? = nil
+        var retryAfter: Int? {
+            get { rare?.value.retryAfter }
+            set { modifyRare { $0.retryAfter = newValue } }
+        }
         /// How the request's hedged copies ended.
-        var hedges = HedgeTally()
+        var hedges: HedgeTally {
+            get { rare?.value.hedges ?? HedgeTally() }
+            set { modifyRare { $0.hedges = newValue } }
+        }
+
+        private mutating func modifyRare(_ change: (inout Rare) -> Void) {
+            var value = rare?.value ?? Rare()
+            change(&value)
+            rare = RareBox(value)
+        }
+
+        static func == (lhs: Record, rhs: Record) -> Bool {
+            lhs.status == rhs.status && lhs.attempts == rhs.attempts && lhs.headError == rhs.headError
+                && lhs.requestComplete == rhs.requestComplete && lhs.endpoint == rhs.endpoint
+                && (lhs.rare === rhs.rare || (lhs.rare?.value ?? Rare()) == (rhs.rare?.value ?? Rare()))
+        }
+
+        private struct Rare: Equatable {
+            var retries: [RetryCondition] = []
+            var giveUp: GiveUpReason?
+            var giveUpCondition: RetryCondition?
+            var lastFailure: TransportFailure?
+            var retryAfter: Int?
+            var hedges = HedgeTally()
+        }
+
+        /// Immutable once made: a change makes a new box, so records that share one never see each other's.
+        private final class RareBox: Sendable {
+            let value: Rare
+            init(_ value: Rare) { self.value = value }
+        }
     }
 
     /// The attempts that end with an exchange that ends before a response completed: `report` is the last
@@ -478,9 +546,8 @@ struct ExchangeStateMachine: Equatable {
         case requestHedgePermit
         /// An attempt ended while others are in flight: record it, dispose of its transfer. Boxed: rare.
         indirect case attemptLeft(AttemptLeft)
-        /// Boxed (`indirect`), once per exchange: inline, the head would make every action of every event too large
-        /// to move without a call to `memcpy`.
-        indirect case deliverHead(UpstreamResponseHead, Delivery)
+        /// Inline: the head is one reference (its fields share one box), and `Delivery` is smaller than `.end`.
+        case deliverHead(UpstreamResponseHead, Delivery)
         case relayBody(ByteBuffer)
         /// The exchange is over: every transfer still held is let go (cancelled, unless the response completed);
         /// the attempts that end with it, if any, as `AttemptsAtEnd` says.
@@ -610,8 +677,8 @@ struct ExchangeStateMachine: Equatable {
         case attempting(Progress, AttemptSet)
         /// Boxed (`indirect`): rare, and large enough to make every other state copy cost more.
         indirect case awaitingRetryPermit(Progress, PendingRetry)
-        /// Boxed: a moment, once per attempt of an upstream with endpoints.
-        indirect case awaitingEndpoint(Progress, PendingStart)
+        /// Inline: once per attempt of every upstream (each chooses an endpoint), and no larger than `.attempting`.
+        case awaitingEndpoint(Progress, PendingStart)
         indirect case awaitingRefresh(Progress, Refresh)
         case backingOff(Progress, until: Duration)
         case relaying(Progress, Relaying)
@@ -1014,7 +1081,8 @@ struct ExchangeStateMachine: Equatable {
                 return .refreshCredential(
                     rejected: rejected, report: report, endpoint: endpointReport(attempt, outcome))
             }
-            let retryable = configuration.retry?.config.on.contains(.status(head.status)) ?? false
+            // Scanned, not hashed (as `EndpointOutcome` does): a handful of conditions, checked for every head.
+            let retryable = configuration.retry?.config.on.contains(where: { $0 == .status(head.status) }) ?? false
             if retryable {
                 // A `retry.on` status does not win a hedge race: the attempts still in flight may.
                 guard alone else {

@@ -114,6 +114,15 @@ struct ConnectionStateMachine {
             return body(&exchange!)
         }
 
+        /// The box of a finished request, made the next one's (`ConnectionStateMachine.spare`).
+        func reuse(facts: RequestFacts) {
+            self.facts = facts
+            request = .admitting
+            response = .pending
+            exchange = nil
+            intake = nil
+        }
+
         static func == (lhs: Active, rhs: Active) -> Bool {
             lhs === rhs
                 || (lhs.facts == rhs.facts && lhs.request == rhs.request && lhs.response == rhs.response
@@ -165,6 +174,10 @@ struct ConnectionStateMachine {
         var connection: ResponseHeadWriter.ConnectionField
         var attempts: Int
         var error: ProxyErrorReason?
+        /// How the attempt whose head this is ended, recorded as the head is written (as `.attemptEnded` records
+        /// one, in the same action: one fewer per response); nil when it was recorded when it ended (a head held for a
+        /// token refresh or the retry budget).
+        var report: Exchange.AttemptReport? = nil
     }
 
     /// How a Backstop error is written.
@@ -198,16 +211,16 @@ struct ConnectionStateMachine {
         case admit(HTTPRequestHead)
         /// `100 Continue`: the client waits for it before it sends its body.
         case writeContinue(clientIsHTTP10: Bool)
-        /// Boxed (`indirect`), once per response: inline, the head would make every action too large to move
-        /// without a call to `memcpy`.
-        indirect case writeHead(UpstreamResponseHead, HeadWrite)
+        /// Inline: the head is one reference (its fields share one box).
+        case writeHead(UpstreamResponseHead, HeadWrite)
         /// Body bytes, framed as an HTTP/1.1 chunk when `chunk` says so.
         case writeBody(ByteBuffer, chunk: ResponseRelay.Chunk?)
         /// The transport batch of attempt `generation` ended while its response is relayed: flush, and tell the
         /// transfer what the client socket took (backpressure).
         case flushBody(generation: Int)
-        /// The response is complete: write its closing bytes (`lastChunk`) and flush; close after it if `close`.
-        case endResponse(lastChunk: ResponseRelay.LastChunk?, close: Bool)
+        /// The response is complete: record the exchange as `.requestFinished` does (`finished`, in the same action:
+        /// one fewer per response), then write its closing bytes (`lastChunk`) and flush; close after it if `close`.
+        case endResponse(lastChunk: ResponseRelay.LastChunk?, close: Bool, Finished)
         case writeError(ProxyErrorReason, ErrorWrite)
         /// `202 Accepted` with `X-Backstop-Delivery`: a queued request was stored (its access line with it).
         case writeAccepted(delivery: String, ErrorWrite)
@@ -271,6 +284,9 @@ struct ConnectionStateMachine {
     private var pendingRead = false
     /// The generation the next exchange's first attempt gets: above every attempt this connection started.
     private var nextGeneration = 1
+    /// The last finished request's box, which the next request takes when nothing else holds it: one allocation
+    /// per connection rather than per request (docs/performance.md). Not state: no decision reads it.
+    private var spare: Active?
 
     init(idleTimeout: Duration, now: Duration) {
         self.idleTimeout = idleTimeout
@@ -310,6 +326,19 @@ extension ConnectionStateMachine {
         }
     }
 
+    /// A box for a new request: the spare one when no earlier state value still holds it.
+    private mutating func activeBox(_ facts: RequestFacts) -> Active {
+        guard var box = spare else {
+            return Active(facts: facts, request: .admitting, response: .pending, exchange: nil)
+        }
+        spare = nil
+        guard isKnownUniquelyReferenced(&box) else {
+            return Active(facts: facts, request: .admitting, response: .pending, exchange: nil)
+        }
+        box.reuse(facts: facts)
+        return box
+    }
+
     private mutating func process(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
         switch part {
         case .head(let head):
@@ -322,7 +351,7 @@ extension ConnectionStateMachine {
                 // A `CONNECT` is answered as HTTP/1.1 whatever it said: its answer is a tunnel's, not a resource's.
                 clientIsHTTP10: !isConnect && head.version.major == 1 && head.version.minor == 0,
                 isHEAD: isHEAD)
-            state = .active(Active(facts: facts, request: .admitting, response: .pending, exchange: nil))
+            state = .active(activeBox(facts))
             actions.append(.admit(head))
         case .body(let buffer):
             bodyArrived(buffer, now: now, into: &actions)
@@ -594,9 +623,10 @@ extension ConnectionStateMachine {
             case .abandon(let within): actions.append(.abandonAttempt(generation: left.generation, within: within))
             }
         case .deliverHead(let head, let delivery):
-            // The losers first: what is recorded of the winner then goes to the one attempt left.
+            // The losers first: what is recorded of the winner then goes to the one attempt left. The winner's own
+            // report goes with its head (`HeadWrite.report`).
             letGo(delivery.cancel, cancel: true, into: &actions)
-            attemptEnded(delivery.report, delivery.endpoint, into: &actions)
+            reportEndpoint(delivery.endpoint, of: delivery.report, into: &actions)
             writeHead(head, delivery, into: &actions)
             replay(delivery.replay, generation: delivery.generation, now: now, into: &actions)
         case .relayBody(let buffer):
@@ -604,7 +634,7 @@ extension ConnectionStateMachine {
         case .end(let ending, let record, let attempts):
             if let attempts {
                 attemptEnded(attempts.report, attempts.endpoint, into: &actions)
-                // Their transfers go with the exchange's end (`.requestFinished`).
+                // Their transfers go with the exchange's end (`.requestFinished` or `.endResponse`).
                 letGo(attempts.letGo, cancel: false, into: &actions)
             }
             exchangeEnded(ending, record, now: now, into: &actions)
@@ -632,14 +662,26 @@ extension ConnectionStateMachine {
                 actions.append(.attemptEnded(report))
             }
         }
+        reportEndpoint(endpoint, of: report, into: &actions)
+    }
+
+    /// What the end of an attempt (as `report`) means for its endpoint, if it was given one.
+    private func reportEndpoint(
+        _ endpoint: EndpointReport?, of report: Exchange.AttemptReport?, into actions: inout [Action]
+    ) {
         guard let endpoint else { return }
+        // Named only for a failure (the `endpoint ejected` line): a success makes no string.
+        guard endpoint.outcome == .failure else {
+            actions.append(.endpointReport(endpoint, reason: nil))
+            return
+        }
         let reason: String? =
             switch report {
             case .response(let status, _)?: String(status)
             case .failed(let failure)?: failure.label
             case nil: nil
             }
-        actions.append(.endpointReport(endpoint, reason: endpoint.outcome == .failure ? reason : nil))
+        actions.append(.endpointReport(endpoint, reason: reason))
     }
 
     /// Feeds events held while a refresh or the budget was awaited back in, in order, as the attempt's own.
@@ -670,7 +712,7 @@ extension ConnectionStateMachine {
                 head,
                 HeadWrite(
                     framing: framing, clientIsHTTP10: facts.clientIsHTTP10, connection: connection,
-                    attempts: delivery.attempts, error: delivery.error)))
+                    attempts: delivery.attempts, error: delivery.error, report: delivery.report)))
     }
 
     private mutating func relay(_ buffer: ByteBuffer, now: Duration, into actions: inout [Action]) {
@@ -695,29 +737,28 @@ extension ConnectionStateMachine {
         active.exchange = nil
         var bytes = 0
         if case .writing(let relay) = active.response { bytes = relay.bytes }
-        let finished = Action.requestFinished(Finished(ending: ending, record: record, bytes: bytes))
+        let finished = Finished(ending: ending, record: record, bytes: bytes)
         switch ending {
         case .completed(let requestComplete):
             guard case .writing(let relay) = active.response else {
                 preconditionFailure("a response completed without a head")
             }
             if !requestComplete { actions.append(.failBodyStream) }
-            actions.append(finished)
-            // The upload no longer matters: reads held for it resume.
-            releaseUploadHold(into: &actions)
             let close = active.facts.closeAfterResponse || relay.framing.endsConnection || !requestComplete
             if !requestComplete { active.request = .discarding(lastPart: active.request.lastPart) }
             active.response = .ended
-            actions.append(.endResponse(lastChunk: relay.lastChunk, close: close))
+            actions.append(.endResponse(lastChunk: relay.lastChunk, close: close, finished))
+            // The upload no longer matters: reads held for it resume.
+            releaseUploadHold(into: &actions)
             responseEnded(close: close, now: now, into: &actions)
         case .aborted:
             if !record.requestComplete { actions.append(.failBodyStream) }
-            actions.append(finished)
+            actions.append(.requestFinished(finished))
             actions.append(.abortResponse)
             close()
         case .failedLocally(let reason, let requestComplete):
             if !requestComplete { actions.append(.failBodyStream) }
-            actions.append(finished)
+            actions.append(.requestFinished(finished))
             releaseUploadHold(into: &actions)
             if !requestComplete { active.request = .discarding(lastPart: active.request.lastPart) }
             active.response = .pending
@@ -728,7 +769,7 @@ extension ConnectionStateMachine {
         case .clientClosed:
             // What follows is the caller's: the connection closed, or an unreadable request is answered.
             if !record.requestComplete { actions.append(.failBodyStream) }
-            actions.append(finished)
+            actions.append(.requestFinished(finished))
         }
     }
 
@@ -838,6 +879,7 @@ extension ConnectionStateMachine {
     private mutating func requestMayBeDone(now: Duration, into actions: inout [Action]) {
         guard case .active(let active) = state, active.request == .ended, active.response == .ended else { return }
         state = .idle(deadline: now + idleTimeout)
+        spare = active
         if queueHold && queued.count < Self.maxQueuedParts / 2 {
             queueHold = false
             resumeReadsIfHeld(into: &actions)

@@ -21,6 +21,7 @@ extension ProxyHandler {
             writeHeldResponse(context)
             context.writeAndFlush(wrapOutboundOut(interim), promise: nil)
         case .writeHead(let head, let write):
+            if let report = write.report { recordAttempt(report) }
             writeHead(head, write)
         case .writeBody(let buffer, let chunk):
             guard let context else { return }
@@ -38,7 +39,8 @@ extension ProxyHandler {
             unreported = (unreported.bytes + unflushedBytes, generation)
             unflushedBytes = 0
             if unreported.bytes > 0, context?.channel.isWritable == true { clientWritable() }
-        case .endResponse(let lastChunk, let close):
+        case .endResponse(let lastChunk, let close, let finished):
+            finish(finished)
             endResponse(lastChunk: lastChunk, close: close)
         case .writeError(let reason, let write):
             if let intake {
@@ -114,14 +116,7 @@ extension ProxyHandler {
             intake?.finish()
 
         case .attemptEnded(let report):
-            guard let exchange else { return }
-            switch report {
-            case .response(let status, let version):
-                exchange.metrics.recordAttempt(status: status)
-                exchange.traceAttemptHead(status: status, version: version)
-            case .failed(let failure):
-                exchange.metrics.recordAttempt(outcome: failure.label)
-            }
+            recordAttempt(report)
         case .attemptLeft(let generation, let report):
             guard let exchange else { return }
             switch report {
@@ -140,11 +135,28 @@ extension ProxyHandler {
                 exchange.logAttemptFailure(failure, attempt: retry.attempt, final: false, giveUp: nil)
             }
         case .requestFinished(let finished):
-            exchange?.finish(finished)
-            exchange = nil
-            unflushedBytes = 0
-            unreported = (0, 0)
+            finish(finished)
         }
+    }
+
+    /// An attempt ended as `report` (`.attemptEnded`, or with the head it delivered).
+    private func recordAttempt(_ report: ExchangeStateMachine.AttemptReport) {
+        guard let exchange else { return }
+        switch report {
+        case .response(let status, let version):
+            exchange.metrics.recordAttempt(status: status)
+            exchange.traceAttemptHead(status: status, version: version)
+        case .failed(let failure):
+            exchange.metrics.recordAttempt(outcome: failure.label)
+        }
+    }
+
+    /// The exchange ended (`.requestFinished`, or with the response's end).
+    private func finish(_ finished: ConnectionStateMachine.Finished) {
+        exchange?.finish(finished)
+        exchange = nil
+        unflushedBytes = 0
+        unreported = (0, 0)
     }
 
     // MARK: the request body
@@ -278,7 +290,7 @@ extension ProxyHandler {
 
     private func writeHead(_ received: UpstreamResponseHead, _ write: ConnectionStateMachine.HeadWrite) {
         guard let context else { return }
-        // The head is copied only when a redirect is rewritten (a copy retains every field).
+        // The head is copied only when a redirect is rewritten (changing a shared head copies its fields).
         if !received.redirectValueRanges.isEmpty, let exchange, let upstream = exchange.destination.upstream {
             var rewritten = received
             rewritten.rewriteRedirects(RedirectRewriter(upstream: upstream.config, target: exchange.target))
