@@ -94,12 +94,7 @@ extension Exchange {
         _ attempt: AttemptTrace, failure: String?, retry: (reason: RetryCondition, after: Duration)? = nil
     ) {
         guard var facts = attempt.facts, let trace else { return }
-        facts.outcome = facts.status.map(ProxyMetrics.statusClassLabel) ?? failure ?? "cancelled"
-        facts.failure = failure
-        if let retry {
-            facts.retryReason = retry.reason.description
-            facts.backoffMilliseconds = retry.after.nanosecondsClamped / 1_000_000
-        }
+        facts.end(failure: failure, retry: retry)
         trace.endAttempt(attempt.span, facts, at: now)
     }
 
@@ -144,6 +139,19 @@ extension Exchange {
             reason):
             return record.lastFailure?.label ?? reason.rawValue
         case .failedLocally, .aborted, .clientClosed: return ending.note
+        }
+    }
+}
+
+extension AttemptFacts {
+    /// How an attempt ended, for its span (exchanges and upgrade handshakes alike): its status class when a head
+    /// came, else `failure`; `retry` is the `retry.on` condition it is retried for and the wait before the next.
+    mutating func end(failure: String?, retry: (reason: RetryCondition, after: Duration)?) {
+        outcome = status.map(ProxyMetrics.statusClassLabel) ?? failure ?? "cancelled"
+        self.failure = failure
+        if let retry {
+            retryReason = retry.reason.description
+            backoffMilliseconds = retry.after.nanosecondsClamped / 1_000_000
         }
     }
 }

@@ -49,12 +49,7 @@ extension UpgradeRelay {
         attemptSpan = nil
         guard var facts = attemptFacts, let trace else { return }
         attemptFacts = nil
-        facts.outcome = facts.status.map(ProxyMetrics.statusClassLabel) ?? failure ?? "cancelled"
-        facts.failure = failure
-        if let retry {
-            facts.retryReason = retry.reason.description
-            facts.backoffMilliseconds = retry.after.nanosecondsClamped / 1_000_000
-        }
+        facts.end(failure: failure, retry: retry)
         trace.endAttempt(span, facts, at: now)
     }
 
