@@ -173,6 +173,13 @@ struct ClientRequestDecoderTests {
         Case(
             "trailers", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-Sum: 1\r\nX-T: 2\r\n\r\n"
         ),
+        Case(
+            "Transfer-Encoding as a trailer",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nTransfer-Encoding: gzip\r\n\r\n"),
+        Case(
+            "Content-Length as a trailer, then a request",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-Sum: 1\r\ncontent-length: 5\r\n\r\nGET / HTTP/1.1\r\n\r\n"
+        ),
         Case("missing final chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"),
         Case(
             "chunk data not followed by CRLF",

@@ -533,6 +533,12 @@ public struct HTTP1RequestReader: Sendable {
                 var fieldError = HTTP1RequestError.field
                 guard let (nameEnd, valueStart, valueEnd, next) = Self.fieldLine(section, from: i, error: &fieldError)
                 else { return fail(fieldError) }
+                // A framing field after the body can only confuse whoever reads it (RFC 9110 §6.5.1): refused, as
+                // llhttp refuses it (found by the request-decoder fuzz target).
+                let name = UnsafeRawBufferPointer(rebasing: section[i..<nameEnd])
+                if HeaderName.equals(name, "content-length") || HeaderName.equals(name, "transfer-encoding") {
+                    return fail(.framing)
+                }
                 fields.append(
                     (
                         String(decoding: UnsafeRawBufferPointer(rebasing: section[i..<nameEnd]), as: UTF8.self),
