@@ -180,6 +180,16 @@ struct ClientRequestDecoderTests {
             "Content-Length as a trailer, then a request",
             "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-Sum: 1\r\ncontent-length: 5\r\n\r\nGET / HTTP/1.1\r\n\r\n"
         ),
+        Case(
+            "a request after HTTP/1.0 without keep-alive",
+            "GET /a HTTP/1.0\r\n\r\nGET /b HTTP/1.1\r\n\r\n"),
+        Case(
+            "a request after Connection: close", "GET /a HTTP/1.1\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\n\r\n"),
+        Case(
+            "empty lines after Connection: close", "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n\r\n\r\n"),
+        Case(
+            "a request after HTTP/1.0 with keep-alive",
+            "GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /b HTTP/1.0\r\n\r\n"),
         Case("missing final chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"),
         Case(
             "chunk data not followed by CRLF",

@@ -113,6 +113,9 @@ public enum HTTP1RequestError: Error, Sendable, Equatable {
     case framing
     /// A malformed chunk-size line, a size over 2^60, chunk data not followed by CRLF.
     case chunk
+    /// Bytes after a request that does not keep the connection (`Connection: close`, HTTP/1.0 without
+    /// `keep-alive`), as llhttp refused them.
+    case afterClose
 }
 
 /// Reads the requests a client sends on one connection (docs/reference/behaviour.md#request-syntax), strictly by
@@ -172,12 +175,16 @@ public struct HTTP1RequestReader: Sendable {
         case complete(trailers: [(String, String)]?)
         /// After an upgrade's message, or a refusal: nothing more is read.
         case stopped
+        /// After a request that does not keep the connection: empty lines are skipped, anything else refused.
+        case closed
     }
 
     private let maxHeadBytes: Int
     private var state = State.head(Scan())
     /// The request being read asked for an upgrade (the reader stops after it).
     private var upgrading = false
+    /// The request being read keeps the connection open after it (RFC 9112 §9.3).
+    private var keepAlive = true
     private var chunkSize = 0
     private var chunkDigits = 0
     private var chunkLineBytes = 0
@@ -192,7 +199,7 @@ public struct HTTP1RequestReader: Sendable {
     public var inRequest: Bool {
         switch state {
         case .head(let scan): scan.scanned > 0
-        case .stopped: false
+        case .stopped, .closed: false
         default: true
         }
     }
@@ -210,10 +217,13 @@ public struct HTTP1RequestReader: Sendable {
         case .head(let scan):
             return readHead(input, at: &offset, scan: scan)
         case .complete(let trailers):
-            state = upgrading ? .stopped : .head(Scan())
+            state = upgrading ? .stopped : keepAlive ? .head(Scan()) : .closed
             return .end(trailers: trailers)
         case .stopped:
             return .needMore
+        case .closed:
+            while offset < input.count, input[offset] == 0x0D || input[offset] == 0x0A { offset += 1 }
+            return offset < input.count ? fail(.afterClose) : .needMore
         case .trailers(let scan):
             return readTrailers(input, at: &offset, scan: scan)
         case .fixed(let remaining):
@@ -339,6 +349,8 @@ public struct HTTP1RequestReader: Sendable {
         var chunked = false
         var upgradeField = false
         var connectionUpgrade = false
+        var connectionClose = false
+        var connectionKeepAlive = false
         while p[i] != 0x0D {
             var fieldError = HTTP1RequestError.field
             guard let (nameEnd, valueStart, valueEnd, next) = Self.fieldLine(p, from: i, error: &fieldError) else {
@@ -351,6 +363,8 @@ public struct HTTP1RequestReader: Sendable {
             case 10 where HeaderName.equals(name, "connection"):
                 FramingTally.forEachElement(of: value) {
                     if HeaderName.equals($0, "upgrade") { connectionUpgrade = true }
+                    if HeaderName.equals($0, "close") { connectionClose = true }
+                    if HeaderName.equals($0, "keep-alive") { connectionKeepAlive = true }
                 }
             case 14 where HeaderName.equals(name, "content-length"):
                 // One length only, digits only: `5, 5` and a repeated field are refused, as llhttp does.
@@ -382,6 +396,8 @@ public struct HTTP1RequestReader: Sendable {
         // RFC 9112 §6.1 and §6.3: a request whose length two parsers could read differently is refused.
         if codings && (contentLength != nil || !chunked) { return .failure(.framing) }
         upgrading = method == .connect || (upgradeField && connectionUpgrade)
+        // llhttp's rule: HTTP/1.1 unless `close` is listed, HTTP/1.0 only when `keep-alive` is.
+        keepAlive = minorVersion == 1 ? !connectionClose : connectionKeepAlive
         if method == .connect {
             state = .complete(trailers: nil)
         } else if chunked {

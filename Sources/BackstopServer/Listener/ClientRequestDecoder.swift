@@ -124,6 +124,7 @@ final class ClientRequestDecoder: ByteToMessageDecoder {
         case .lineEnding: .lfExpected
         case .framing: .unexpectedContentLength
         case .chunk: .invalidChunkSize
+        case .afterClose: .closedConnection
         }
     }
 }
