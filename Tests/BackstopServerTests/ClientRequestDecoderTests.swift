@@ -190,6 +190,10 @@ struct ClientRequestDecoderTests {
         Case(
             "a request after HTTP/1.0 with keep-alive",
             "GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /b HTTP/1.0\r\n\r\n"),
+        Case("authority-form target with OPTIONS", "OPTIONS example.com:8 HTTP/1.1\r\nHost: a\r\n\r\n"),
+        Case("authority-form target with GET", "GET app.test:80 HTTP/1.1\r\nHost: a\r\n\r\n"),
+        Case("asterisk target", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"),
+        Case("scheme without //", "GET http:x HTTP/1.1\r\nHost: a\r\n\r\n"),
         Case("missing final chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"),
         Case(
             "chunk data not followed by CRLF",
