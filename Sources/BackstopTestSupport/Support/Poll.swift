@@ -13,6 +13,7 @@ public enum Poll {
         let deadline = ContinuousClock.now + timeout
         while try await !condition() {
             guard ContinuousClock.now < deadline else { return false }
+            // The wait between checks of a condition no event announces; bounded by `deadline` above.
             try? await Task.sleep(for: interval)
         }
         return true
@@ -35,6 +36,7 @@ public enum Poll {
         let deadline = ContinuousClock.now + timeout
         while !condition() {
             guard ContinuousClock.now < deadline else { return false }
+            // A test's own thread (never an event loop), between checks; bounded by `deadline` above.
             Thread.sleep(forTimeInterval: interval.seconds)
         }
         return true
