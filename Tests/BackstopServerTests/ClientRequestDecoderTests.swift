@@ -194,6 +194,10 @@ struct ClientRequestDecoderTests {
         Case("authority-form target with GET", "GET app.test:80 HTTP/1.1\r\nHost: a\r\n\r\n"),
         Case("asterisk target", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"),
         Case("scheme without //", "GET http:x HTTP/1.1\r\nHost: a\r\n\r\n"),
+        Case("fragment right after the authority", "GET http://example.com:8080#/a?b HTTP/1.1\r\nHost: a\r\n\r\n"),
+        Case("fragment after an absolute path", "GET http://example.com/a#b HTTP/1.1\r\nHost: a\r\n\r\n"),
+        Case("fragment after an absolute query", "GET http://example.com?q#b HTTP/1.1\r\nHost: a\r\n\r\n"),
+        Case("fragment after an origin-form path", "GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n"),
         Case("missing final chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"),
         Case(
             "chunk data not followed by CRLF",

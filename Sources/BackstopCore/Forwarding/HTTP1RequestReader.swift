@@ -416,7 +416,7 @@ public struct HTTP1RequestReader: Sendable {
     }
 
     /// A request target of a method other than CONNECT (RFC 9112 §3.2): origin-form (`/…`), `*`, or absolute-form
-    /// (`scheme://…`, the scheme an RFC 3986 one); authority-form belongs to CONNECT. llhttp's URL grammar refused the
+    /// (`scheme://…`, the scheme an RFC 3986 one, no `#` before the path or query); authority-form belongs to CONNECT. llhttp's URL grammar refused the
     /// rest before the head (found by the request-decoder fuzz target: `OPTIONS host:8` was answered 403 no-route).
     static func isOriginAbsoluteOrAsterisk(_ target: UnsafeRawBufferPointer) -> Bool {
         if target[0] == UInt8(ascii: "/") || (target.count == 1 && target[0] == UInt8(ascii: "*")) { return true }
@@ -425,7 +425,16 @@ public struct HTTP1RequestReader: Sendable {
         while i < target.count {
             let b = target[i]
             if b == UInt8(ascii: ":") {
-                return target.count - i >= 3 && target[i + 1] == UInt8(ascii: "/") && target[i + 2] == UInt8(ascii: "/")
+                guard target.count - i >= 3, target[i + 1] == UInt8(ascii: "/"), target[i + 2] == UInt8(ascii: "/")
+                else { return false }
+                // A fragment may follow a path or a query, not the authority itself: llhttp refused `http://h#x`
+                // (found by the request-decoder fuzz target), where `RequestTarget` would drop `#x` and go on.
+                var j = i + 3
+                while j < target.count, target[j] != UInt8(ascii: "/"), target[j] != UInt8(ascii: "?") {
+                    if target[j] == UInt8(ascii: "#") { return false }
+                    j += 1
+                }
+                return true
             }
             let letter = (b | 0x20) >= UInt8(ascii: "a") && (b | 0x20) <= UInt8(ascii: "z")
             let digit = b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9")
