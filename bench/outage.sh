@@ -12,11 +12,16 @@
 #   back after  seconds from endpoint 1 listening again to the first request it served
 #
 # and then, with an upstream of endpoint 1 alone while it is down, how fast and how each proxy fails a request
-# (one endpoint: p50 / p99 of the error answers at --conns and at c=1, and the answer).
+# (one endpoint: p50 / p99 of the error answers at --conns and at c=1, and the answer). Each round also measures a
+# floor: wrk at c=1 against a 1-worker nginx answering `return 503` itself (no proxy, no upstream), the latency of
+# the machine, wrk and loopback alone, which no proxy's c=1 answer can beat.
 #
-#   bash bench/outage.sh                              # nginx, haproxy, envoy, backstop
+#   bash bench/outage.sh                              # nginx, haproxy, envoy, backstop: one round (~5 min)
 #   bash bench/outage.sh --targets "nginx backstop"   # some of them
-#   options: --outage 20s, --recovery 30s, --conns 32, --one 10s (the one-endpoint run)
+#   bash bench/outage.sh --rounds 3                   # 3 interleaved rounds, a different order each round, medians
+#                                                     # per proxy (~15 min): a p99 comparison needs this
+#   bash bench/outage.sh --quick                      # outage 5 s, recovery 15 s, one endpoint 3 s
+#   options: --rounds 1, --outage 20s, --recovery 30s, --conns 32, --one 10s (the one-endpoint run)
 #   env: BACKSTOP_BIN (default .build/release/backstop), OUTAGE_PORT_BASE (default 18900), ENVOY (binary path),
 #        KEEP_WORK=1 (keep configs, logs and wrk outputs)
 #
@@ -25,7 +30,7 @@
 # by its PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUTAGE=20; RECOVERY=30; CONNS=32; ONE=10
+OUTAGE=20; RECOVERY=30; CONNS=32; ONE=10; ROUNDS=1
 TARGETS="nginx haproxy envoy backstop"
 seconds() { local v=${1%s}; [[ $v =~ ^[0-9]+$ ]] || { echo "outage.sh: $1 is not whole seconds" >&2; exit 2; }; echo "$v"; }
 while [ $# -gt 0 ]; do
@@ -35,7 +40,10 @@ while [ $# -gt 0 ]; do
     --one) ONE=$(seconds "$2"); shift ;;
     --conns) CONNS=$2; shift ;;
     --targets) TARGETS=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --rounds) [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "outage.sh: --rounds $2 is not a positive count" >&2; exit 2; }
+      ROUNDS=$2; shift ;;
+    --quick) OUTAGE=5; RECOVERY=15; ONE=3 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "outage.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
   shift
@@ -75,7 +83,8 @@ source scripts/lib/peer-configs.sh
 
 BASE=${OUTAGE_PORT_BASE:-18900}
 E1=$BASE; E2=$((BASE + 1))
-declare -A PORT=([nginx]=$((BASE + 2)) [haproxy]=$((BASE + 3)) [envoy]=$((BASE + 4)) [backstop]=$((BASE + 5)))
+declare -A PORT=([nginx]=$((BASE + 2)) [haproxy]=$((BASE + 3)) [envoy]=$((BASE + 4)) [backstop]=$((BASE + 5))
+  [floor]=$((BASE + 6)))
 now() { date +%s.%N; }
 listening() { [ -n "$(ss -Hltn "sport = :$1")" ]; }  # no connection attempt: the SYN counter must not see it
 
@@ -195,10 +204,31 @@ wrk_json() {  # wrk_json SECONDS PORT OUTFILE [CONNS]: one wrk run, its summary 
   sed -n 's/^WRKJSON //p' "$3"
 }
 
+# floor ROUND: wrk at c=1 for ONE seconds against a 1-worker nginx answering 503 itself.
+floor() {
+  local dir=$WORK/floor port=${PORT[floor]} pid
+  mkdir -p "$dir"; chmod 777 "$dir"
+  { nginx_head "$dir" crit
+    echo "  server { listen 127.0.0.1:$port backlog=4096; location / { return 503; } } }"
+  } > "$dir/nginx.conf"
+  nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" > "$dir/out" 2>&1 &
+  pid=$!
+  PIDS+=($pid)
+  wait_port "$port" 10 || { echo "outage.sh: the floor's nginx never listened on $port" >&2; exit 1; }
+  wrk -t1 -c1 -d2s "http://127.0.0.1:$port/" > /dev/null 2>&1 || true
+  printf 'floor\t%s\t-\t-\t{}\t{}\t{}\t%s\t503 (nginx itself)\n' "$1" "$(wrk_json "$ONE" "$port" "$WORK/floor-$1.wrk" 1)" \
+    >> "$RESULTS"
+  stop_pid "$pid"
+  rm -rf "$dir"
+}
+
 RESULTS=$WORK/results.tsv
 : > "$RESULTS"
-echo "# outage: c=$CONNS, endpoint 1 down ${OUTAGE}s, then ${RECOVERY}s; one endpoint ${ONE}s; $(nproc) cores, $(date -u +%FT%TZ)" >&2
-for t in "${available[@]}"; do
+echo "# outage: c=$CONNS, endpoint 1 down ${OUTAGE}s, then ${RECOVERY}s; one endpoint ${ONE}s; ${ROUNDS} round(s); $(nproc) cores, $(date -u +%FT%TZ)" >&2
+n=${#available[@]}
+for round in $(seq 1 "$ROUNDS"); do
+for k in $(seq 0 $((n - 1))); do
+  t=${available[$(( (k + round - 1) % n ))]}  # a different order every round, as bench/peers.sh does
   port=${PORT[$t]}
   # Two endpoints, endpoint 1 dies under load and comes back.
   start_origin 1; start_origin 2
@@ -206,22 +236,22 @@ for t in "${available[@]}"; do
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/")
   [ "$code" = 200 ] || { echo "outage.sh: $t answered $code, not 200" >&2; exit 1; }
   wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" > /dev/null 2>&1 || true  # warm-up
-  python3 bench/syn_counter.py "$E1" > "$WORK/$t-syn.out" 2> "$WORK/$t-syn.err" &
+  python3 bench/syn_counter.py "$E1" > "$WORK/$t-$round-syn.out" 2> "$WORK/$t-$round-syn.err" &
   counter=$!
   PIDS+=($counter)
-  for i in $(seq 1 50); do grep -q ready "$WORK/$t-syn.err" 2>/dev/null && break; sleep 0.1; done
-  wrk_json "$OUTAGE" "$port" "$WORK/$t-outage.wrk" > "$WORK/$t-outage.json" &
+  for i in $(seq 1 50); do grep -q ready "$WORK/$t-$round-syn.err" 2>/dev/null && break; sleep 0.1; done
+  wrk_json "$OUTAGE" "$port" "$WORK/$t-$round-outage.wrk" > "$WORK/$t-$round-outage.json" &
   load=$!
   sleep 0.2
   stop_pid "$ORIGIN_PID_1"
   killed=$(now)
   sleep "$OUTAGE"
   kill -TERM "$counter"; wait "$counter" 2>/dev/null || true
-  dead=$(cat "$WORK/$t-syn.out")
+  dead=$(cat "$WORK/$t-$round-syn.out")
   start_origin 1
   restored=$(now)
   wait "$load"
-  recovery_json=$(wrk_json "$RECOVERY" "$port" "$WORK/$t-recovery.wrk")
+  recovery_json=$(wrk_json "$RECOVERY" "$port" "$WORK/$t-$round-recovery.wrk")
   stop_pid "$PROXY_PID"; stop_pid "$ORIGIN_PID_1"; stop_pid "$ORIGIN_PID_2"
   # Client traffic only: HAProxy's health checks ask for /health.
   back=$(awk -v r="$restored" '$1 > r && $2 != "/health" { printf "%.2f", $1 - r; exit }' "$WORK/origin1/access.log")
@@ -230,29 +260,55 @@ for t in "${available[@]}"; do
   # Endpoint 1 alone, down: how each proxy fails requests (after 2 s, so any circuit has opened).
   start_proxy "$t" one
   wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" > /dev/null 2>&1 || true
-  one_json=$(wrk_json "$ONE" "$port" "$WORK/$t-one.wrk")
+  one_json=$(wrk_json "$ONE" "$port" "$WORK/$t-$round-one.wrk")
   # The same with one client at a time: the time to an answer itself, without c=32's queueing on 2 cores.
-  one1_json=$(wrk_json "$ONE" "$port" "$WORK/$t-one1.wrk" 1)
+  one1_json=$(wrk_json "$ONE" "$port" "$WORK/$t-$round-one1.wrk" 1)
   answer=$(curl -s -o /dev/null -D - "http://127.0.0.1:$port/" | tr -d '\r' \
     | awk 'NR == 1 { s = $2 } tolower($1) == "x-backstop-error:" { e = " " $2 } END { print s e }')
   stop_pid "$PROXY_PID"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$dead" "${back:--}" "$(cat "$WORK/$t-outage.json")" "$recovery_json" \
-    "$one_json" "$one1_json" "$answer" >> "$RESULTS"
-  echo "  $t done (endpoint 1 down at $killed, back at $restored)" >&2
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$round" "$dead" "${back:--}" "$(cat "$WORK/$t-$round-outage.json")" \
+    "$recovery_json" "$one_json" "$one1_json" "$answer" >> "$RESULTS"
+  echo "  round $round: $t done (endpoint 1 down at $killed, back at $restored)" >&2
+done
+floor "$round"
+echo "  round $round: floor done" >&2
 done
 
-python3 - "$RESULTS" "$OUTAGE" "$RECOVERY" <<'EOF'
-import json, sys
+python3 - "$RESULTS" "$OUTAGE" "$RECOVERY" "$ROUNDS" <<'EOF'
+import json, statistics, sys
+rounds = int(sys.argv[4])
+if rounds > 1:
+    print(f"\nMedians of {rounds} interleaved rounds (failed: the sum of every round; p99 during the outage: each round "
+          "in brackets):")
 print(f"\n| proxy | failed requests (outage + {sys.argv[3]} s) | p50 ms (outage) | p99 ms (outage) | "
       f"attempts to the dead endpoint ({sys.argv[2]} s) | endpoint 1 back after s | one endpoint down: p50 / p99 ms | "
       f"the same at c=1 | answer |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
 def failed(d):
     return d["non2xx3xx"] + d["err_connect"] + d["err_read"] + d["err_write"] + d["err_timeout"]
+def med(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+def ms(v):
+    return "–" if v is None else f"{v / 1000:.2f}"
+rows = {}
 for line in open(sys.argv[1]):
-    name, dead, back, outage, recovery, one, one1, answer = line.rstrip("\n").split("\t")
-    o, r, f, f1 = json.loads(outage), json.loads(recovery), json.loads(one), json.loads(one1)
-    print(f"| {name} | {failed(o) + failed(r)} of {o['requests'] + r['requests']} | {o['p50_us'] / 1000:.2f} | "
-          f"{o['p99_us'] / 1000:.2f} | {dead} | {back} | {f['p50_us'] / 1000:.2f} / {f['p99_us'] / 1000:.2f} | "
-          f"{f1['p50_us'] / 1000:.2f} / {f1['p99_us'] / 1000:.2f} | {answer} ({f['requests']} answers) |")
+    name, _, dead, back, outage, recovery, one, one1, answer = line.rstrip("\n").split("\t")
+    rows.setdefault(name, []).append((json.loads(outage), json.loads(recovery), json.loads(one), json.loads(one1),
+                                      None if dead == "-" else int(dead), None if back == "-" else float(back), answer))
+for name, runs in rows.items():
+    o, r, f, f1 = ([run[i] for run in runs] for i in range(4))
+    # The floor row has only its c=1 figures.
+    p99s = [x["p99_us"] for x in o if x]
+    spread = f" [{', '.join(ms(v) for v in p99s)}]" if rounds > 1 and p99s else ""
+    total = sum(x["requests"] for x in o + r if x)
+    fails = sum(failed(x) for x in o + r if x)
+    dead, back = med(run[4] for run in runs), med(run[5] for run in runs)
+    one = "–" if not f[0] else f"{ms(med(x['p50_us'] for x in f))} / {ms(med(x['p99_us'] for x in f))}"
+    answers = sum(x["requests"] for x in f if x)
+    answer = runs[0][6] + (f" ({answers} answers)" if answers else "")
+    print(f"| {name} | {f'{fails} of {total}' if total else '–'} | {ms(med(x['p50_us'] for x in o if x))} | "
+          f"{ms(med(p99s))}{spread} | {'–' if dead is None else f'{dead:g}'} | "
+          f"{'–' if back is None else f'{back:.2f}'} | {one} | "
+          f"{ms(med(x['p50_us'] for x in f1))} / {ms(med(x['p99_us'] for x in f1))} | {answer} |")
 EOF
