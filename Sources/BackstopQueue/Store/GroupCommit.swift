@@ -60,31 +60,41 @@ final class GroupCommit: Sendable {
         then: (@Sendable (T) -> Void)? = nil
     ) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            let operation = Operation(
-                writes: writes, work: { try work($0) },
-                finish: { result in
-                    switch result {
-                    case .success(let value):
-                        // The value came from `work`, which returns a T.
-                        let value = value as! T
-                        then?(value)
-                        continuation.resume(returning: value)
-                    case .failure(let error):
-                        continuation.resume(throwing: error)
-                    }
-                })
-            let start = state.withLock { s -> Bool? in
-                if s.closed { return nil }
-                s.waiting.append(operation)
-                if s.running { return false }
-                s.running = true
-                return true
-            }
-            switch start {
-            case nil: continuation.resume(throwing: QueueError.closed)
-            case true?: threadPool.submit { self.drain($0) }
-            case false?: break
-            }
+            submit(writes: writes, work, then: then) { continuation.resume(with: $0) }
+        }
+    }
+
+    /// `perform` without a task: `finish` gets the result on the store's thread once the work succeeded (for a
+    /// write: committed) or failed, with no hop through the cooperative pool in between
+    /// (docs/performance.md#queued-delivery). `finish` must be short: the next batch waits for it.
+    func submit<T: Sendable>(
+        writes: Bool, _ work: @escaping @Sendable (SQLiteHandle) throws -> T,
+        then: (@Sendable (T) -> Void)? = nil, finish: @escaping @Sendable (Result<T, any Error>) -> Void
+    ) {
+        let operation = Operation(
+            writes: writes, work: { try work($0) },
+            finish: { result in
+                switch result {
+                case .success(let value):
+                    // The value came from `work`, which returns a T.
+                    let value = value as! T
+                    then?(value)
+                    finish(.success(value))
+                case .failure(let error):
+                    finish(.failure(error))
+                }
+            })
+        let start = state.withLock { s -> Bool? in
+            if s.closed { return nil }
+            s.waiting.append(operation)
+            if s.running { return false }
+            s.running = true
+            return true
+        }
+        switch start {
+        case nil: finish(.failure(QueueError.closed))
+        case true?: threadPool.submit { self.drain($0) }
+        case false?: break
         }
     }
 

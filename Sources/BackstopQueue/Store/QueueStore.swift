@@ -146,20 +146,30 @@ public final class QueueStore: Sendable {
     /// Stores `request` for delivery to `upstream` and returns its id once the row is durable. Throws
     /// `budgetExhausted` or `diskFull` (507 `spool-full`) when it cannot be stored; nothing is kept then.
     public func enqueue(upstream: String, _ request: QueuedRequest) async throws(QueueError) -> DeliveryID {
+        let result = await withCheckedContinuation { continuation in
+            enqueue(upstream: upstream, request) { continuation.resume(returning: $0) }
+        }
+        return try result.get()
+    }
+
+    /// `enqueue` without a task, for a caller on an event loop: the request is sealed on the caller's thread and
+    /// `completion` runs on the store's thread once the row is committed (or could not be), so an accept costs two
+    /// thread hops (to the store's thread and back) instead of four through the cooperative pool, whose threads the
+    /// deliveries keep busy (docs/performance.md#queued-delivery). `completion` must be short.
+    public func enqueue(
+        upstream: String, _ request: QueuedRequest,
+        completion: @escaping @Sendable (Result<DeliveryID, QueueError>) -> Void
+    ) {
         let id = newID()
         let acceptedAt = Self.micros(clock.wall())
         let context = Context(id: id, upstream: upstream, acceptedAt: acceptedAt)
         let head = sealer.seal(QueuedRequestCodec.encodeHead(request), context: context.head)
         let body = sealer.seal(request.body, context: context.body)
         let size = head.count + body.count + Self.rowOverhead
-        if !budget.reserve(size) {
-            // Rows an operator dropped from another process free their bytes only once this process looks again.
-            _ = try await run(writes: false) { try self.reconcile($0) }
-            guard budget.reserve(size) else { throw QueueError.budgetExhausted }
-        }
-        do {
+        let path = self.path
+        let insert: @Sendable () -> Void = {
             // Once committed, the reservation is the row's share of the budget (`accounted`) until it is deleted.
-            try await run(
+            self.database.submit(
                 writes: true,
                 { connection in
                     try connection.query(
@@ -169,12 +179,29 @@ public final class QueueStore: Sendable {
                             .text(id.text), .text(upstream), .integer(acceptedAt), .integer(acceptedAt),
                             .integer(acceptedAt), .blob(head), .blob(body), .integer(size),
                         ])
-                }, then: { _ in self.accounted.withLock { $0 += size } })
-        } catch {
-            budget.release(size)
-            throw error
+                }, then: { _ in self.accounted.withLock { $0 += size } },
+                finish: { result in
+                    switch result {
+                    case .success: completion(.success(id))
+                    case .failure(let error):
+                        self.budget.release(size)
+                        completion(.failure(Self.map(error, path: path)))
+                    }
+                })
         }
-        return id
+        if budget.reserve(size) {
+            insert()
+            return
+        }
+        // Rows an operator dropped from another process free their bytes only once this process looks again.
+        database.submit(writes: false, { try self.reconcile($0) }) { result in
+            switch result {
+            case .failure(let error): completion(.failure(Self.map(error, path: path)))
+            case .success:
+                guard self.budget.reserve(size) else { return completion(.failure(.budgetExhausted)) }
+                insert()
+            }
+        }
     }
 
     // MARK: delivering

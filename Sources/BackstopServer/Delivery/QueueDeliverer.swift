@@ -56,6 +56,18 @@ public final class QueueDeliverer: Sendable {
         return id
     }
 
+    /// `accept` without a task (for an event loop): `completion` runs on the store's thread once the row is committed
+    /// or could not be, and must be short.
+    public func accept(
+        upstream: String, _ request: QueuedRequest,
+        completion: @escaping @Sendable (Result<DeliveryID, QueueError>) -> Void
+    ) {
+        store.enqueue(upstream: upstream, request) { result in
+            if case .success = result { self.accepted(upstream: upstream) }
+            completion(result)
+        }
+    }
+
     /// A request for `upstream` was stored: its loop claims it now if it has a free slot.
     public func accepted(upstream: String) {
         wake([upstream])

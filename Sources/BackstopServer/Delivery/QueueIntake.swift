@@ -63,24 +63,23 @@ final class QueueIntake {
         release()
         let upstream = self.upstream
         let logger = runtime.logger
-        runtime.background.spawn {
-            do throws(QueueError) {
-                let id = try await deliverer.accept(upstream: upstream, request)
+        // Straight from the event loop to the store's thread and back (`then` hops to the loop): no task
+        // (docs/performance.md#queued-delivery).
+        deliverer.accept(upstream: upstream, request) { result in
+            switch result {
+            case .success(let id):
                 then(.stored(delivery: id.text))
-            } catch {
-                // No room is what `spool-full` says; the store failing otherwise is that too for the client (it
-                // was not stored), and an operator must see it.
-                switch error {
-                case .closed:
-                    then(.refused(.shuttingDown))
-                case .budgetExhausted, .diskFull:
-                    then(.refused(.spoolFull))
-                case .storage:
-                    logger.error(
-                        "cannot store a queued request",
-                        metadata: ["upstream": .string(upstream), "error": .string(error.description)])
-                    then(.refused(.spoolFull))
-                }
+            // No room is what `spool-full` says; the store failing otherwise is that too for the client (it
+            // was not stored), and an operator must see it.
+            case .failure(.closed):
+                then(.refused(.shuttingDown))
+            case .failure(.budgetExhausted), .failure(.diskFull):
+                then(.refused(.spoolFull))
+            case .failure(let error):
+                logger.error(
+                    "cannot store a queued request",
+                    metadata: ["upstream": .string(upstream), "error": .string(error.description)])
+                then(.refused(.spoolFull))
             }
         }
     }
