@@ -109,8 +109,11 @@ public struct TLSAlertScanner: Equatable, Sendable {
         var rest = Substring(text)
         while let marker = rest.range(of: ":OPENSSL_internal:") {
             rest = rest[marker.upperBound...]
-            let name = rest.prefix { ("A"..."Z").contains($0) || ("0"..."9").contains($0) || $0 == "_" }
-            if !name.isEmpty, !names.contains(String(name)) { names.append(String(name)) }
+            // By bytes, not Characters: `V` followed by a combining mark is one Character that sorts between "A" and
+            // "Z" (found by the tls-alert fuzz target), and would carry the mark into the name.
+            let bytes = rest.utf8.prefix { (65...90).contains($0) || (48...57).contains($0) || $0 == 95 }
+            let name = String(decoding: bytes, as: UTF8.self)
+            if !name.isEmpty, !names.contains(name) { names.append(name) }
         }
         return names
     }

@@ -60,4 +60,11 @@ struct TLSAlertScannerTests {
             + "OPENSSL_internal:BAD_PACKET_LENGTH at /a.cc:2]))"
         #expect(TLSAlertScanner.reasonNames(in: text) == ["BAD_PACKET_LENGTH", "DECRYPTION_FAILED_OR_BAD_RECORD_MAC"])
     }
+
+    @Test("a reason name stops at the first byte outside A-Z 0-9 _, a combining mark included")
+    func reasonNameStopsAtCombiningMark() {
+        // From the tls-alert fuzz target: "V" + U+0320 is one Character that sorts between "A" and "Z".
+        let text = "x:OPENSSL_internal:TLSV\u{0320}49:OPENSSL_internal:\u{00C9}TAT:OPENSSL_internal:OK_1 at"
+        #expect(TLSAlertScanner.reasonNames(in: text) == ["TLSV", "OK_1"])
+    }
 }
