@@ -78,7 +78,10 @@ public struct UpgradeResponseReader: Sendable {
         let name = line[line.startIndex..<colon]
         let value = Self.trimmed(line[(colon + 1)...])
         if Self.equalsIgnoringCase(name, "upgrade") {
-            upgrade = String(decoding: value, as: UTF8.self)
+            // A value with a control byte (RFC 9110 §5.5: only HTAB) is no value, so a 101 carrying only such a one
+            // is refused as one without `Upgrade` (found by the upgrade-response fuzz target: NUL passed here).
+            let control = value.contains { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }
+            upgrade = control ? nil : String(decoding: value, as: UTF8.self)
         } else if Self.equalsIgnoringCase(name, "transfer-encoding") {
             let text = String(decoding: value, as: UTF8.self).lowercased()
             chunked = text.split(separator: ",").last.map { $0.trimmingSpaces == "chunked" } ?? false

@@ -39,6 +39,23 @@ struct UpgradeResponseReaderTests {
         }
     }
 
+    @Test func anUpgradeValueWithAControlByteIsNoValue() throws {
+        // From the upgrade-response fuzz target: NUL and 0x10 inside the value.
+        for value in ["web\u{0}socket", "web\u{10}socket", "web\u{7F}socket"] {
+            let text = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: \(value)\r\nConnection: upgrade\r\n\r\n"
+            guard case .head(let response) = Self.feed(text) else {
+                Issue.record("no head for \(value.debugDescription)")
+                continue
+            }
+            #expect(response.upgrade == nil)
+        }
+        guard case .head(let tabbed) = Self.feed("HTTP/1.1 101 OK\r\nUpgrade: a\tb\r\n\r\n") else {
+            Issue.record("no head")
+            return
+        }
+        #expect(tabbed.upgrade == "a\tb")
+    }
+
     @Test func interimHeadsAreSkippedAndChunkedIsNoted() {
         let text =
             "HTTP/1.1 100 Continue\r\nUpgrade: nothing\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n"
