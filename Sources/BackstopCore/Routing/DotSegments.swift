@@ -19,7 +19,12 @@ public enum DotSegments {
     /// encodings nested too deep): either way it is refused.
     public static func isSuspect<Bytes: Collection<UInt8>>(_ path: Bytes) -> Bool {
         // Most paths hold no `%`: judged as they are, without a copy.
-        guard path.contains(UInt8(ascii: "%")) else { return hasDotSegment(path) }
+        guard path.contains(UInt8(ascii: "%")) else {
+            // Raw bytes are judged as decoded ones are: invalid UTF-8 cannot be judged (found by the path fuzz
+            // target). An ASCII path, the usual one, skips the validation.
+            if !path.allSatisfy({ $0 < 0x80 }), String(validating: path, as: UTF8.self) == nil { return true }
+            return hasDotSegment(path)
+        }
         var bytes = Array(path)
         for _ in 0..<maxDecodingRounds {
             guard let decoded = decodeOnce(bytes) else {
