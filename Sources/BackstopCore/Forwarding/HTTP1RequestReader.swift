@@ -416,8 +416,9 @@ public struct HTTP1RequestReader: Sendable {
     }
 
     /// A request target of a method other than CONNECT (RFC 9112 §3.2): origin-form (`/…`), `*`, or absolute-form
-    /// (`scheme://…`, the scheme an RFC 3986 one, no `#` before the path or query); authority-form belongs to CONNECT. llhttp's URL grammar refused the
-    /// rest before the head (found by the request-decoder fuzz target: `OPTIONS host:8` was answered 403 no-route).
+    /// (`scheme://…`, the scheme an RFC 3986 one, no `#` before the path or query); authority-form belongs to
+    /// CONNECT. llhttp's URL grammar refused the rest before the head (found by the request-decoder fuzz target:
+    /// `OPTIONS host:8` was answered 403 no-route).
     static func isOriginAbsoluteOrAsterisk(_ target: UnsafeRawBufferPointer) -> Bool {
         if target[0] == UInt8(ascii: "/") || (target.count == 1 && target[0] == UInt8(ascii: "*")) { return true }
         guard (target[0] | 0x20) >= UInt8(ascii: "a"), (target[0] | 0x20) <= UInt8(ascii: "z") else { return false }
@@ -591,7 +592,7 @@ public struct HTTP1RequestReader: Sendable {
                 }
                 fields.append(
                     (
-                        String(decoding: UnsafeRawBufferPointer(rebasing: section[i..<nameEnd]), as: UTF8.self),
+                        String(decoding: name, as: UTF8.self),
                         String(
                             decoding: UnsafeRawBufferPointer(rebasing: section[valueStart..<valueEnd]), as: UTF8.self)
                     ))

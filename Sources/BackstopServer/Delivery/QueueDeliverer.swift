@@ -48,16 +48,9 @@ public final class QueueDeliverer: Sendable {
         self.state = Mutex(State(lanes: lanes))
     }
 
-    /// Stores `request` for delivery to `upstream` (durably: it returns once the row is committed) and wakes that
-    /// upstream's loop. Throws what `QueueStore.enqueue` throws: `budgetExhausted` or `diskFull` (507 `spool-full`).
-    public func accept(upstream: String, _ request: QueuedRequest) async throws(QueueError) -> DeliveryID {
-        let id = try await store.enqueue(upstream: upstream, request)
-        accepted(upstream: upstream)
-        return id
-    }
-
-    /// `accept` without a task (for an event loop): `completion` runs on the store's thread once the row is committed
-    /// or could not be, and must be short.
+    /// Stores `request` for delivery to `upstream` and wakes that upstream's loop, without a task (the caller is an
+    /// event loop): `completion` runs on the store's thread once the row is committed or could not be
+    /// (`QueueStore.enqueue`'s errors: `budgetExhausted` or `diskFull` are 507 `spool-full`), and must be short.
     public func accept(
         upstream: String, _ request: QueuedRequest,
         completion: @escaping @Sendable (Result<DeliveryID, QueueError>) -> Void
