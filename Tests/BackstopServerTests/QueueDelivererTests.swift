@@ -65,6 +65,16 @@ struct QueueDelivererTests {
                 == expected)
     }
 
+    @Test(
+        "after the store failed, a loop waits 5 s, or less when an outcome waiting to be recorded falls due sooner",
+        arguments: [
+            // (unsettled due, expected wait until)
+            (nil, 105.0), (101.0, 101.0), (99.0, 99.0), (105.0, 105.0), (130.0, 105.0),
+        ] as [(Double?, Double)])
+    func waitAfterStoreFailure(unsettledDue: Double?, expected: Double) {
+        #expect(DeliveryLaneStep.waitAfterStoreFailure(now: 100, unsettledDue: unsettledDue) == expected)
+    }
+
     @Test("an outcome the store cannot take is tried again after 1 s, 2 s, 4 s, … at most a minute")
     func unsettledWaits() {
         #expect((1...9).map { UnsettledDelivery.wait(afterFailures: $0) } == [1, 2, 4, 8, 16, 32, 60, 60, 60])

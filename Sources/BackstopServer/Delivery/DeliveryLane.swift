@@ -77,4 +77,14 @@ enum DeliveryLaneStep: Equatable {
         if let nextDue, nextDue <= now { return .claim }
         return .wait(until: min(nextDue ?? .infinity, now + recheck, unsettledDue ?? .infinity))
     }
+
+    /// How long a loop waits after the store failed before it tries again.
+    static let storeFailureWait = 5.0
+
+    /// Until when the loop waits after the store failed it (a full disk refuses a claim): `storeFailureWait`, but no
+    /// longer than until the first outcome waiting to be recorded is due (`unsettledDue`): those deliveries were
+    /// made, and a failed claim must not put off their bookkeeping, which has its own backoff (`UnsettledDelivery`).
+    static func waitAfterStoreFailure(now: Double, unsettledDue: Double?) -> Double {
+        min(now + storeFailureWait, unsettledDue ?? .infinity)
+    }
 }

@@ -32,8 +32,6 @@ public final class QueueDeliverer: Sendable {
     private let random: Mutex<SplitMix64>
     private let state: Mutex<State>
     private let wakeups = ConditionWaiters()
-    /// How long a loop waits after the store failed before it tries again.
-    static let storeFailureWait: Duration = .seconds(5)
 
     public init(
         store: QueueStore, sender: any DeliverySending, lanes: [String: DeliveryLaneSettings], metrics: QueueMetrics,
@@ -196,7 +194,7 @@ public final class QueueDeliverer: Sendable {
                     logger.error(
                         "queue store failed; deliveries wait",
                         metadata: ["upstream": .string(upstream), "error": .string(error.description)])
-                    until = clock.wall() + Self.storeFailureWait.seconds
+                    until = DeliveryLaneStep.waitAfterStoreFailure(now: clock.wall(), unsettledDue: unsettledDue)
                 }
                 await waitForWake(upstream, after: observed, until: until)
             }
