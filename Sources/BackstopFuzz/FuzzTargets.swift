@@ -350,7 +350,14 @@ extension FuzzTarget {
         let once = whole.feed(input)
         var parts = UpgradeResponseReader()
         var twice = parts.feed(input[..<split])
-        if case .needMore = twice { twice = parts.feed(input[split...]) }
+        switch twice {
+        case .needMore: twice = parts.feed(input[split...])
+        case .head(var response):
+            // The head ended in the first read: the second read's bytes follow what that read left over.
+            response.rest += input[split...]
+            twice = .head(response)
+        case .invalid: break
+        }
         precondition(once == twice, "split reads answer differently")
         guard case .head(let response) = once else { return }
         checkClientBound(response.head)

@@ -57,6 +57,22 @@ struct IncomingTraceContextTests {
         }
     }
 
+    @Test("a tracestate that grows past 512 bytes when re-serialized (', ' between members) is dropped too")
+    func traceStateGrowingPastLimit() throws {
+        // 100 members of 4 bytes (distinct two-letter keys) joined by "," are 499 bytes; by ", " they would be 598.
+        let letters = Array("abcdefghijklmnopqrstuvwxyz")
+        let members = (0..<100).map { "\(letters[$0 / 26])\(letters[$0 % 26])=1" }
+        let state = members.joined(separator: ",")
+        #expect(state.utf8.count <= IncomingTraceContext.maxTraceStateBytes)
+        let context = try #require(IncomingTraceContext.parse(traceparent: Self.parent, tracestate: state))
+        #expect(context.traceState == nil)
+        // Fewer members fit either way and are kept, reading back the same.
+        let short = members.prefix(10).joined(separator: ",")
+        let kept = try #require(IncomingTraceContext.parse(traceparent: Self.parent, tracestate: short))
+        #expect(kept.traceState == members.prefix(10).joined(separator: ", "))
+        #expect(IncomingTraceContext.parse(traceparent: Self.parent, tracestate: kept.traceState) == kept)
+    }
+
     @Test("from headers: names in any case, tracestate headers joined, two traceparents invalidate the context")
     func headers() {
         let one: [(name: String, value: String)] = [
