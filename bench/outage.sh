@@ -21,7 +21,11 @@
 #   bash bench/outage.sh --rounds 3                   # 3 interleaved rounds, a different order each round, medians
 #                                                     # per proxy (~15 min): a p99 comparison needs this
 #   bash bench/outage.sh --quick                      # outage 5 s, recovery 15 s, one endpoint 3 s
-#   options: --rounds 1, --outage 20s, --recovery 30s, --conns 32, --one 10s (the one-endpoint run)
+#   bash bench/outage.sh --pace 10                    # paced: each client waits 10 ms before each request during
+#                                                     # the outage and recovery (~3,200 req/s offered at c=32,
+#                                                     # which every proxy carries): the p99 is then the outage's
+#                                                     # cost, not the queue of 32 clients behind the CPU
+#   options: --rounds 1, --outage 20s, --recovery 30s, --conns 32, --one 10s (the one-endpoint run), --pace 0
 #   env: BACKSTOP_BIN (default .build/release/backstop), OUTAGE_PORT_BASE (default 18900), ENVOY (binary path),
 #        KEEP_WORK=1 (keep configs, logs and wrk outputs)
 #
@@ -30,7 +34,7 @@
 # by its PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUTAGE=20; RECOVERY=30; CONNS=32; ONE=10; ROUNDS=1
+OUTAGE=20; RECOVERY=30; CONNS=32; ONE=10; ROUNDS=1; PACE=0
 TARGETS="nginx haproxy envoy backstop"
 seconds() { local v=${1%s}; [[ $v =~ ^[0-9]+$ ]] || { echo "outage.sh: $1 is not whole seconds" >&2; exit 2; }; echo "$v"; }
 while [ $# -gt 0 ]; do
@@ -39,11 +43,13 @@ while [ $# -gt 0 ]; do
     --recovery) RECOVERY=$(seconds "$2"); shift ;;
     --one) ONE=$(seconds "$2"); shift ;;
     --conns) CONNS=$2; shift ;;
+    --pace) [[ $2 =~ ^[0-9]+$ ]] || { echo "outage.sh: --pace $2 is not whole milliseconds" >&2; exit 2; }
+      PACE=$2; shift ;;
     --targets) TARGETS=$2; shift ;;
     --rounds) [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "outage.sh: --rounds $2 is not a positive count" >&2; exit 2; }
       ROUNDS=$2; shift ;;
     --quick) OUTAGE=5; RECOVERY=15; ONE=3 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "outage.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
   shift
@@ -224,7 +230,8 @@ floor() {
 
 RESULTS=$WORK/results.tsv
 : > "$RESULTS"
-echo "# outage: c=$CONNS, endpoint 1 down ${OUTAGE}s, then ${RECOVERY}s; one endpoint ${ONE}s; ${ROUNDS} round(s); $(nproc) cores, $(date -u +%FT%TZ)" >&2
+paced=""; [ "$PACE" = 0 ] || paced=" paced (each client waits ${PACE} ms before each request during the outage and recovery)"
+echo "# outage: c=$CONNS$paced, endpoint 1 down ${OUTAGE}s, then ${RECOVERY}s; one endpoint ${ONE}s; ${ROUNDS} round(s); $(nproc) cores, $(date -u +%FT%TZ)" >&2
 n=${#available[@]}
 for round in $(seq 1 "$ROUNDS"); do
 for k in $(seq 0 $((n - 1))); do
@@ -240,7 +247,7 @@ for k in $(seq 0 $((n - 1))); do
   counter=$!
   PIDS+=($counter)
   for i in $(seq 1 50); do grep -q ready "$WORK/$t-$round-syn.err" 2>/dev/null && break; sleep 0.1; done
-  wrk_json "$OUTAGE" "$port" "$WORK/$t-$round-outage.wrk" > "$WORK/$t-$round-outage.json" &
+  WRK_DELAY_MS=$PACE wrk_json "$OUTAGE" "$port" "$WORK/$t-$round-outage.wrk" > "$WORK/$t-$round-outage.json" &
   load=$!
   sleep 0.2
   stop_pid "$ORIGIN_PID_1"
@@ -251,7 +258,7 @@ for k in $(seq 0 $((n - 1))); do
   start_origin 1
   restored=$(now)
   wait "$load"
-  recovery_json=$(wrk_json "$RECOVERY" "$port" "$WORK/$t-$round-recovery.wrk")
+  recovery_json=$(WRK_DELAY_MS=$PACE wrk_json "$RECOVERY" "$port" "$WORK/$t-$round-recovery.wrk")
   stop_pid "$PROXY_PID"; stop_pid "$ORIGIN_PID_1"; stop_pid "$ORIGIN_PID_2"
   # Client traffic only: HAProxy's health checks ask for /health.
   back=$(awk -v r="$restored" '$1 > r && $2 != "/health" { printf "%.2f", $1 - r; exit }' "$WORK/origin1/access.log")

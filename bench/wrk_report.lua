@@ -14,6 +14,12 @@ if os.getenv("WRK_REALISTIC") == "1" then
   wrk.headers["Cookie"] = "session=9f8e7d6c5b4a39281706f5e4d3c2b1a0; locale=en_GB; feature_flags=new-invoices,bulk-export,sso-v2; _ga=GA1.2.1234567890.1700000000"
   wrk.headers["X-Api-Version"] = "2024-06-01"
 end
+-- WRK_DELAY_MS=N: each connection waits N ms before each request (a paced load: about c × 1000 / N requests/s
+-- offered whatever the proxy's speed; wrk's latency does not include the wait).
+local pace = tonumber(os.getenv("WRK_DELAY_MS") or "")
+if pace and pace > 0 then
+  delay = function() return pace end
+end
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
