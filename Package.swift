@@ -210,7 +210,12 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport", "BackstopCore"]),
+        .testTarget(
+            name: "BackstopTransportTests",
+            dependencies: [
+                "BackstopTransport", "BackstopCore", .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         .testTarget(
             name: "BackstopTracingTests",
             dependencies: [
