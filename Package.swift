@@ -210,12 +210,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .testTarget(
-            name: "BackstopTransportTests",
-            dependencies: [
-                "BackstopTransport", "BackstopCore", .product(name: "NIOPosix", package: "swift-nio"),
-            ]
-        ),
+        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport", "BackstopCore"]),
         .testTarget(
             name: "BackstopTracingTests",
             dependencies: [

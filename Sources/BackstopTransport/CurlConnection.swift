@@ -100,11 +100,9 @@ public final class CurlConnection: ConnectionHandle, @unchecked Sendable {
         self.sink = sink
     }
 
-    public func send(_ buffer: ByteBuffer) { transport.submit(.connection(.send(self, buffer)), from: eventLoop) }
-    public func setReceiving(_ receiving: Bool) {
-        transport.submit(.connection(.receive(self, receiving)), from: eventLoop)
-    }
-    public func close() { transport.submit(.connection(.close(self)), from: eventLoop) }
+    public func send(_ buffer: ByteBuffer) { transport.submit(.connection(.send(self, buffer))) }
+    public func setReceiving(_ receiving: Bool) { transport.submit(.connection(.receive(self, receiving))) }
+    public func close() { transport.submit(.connection(.close(self))) }
 
     /// The `CURL_POLL_*` interest the connection's state asks for.
     var wantedInterest: Int32 {
@@ -377,7 +375,7 @@ extension CurlMultiTransport: ConnectionOpening {
         _ request: ConnectionRequest, on eventLoop: EventLoop, sink: @escaping @Sendable ([ConnectionEvent]) -> Void
     ) -> any ConnectionHandle {
         let connection = CurlConnection(request: request, eventLoop: eventLoop, transport: self, sink: sink)
-        submit(.connection(.open(connection)), from: eventLoop)
+        submit(.connection(.open(connection)))
         return connection
     }
 }

@@ -119,10 +119,10 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         if case .streaming(let stream) = transfer.request.body {
             stream.setResumeConsumer { [weak transfer, weak self] in
                 guard let transfer, let self else { return }
-                self.submit(.resumeSend(transfer), from: transfer.eventLoop)
+                self.submit(.resumeSend(transfer))
             }
         }
-        submit(.start(transfer), from: eventLoop)
+        submit(.start(transfer))
         return transfer
     }
 
@@ -146,11 +146,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         }
     }
 
-    /// Queues `command`; `loop`: the requester's event loop, whose turn may carry the wake-up when the caller is on
-    /// it (`WakeRule`).
-    func submit(_ command: TransportCommand, from loop: (any EventLoop)? = nil) {
-        commands.submit(command, from: loop)
-    }
+    func submit(_ command: TransportCommand) { commands.submit(command) }
 
     /// Debug builds check the "only on the transport thread" claims behind the `@unchecked Sendable` of this type
     /// and of `CurlTransfer`.

@@ -70,13 +70,13 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     /// Stops the attempt; a `.failure(.cancelled)` event follows unless it already ended.
     public func cancel() {
         if cancelRequested.exchange(true, ordering: .acquiringAndReleasing) { return }
-        transport.submit(.cancel(self), from: eventLoop)
+        transport.submit(.cancel(self))
     }
 
     /// The requester no longer wants the events but lets the transfer finish (so curl can keep its connection);
     /// it is cancelled if it has not finished within `limit`.
     public func abandon(within limit: Duration) {
-        transport.submit(.abandon(self, deadlineMS: bs_monotonic_ms() + limit.millisecondsRoundedUp), from: eventLoop)
+        transport.submit(.abandon(self, deadlineMS: bs_monotonic_ms() + limit.millisecondsRoundedUp))
     }
 
     /// The exchange wrote `bytes` of delivered body to the client; may resume a paused upstream read.
@@ -85,7 +85,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         if now < Self.lowWater,
             receivePaused.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged
         {
-            transport.submit(.resumeReceive(self), from: eventLoop)
+            transport.submit(.resumeReceive(self))
         }
     }
 
