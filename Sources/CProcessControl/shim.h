@@ -1,5 +1,5 @@
-// prctl(2) is variadic, and Swift cannot call a variadic C function: fixed-arity wrappers, one per use. And one
-// glibc function Swift's Glibc module does not show.
+// prctl(2) is variadic, and Swift cannot call a variadic C function: fixed-arity wrappers, one per use. And two
+// glibc functions Swift's Glibc module does not show.
 #ifndef BACKSTOP_PROCESS_CONTROL_H
 #define BACKSTOP_PROCESS_CONTROL_H
 
@@ -21,6 +21,12 @@ static inline int backstop_get_dumpable(void) {
 /// every descriptor from `from` up. 0 on success, else an error number.
 static inline int backstop_spawn_close_from(posix_spawn_file_actions_t *actions, int from) {
     return posix_spawn_file_actions_addclosefrom_np(actions, from);
+}
+
+/// posix_spawn_file_actions_addchdir_np (glibc 2.29+), likewise not shown: the child changes to `path` before it
+/// runs the program. 0 on success, else an error number.
+static inline int backstop_spawn_chdir(posix_spawn_file_actions_t *actions, const char *path) {
+    return posix_spawn_file_actions_addchdir_np(actions, path);
 }
 #endif
 

@@ -8,7 +8,7 @@ import Glibc
 /// (memory ceilings, signals, exit codes, several daemons sharing files).
 public final class DaemonProcess: Sendable {
     public let pid: Int32
-    private let process: Process
+    private let process: ChildProcess
     private let stderrPath: String
 
     /// The built binary: `<repo>/.build/debug/backstop`, found from a test file's `#filePath`.
@@ -26,23 +26,16 @@ public final class DaemonProcess: Sendable {
     public static func start(
         binary: String, arguments: [String], environment: [String: String]? = nil, workingDirectory: String? = nil
     ) throws -> DaemonProcess {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
         let stderrPath = NSTemporaryDirectory() + "backstop-daemon-\(UUID().uuidString).log"
-        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
-        try process.run()
-        return DaemonProcess(process: process, stderrPath: stderrPath)
+        let child = try ChildProcess.spawn(
+            binary, arguments, environment: environment, workingDirectory: workingDirectory,
+            standardOutput: stderrPath)
+        return DaemonProcess(process: child, stderrPath: stderrPath)
     }
 
-    private init(process: Process, stderrPath: String) {
+    private init(process: ChildProcess, stderrPath: String) {
         self.process = process
-        self.pid = process.processIdentifier
+        self.pid = process.pid
         self.stderrPath = stderrPath
     }
 

@@ -16,59 +16,39 @@ public enum TestProcess {
     /// child talks to servers in the same process: blocking the cooperative pool would stall those servers.
     public static func run(_ executable: String, _ arguments: [String]) async throws -> TestProcessResult {
         let prepared = try Prepared(executable: executable, arguments: arguments)
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            prepared.process.terminationHandler = { process in
-                continuation.resume(returning: process.terminationStatus)
-            }
-            do {
-                try prepared.process.run()
-            } catch {
-                prepared.process.terminationHandler = nil
-                continuation.resume(throwing: error)
-            }
-        }
-        return try prepared.finish(status: status)
+        while prepared.child.isRunning { try await Task.sleep(for: .milliseconds(5)) }
+        return try prepared.finish()
     }
 
     /// Runs `executable` and blocks until it exits; for tools that depend on nothing in this process.
     public static func runBlocking(_ executable: String, _ arguments: [String]) throws -> TestProcessResult {
         let prepared = try Prepared(executable: executable, arguments: arguments)
-        try prepared.process.run()
-        prepared.process.waitUntilExit()
-        return try prepared.finish(status: prepared.process.terminationStatus)
+        prepared.child.waitUntilExit()
+        return try prepared.finish()
     }
 
     private struct Prepared {
-        let process = Process()
-        let outputURL: URL
-        let errorURL: URL
+        let child: ChildProcess
+        let outputPath: String
+        let errorPath: String
 
         init(executable: String, arguments: [String]) throws {
-            let directory = URL(fileURLWithPath: NSTemporaryDirectory())
             let token = UUID().uuidString
-            outputURL = directory.appendingPathComponent("backstop-proc-\(token).out")
-            errorURL = directory.appendingPathComponent("backstop-proc-\(token).err")
-            _ = FileManager.default.createFile(atPath: outputURL.path, contents: nil)
-            _ = FileManager.default.createFile(atPath: errorURL.path, contents: nil)
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = try FileHandle(forWritingTo: outputURL)
-            process.standardError = try FileHandle(forWritingTo: errorURL)
+            outputPath = NSTemporaryDirectory() + "backstop-proc-\(token).out"
+            errorPath = NSTemporaryDirectory() + "backstop-proc-\(token).err"
+            child = try ChildProcess.spawn(
+                executable, arguments, standardOutput: outputPath, standardError: errorPath)
         }
 
-        func finish(status: Int32) throws -> TestProcessResult {
+        func finish() throws -> TestProcessResult {
             defer {
-                try? FileManager.default.removeItem(at: outputURL)
-                try? FileManager.default.removeItem(at: errorURL)
-            }
-            for handle in [process.standardOutput, process.standardError] {
-                try (handle as? FileHandle)?.close()
+                unlink(outputPath)
+                unlink(errorPath)
             }
             return TestProcessResult(
-                status: status,
-                standardOutput: String(decoding: try Data(contentsOf: outputURL), as: UTF8.self),
-                standardError: String(decoding: try Data(contentsOf: errorURL), as: UTF8.self)
+                status: child.terminationStatus,
+                standardOutput: String(decoding: try Data(contentsOf: URL(fileURLWithPath: outputPath)), as: UTF8.self),
+                standardError: String(decoding: try Data(contentsOf: URL(fileURLWithPath: errorPath)), as: UTF8.self)
             )
         }
     }
