@@ -6,8 +6,8 @@ import Synchronization
 import Glibc
 #endif
 
-/// A child process started with `posix_spawn` and reaped with `waitpid`: the one way the test support starts
-/// processes (`DaemonProcess`, `TestProcess`, `SpawnedProcess`).
+/// A child process started with `posix_spawn` and reaped with `waitpid`: how `DaemonProcess`, `TestProcess` and
+/// `SpawnedProcess` start processes (a few tests and `FaultShim` still use `Process` directly, and move here next).
 ///
 /// Not Foundation's `Process`: on this toolchain its `run()` copies the whole 256-byte `d_name` of every
 /// `/proc/self/fd` entry it lists, which can read past the end of `readdir`'s buffer and crash the test process
