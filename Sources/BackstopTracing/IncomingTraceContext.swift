@@ -27,7 +27,9 @@ public struct IncomingTraceContext: Sendable, Equatable {
     public static func parse(traceparent: String?, tracestate: String?) -> IncomingTraceContext? {
         guard let traceparent, let normalized = normalize(traceparent) else { return nil }
         var state = tracestate
-        if let value = state, value.utf8.count > maxTraceStateBytes || value.isEmpty { state = nil }
+        if let value = state, value.utf8.count > maxTraceStateBytes || value.isEmpty || !isWellFormed(value) {
+            state = nil
+        }
         let context: TraceContext
         if let parsed = try? TraceContext(traceParentHeaderValue: normalized, traceStateHeaderValue: state) {
             context = parsed
@@ -42,6 +44,49 @@ public struct IncomingTraceContext: Sendable, Equatable {
         return IncomingTraceContext(
             traceID: context.traceID, parentSpanID: context.spanID, sampled: context.flags.contains(.sampled),
             traceState: serialized.flatMap { $0.utf8.count > maxTraceStateBytes ? nil : $0 })
+    }
+
+    /// The `tracestate` grammar (W3C Trace Context §3.3.1), checked on bytes before swift-w3c-trace-context sees
+    /// the value: its decoder traps (a `String` index moved out of range while it builds an error) on some
+    /// malformed lists — a key longer than its limit after a member it skipped spaces for — so a client's header
+    /// must not reach it unless it is well formed (found by the traceparent fuzz target). Members are separated
+    /// by commas with optional spaces or tabs; empty members are allowed. A key is `lcalpha 0*255(lcalpha / DIGIT /
+    /// "_" / "-" / "*" / "/")`, or `tenant@system` with a tenant of (lcalpha / DIGIT) and up to 240 more and a system
+    /// of lcalpha and up to 13 more; a value is 1 to 256 printable ASCII characters other than `,` and `=`, not
+    /// ending in a space.
+    static func isWellFormed(_ tracestate: String) -> Bool {
+        func isKeyByte(_ byte: UInt8) -> Bool {
+            (0x61...0x7A).contains(byte) || (0x30...0x39).contains(byte) || byte == 0x5F || byte == 0x2D
+                || byte == 0x2A || byte == 0x2F
+        }
+        func isLower(_ byte: UInt8) -> Bool { (0x61...0x7A).contains(byte) }
+        func isKey(_ key: ArraySlice<UInt8>) -> Bool {
+            guard let first = key.first, key.allSatisfy({ isKeyByte($0) || $0 == 0x40 }) else { return false }
+            let parts = key.split(separator: 0x40, omittingEmptySubsequences: false)
+            switch parts.count {
+            case 1: return isLower(first) && key.count <= 256
+            case 2:
+                let (tenant, system) = (parts[0], parts[1])
+                guard let tenantFirst = tenant.first, let systemFirst = system.first else { return false }
+                return (isLower(tenantFirst) || (0x30...0x39).contains(tenantFirst)) && tenant.count <= 241
+                    && isLower(systemFirst) && system.count <= 14
+            default: return false
+            }
+        }
+        func isValue(_ value: ArraySlice<UInt8>) -> Bool {
+            guard let last = value.last, last != 0x20, value.count <= 256 else { return false }
+            return value.allSatisfy { (0x20...0x7E).contains($0) && $0 != 0x2C && $0 != 0x3D }
+        }
+        for member in Array(tracestate.utf8).split(separator: 0x2C, omittingEmptySubsequences: false) {
+            var trimmed = member[...]
+            while let first = trimmed.first, first == 0x20 || first == 0x09 { trimmed = trimmed.dropFirst() }
+            while let last = trimmed.last, last == 0x20 || last == 0x09 { trimmed = trimmed.dropLast() }
+            if trimmed.isEmpty { continue }
+            guard let equals = trimmed.firstIndex(of: 0x3D),
+                isKey(trimmed[trimmed.startIndex..<equals]), isValue(trimmed[(equals + 1)...])
+            else { return false }
+        }
+        return true
     }
 
     /// A list member's key starts with a lowercase letter or a digit (W3C Trace Context §3.3.1.3); the parser

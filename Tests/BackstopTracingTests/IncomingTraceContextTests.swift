@@ -57,6 +57,22 @@ struct IncomingTraceContextTests {
         }
     }
 
+    @Test("a malformed tracestate never reaches the decoder, which traps on some (a long key after a spaced member)")
+    func traceStateThatTrapsTheDecoder() throws {
+        let key = String(repeating: "a", count: 260)
+        for state in [
+            "a=1,   \(key)@x=1", "a=1, , b=2,", "a=1,\t" + key + "=2", "k=v a", "k@=1", "@s=1", "k=a=b",
+        ] {
+            let context = try #require(IncomingTraceContext.parse(traceparent: Self.parent, tracestate: state))
+            #expect(context.traceState == nil || state == "a=1, , b=2," || state == "k=v a", "\(state)")
+        }
+        #expect(IncomingTraceContext.isWellFormed("a=1, , b=2,"))
+        #expect(IncomingTraceContext.isWellFormed("t0@sys=v, x=y \t"))
+        #expect(!IncomingTraceContext.isWellFormed("a=1,   \(key)@x=1"))
+        #expect(!IncomingTraceContext.isWellFormed(String(repeating: "a", count: 257) + "=1"))
+        #expect(!IncomingTraceContext.isWellFormed("a=" + String(repeating: "v", count: 257)))
+    }
+
     @Test("a tracestate that grows past 512 bytes when re-serialized (', ' between members) is dropped too")
     func traceStateGrowingPastLimit() throws {
         // 100 members of 4 bytes (distinct two-letter keys) joined by "," are 499 bytes; by ", " they would be 598.
