@@ -40,7 +40,7 @@ public struct IncomingTraceContext: Sendable, Equatable {
         }
         // Re-serialized, members are joined with ", ": a list of short members just under the limit grows past it
         // and is dropped too, so what is kept always reads back the same (found by the traceparent fuzz target).
-        let serialized = context.state.allSatisfy(hasValidKey) ? context.traceStateHeaderValue : nil
+        let serialized = context.traceStateHeaderValue
         return IncomingTraceContext(
             traceID: context.traceID, parentSpanID: context.spanID, sampled: context.flags.contains(.sampled),
             traceState: serialized.flatMap { $0.utf8.count > maxTraceStateBytes ? nil : $0 })
@@ -87,14 +87,6 @@ public struct IncomingTraceContext: Sendable, Equatable {
             else { return false }
         }
         return true
-    }
-
-    /// A list member's key starts with a lowercase letter or a digit (W3C Trace Context §3.3.1.3); the parser
-    /// lets an empty key through.
-    private static func hasValidKey(_ member: TraceState.Element) -> Bool {
-        guard let first = member.vendor.rawValue.utf8.first else { return false }
-        return (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first)
-            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first)
     }
 
     /// Finds the trace headers among a request's headers (names compared case-insensitively). Two `traceparent`

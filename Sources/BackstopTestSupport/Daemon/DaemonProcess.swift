@@ -40,11 +40,8 @@ public final class DaemonProcess: Sendable {
     }
 
     /// A test that never called `stop()` (it failed first, or only needed the daemon while it ran) leaves neither a
-    /// daemon running nor its log in the temporary directory.
-    deinit {
-        if process.isRunning { kill(pid, SIGKILL) }
-        unlink(stderrPath)
-    }
+    /// daemon running (`ChildProcess` kills and reaps it) nor its log in the temporary directory.
+    deinit { unlink(stderrPath) }
 
     /// Everything the daemon wrote to stdout and stderr so far (invalid UTF-8 replaced, never dropped: a scan for
     /// secrets must see every line).

@@ -22,14 +22,10 @@ public enum SpawnedProcess {
             unlink(errPath)
         }
         let child = try ChildProcess.spawn(executable, arguments, standardOutput: outPath, standardError: errPath)
-        let deadline = ContinuousClock.now + timeout
-        while child.isRunning {
-            if ContinuousClock.now > deadline {
-                kill(child.pid, SIGKILL)
-                child.waitUntilExit()
-                throw SpawnedProcessError("\(executable) did not finish within \(timeout)")
-            }
-            try await Task.sleep(for: .milliseconds(10))
+        guard await Poll.holds(within: timeout, every: .milliseconds(10), { !child.isRunning }) else {
+            kill(child.pid, SIGKILL)
+            child.waitUntilExit()
+            throw SpawnedProcessError("\(executable) did not finish within \(timeout)")
         }
         let code = child.killedBySignal ? 128 + child.terminationStatus : child.terminationStatus
         let out = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""

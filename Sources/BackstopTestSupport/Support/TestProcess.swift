@@ -16,7 +16,10 @@ public enum TestProcess {
     /// child talks to servers in the same process: blocking the cooperative pool would stall those servers.
     public static func run(_ executable: String, _ arguments: [String]) async throws -> TestProcessResult {
         let prepared = try Prepared(executable: executable, arguments: arguments)
-        while prepared.child.isRunning { try await Task.sleep(for: .milliseconds(5)) }
+        // A tool that never ends fails its test; the child is killed and reaped when `prepared` goes.
+        try await Poll.until("\(executable) to exit", within: .seconds(600), every: .milliseconds(5)) {
+            !prepared.child.isRunning
+        }
         return try prepared.finish()
     }
 
