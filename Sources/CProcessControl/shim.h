@@ -1,11 +1,16 @@
-// prctl(2) is variadic, and Swift cannot call a variadic C function: fixed-arity wrappers, one per use. And two
+// prctl(2) is variadic, and Swift cannot call a variadic C function: fixed-arity wrappers, one per use. And three
 // glibc functions Swift's Glibc module does not show.
 #ifndef BACKSTOP_PROCESS_CONTROL_H
 #define BACKSTOP_PROCESS_CONTROL_H
 
 #ifdef __linux__
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  // pipe2
+#endif
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 /// prctl(PR_SET_DUMPABLE, dumpable): 0 on success, -1 with errno set.
 static inline int backstop_set_dumpable(int dumpable) {
@@ -27,6 +32,12 @@ static inline int backstop_spawn_close_from(posix_spawn_file_actions_t *actions,
 /// runs the program. 0 on success, else an error number.
 static inline int backstop_spawn_chdir(posix_spawn_file_actions_t *actions, const char *path) {
     return posix_spawn_file_actions_addchdir_np(actions, path);
+}
+
+/// pipe2(fds, O_CLOEXEC): a pipe whose ends no process spawned meanwhile by another thread inherits. 0 on success,
+/// -1 with errno set.
+static inline int backstop_pipe_cloexec(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC);
 }
 #endif
 

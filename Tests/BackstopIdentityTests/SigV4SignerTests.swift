@@ -268,27 +268,18 @@ enum BotocoreSigner {
     }
 
     static func sign(_ inputs: [[String: String]]) throws -> [Answer] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", RepositoryRoot.path + "/scripts/sigv4/botocore-sign.py"]
-        let input = Pipe()
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        input.fileHandleForWriting.write(try JSONSerialization.data(withJSONObject: inputs))
-        try input.fileHandleForWriting.close()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let problem = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
+        let process = try ChildProcess.spawn(
+            "/usr/bin/env", ["python3", RepositoryRoot.path + "/scripts/sigv4/botocore-sign.py"],
+            standardInput: .bytes(Array(try JSONSerialization.data(withJSONObject: inputs))), standardOutput: .pipe,
+            standardError: .pipe)
+        let outputs = process.readOutputs(within: .seconds(120))
+        let problem = String(decoding: outputs.standardError, as: UTF8.self)
+        guard process.terminationStatus == 0, !outputs.timedOut else {
             throw BotocoreError(
                 description: "botocore-sign.py exited \(process.terminationStatus) (is botocore "
                     + "installed? python3 -m pip install botocore): \(problem)")
         }
-        return try JSONDecoder().decode([Answer].self, from: data)
+        return try JSONDecoder().decode([Answer].self, from: Data(outputs.standardOutput))
     }
 
     struct BotocoreError: Error, CustomStringConvertible { var description: String }

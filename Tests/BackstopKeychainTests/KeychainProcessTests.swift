@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTestSupport
 import Foundation
 import Testing
 
@@ -130,7 +131,7 @@ struct KeychainProcessTests {
                 ["keychain", "set", "k\(round)", "--config", f.configPath],
                 stdin: Array(value.utf8))
             usleep(useconds_t(Double.random(in: 0...(runTime * 1.2), using: &rng) * 1_000_000))
-            kill(process.processIdentifier, SIGKILL)
+            kill(process.pid, SIGKILL)
             let result = BackstopCLI.finish(process)
             if result.killedBySignal { killedMidRun += 1 }
             // Whatever the moment, the keychain opens and holds complete entries only.

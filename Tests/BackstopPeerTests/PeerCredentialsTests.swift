@@ -1,4 +1,5 @@
 import BackstopPeer
+import BackstopTestSupport
 import Foundation
 import Glibc
 import Testing
@@ -32,7 +33,7 @@ struct PeerCredentialsTests {
 
     /// A Python client connecting to `target` (a unix path, or `host:port` for TCP), as `user` when given; it holds
     /// the connection until the test closes its end.
-    static func client(_ target: String, as user: String?) throws -> Process {
+    static func client(_ target: String, as user: String?) throws -> ChildProcess {
         let script = """
             import socket, sys
             t = sys.argv[1]
@@ -43,16 +44,12 @@ struct PeerCredentialsTests {
                 s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET); s.connect((host.strip("[]"), int(port)))
             s.recv(1)
             """
-        let process = Process()
         if let user {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", user, "--", "/usr/bin/python3", "-c", script, target]
-        } else {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = ["-c", script, target]
+            return try ChildProcess.spawn(
+                "/usr/sbin/runuser", ["-u", user, "--", "/usr/bin/python3", "-c", script, target],
+                standardOutput: .null)
         }
-        try process.run()
-        return process
+        return try ChildProcess.spawn("/usr/bin/python3", ["-c", script, target], standardOutput: .null)
     }
 
     @Test("SO_PEERCRED names the unix-socket client's user: nobody, then root")

@@ -244,4 +244,46 @@ struct TestSupportSelfTests {
         #expect(untrusted.status != 0)
         #expect(origin.requests.map(\.uri) == ["/x"])
     }
+
+    @Test("ChildProcess: 1 MiB of stdin through cat comes back whole, stderr apart, the exit code kept")
+    func childProcessPipes() throws {
+        let input = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) }
+        let child = try ChildProcess.spawn(
+            "/bin/sh", ["-c", "cat; echo problem >&2; exit 3"], standardInput: .bytes(input), standardOutput: .pipe,
+            standardError: .pipe)
+        let outputs = child.readOutputs(within: .seconds(60))
+        #expect(!outputs.timedOut)
+        #expect(outputs.standardOutput == input)
+        #expect(String(decoding: outputs.standardError, as: UTF8.self) == "problem\n")
+        #expect(child.terminationStatus == 3)
+        #expect(!child.killedBySignal)
+    }
+
+    @Test("ChildProcess: past its time limit the child is killed, and what it wrote before is kept")
+    func childProcessTimeLimit() throws {
+        let child = try ChildProcess.spawn(
+            "/bin/sh", ["-c", "echo before; exec sleep 30"], standardOutput: .pipe, standardError: .null)
+        let started = ContinuousClock.now
+        let outputs = child.readOutputs(within: .milliseconds(300))
+        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(outputs.timedOut)
+        #expect(String(decoding: outputs.standardOutput, as: UTF8.self) == "before\n")
+        #expect(child.killedBySignal)
+        #expect(child.terminationStatus == SIGKILL)
+    }
+
+    @Test("ChildProcess: the child inherits no descriptor of the test process beyond its three streams")
+    func childProcessInheritsNothing() throws {
+        let leaked = open("/dev/null", O_RDONLY)  // no O_CLOEXEC: exec alone would pass it on
+        #expect(leaked > 2)
+        defer { close(leaked) }
+        let child = try ChildProcess.spawn("/bin/ls", ["/proc/self/fd"], standardOutput: .pipe, standardError: .null)
+        let outputs = child.readOutputs(within: .seconds(30))
+        let descriptors = Set(String(decoding: outputs.standardOutput, as: UTF8.self).split(separator: "\n"))
+        #expect(child.terminationStatus == 0)
+        #expect(descriptors.isSuperset(of: ["0", "1", "2"]))
+        // ls itself opens the directory it lists (the lowest free number, 3); nothing else may be there.
+        #expect(descriptors.subtracting(["0", "1", "2", "3"]).isEmpty, "\(descriptors.sorted())")
+        #expect(!descriptors.contains("\(leaked)") || leaked == 3)
+    }
 }

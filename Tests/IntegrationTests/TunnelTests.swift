@@ -181,7 +181,7 @@ struct TunnelTests {
 
 /// A Python HTTPS server run inside a test network namespace, answering `tls origin saw <path>`.
 struct NamespacedTLSServer {
-    let process: Process
+    let process: ChildProcess
     let address: String
     let port: Int
 
@@ -207,15 +207,12 @@ struct NamespacedTLSServer {
         server.socket = context.wrap_socket(server.socket, server_side=True)
         server.serve_forever()
         """.write(toFile: script, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-        process.arguments = [
-            "netns", "exec", namespace.name, "python3", script, address, String(port),
-            certificates.serverCertPath, certificates.serverKeyPath,
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess.spawn(
+            "/usr/sbin/ip",
+            [
+                "netns", "exec", namespace.name, "python3", script, address, String(port),
+                certificates.serverCertPath, certificates.serverKeyPath,
+            ], standardOutput: .null)
         return NamespacedTLSServer(process: process, address: address, port: port)
     }
 
@@ -227,10 +224,9 @@ struct NamespacedTLSServer {
         guard listening else { throw NamespacedTLSServerError.notListening }
     }
 
-    /// Kills the server and waits (5 s at most) until it is gone. Polls: Foundation's `waitUntilExit` can hang in
-    /// an async test.
+    /// Kills the server and waits (5 s at most) until it is gone; polls, so no thread of the cooperative pool blocks.
     func stop() async {
-        kill(process.processIdentifier, SIGKILL)
+        kill(process.pid, SIGKILL)
         _ = await Poll.holds(within: .seconds(5), every: .milliseconds(20)) { !process.isRunning }
     }
 }

@@ -29,7 +29,7 @@ public final class DaemonProcess: Sendable {
         let stderrPath = NSTemporaryDirectory() + "backstop-daemon-\(UUID().uuidString).log"
         let child = try ChildProcess.spawn(
             binary, arguments, environment: environment, workingDirectory: workingDirectory,
-            standardOutput: stderrPath)
+            standardOutput: .file(stderrPath))
         return DaemonProcess(process: child, stderrPath: stderrPath)
     }
 

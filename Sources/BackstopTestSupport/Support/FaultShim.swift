@@ -112,12 +112,11 @@ public enum FaultShim {
         }
         for compiler in ["/opt/swift/usr/bin/clang", "/usr/bin/clang", "/usr/bin/cc", "/usr/bin/gcc"]
         where FileManager.default.isExecutableFile(atPath: compiler) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: compiler)
-            process.arguments = ["-shared", "-fPIC", "-O1", "-o", libraryPath, sourcePath, "-ldl"]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            guard (try? process.run()) != nil else { continue }
+            guard
+                let process = try? ChildProcess.spawn(
+                    compiler, ["-shared", "-fPIC", "-O1", "-o", libraryPath, sourcePath, "-ldl"],
+                    standardOutput: .null)
+            else { continue }
             process.waitUntilExit()
             if process.terminationStatus == 0 { return .success(libraryPath) }
         }

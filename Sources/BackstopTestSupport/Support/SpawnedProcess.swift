@@ -21,7 +21,8 @@ public enum SpawnedProcess {
             unlink(outPath)
             unlink(errPath)
         }
-        let child = try ChildProcess.spawn(executable, arguments, standardOutput: outPath, standardError: errPath)
+        let child = try ChildProcess.spawn(
+            executable, arguments, standardOutput: .file(outPath), standardError: .file(errPath))
         guard await Poll.holds(within: timeout, every: .milliseconds(10), { !child.isRunning }) else {
             kill(child.pid, SIGKILL)
             child.waitUntilExit()

@@ -40,7 +40,7 @@ public enum TestProcess {
             outputPath = NSTemporaryDirectory() + "backstop-proc-\(token).out"
             errorPath = NSTemporaryDirectory() + "backstop-proc-\(token).err"
             child = try ChildProcess.spawn(
-                executable, arguments, standardOutput: outputPath, standardError: errorPath)
+                executable, arguments, standardOutput: .file(outputPath), standardError: .file(errorPath))
         }
 
         func finish() throws -> TestProcessResult {

@@ -1,3 +1,4 @@
+import BackstopTestSupport
 import Foundation
 
 /// The built `backstop` executable, for tests that need real separate processes (locks, `kill -9`).
@@ -20,50 +21,33 @@ enum BackstopCLI {
         var killedBySignal: Bool
     }
 
-    /// Runs the binary to completion (killed after `deadline`), feeding `stdin` and collecting its output.
+    /// Runs the binary to completion (its process group killed after `deadline`), feeding `stdin` and collecting
+    /// its output.
     static func run(
-        _ arguments: [String], stdin: [UInt8] = [], deadline: TimeInterval = 60, environment: [String: String] = [:]
+        _ arguments: [String], stdin: [UInt8] = [], deadline: Duration = .seconds(60),
+        environment: [String: String] = [:]
     ) throws -> Result {
-        let process = try start(arguments, stdin: stdin, environment: environment)
-        let watchdog = DispatchWorkItem { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-        DispatchQueue.global().asyncAfter(deadline: .now() + deadline, execute: watchdog)
-        defer { watchdog.cancel() }
-        return finish(process)
+        finish(try start(arguments, stdin: stdin, environment: environment), within: deadline)
     }
 
-    /// `environment` is added to the test runner's own.
-    static func start(_ arguments: [String], stdin: [UInt8] = [], environment: [String: String] = [:]) throws -> Process
+    /// `environment` is added to the test runner's own. `stdin` is written as the child reads it, on a thread of
+    /// its own (a secret is at most 1 MiB, more than a pipe holds).
+    static func start(
+        _ arguments: [String], stdin: [UInt8] = [], environment: [String: String] = [:]
+    ) throws
+        -> ChildProcess
     {
-        // A child that exits without reading all of stdin must cost an EPIPE, not a SIGPIPE of the test runner.
-        signal(SIGPIPE, SIG_IGN)
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        if !environment.isEmpty {
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-        }
-        let input = Pipe()
-        process.standardInput = input
-        process.standardOutput = Pipe()
-        process.standardError = Pipe()
-        try process.run()
-        // A secret is at most 1 MiB, more than a pipe buffer: write on another thread so a child killed before
-        // reading cannot block us (the write then fails with EPIPE, which Foundation reports, not raises).
-        let writer = input.fileHandleForWriting
-        let bytes = Data(stdin)
-        DispatchQueue.global().async {
-            try? writer.write(contentsOf: bytes)
-            try? writer.close()
-        }
-        return process
+        try ChildProcess.spawn(
+            executable.path, arguments,
+            environment: environment.isEmpty
+                ? nil : ProcessInfo.processInfo.environment.merging(environment) { _, new in new },
+            standardInput: .bytes(stdin), standardOutput: .pipe, standardError: .pipe)
     }
 
-    static func finish(_ process: Process) -> Result {
-        let out = (process.standardOutput as! Pipe).fileHandleForReading.readDataToEndOfFile()
-        let err = (process.standardError as! Pipe).fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+    static func finish(_ process: ChildProcess, within deadline: Duration = .seconds(60)) -> Result {
+        let outputs = process.readOutputs(within: deadline)
         return Result(
-            status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self),
-            stderr: String(decoding: err, as: UTF8.self), killedBySignal: process.terminationReason == .uncaughtSignal)
+            status: process.terminationStatus, stdout: String(decoding: outputs.standardOutput, as: UTF8.self),
+            stderr: String(decoding: outputs.standardError, as: UTF8.self), killedBySignal: process.killedBySignal)
     }
 }

@@ -1,3 +1,4 @@
+import BackstopTestSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -21,34 +22,31 @@ enum QueueProbe {
 
     /// A running probe whose stdout is read line by line.
     final class Running {
-        let process = Process()
-        private let output = Pipe()
-        private let errors = Pipe()
+        let process: ChildProcess
         private var pending: [UInt8] = []
         private(set) var lines: [String] = []
+        /// What the probe wrote to stderr, once `finish()` has read it.
+        private(set) var standardError = ""
 
         /// Runs the probe, or `executable` (`unshare`, which then runs the probe).
         init(
             _ arguments: [String], environment: [String: String] = [:], executable: String = QueueProbe.executable
         ) throws {
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = output
-            process.standardError = errors
-            try process.run()
+            process = try ChildProcess.spawn(
+                executable, arguments,
+                environment: ProcessInfo.processInfo.environment.merging(environment) { _, new in new },
+                standardOutput: .pipe, standardError: .pipe)
         }
 
         /// Reads until `enough(lines)` holds, the output ends, or `deadline` passes; true when `enough` held.
         func read(until deadline: ContinuousClock.Instant, _ enough: ([String]) -> Bool) -> Bool {
-            let fd = output.fileHandleForReading.fileDescriptor
+            guard let fd = process.standardOutputDescriptor else { return enough(lines) }
             var buffer = [UInt8](repeating: 0, count: 65536)
             while !enough(lines) {
                 let left = deadline - .now
                 if left <= .zero { return false }
                 var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                let ready = poll(&poller, 1, Int32(min(100, max(1, left.components.seconds * 1000 + 1))))
+                let ready = poll(&poller, 1, Int32(min(100, (left / .milliseconds(1)).rounded(.up))))
                 if ready <= 0 { continue }
                 let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
                 if n <= 0 { return enough(lines) }
@@ -67,21 +65,18 @@ enum QueueProbe {
 
         /// SIGKILL now, then everything it printed before dying.
         func kill() {
-            Glibc.kill(process.processIdentifier, SIGKILL)
+            Glibc.kill(process.pid, SIGKILL)
             finish()
         }
 
-        /// Waits for the exit and reads what is left.
-        func finish() {
-            take(output.fileHandleForReading.readDataToEndOfFile()[...].map { $0 }[...])
-            process.waitUntilExit()
+        /// Waits for the exit and reads what is left (past `timeout` the probe is killed).
+        func finish(within timeout: Duration = .seconds(300)) {
+            let outputs = process.readOutputs(within: timeout)
+            take(outputs.standardOutput[...])
+            standardError = String(decoding: outputs.standardError, as: UTF8.self)
         }
 
-        var standardError: String {
-            String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        }
-
-        var killed: Bool { process.terminationReason == .uncaughtSignal }
+        var killed: Bool { process.killedBySignal }
     }
 
     /// Runs the probe to completion and returns its last line parsed as JSON.
@@ -91,8 +86,7 @@ enum QueueProbe {
         throws -> (json: [String: Any], stderr: String)
     {
         let running = try Running(arguments, executable: executable)
-        _ = running.read(until: .now + timeout) { _ in false }
-        running.finish()
+        running.finish(within: timeout)
         let last = running.lines.last ?? ""
         let object = (try? JSONSerialization.jsonObject(with: Data(last.utf8))) as? [String: Any] ?? [:]
         return (object, running.standardError)
