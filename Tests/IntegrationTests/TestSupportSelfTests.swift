@@ -272,6 +272,17 @@ struct TestSupportSelfTests {
         #expect(child.terminationStatus == SIGKILL)
     }
 
+    @Test("ChildProcess: the time limit holds for a child that closed its output but runs on")
+    func childProcessTimeLimitWithoutOutput() throws {
+        let child = try ChildProcess.spawn(
+            "/bin/sh", ["-c", "exec >&- 2>&-; exec sleep 30"], standardOutput: .pipe, standardError: .null)
+        let started = ContinuousClock.now
+        let outputs = child.readOutputs(within: .milliseconds(300))
+        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(outputs.timedOut)
+        #expect(child.killedBySignal)
+    }
+
     @Test("ChildProcess: the child inherits no descriptor of the test process beyond its three streams")
     func childProcessInheritsNothing() throws {
         let leaked = open("/dev/null", O_RDONLY)  // no O_CLOEXEC: exec alone would pass it on

@@ -168,8 +168,9 @@ public final class ChildProcess: Sendable {
     /// value, which closes it.
     public var standardOutputDescriptor: Int32? { pipes.withLock { $0.output } }
 
-    /// Reads the output pipes until both end, the child reaped; past `timeout` the child's process group is killed
-    /// and what it wrote before is still returned (reading goes on 5 s more, for a grandchild holding a pipe).
+    /// Reads the output pipes until they end and the child exits, then reaps it; past `timeout` the child's process
+    /// group is killed and what it wrote before is still returned (reading goes on 5 s more, for a grandchild holding a
+    /// pipe).
     public func readOutputs(within timeout: Duration) -> Outputs {
         var open = pipes.withLock { pipes -> [(fd: Int32, isError: Bool)] in
             defer { pipes = (nil, nil) }
@@ -206,6 +207,15 @@ public final class ChildProcess: Sendable {
             }
         }
         for entry in open { close(entry.fd) }
+        // The pipes ended (or there were none) but the child may still run: the same time limit holds for its exit.
+        while isRunning && !outputs.timedOut {
+            if ContinuousClock.now >= deadline {
+                outputs.timedOut = true
+                kill(-pid, SIGKILL)
+            } else {
+                _ = Glibc.poll(nil, 0, 5)
+            }
+        }
         waitUntilExit()
         return outputs
     }
