@@ -322,10 +322,7 @@ extension ProxyHandler {
         }
         writeHeldResponse(context)
         if close {
-            let channel = context.channel
-            context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in
-                channel.close(promise: nil)
-            }
+            writeAndFlush(context.channel.allocator.buffer(capacity: 0), thenClose: true, context)
         } else {
             context.flush()
         }
@@ -338,11 +335,7 @@ extension ProxyHandler {
         ResponseHeadWriter.localError(
             reason, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, connection: write.connection,
             omitBody: write.omitBody, attempts: write.attempts, message: write.message, retryAfter: write.retryAfter)
-        let done = context.writeAndFlush(wrapOutboundOut(buffer))
-        if write.close {
-            let channel = context.channel
-            done.whenComplete { _ in channel.close(promise: nil) }
-        }
+        writeAndFlush(buffer, thenClose: write.close, context)
     }
 
     private func writeAccepted(delivery: String, _ write: ConnectionStateMachine.ErrorWrite) {
@@ -356,11 +349,18 @@ extension ProxyHandler {
         var buffer = context.channel.allocator.buffer(capacity: 128)
         ResponseHeadWriter.accepted(
             delivery: delivery, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, connection: write.connection)
-        let done = context.writeAndFlush(wrapOutboundOut(buffer))
-        if write.close {
-            let channel = context.channel
-            done.whenComplete { _ in channel.close(promise: nil) }
+        writeAndFlush(buffer, thenClose: write.close, context)
+    }
+
+    /// A whole answer written at once. A future only when the connection closes after it: one costs a promise's
+    /// allocation and a generic metadata lookup per answer (docs/performance.md#the-listener-and-the-upstream-side).
+    private func writeAndFlush(_ buffer: ByteBuffer, thenClose close: Bool, _ context: ChannelHandlerContext) {
+        guard close else {
+            context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
+            return
         }
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
     }
 
     /// The access line and request metrics of a queued request's answer: `202` with its delivery, or its refusal.
