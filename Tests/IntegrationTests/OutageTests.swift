@@ -211,7 +211,9 @@ struct OutageTests {
             let refused = try await Self.get(proxy)
             #expect(refused.status == 503)
             #expect(refused.header("X-Backstop-Error") == "upstream-overloaded")
-            #expect(ContinuousClock.now - started < .milliseconds(50))
+            // At once: well inside the 1 s a request waiting for a slot would take (one sample, so not 50 ms on a
+            // shared test machine).
+            #expect(ContinuousClock.now - started < .milliseconds(500))
             #expect(origins[0].requestCount == 2)
             for task in slow { #expect(try await task.value.status == 200) }
             #expect(try await Self.get(proxy).status == 200)
@@ -325,7 +327,8 @@ struct NetworkReturnTests {
             } throws: { error in
                 "\(error)".contains("errno \(EHOSTUNREACH)")
             }
-            #expect(ContinuousClock.now - started < .milliseconds(100))
+            // Refused at once, not after a connect timeout (seconds).
+            #expect(ContinuousClock.now - started < .milliseconds(500))
 
             let changes = NIOLockedValueBox<[String]>([])
             let monitor = try await NetworkChangeMonitor.start(
