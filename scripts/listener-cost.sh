@@ -20,20 +20,10 @@ trap cleanup EXIT
 ORIGIN=$BASE PROXY=$((BASE + 1)) NGINX_PROXY=$((BASE + 2)) NGINX_SELF=$((BASE + 3))
 source "$(dirname "${BASH_SOURCE[0]}")/lib/ab-origin.sh"
 start_ab_origin "$WORK" "$ORIGIN" "$PROXY" 0 0; PIDS+=("$ORIGIN_PID"); wait_port $ORIGIN 30
-mkdir -p "$WORK/nginx"
-cat > "$WORK/nginx/nginx.conf" <<CONF
-worker_processes 1; daemon off; pid $WORK/nginx/nginx.pid; error_log $WORK/nginx/error.log warn;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 1000000;
-  client_body_temp_path $WORK/nginx/b; proxy_temp_path $WORK/nginx/p; fastcgi_temp_path $WORK/nginx/f;
-  uwsgi_temp_path $WORK/nginx/u; scgi_temp_path $WORK/nginx/s;
-  upstream origin { server 127.0.0.1:$ORIGIN; keepalive 512; }
-  server { listen 127.0.0.1:$NGINX_PROXY; location / { proxy_pass http://origin; proxy_http_version 1.1;
-    proxy_set_header Connection ""; } }
-  server { listen 127.0.0.1:$NGINX_SELF; location / { default_type text/plain;
-    return 200 "ab origin 100B body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; } } }
-CONF
-nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & nginx_master=$!; PIDS+=($nginx_master)
+start_nginx_proxy "$WORK" "$ORIGIN" "$NGINX_PROXY" http "" "server { listen 127.0.0.1:$NGINX_SELF;
+    location / { default_type text/plain;
+    return 200 \"ab origin 100B body xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"; } }"
+nginx_master=$NGINX_PROXY_PID; PIDS+=($nginx_master)
 "$BIN" run --config "$WORK/proxy.yaml" 2>"$WORK/backstop.log" & backstop=$!; PIDS+=($backstop)
 wait_port $PROXY 30; wait_port $NGINX_PROXY 10; wait_port $NGINX_SELF 10
 nginx_worker=$(pgrep -P "$nginx_master" | head -1)

@@ -57,21 +57,11 @@ PY
 echo "| proxy | thread | read | write | writev | sendto | recvfrom | epoll_wait | epoll_ctl | poll | futex | context switches |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 # nginx as a proxy, for comparison (proxy_pass with keepalive; the same token injected in the realistic mode).
-mkdir -p "$WORK/nginx"
 authz=""; [ "$REALISTIC" = 1 ] && authz="proxy_set_header Authorization \"Bearer $(realistic_token)\";"
 scheme=http; ssl=""
 if [ "${IR_TLS:-0}" = 1 ]; then scheme=https; ssl="proxy_ssl_trusted_certificate $WORK/ca.pem; proxy_ssl_verify on; proxy_ssl_session_reuse on;"; fi
-cat > "$WORK/nginx/nginx.conf" <<CONF
-worker_processes 1; daemon off; pid $WORK/nginx/nginx.pid; error_log $WORK/nginx/error.log warn;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 1000000;
-  client_body_temp_path $WORK/nginx/b; proxy_temp_path $WORK/nginx/p; fastcgi_temp_path $WORK/nginx/f;
-  uwsgi_temp_path $WORK/nginx/u; scgi_temp_path $WORK/nginx/s;
-  upstream origin { server 127.0.0.1:$ORIGIN; keepalive 512; }
-  server { listen 127.0.0.1:$NGINX_PROXY; location / { proxy_pass $scheme://origin; proxy_http_version 1.1;
-    proxy_set_header Connection ""; $authz $ssl } } }
-CONF
-nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!); nginx_master=$!
+start_nginx_proxy "$WORK" "$ORIGIN" "$NGINX_PROXY" "$scheme" "$authz $ssl"
+PIDS+=("$NGINX_PROXY_PID"); nginx_master=$NGINX_PROXY_PID
 wait_port $NGINX_PROXY 10
 measure nginx "$(pgrep -P "$nginx_master" | head -1)" $NGINX_PROXY
 for given in "$@"; do

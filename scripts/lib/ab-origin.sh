@@ -1,4 +1,4 @@
-# Sourced by scripts/ab.sh, scripts/instructions.sh and scripts/stale-connections.sh: the one origin and proxy config they measure against
+# Sourced by scripts/ab.sh, scripts/instructions.sh, scripts/stale-connections.sh, scripts/syscalls.sh and scripts/listener-cost.sh: the one origin and proxy config they measure against
 # (bench/outage.sh uses its wait_port).
 #
 # start_ab_origin WORK ORIGIN_PORT PROXY_PORT TLS H1
@@ -53,4 +53,26 @@ wait_port() {
   local tries=$(( ${2:-5} * 20 ))
   for _ in $(seq 1 "$tries"); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done
   return 1
+}
+
+# start_nginx_proxy WORK ORIGIN_PORT PROXY_PORT SCHEME [LOCATION_DIRECTIVES] [MORE_SERVERS]
+#   A 1-worker nginx proxying 127.0.0.1:PROXY_PORT to the origin at SCHEME://127.0.0.1:ORIGIN_PORT (keep-alive
+#   upstream), to compare Backstop with (scripts/syscalls.sh, scripts/listener-cost.sh). LOCATION_DIRECTIVES go in its
+#   `location /` (a token, TLS verification); MORE_SERVERS are further `server { … }` blocks. Sets NGINX_PROXY_PID (the
+#   master; its worker is `pgrep -P`).
+start_nginx_proxy() {
+  local work=$1 origin=$2 port=$3 scheme=$4 directives=${5:-} servers=${6:-}
+  mkdir -p "$work/nginx"
+  cat > "$work/nginx/nginx.conf" <<CONF
+worker_processes 1; daemon off; pid $work/nginx/nginx.pid; error_log $work/nginx/error.log warn;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000;
+  client_body_temp_path $work/nginx/b; proxy_temp_path $work/nginx/p; fastcgi_temp_path $work/nginx/f;
+  uwsgi_temp_path $work/nginx/u; scgi_temp_path $work/nginx/s;
+  upstream origin { server 127.0.0.1:$origin; keepalive 512; }
+  server { listen 127.0.0.1:$port; location / { proxy_pass $scheme://origin; proxy_http_version 1.1;
+    proxy_set_header Connection ""; $directives } }
+  $servers }
+CONF
+  nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & NGINX_PROXY_PID=$!
 }
