@@ -4,13 +4,13 @@
 #define BACKSTOP_PROCESS_CONTROL_H
 
 #ifdef __linux__
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE  // pipe2
-#endif
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/prctl.h>
-#include <unistd.h>
+
+// glibc declares pipe2 only under _GNU_SOURCE, and defining that here would change how this module sees glibc's
+// types (`fd_set`) against Swift's Glibc module, failing a clean build. Declared as glibc has it instead.
+extern int pipe2(int fds[2], int flags);
 
 /// prctl(PR_SET_DUMPABLE, dumpable): 0 on success, -1 with errno set.
 static inline int backstop_set_dumpable(int dumpable) {
