@@ -245,6 +245,9 @@ public final class ChildProcess: Sendable {
         return (status & 0x7F) == 0 ? (status >> 8) & 0xFF : status & 0x7F
     }
 
+    /// The status as a shell reports it: the exit code, or 128 plus the number of the signal that ended the child.
+    public var exitCode: Int32 { killedBySignal ? 128 + terminationStatus : terminationStatus }
+
     /// The child ended by a signal.
     public var killedBySignal: Bool {
         guard let status = poll() else { return false }

@@ -4,8 +4,8 @@ import Foundation
 import Glibc
 #endif
 
-/// Runs a command (`ChildProcess`) and polls for its exit, with stdin from `/dev/null` and stdout and stderr in files,
-/// within a time limit. Also for commands whose own children outlive them (`pg_ctl start` leaves a server running):
+/// Runs a command (`ChildProcess`) and polls for its exit without blocking a thread, with stdin from `/dev/null` and
+/// stdout and stderr in files, within a time limit. Also for commands whose own children outlive them (`pg_ctl start` leaves a server running):
 /// Foundation's `Process` was seen here to miss such a child's exit now and then and wait forever.
 public enum SpawnedProcess {
     public static func run(
@@ -23,15 +23,15 @@ public enum SpawnedProcess {
         }
         let child = try ChildProcess.spawn(
             executable, arguments, standardOutput: .file(outPath), standardError: .file(errPath))
+        // A child that runs past the limit is killed and reaped when `child` goes.
         guard await Poll.holds(within: timeout, every: .milliseconds(10), { !child.isRunning }) else {
-            kill(child.pid, SIGKILL)
-            child.waitUntilExit()
             throw SpawnedProcessError("\(executable) did not finish within \(timeout)")
         }
-        let code = child.killedBySignal ? 128 + child.terminationStatus : child.terminationStatus
-        let out = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
-        let err = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
-        return TestProcessResult(status: code, standardOutput: out, standardError: err)
+        // Invalid UTF-8 (a tool writing binary) is replaced, never the whole output dropped.
+        func text(_ path: String) -> String {
+            String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self)
+        }
+        return TestProcessResult(status: child.exitCode, standardOutput: text(outPath), standardError: text(errPath))
     }
 }
 

@@ -8,51 +8,22 @@ public struct TestProcessResult: Sendable {
 }
 
 /// Runs helper tools (`openssl`, `curl`) from tests.
-///
-/// Output goes to temporary files rather than pipes, so a chatty child can never block on a full pipe while we wait
-/// for it to exit.
 public enum TestProcess {
     /// Runs `executable` and suspends (without blocking a thread) until it exits. Use this from async tests whose
-    /// child talks to servers in the same process: blocking the cooperative pool would stall those servers.
+    /// child talks to servers in the same process: blocking the cooperative pool would stall those servers. A tool
+    /// that never ends fails its test after ten minutes.
     public static func run(_ executable: String, _ arguments: [String]) async throws -> TestProcessResult {
-        let prepared = try Prepared(executable: executable, arguments: arguments)
-        // A tool that never ends fails its test; the child is killed and reaped when `prepared` goes.
-        try await Poll.until("\(executable) to exit", within: .seconds(600), every: .milliseconds(5)) {
-            !prepared.child.isRunning
-        }
-        return try prepared.finish()
+        try await SpawnedProcess.run(executable, arguments, timeout: .seconds(600))
     }
 
-    /// Runs `executable` and blocks until it exits; for tools that depend on nothing in this process.
+    /// Runs `executable` and blocks until it exits; for tools that depend on nothing in this process. Both output
+    /// pipes are read together, so a chatty child never blocks on a full pipe.
     public static func runBlocking(_ executable: String, _ arguments: [String]) throws -> TestProcessResult {
-        let prepared = try Prepared(executable: executable, arguments: arguments)
-        prepared.child.waitUntilExit()
-        return try prepared.finish()
-    }
-
-    private struct Prepared {
-        let child: ChildProcess
-        let outputPath: String
-        let errorPath: String
-
-        init(executable: String, arguments: [String]) throws {
-            let token = UUID().uuidString
-            outputPath = NSTemporaryDirectory() + "backstop-proc-\(token).out"
-            errorPath = NSTemporaryDirectory() + "backstop-proc-\(token).err"
-            child = try ChildProcess.spawn(
-                executable, arguments, standardOutput: .file(outputPath), standardError: .file(errorPath))
-        }
-
-        func finish() throws -> TestProcessResult {
-            defer {
-                unlink(outputPath)
-                unlink(errorPath)
-            }
-            return TestProcessResult(
-                status: child.terminationStatus,
-                standardOutput: String(decoding: try Data(contentsOf: URL(fileURLWithPath: outputPath)), as: UTF8.self),
-                standardError: String(decoding: try Data(contentsOf: URL(fileURLWithPath: errorPath)), as: UTF8.self)
-            )
-        }
+        let child = try ChildProcess.spawn(executable, arguments, standardOutput: .pipe, standardError: .pipe)
+        let outputs = child.readOutputs(within: .seconds(600))
+        guard !outputs.timedOut else { throw SpawnedProcessError("\(executable) did not finish within 600 s") }
+        return TestProcessResult(
+            status: child.exitCode, standardOutput: String(decoding: outputs.standardOutput, as: UTF8.self),
+            standardError: String(decoding: outputs.standardError, as: UTF8.self))
     }
 }
