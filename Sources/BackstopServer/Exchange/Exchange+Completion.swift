@@ -28,10 +28,12 @@ extension Exchange {
         let now = self.now
         let elapsed = now - startedAt
         traceFinished(ending, record)
-        metrics.recordRequest(status: record.status, seconds: elapsed.seconds)
-        environment.recordStatus(
-            metrics, upstream: destination.name, endpoint: attemptEndpoint, status: record.status,
-            attempts: record.attempts, ending: ending, detail: record.lastFailure?.detail, at: now)
+        metrics.recordExchange(
+            status: record.status, seconds: elapsed.seconds, attempts: record.attempts,
+            second: now.components.seconds)
+        environment.recordFailure(
+            upstream: destination.name, endpoint: attemptEndpoint, status: record.status, ending: ending,
+            detail: record.lastFailure?.detail)
         environment.logAccess(
             AccessRecord(
                 request: self.record, status: record.status, error: note ?? record.headError?.rawValue,

@@ -49,13 +49,13 @@ final class Exchange {
     init(
         head: HTTPRequestHead, target: RequestTarget, destination: ExchangeDestination,
         configuration: ExchangeStateMachine.Configuration, environment: ExchangeEnvironment,
-        record: AccessRecord.Request, now: Duration
+        record: AccessRecord.Request, metrics: ProxyMetrics.Upstream, now: Duration
     ) {
         self.environment = environment
         self.head = head
         self.target = target
         self.destination = destination
-        self.metrics = environment.metrics.upstream(destination.name)
+        self.metrics = metrics
         self.record = record
         self.startedAt = now
         self.hasBody = configuration.hasBody

@@ -16,29 +16,29 @@ struct ExchangeEnvironment {
     var logger: Logger { runtime.logger }
     func requestStarted() { runtime.requestStarted() }
     func requestFinished() { runtime.requestFinished() }
-    func logAccess(_ record: AccessRecord) { runtime.logAccess(record, enabled: accessLog) }
+    func logAccess(_ record: @autoclosure () -> AccessRecord) { runtime.logAccess(record(), enabled: accessLog) }
 
-    /// The status page's record of an exchange's end (docs/reference/operations.md#status-page): the upstream's
-    /// activity window, and the failure log when Backstop answered with an error or cut the response (not when the
-    /// client went away), or relayed an upstream 5xx.
-    func recordStatus(
-        _ metrics: ProxyMetrics.Upstream, upstream: String, endpoint: String, status: Int, attempts: Int,
-        ending: ExchangeStateMachine.Ending, detail: String?, at now: Duration
+    /// The status page's failure log (docs/reference/operations.md#status-page): when Backstop answered with an
+    /// error or cut the response (not when the client went away), or relayed an upstream 5xx. The upstream's
+    /// activity window is counted with the request's metrics (`ProxyMetrics.Upstream.recordExchange`). Names are
+    /// read only for a failure: a request that succeeded copies none.
+    func recordFailure(
+        upstream: @autoclosure () -> String, endpoint: @autoclosure () -> String, status: Int,
+        ending: ExchangeStateMachine.Ending, detail: @autoclosure () -> String?
     ) {
-        metrics.recordActivity(status: status, attempts: attempts, second: now.components.seconds)
         let cause: String
         switch ending {
         case .clientClosed:
             return
         case .aborted, .failedLocally:
             let reason = ending.note ?? ""
-            cause = detail.map { "\(reason): \($0)" } ?? reason
+            cause = detail().map { "\(reason): \($0)" } ?? reason
         case .completed:
             guard status >= 500 else { return }
             cause = "upstream answered \(status)"
         }
         runtime.failures.record(
             FailureRecord(
-                at: clock.wall(), upstream: upstream, endpoint: endpoint, status: status, cause: cause))
+                at: clock.wall(), upstream: upstream(), endpoint: endpoint(), status: status, cause: cause))
     }
 }

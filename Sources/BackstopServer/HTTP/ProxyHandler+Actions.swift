@@ -15,7 +15,7 @@ extension ProxyHandler {
             admit(head)
         case .writeContinue(let clientIsHTTP10):
             guard let context else { return }
-            var interim = context.channel.allocator.buffer(capacity: 32)
+            var interim = allocator.buffer(capacity: 32)
             ResponseHeadWriter.writeStatusLine(&interim, clientIsHTTP10: clientIsHTTP10, status: 100)
             interim.writeStaticString("\r\n")
             writeHeldResponse(context)
@@ -26,7 +26,7 @@ extension ProxyHandler {
         case .writeBody(let buffer, let chunk):
             guard let context else { return }
             if let chunk {
-                var prefix = context.channel.allocator.buffer(capacity: 24)
+                var prefix = allocator.buffer(capacity: 24)
                 ResponseHeadWriter.chunkPrefix(&prefix, size: buffer.readableBytes, first: chunk.first)
                 write(prefix, context)
             }
@@ -306,7 +306,7 @@ extension ProxyHandler {
         // Room for a small body too: the connection appends one that arrives before its next flush.
         var capacity = head.fields.count + 192
         if case .contentLength(let length) = write.framing, length <= 4096 { capacity += length }
-        var buffer = context.channel.allocator.buffer(capacity: capacity)
+        var buffer = allocator.buffer(capacity: capacity)
         ResponseHeadWriter.upstreamHead(
             head, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, attempts: write.attempts, error: write.error,
             framing: write.framing, connection: write.connection)
@@ -316,13 +316,13 @@ extension ProxyHandler {
     private func endResponse(lastChunk: ResponseRelay.LastChunk?, close: Bool) {
         guard let context else { return }
         if let lastChunk {
-            var end = context.channel.allocator.buffer(capacity: 8)
+            var end = allocator.buffer(capacity: 8)
             ResponseHeadWriter.chunkedEnd(&end, afterChunks: lastChunk.afterChunks)
             write(end, context)
         }
         writeHeldResponse(context)
         if close {
-            writeAndFlush(context.channel.allocator.buffer(capacity: 0), thenClose: true, context)
+            writeAndFlush(allocator.buffer(capacity: 0), thenClose: true, context)
         } else {
             context.flush()
         }
@@ -331,7 +331,7 @@ extension ProxyHandler {
     private func writeError(_ reason: ProxyErrorReason, _ write: ConnectionStateMachine.ErrorWrite) {
         guard let context else { return }
         writeHeldResponse(context)
-        var buffer = context.channel.allocator.buffer(capacity: 256)
+        var buffer = allocator.buffer(capacity: 256)
         ResponseHeadWriter.localError(
             reason, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, connection: write.connection,
             omitBody: write.omitBody, attempts: write.attempts, message: write.message, retryAfter: write.retryAfter)
@@ -346,7 +346,7 @@ extension ProxyHandler {
         }
         guard let context else { return }
         writeHeldResponse(context)
-        var buffer = context.channel.allocator.buffer(capacity: 128)
+        var buffer = allocator.buffer(capacity: 128)
         ResponseHeadWriter.accepted(
             delivery: delivery, into: &buffer, clientIsHTTP10: write.clientIsHTTP10, connection: write.connection)
         writeAndFlush(buffer, thenClose: write.close, context)

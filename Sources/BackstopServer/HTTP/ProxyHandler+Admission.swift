@@ -52,6 +52,8 @@ extension ProxyHandler {
                 return
             }
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
+            let metrics = runtime.metrics.upstream(accepted.destination.name, known: lastUpstreamMetrics)
+            lastUpstreamMetrics = metrics
             exchange = Exchange(
                 head: head, target: accepted.target, destination: accepted.destination, configuration: configuration,
                 environment: ExchangeEnvironment(
@@ -60,7 +62,7 @@ extension ProxyHandler {
                 record: AccessRecord.Request(
                     client: clientAddress, method: configuration.method, host: accepted.clientHost,
                     path: accepted.target.path, clientEntry: clientEntry, delivery: deliveryID),
-                now: now)
+                metrics: metrics, now: now)
             exchange?.inflightSlot = slot
             let expectsContinue =
                 accepted.framing.hasBody

@@ -49,6 +49,12 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// user's groups, which only `unix_group` entries need).
     var peer: (connection: ClientConnection, groups: Bool)?
     var random = SystemRandomNumberGenerator()
+    /// The channel's allocator, read once: `context.channel.allocator` retains the channel and checks the thread on
+    /// every response (docs/performance.md#reference-counting-per-request).
+    var allocator = ByteBufferAllocator()
+    /// The counters of the upstream this connection's last request went to: a keep-alive connection's requests
+    /// mostly go to one upstream, and looking it up takes the metrics' lock and hashes its name.
+    var lastUpstreamMetrics: ProxyMetrics.Upstream?
 
     /// Actions decided but not yet performed, and the next one to perform; reused, so an event allocates nothing.
     private var actions: [Action] = []
@@ -97,6 +103,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        allocator = context.channel.allocator
         // An intercepted connection's handler joins a channel that is already active: no channelActive follows.
         if let intercepted {
             clientAddress = intercepted.client

@@ -90,10 +90,11 @@ extension Int32: LogNumber {}
 extension Double: LogNumber {}
 
 extension ProxyRuntime {
-    /// Writes the access line when `log.access_log` is on.
-    func logAccess(_ record: AccessRecord, enabled: Bool) {
+    /// Writes the access line when `log.access_log` is on. The record is built only then: building it copies the
+    /// request's strings, which a proxy with the access log off would pay on every request for nothing.
+    func logAccess(_ record: @autoclosure () -> AccessRecord, enabled: Bool) {
         guard enabled else { return }
-        logger.info("request", metadata: record.metadata)
+        logger.info("request", metadata: record().metadata)
     }
 }
 

@@ -45,17 +45,32 @@ public final class ProxyMetrics: Sendable {
     /// One upstream's counters behind their own lock: an exchange looks its upstream up once and then records
     /// without hashing the upstream's name (and without contending with other upstreams' requests).
     public final class Upstream: Sendable {
+        /// The upstream label these counters are for.
+        let name: String
         private let counters = NIOLockedValueBox(UpstreamCounters())
+
+        init(name: String) { self.name = name }
 
         func recordRequest(status: Int, seconds: Double) {
             let bucket = ProxyMetrics.durationBuckets.firstIndex { seconds <= $0 }
+            counters.withLockedValue { Self.count(&$0, status: status, seconds: seconds, bucket: bucket) }
+        }
+
+        /// An exchange's end: `recordRequest` and the status page's activity window under one lock.
+        func recordExchange(status: Int, seconds: Double, attempts: Int, second: Int64) {
+            let bucket = ProxyMetrics.durationBuckets.firstIndex { seconds <= $0 }
             counters.withLockedValue { c in
-                c.requestsByCode[status, default: 0] += 1
-                if let bucket { c.durations.counts[bucket] += 1 }
-                c.durations.sum += seconds
-                c.durations.count += 1
-                c.hasDurations = true
+                Self.count(&c, status: status, seconds: seconds, bucket: bucket)
+                c.activity.record(second: second, success: status < 500, attempts: attempts)
             }
+        }
+
+        private static func count(_ c: inout UpstreamCounters, status: Int, seconds: Double, bucket: Int?) {
+            c.requestsByCode[status, default: 0] += 1
+            if let bucket { c.durations.counts[bucket] += 1 }
+            c.durations.sum += seconds
+            c.durations.count += 1
+            c.hasDurations = true
         }
 
         /// An attempt that ended with an upstream status.
@@ -77,11 +92,6 @@ public final class ProxyMetrics: Sendable {
             counters.withLockedValue { $0.retries[reason, default: 0] += 1 }
         }
 
-        /// An answered request for the status page's window (`second`: the monotonic clock's whole seconds).
-        func recordActivity(status: Int, attempts: Int, second: Int64) {
-            counters.withLockedValue { $0.activity.record(second: second, success: status < 500, attempts: attempts) }
-        }
-
         func recordBudgetExhausted() {
             counters.withLockedValue { $0.budgetExhausted += 1 }
         }
@@ -97,10 +107,16 @@ public final class ProxyMetrics: Sendable {
     func upstream(_ name: String) -> Upstream {
         upstreams.withLockedValue { table in
             if let existing = table[name] { return existing }
-            let made = Upstream()
+            let made = Upstream(name: name)
             table[name] = made
             return made
         }
+    }
+
+    /// `upstream(name)`, or `known` when it is that upstream's: a connection keeps the last one it used.
+    func upstream(_ name: String, known: Upstream?) -> Upstream {
+        if let known, known.name == name { return known }
+        return upstream(name)
     }
 
     func recordRequest(upstream: String, status: Int, seconds: Double) {
