@@ -54,9 +54,10 @@ struct ClientRequestDecoderTests {
     }
 
     /// Feeds `bytes` to a decoder (whole, or one byte per read), then takes the decoder out of the pipeline.
-    static func trace(_ decoder: some ByteToMessageDecoder, _ bytes: [UInt8], byteByByte: Bool = false) -> Trace {
+    static func trace(
+        _ handler: some ChannelInboundHandler & RemovableChannelHandler, _ bytes: [UInt8], byteByByte: Bool = false
+    ) -> Trace {
         let channel = EmbeddedChannel()
-        let handler = ByteToMessageHandler(decoder)
         try! channel.pipeline.syncOperations.addHandler(handler)
         var trace = Trace()
         let writes = byteByByte ? bytes.map { [$0] } : [bytes]
@@ -110,7 +111,7 @@ struct ClientRequestDecoderTests {
     }
 
     static func llhttp(_ bytes: [UInt8]) -> Trace {
-        trace(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes), bytes)
+        trace(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .forwardBytes)), bytes)
     }
 
     static func backstop(_ bytes: [UInt8], byteByByte: Bool = false) -> Trace {

@@ -157,7 +157,7 @@ extension ProxyHandler {
         answer.writeStaticString(Self.connectEstablished)
         context.writeAndFlush(wrapOutboundOut(answer), promise: nil)
         let pipeline = context.pipeline.syncOperations
-        let decoder = try pipeline.handler(type: ByteToMessageHandler<ClientRequestDecoder>.self)
+        let decoder = try pipeline.handler(type: ClientRequestDecoder.self)
         try pipeline.addHandlers(handlers, position: .after(decoder))
         let decoderRemoved = context.eventLoop.makePromise(of: Void.self)
         pipeline.removeHandler(context: context, promise: nil)
@@ -208,10 +208,9 @@ extension ProxyHandler {
                 context,
                 to: [
                     observer.makeSNIHandler(channel: channel), observer, headTimer,
-                    ByteToMessageHandler(
-                        ClientRequestDecoder(
-                            maxHeadBytes: ClientRequestDecoder.maxHeadBytes(snapshot.config.limits),
-                            forwardsLeftOverBytes: false)),
+                    ClientRequestDecoder(
+                        maxHeadBytes: ClientRequestDecoder.maxHeadBytes(snapshot.config.limits),
+                        forwardsLeftOverBytes: false),
                     ProxyHandler(
                         runtime: runtime, idleTimeout: machine.idleTimeout, headTimer: headTimer,
                         intercepted: intercepted),

@@ -5,14 +5,39 @@ import NIOHTTP1
 /// The request decoder of the proxy's client connections: `HTTP1RequestReader`'s events as the
 /// `HTTPServerRequestPart`s the proxy handler takes (docs/reference/behaviour.md#request-syntax). It replaced NIO's
 /// `HTTPRequestDecoder` (llhttp and a callback per span): one pass over a head's bytes, strings made once from bytes
-/// already checked. What the client sends after a `CONNECT` or upgrade message stays in the `ByteToMessageHandler`
-/// and is handed on, unread, to the handler that takes the connection over when this one leaves the pipeline.
-final class ClientRequestDecoder: ByteToMessageDecoder {
+/// already checked.
+///
+/// A handler of its own rather than a `ByteToMessageDecoder` in NIO's `ByteToMessageHandler`, which cost ~2,000
+/// instructions per request in its generic buffering and decode loop (docs/performance.md#reference-counting-per-request).
+/// It keeps that handler's contract, which the proxy handler and the hand-overs rely on:
+/// - every part the bytes hold goes out at once, a request's end right after its head or last body bytes (the
+///   handler acts on a request without a body when its end arrives); bytes that end mid-part wait for the next read;
+/// - a malformed request fires its `HTTPParserError` once, and bytes after it fire
+///   `ByteToMessageDecoderError.dataReceivedInErrorState`;
+/// - at the end of input a request cut short fires `HTTPParserError.invalidEOFState`;
+/// - taken out of the pipeline (a `CONNECT` or upgrade hand-over), it leaves on the next loop turn, and what the
+///   client sent after the `CONNECT` or upgrade message goes on, unread, to the handler after it.
+final class ClientRequestDecoder: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
     typealias InboundOut = HTTPServerRequestPart
 
     private var reader: HTTP1RequestReader
     /// Bytes left when the decoder leaves the pipeline go on to the next handler (`false`: dropped).
     private let forwardsLeftOverBytes: Bool
+    /// Bytes received and not yet decoded (nil: none).
+    private var buffer: ByteBuffer?
+    /// True while parts are being handed on: a read that arrives meanwhile (re-entrantly) is appended and decoded by
+    /// the loop already running.
+    private var decoding = false
+    private var state = State.active
+
+    private enum State {
+        case active
+        /// The decoder refused the bytes; every later read is reported, none decoded.
+        case failed(HTTPParserError)
+        /// Removed, or the input ended: nothing more is decoded.
+        case done
+    }
 
     /// `maxHeadBytes`: see `limits(_:)`.
     init(maxHeadBytes: Int, forwardsLeftOverBytes: Bool) {
@@ -24,21 +49,76 @@ final class ClientRequestDecoder: ByteToMessageDecoder {
     /// enforces with a 431 of its own; 80 KiB is the cap NIO's decoder had.
     static func maxHeadBytes(_ limits: Limits) -> Int { max(80 << 10, limits.maxHeaderBytes) }
 
-    func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        // Every part the bytes hold goes out now: a request's end right after its head or last body bytes, as
-        // NIO's decoder did (the handler acts on a request without a body when its end arrives).
-        while true {
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = unwrapInboundIn(data)
+        switch state {
+        case .active:
+            break
+        case .failed(let error):
+            context.fireErrorCaught(ByteToMessageDecoderError.dataReceivedInErrorState(error, bytes))
+            return
+        case .done:
+            return
+        }
+        if buffer == nil {
+            buffer = bytes
+        } else {
+            // What was decoded goes once it is over half the buffer (NIO's decoder's rule), so that a head that
+            // arrives in pieces does not keep every earlier read's bytes.
+            if buffer!.readerIndex > 1024 && buffer!.readerIndex > buffer!.capacity / 2 { buffer!.discardReadBytes() }
+            buffer!.writeBuffer(&bytes)
+        }
+        guard !decoding else { return }
+        decodeParts(context: context)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        finish(context: context, seenEOF: true)
+        context.fireChannelInactive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event as? ChannelEvent == .some(.inputClosed) { finish(context: context, seenEOF: true) }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        if case .active = state { state = .done }
+    }
+
+    func removeHandler(context: ChannelHandlerContext, removalToken: ChannelHandlerContext.RemovalToken) {
+        // On the next turn of the loop, as NIO's decoder leaves: a hand-over adds the handlers that take the
+        // connection over first, and they get the bytes left here.
+        context.eventLoop.assumeIsolated().execute {
+            self.finish(context: context, seenEOF: false)
+            context.leavePipeline(removalToken: removalToken)
+        }
+    }
+
+    /// Hands on every part the buffered bytes hold.
+    private func decodeParts(context: ChannelHandlerContext) {
+        decoding = true
+        defer { decoding = false }
+        while case .active = state {
             var offset = 0
-            let event = buffer.withUnsafeReadableBytes { reader.next($0, at: &offset) }
-            // Sliced before the bytes are taken: a slice must lie within the readable bytes.
-            let slice: ByteBuffer? =
+            let event: HTTP1RequestReader.Event
+            var slice: ByteBuffer?
+            if var bytes = buffer {
+                buffer = nil  // the only reference while the reader reads it: a re-entrant read starts a new buffer
+                event = bytes.withUnsafeReadableBytes { reader.next($0, at: &offset) }
+                // Sliced before the bytes are taken: a slice must lie within the readable bytes.
                 if case .body(let range) = event {
-                    buffer.getSlice(at: buffer.readerIndex + range.lowerBound, length: range.count)
-                } else { nil }
-            buffer.moveReaderIndex(forwardBy: offset)
+                    slice = bytes.getSlice(at: bytes.readerIndex + range.lowerBound, length: range.count)
+                }
+                bytes.moveReaderIndex(forwardBy: offset)
+                keep(&bytes)
+            } else {
+                // No bytes left, and still an event may be due: the end of a request whose last bytes were read.
+                event = reader.next(UnsafeRawBufferPointer(start: nil, count: 0), at: &offset)
+            }
             switch event {
             case .needMore:
-                return .needMoreData
+                return
             case .head(let head):
                 context.fireChannelRead(wrapInboundOut(.head(Self.requestHead(head))))
             case .body:
@@ -46,24 +126,48 @@ final class ClientRequestDecoder: ByteToMessageDecoder {
             case .end(let trailers):
                 context.fireChannelRead(wrapInboundOut(.end(trailers.map { HTTPHeaders($0) })))
             case .invalid(let error):
-                throw Self.parserError(error)
+                let parserError = Self.parserError(error)
+                state = .failed(parserError)
+                buffer = nil
+                context.fireErrorCaught(parserError)
+                return
             }
         }
     }
 
-    func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
-        if !reader.stopped {
-            _ = try decode(context: context, buffer: &buffer)
-            // A connection that ends inside a request: as NIO's decoder did (llhttp's "invalid EOF state").
-            if seenEOF, reader.inRequest { throw HTTPParserError.invalidEOFState }
+    /// Puts back what is left of `bytes` in front of whatever a re-entrant read added meanwhile.
+    private func keep(_ bytes: inout ByteBuffer) {
+        guard var added = buffer else {
+            if bytes.readableBytes > 0 { buffer = bytes }
+            return
         }
+        bytes.writeBuffer(&added)
+        buffer = bytes
+    }
+
+    /// The input ended (`seenEOF`) or the decoder leaves the pipeline: the parts still in the buffer go out, a
+    /// request cut short by the end of input is an error, and after a `CONNECT` or upgrade message the bytes left
+    /// go on to the next handler.
+    private func finish(context: ChannelHandlerContext, seenEOF: Bool) {
+        guard case .active = state else { return }
+        if !reader.stopped {
+            decodeParts(context: context)
+            guard case .active = state else { return }
+            // A connection that ends inside a request: as NIO's decoder did (llhttp's "invalid EOF state").
+            if seenEOF, reader.inRequest {
+                state = .failed(.invalidEOFState)
+                context.fireErrorCaught(HTTPParserError.invalidEOFState)
+                return
+            }
+        }
+        state = .done
         // Only what follows a CONNECT or upgrade message is handed on: the start of a head that did not complete
         // is not (llhttp had taken it).
-        if reader.stopped, buffer.readableBytes > 0, !seenEOF, forwardsLeftOverBytes {
-            context.fireChannelRead(NIOAny(buffer))
-            buffer.moveReaderIndex(to: buffer.writerIndex)
+        if reader.stopped, let left = buffer, left.readableBytes > 0, !seenEOF, forwardsLeftOverBytes {
+            buffer = nil
+            context.fireChannelRead(NIOAny(left))
         }
-        return .needMoreData
+        buffer = nil
     }
 
     static func requestHead(_ head: HTTP1RequestHead) -> HTTPRequestHead {

@@ -266,9 +266,8 @@ public final class ProxyServer: Sendable {
         let headTimer = HeadTimeoutHandler(timeout: limits.headerTimeout, now: runtime.clock.monotonic)
         try sync.addHandler(headTimer)
         try sync.addHandler(
-            ByteToMessageHandler(
-                ClientRequestDecoder(
-                    maxHeadBytes: ClientRequestDecoder.maxHeadBytes(limits), forwardsLeftOverBytes: true)))
+            ClientRequestDecoder(
+                maxHeadBytes: ClientRequestDecoder.maxHeadBytes(limits), forwardsLeftOverBytes: true))
         try sync.addHandler(
             ProxyHandler(
                 runtime: runtime, idleTimeout: limits.clientIdleTimeout, headTimer: headTimer, delivery: delivery))

@@ -44,7 +44,7 @@ extension ProxyHandler {
         let pipeline = context.pipeline.syncOperations
         machine.handedOver()
         do {
-            let decoder = try pipeline.handler(type: ByteToMessageHandler<ClientRequestDecoder>.self)
+            let decoder = try pipeline.handler(type: ClientRequestDecoder.self)
             try pipeline.addHandler(relay, position: .after(decoder))
             pipeline.removeHandler(context: context, promise: nil)
             if let headTimer { pipeline.removeHandler(headTimer, promise: nil) }

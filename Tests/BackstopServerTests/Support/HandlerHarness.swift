@@ -153,7 +153,7 @@ struct EmbeddedHandlerHarness: HandlerHarness {
         let headTimer = HeadTimeoutHandler(timeout: config.limits.headerTimeout, now: clock.monotonic)
         try channel.pipeline.syncOperations.addHandler(headTimer)
         try channel.pipeline.syncOperations.addHandler(
-            ByteToMessageHandler(ClientRequestDecoder(maxHeadBytes: 80 << 10, forwardsLeftOverBytes: true)))
+            ClientRequestDecoder(maxHeadBytes: 80 << 10, forwardsLeftOverBytes: true))
         try channel.pipeline.syncOperations.addHandler(
             ProxyHandler(runtime: runtime, idleTimeout: config.limits.clientIdleTimeout, headTimer: headTimer))
         // Connecting makes the channel active, as an accepted one is.
