@@ -53,6 +53,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// `flushDirty`'s scratch: the event loops of this turn's transfers and the deliveries for each.
     private var flushLoops: [any EventLoop] = []
     private var flushBatches: [[CurlTransfer.Delivery]] = []
+    /// `settleHTTP1`'s scratch: the raw path's completions being handed to the table.
+    private var settling: [(CurlTransfer, TransferCompletion)] = []
     /// When curl wants `CURL_SOCKET_TIMEOUT` handled next (monotonic ms), or nil for no timer.
     private var timerDeadline: Int64?
 
@@ -146,7 +148,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         }
     }
 
-    func submit(_ command: TransportCommand) { commands.submit(command) }
+    func submit(_ command: consuming TransportCommand) { commands.submit(command) }
 
     /// Debug builds check the "only on the transport thread" claims behind the `@unchecked Sendable` of this type
     /// and of `CurlTransfer`.
@@ -169,7 +171,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         var batch: [TransportCommand] = []
         while !table.stopping {
             commands.takeAll(into: &batch)
-            for command in batch { perform(command) }
+            // By index: iterating the array copies (retains and releases) each command.
+            for i in batch.indices { perform(batch[i]) }
             settleHTTP1()
             if table.stopping { break }
             if let deadline = timerDeadline, bs_monotonic_ms() >= deadline {
@@ -332,10 +335,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// (a finish may park a connection, a resend may fail at once).
     private func settleHTTP1() {
         while http1.hasCompletions {
-            for (transfer, completion) in http1.takeCompletions() {
-                if let action = table.completed(TransferKey(transfer), completion) { perform(action) }
+            http1.takeCompletions(into: &settling)
+            for i in settling.indices {
+                if let action = table.completed(TransferKey(settling[i].0), settling[i].1) { perform(action) }
             }
         }
+        settling.removeAll(keepingCapacity: true)
     }
 
     private func perform(_ action: TransferTable<TransferKey>.Action) {

@@ -111,10 +111,12 @@ final class HTTP1Connections {
 
     var hasCompletions: Bool { !completions.isEmpty }
 
-    /// The transfers whose connection machine completed them since the last call, oldest first.
-    func takeCompletions() -> [(CurlTransfer, TransferCompletion)] {
-        defer { completions.removeAll(keepingCapacity: true) }
-        return completions
+    /// The transfers whose connection machine completed them since the last call, oldest first, swapped into
+    /// `batch` (emptied first): both arrays keep their storage, where returning a copy and emptying this one
+    /// allocated a new array per call.
+    func takeCompletions(into batch: inout [(CurlTransfer, TransferCompletion)]) {
+        batch.removeAll(keepingCapacity: true)
+        swap(&completions, &batch)
     }
 
     // MARK: transfers
