@@ -257,12 +257,15 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         connections.flush()
         guard !dirty.isEmpty else { return }
         if dirty.count == 1 {
-            let delivery = dirty[0].takePending()
-            dirty[0].eventLoop.execute { delivery.hand() }
+            // Moved out of the list, not copied (a retain and a release less). The task reads only the transfer's
+            // `sink`, a `let`.
+            let transfer = dirty.removeLast()
+            let events = transfer.takePending()
+            transfer.eventLoop.execute { transfer.sink(events) }
         } else {
             // Usually one loop (the default); a linear search over a handful beats hashing.
             for transfer in dirty {
-                let delivery = transfer.takePending()
+                let delivery = CurlTransfer.Delivery(sink: transfer.sink, events: transfer.takePending())
                 if let index = flushLoops.firstIndex(where: { $0 === transfer.eventLoop }) {
                     flushBatches[index].append(delivery)
                 } else {

@@ -92,20 +92,20 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     // MARK: transport thread
 
     /// Taken, not borrowed: the event moves into `pending` (a copy would retain every field of a head).
+    /// The checks look at the event and at the last pending one in place (`pending.last` and binding a payload
+    /// each copied it).
     func emit(_ event: consuming TransportEvent) {
         assertOnTransportThread()
-        switch consume event {
-        case .body(var incoming):
-            if case .body(var last)? = pending.last {
-                pending.removeLast()
-                last.writeBuffer(&incoming)
-                pending.append(.body(last))
-            } else {
-                enqueue(.body(incoming))
-            }
-        case let other:
-            enqueue(other)
+        guard case .body = event, let lastIndex = pending.indices.last, case .body = pending[lastIndex] else {
+            enqueue(event)
+            return
         }
+        // Body after body in one turn: one buffer (rare for small responses, which fit in one read).
+        guard case .body(var incoming) = consume event, case .body(var last) = pending.removeLast() else {
+            preconditionFailure("checked above")
+        }
+        last.writeBuffer(&incoming)
+        pending.append(.body(last))
     }
 
     private func enqueue(_ event: consuming TransportEvent) {
@@ -125,11 +125,13 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         func hand() { sink(events) }
     }
 
-    /// Takes the pending events for the transport to hand over (it batches them per event loop).
-    func takePending() -> Delivery {
+    /// Takes the pending events for the transport to hand over (it batches them per event loop). Swapped out
+    /// rather than copied and then emptied: no retain and release of the array.
+    func takePending() -> [TransportEvent] {
         assertOnTransportThread()
-        defer { pending = [] }
-        return Delivery(sink: sink, events: pending)
+        var events: [TransportEvent] = []
+        swap(&events, &pending)
+        return events
     }
 
     /// Header callback: one line at a time, including the status line and the blank line ending the head.
