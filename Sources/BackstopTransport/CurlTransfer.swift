@@ -20,6 +20,13 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     let eventLoop: EventLoop
     let sink: @Sendable ([TransportEvent]) -> Void
     unowned let transport: CurlMultiTransport
+    /// The same transport, for the transport thread's own use (`markDirty`, `allocator`): reading an `unowned`
+    /// reference takes a strong reference and drops it (two atomic operations), once per response for `markDirty`.
+    /// `unowned(unsafe)` is sound here because it is read only on the transport thread, and all code there runs
+    /// inside the transport's `run()` (its loop and the curl callbacks it triggers), which holds the transport.
+    /// Other threads (`cancel`, `abandon`, `consumed`) use `transport`, which traps rather than reading freed
+    /// memory if the transport is gone.
+    private unowned(unsafe) let transportOnItsThread: CurlMultiTransport
 
     /// The transport's debug check, with `transport` read only inside `assert`: a release build does not touch the
     /// unowned reference (each touch is a strong retain and release) on every callback.
@@ -62,6 +69,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         self.http1URL = rawHTTP1 && !request.tls.http2 ? HTTP1URL(request.url) : nil
         self.eventLoop = eventLoop
         self.transport = transport
+        self.transportOnItsThread = transport
         self.sink = sink
         if case .buffered(let buffer) = request.body { self.bufferedBody = buffer }
         self.request = request  // last: moved in, not copied
@@ -112,7 +120,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         if pending.isEmpty {
             // A batch is usually head, body and end: room for them at once rather than growing 1 → 2 → 4.
             pending.reserveCapacity(4)
-            transport.markDirty(self)
+            transportOnItsThread.markDirty(self)
         }
         pending.append(event)
     }
@@ -152,7 +160,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     func onBody(_ data: UnsafeRawBufferPointer) -> Bool {
         assertOnTransportThread()
         if shouldPauseReceiving() { return false }
-        var buffer = transport.allocator.buffer(capacity: data.count)
+        var buffer = transportOnItsThread.allocator.buffer(capacity: data.count)
         buffer.writeBytes(data)
         unconsumedBytes.add(data.count, ordering: .acquiringAndReleasing)
         emit(.body(buffer))
