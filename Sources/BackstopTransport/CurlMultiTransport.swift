@@ -191,10 +191,10 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             logSocketFailures()
 
             var timeout: Int32 = commands.announceSleep() ? 0 : 1000
-            for deadline in [timerDeadline, nextAbandonDeadline] where timeout > 0 {
-                guard let deadline else { continue }
-                timeout = Int32(clamping: max(0, min(Int64(timeout), deadline - bs_monotonic_ms())))
-            }
+            // Each deadline in turn, not a loop over an array literal of them: that array was made and released
+            // on every turn.
+            timeout = Self.timeout(timeout, until: timerDeadline)
+            timeout = Self.timeout(timeout, until: nextAbandonDeadline)
             let ready = sockets.wait(fds: &readyFDs, masks: &readyMasks, timeoutMS: timeout)
             commands.announceAwake()
             for i in 0..<ready {
@@ -226,6 +226,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         waiter?.resume()
     }
 
+    /// `timeout` (ms), shortened to what is left until `deadline` (monotonic ms; nil: none).
+    private static func timeout(_ timeout: Int32, until deadline: Int64?) -> Int32 {
+        guard timeout > 0, let deadline else { return timeout }
+        return Int32(clamping: max(0, min(Int64(timeout), deadline - bs_monotonic_ms())))
+    }
+
     /// `curl_multi_socket_action`: curl runs what `fd` (or its timer) allows and calls back into the transfers.
     private func socketAction(_ fd: curl_socket_t, _ mask: Int32) {
         var running: Int32 = 0
@@ -241,6 +247,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     }
 
     private func logSocketFailures() {
+        // Checked first: taking the (empty) list cost a release on every loop turn.
+        guard sockets.hasFailures else { return }
         for failure in sockets.takeFailures() {
             logger.error(
                 "epoll_ctl failed for an upstream socket",
