@@ -163,7 +163,8 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         var buffer = transportOnItsThread.allocator.buffer(capacity: data.count)
         buffer.writeBytes(data)
         unconsumedBytes.add(data.count, ordering: .acquiringAndReleasing)
-        emit(.body(buffer))
+        // `consume`: handed over, not copied (see `HTTP1Connections.emitBody`).
+        emit(.body(consume buffer))
         return true
     }
 

@@ -546,8 +546,10 @@ final class HTTP1Connections {
         guard let transfer = connection.transfer else { return }
         var offset = 0
         while connection.transfer === transfer, connection.machine.isExchanging {
-            // The event is switched on as it comes, so the head moves into the transfer's events uncopied.
-            switch connection.reader.next(bytes, at: &offset) {
+            // Consumed by the switch, so the head moves into the transfer's events: switching on the call's
+            // result directly copied the head out and destroyed the result after (a retain and a release).
+            let event = connection.reader.next(bytes, at: &offset)
+            switch consume event {
             case .needMore:
                 return
             case .body(let range):
@@ -587,7 +589,8 @@ final class HTTP1Connections {
         var buffer = allocator.buffer(capacity: bytes.count)
         buffer.writeBytes(bytes)
         transfer.unconsumedBytes.add(bytes.count, ordering: .acquiringAndReleasing)
-        transfer.emit(.body(buffer))
+        // `consume`: handed over, where passing the `var` copied it (a retain and a release of its storage).
+        transfer.emit(.body(consume buffer))
     }
 
     private func updateInterest(_ connection: HTTP1Connection) {
