@@ -53,6 +53,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// `flushDirty`'s scratch: the event loops of this turn's transfers and the deliveries for each.
     private var flushLoops: [any EventLoop] = []
     private var flushBatches: [[CurlTransfer.Delivery]] = []
+    /// `settleHTTP1`'s scratch: the raw path's completions being handed to the table.
+    private var settling: [(CurlTransfer, TransferCompletion)] = []
     /// When curl wants `CURL_SOCKET_TIMEOUT` handled next (monotonic ms), or nil for no timer.
     private var timerDeadline: Int64?
 
@@ -146,7 +148,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         }
     }
 
-    func submit(_ command: TransportCommand) { commands.submit(command) }
+    func submit(_ command: consuming TransportCommand) { commands.submit(command) }
 
     /// Debug builds check the "only on the transport thread" claims behind the `@unchecked Sendable` of this type
     /// and of `CurlTransfer`.
@@ -169,7 +171,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         var batch: [TransportCommand] = []
         while !table.stopping {
             commands.takeAll(into: &batch)
-            for command in batch { perform(command) }
+            // By index: iterating the array copies (retains and releases) each command.
+            for i in batch.indices { perform(batch[i]) }
             settleHTTP1()
             if table.stopping { break }
             if let deadline = timerDeadline, bs_monotonic_ms() >= deadline {
@@ -188,10 +191,10 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             logSocketFailures()
 
             var timeout: Int32 = commands.announceSleep() ? 0 : 1000
-            for deadline in [timerDeadline, nextAbandonDeadline] where timeout > 0 {
-                guard let deadline else { continue }
-                timeout = Int32(clamping: max(0, min(Int64(timeout), deadline - bs_monotonic_ms())))
-            }
+            // Each deadline in turn, not a loop over an array literal of them: that array was made and released
+            // on every turn.
+            timeout = Self.timeout(timeout, until: timerDeadline)
+            timeout = Self.timeout(timeout, until: nextAbandonDeadline)
             let ready = sockets.wait(fds: &readyFDs, masks: &readyMasks, timeoutMS: timeout)
             commands.announceAwake()
             for i in 0..<ready {
@@ -223,6 +226,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         waiter?.resume()
     }
 
+    /// `timeout` (ms), shortened to what is left until `deadline` (monotonic ms; nil: none).
+    private static func timeout(_ timeout: Int32, until deadline: Int64?) -> Int32 {
+        guard timeout > 0, let deadline else { return timeout }
+        return Int32(clamping: max(0, min(Int64(timeout), deadline - bs_monotonic_ms())))
+    }
+
     /// `curl_multi_socket_action`: curl runs what `fd` (or its timer) allows and calls back into the transfers.
     private func socketAction(_ fd: curl_socket_t, _ mask: Int32) {
         var running: Int32 = 0
@@ -238,6 +247,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     }
 
     private func logSocketFailures() {
+        // Checked first: taking the (empty) list cost a release on every loop turn.
+        guard sockets.hasFailures else { return }
         for failure in sockets.takeFailures() {
             logger.error(
                 "epoll_ctl failed for an upstream socket",
@@ -254,12 +265,15 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         connections.flush()
         guard !dirty.isEmpty else { return }
         if dirty.count == 1 {
-            let delivery = dirty[0].takePending()
-            dirty[0].eventLoop.execute { delivery.hand() }
+            // Moved out of the list, not copied (a retain and a release less). The task reads only the transfer's
+            // `sink`, a `let`.
+            let transfer = dirty.removeLast()
+            let events = transfer.takePending()
+            transfer.eventLoop.execute { transfer.sink(events) }
         } else {
             // Usually one loop (the default); a linear search over a handful beats hashing.
             for transfer in dirty {
-                let delivery = transfer.takePending()
+                let delivery = CurlTransfer.Delivery(sink: transfer.sink, events: transfer.takePending())
                 if let index = flushLoops.firstIndex(where: { $0 === transfer.eventLoop }) {
                     flushBatches[index].append(delivery)
                 } else {
@@ -332,10 +346,12 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// (a finish may park a connection, a resend may fail at once).
     private func settleHTTP1() {
         while http1.hasCompletions {
-            for (transfer, completion) in http1.takeCompletions() {
-                if let action = table.completed(TransferKey(transfer), completion) { perform(action) }
+            http1.takeCompletions(into: &settling)
+            for i in settling.indices {
+                if let action = table.completed(TransferKey(settling[i].0), settling[i].1) { perform(action) }
             }
         }
+        settling.removeAll(keepingCapacity: true)
     }
 
     private func perform(_ action: TransferTable<TransferKey>.Action) {

@@ -20,6 +20,13 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     let eventLoop: EventLoop
     let sink: @Sendable ([TransportEvent]) -> Void
     unowned let transport: CurlMultiTransport
+    /// The same transport, for the transport thread's own use (`markDirty`, `allocator`): reading an `unowned`
+    /// reference takes a strong reference and drops it (two atomic operations), once per response for `markDirty`.
+    /// `unowned(unsafe)` is sound here because it is read only on the transport thread, and all code there runs
+    /// inside the transport's `run()` (its loop and the curl callbacks it triggers), which holds the transport.
+    /// Other threads (`cancel`, `abandon`, `consumed`) use `transport`, which traps rather than reading freed
+    /// memory if the transport is gone.
+    private unowned(unsafe) let transportOnItsThread: CurlMultiTransport
 
     /// The transport's debug check, with `transport` read only inside `assert`: a release build does not touch the
     /// unowned reference (each touch is a strong retain and release) on every callback.
@@ -62,6 +69,7 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         self.http1URL = rawHTTP1 && !request.tls.http2 ? HTTP1URL(request.url) : nil
         self.eventLoop = eventLoop
         self.transport = transport
+        self.transportOnItsThread = transport
         self.sink = sink
         if case .buffered(let buffer) = request.body { self.bufferedBody = buffer }
         self.request = request  // last: moved in, not copied
@@ -92,27 +100,27 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     // MARK: transport thread
 
     /// Taken, not borrowed: the event moves into `pending` (a copy would retain every field of a head).
+    /// The checks look at the event and at the last pending one in place (`pending.last` and binding a payload
+    /// each copied it).
     func emit(_ event: consuming TransportEvent) {
         assertOnTransportThread()
-        switch consume event {
-        case .body(var incoming):
-            if case .body(var last)? = pending.last {
-                pending.removeLast()
-                last.writeBuffer(&incoming)
-                pending.append(.body(last))
-            } else {
-                enqueue(.body(incoming))
-            }
-        case let other:
-            enqueue(other)
+        guard case .body = event, let lastIndex = pending.indices.last, case .body = pending[lastIndex] else {
+            enqueue(event)
+            return
         }
+        // Body after body in one turn: one buffer (rare for small responses, which fit in one read).
+        guard case .body(var incoming) = consume event, case .body(var last) = pending.removeLast() else {
+            preconditionFailure("checked above")
+        }
+        last.writeBuffer(&incoming)
+        pending.append(.body(last))
     }
 
     private func enqueue(_ event: consuming TransportEvent) {
         if pending.isEmpty {
             // A batch is usually head, body and end: room for them at once rather than growing 1 → 2 → 4.
             pending.reserveCapacity(4)
-            transport.markDirty(self)
+            transportOnItsThread.markDirty(self)
         }
         pending.append(event)
     }
@@ -125,11 +133,13 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
         func hand() { sink(events) }
     }
 
-    /// Takes the pending events for the transport to hand over (it batches them per event loop).
-    func takePending() -> Delivery {
+    /// Takes the pending events for the transport to hand over (it batches them per event loop). Swapped out
+    /// rather than copied and then emptied: no retain and release of the array.
+    func takePending() -> [TransportEvent] {
         assertOnTransportThread()
-        defer { pending = [] }
-        return Delivery(sink: sink, events: pending)
+        var events: [TransportEvent] = []
+        swap(&events, &pending)
+        return events
     }
 
     /// Header callback: one line at a time, including the status line and the blank line ending the head.
@@ -150,10 +160,11 @@ public final class CurlTransfer: TransferHandle, @unchecked Sendable {
     func onBody(_ data: UnsafeRawBufferPointer) -> Bool {
         assertOnTransportThread()
         if shouldPauseReceiving() { return false }
-        var buffer = transport.allocator.buffer(capacity: data.count)
+        var buffer = transportOnItsThread.allocator.buffer(capacity: data.count)
         buffer.writeBytes(data)
         unconsumedBytes.add(data.count, ordering: .acquiringAndReleasing)
-        emit(.body(buffer))
+        // `consume`: handed over, not copied (see `HTTP1Connections.emitBody`).
+        emit(.body(consume buffer))
         return true
     }
 

@@ -5,13 +5,13 @@ import NIOCore
 /// Where an idle raw connection may serve the next request: the same endpoint, reached the same way (the TLS
 /// options, client certificate included, and the passthrough destination rules it was checked against).
 struct HTTP1PoolKey: Hashable {
-    var origin: Substring
+    /// `scheme://authority`, as the URL spells it: a string of its own, so that no connection keeps the URL of
+    /// the request that opened it alive.
+    var origin: String
     var tls: TransportTLSOptions
     var passthrough: Bool
 
     static func == (a: HTTP1PoolKey, b: HTTP1PoolKey) -> Bool {
-        // Substring's `==` compares contiguous ASCII with memcmp; `utf8.elementsEqual` went byte by byte (~5k
-        // instructions per request).
         a.passthrough == b.passthrough && a.origin == b.origin && a.tls == b.tls
     }
 
@@ -23,13 +23,49 @@ struct HTTP1PoolKey: Hashable {
     }
 }
 
+/// One endpoint the raw HTTP/1.1 path has connections to, interned (`HTTP1Connections.endpoint(for:url:)`): the
+/// idle pool is keyed by its number, so taking and parking a connection compares an `Int` rather than copying and
+/// comparing a key with strings in it (docs/performance.md#reference-counting-per-request).
+final class HTTP1Endpoint {
+    let key: HTTP1PoolKey
+    /// Unique among the endpoints of one `HTTP1Connections`.
+    let id: Int
+    /// A copy of the origin's UTF-8 and whether the TLS options are the default, for `matches`: reading the key's
+    /// `String` out of this object to compare it copied (retained and released) the key.
+    private let originBytes: UnsafeMutableBufferPointer<UInt8>
+    private let defaultTLS: Bool
+
+    init(key: HTTP1PoolKey, id: Int) {
+        self.key = key
+        self.id = id
+        defaultTLS = key.tls.isDefault
+        originBytes = key.origin.withUTF8Bytes { bytes in
+            let copy = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: bytes.count)
+            _ = copy.initialize(from: bytes)
+            return copy
+        }
+    }
+
+    deinit { originBytes.deallocate() }
+
+    /// Whether `request` (whose URL `url` was parsed from) goes to this endpoint, compared in place: building a
+    /// key per request to compare it copied (retained) its origin and options.
+    func matches(_ request: TransportRequest, url: HTTP1URL) -> Bool {
+        guard key.passthrough == request.passthrough, url.pathStart == originBytes.count else { return false }
+        // The common case (no CA file, no client certificate) costs no comparing of the options.
+        if !(defaultTLS && request.tls.isDefault), key.tls != request.tls { return false }
+        guard let mine = originBytes.baseAddress else { return true }
+        return request.url.withUTF8Bytes { theirs in memcmp(mine, theirs.baseAddress!, originBytes.count) == 0 }
+    }
+}
+
 /// One raw upstream HTTP/1.1 connection (docs/performance.md#libcurl-as-the-connection): a `CONNECT_ONLY` easy
 /// handle curl connected (destination check, TLS and its verification, client certificate, TLS session reuse),
 /// and what Backstop writes and reads on it. The handle is owned here and stays in the transport's multi handle
 /// until the connection is closed: curl finds a `CONNECT_ONLY` connection through that multi handle, and
 /// `curl_multi_remove_handle` closes it. Transport thread only (`HTTP1Connections`).
 final class HTTP1Connection {
-    let key: HTTP1PoolKey
+    let endpoint: HTTP1Endpoint
     let secure: Bool
     unowned let transport: CurlMultiTransport
     var easy: CurlEasy?
@@ -60,9 +96,10 @@ final class HTTP1Connection {
     }
 
     init(
-        key: HTTP1PoolKey, secure: Bool, transport: CurlMultiTransport, mayResend: Bool, allocator: ByteBufferAllocator
+        endpoint: HTTP1Endpoint, secure: Bool, transport: CurlMultiTransport, mayResend: Bool,
+        allocator: ByteBufferAllocator
     ) {
-        self.key = key
+        self.endpoint = endpoint
         self.secure = secure
         self.transport = transport
         self.machine = HTTP1ConnectionMachine(mayResend: mayResend)
@@ -91,7 +128,12 @@ final class HTTP1Connections {
     private var connecting: [UnsafeMutableRawPointer: HTTP1Connection] = [:]
     /// Open connections (active or idle), by socket.
     private var open: [Int32: HTTP1Connection] = [:]
-    private var pool = IdleConnectionPool<HTTP1PoolKey, HTTP1Connection>(capacity: HTTP1Connections.maxIdle)
+    private var pool = IdleConnectionPool<Int, HTTP1Connection>(capacity: HTTP1Connections.maxIdle)
+    /// Every endpoint connected to so far, and the one used last (requests to one endpoint follow one another: it
+    /// is compared in place, with no key built and no hashing). Kept like the pool's emptied buckets: one entry per
+    /// endpoint ever used, so the next request to it allocates nothing.
+    private var endpoints: [HTTP1PoolKey: HTTP1Endpoint] = [:]
+    private var lastEndpoint: HTTP1Endpoint?
     /// Where reads land before they are parsed (body bytes are copied out in exact-size buffers).
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: receiveSize, alignment: 16)
     private var completions: [(CurlTransfer, TransferCompletion)] = []
@@ -111,24 +153,40 @@ final class HTTP1Connections {
 
     var hasCompletions: Bool { !completions.isEmpty }
 
-    /// The transfers whose connection machine completed them since the last call, oldest first.
-    func takeCompletions() -> [(CurlTransfer, TransferCompletion)] {
-        defer { completions.removeAll(keepingCapacity: true) }
-        return completions
+    /// The transfers whose connection machine completed them since the last call, oldest first, swapped into
+    /// `batch` (emptied first): both arrays keep their storage, where returning a copy and emptying this one
+    /// allocated a new array per call.
+    func takeCompletions(into batch: inout [(CurlTransfer, TransferCompletion)]) {
+        batch.removeAll(keepingCapacity: true)
+        swap(&completions, &batch)
     }
 
     // MARK: transfers
 
     /// Starts `transfer` on an idle connection to its endpoint, else on a new one; nil, or why it could not.
     func begin(_ transfer: CurlTransfer, url: HTTP1URL) -> String? {
-        let key = HTTP1PoolKey(
-            origin: url.origin, tls: transfer.request.tls, passthrough: transfer.request.passthrough)
-        let (idle, expired) = pool.take(key, now: bs_monotonic_ms())
+        let endpoint = endpoint(for: transfer.request, url: url)
+        let (idle, expired) = pool.take(endpoint.id, now: bs_monotonic_ms())
         for connection in expired { close(connection) }
-        guard let connection = idle else { return connect(transfer, url: url, key: key) }
+        guard let connection = idle else { return connect(transfer, url: url, endpoint: endpoint) }
         attach(transfer, to: connection, url: url)
         perform(connection.machine.reuse(mayResend: transfer.mayRewindBody), on: connection)
         return nil
+    }
+
+    /// The interned endpoint `request` goes to (`url` is its URL, parsed).
+    private func endpoint(for request: TransportRequest, url: HTTP1URL) -> HTTP1Endpoint {
+        if let last = lastEndpoint, last.matches(request, url: url) { return last }
+        let key = HTTP1PoolKey(
+            origin: String(url.origin(in: request.url)), tls: request.tls, passthrough: request.passthrough)
+        if let known = endpoints[key] {
+            lastEndpoint = known
+            return known
+        }
+        let endpoint = HTTP1Endpoint(key: key, id: endpoints.count)
+        endpoints[key] = endpoint
+        lastEndpoint = endpoint
+        return endpoint
     }
 
     /// The transfer ended (`TransferTable`'s finish): its connection goes idle or is closed.
@@ -146,7 +204,7 @@ final class HTTP1Connections {
         detach(transfer)
         let rewound = transfer.rewindBody()
         assert(rewound, "the table resends only a transfer whose body rewinds")
-        return connect(transfer, url: url, key: old.key)
+        return connect(transfer, url: url, endpoint: old.endpoint)
     }
 
     /// The requester caught up or the request body has more: read and write again.
@@ -160,49 +218,51 @@ final class HTTP1Connections {
     private func attach(_ transfer: CurlTransfer, to connection: HTTP1Connection, url: HTTP1URL) {
         connection.transfer = transfer
         transfer.connection = connection
-        let request = transfer.request
-        let framing = HTTP1RequestHead.framing(of: request)
-        connection.reader = HTTP1ResponseReader(requestIsHEAD: request.method == "HEAD")
+        // `transfer.request` is read in place throughout: a local copy of it retained and released every field.
+        let framing = HTTP1RequestHead.framing(of: transfer.request)
+        connection.reader = HTTP1ResponseReader(requestIsHEAD: transfer.request.method == "HEAD")
+        let sendsBody = framing != .none && framing != .length(0)
         // The transfer's own copy of a buffered body (rewound for a resend); a small one goes out with the head, in
         // the head's buffer.
         var inline: ByteBuffer?
-        if case .buffered = request.body, framing != .none, framing != .length(0), let body = transfer.bufferedBody,
+        if sendsBody, case .buffered = transfer.request.body, let body = transfer.bufferedBody,
             body.readableBytes > 0, body.readableBytes <= Self.inlineBody
         {
             inline = body
         }
         var buffer = HTTP1RequestHead.buffer(
-            request, url: url, framing: framing, extraCapacity: inline?.readableBytes ?? 0, allocator: allocator)
+            transfer.request, url: url, framing: framing, extraCapacity: inline?.readableBytes ?? 0,
+            allocator: allocator)
         connection.headBytesLeft = buffer.readableBytes
         connection.body = .done
-        switch (framing, request.body) {
-        case (.none, _), (.length(0), _):
-            break
-        case (_, .buffered):
-            if var body = inline {
-                buffer.writeBuffer(&body)
-            } else if let body = transfer.bufferedBody, body.readableBytes > 0 {
-                connection.body = .buffer(body)
+        if sendsBody {
+            switch transfer.request.body {
+            case .buffered:
+                if var body = inline {
+                    buffer.writeBuffer(&body)
+                } else if let body = transfer.bufferedBody, body.readableBytes > 0 {
+                    connection.body = .buffer(body)
+                }
+            case .streaming(let stream):
+                connection.body = .stream(stream, chunked: framing == .chunked)
+            case .empty:
+                break
             }
-        case (let framing, .streaming(let stream)):
-            connection.body = .stream(stream, chunked: framing == .chunked)
-        case (_, .empty):
-            break
         }
         connection.outgoing = buffer
     }
 
     /// A new connection for `transfer`: curl connects it (`completed` follows).
-    private func connect(_ transfer: CurlTransfer, url: HTTP1URL, key: HTTP1PoolKey) -> String? {
-        let request = transfer.request
+    private func connect(_ transfer: CurlTransfer, url: HTTP1URL, endpoint: HTTP1Endpoint) -> String? {
         let connection = HTTP1Connection(
-            key: key, secure: url.secure, transport: transfer.transport, mayResend: transfer.mayRewindBody,
+            endpoint: endpoint, secure: url.secure, transport: transfer.transport, mayResend: transfer.mayRewindBody,
             allocator: allocator)
         guard let easy = CurlEasy.make() else { return "curl cannot create a connection handle: out of memory" }
         connection.easy = easy
         do throws(CurlSetupError) {
             try configuration.configureConnectOnly(
-                easy, url: String(url.origin), connectTimeout: request.connectTimeout, tls: request.tls,
+                easy, url: endpoint.key.origin, connectTimeout: transfer.request.connectTimeout,
+                tls: transfer.request.tls,
                 context: Unmanaged.passUnretained(connection).toOpaque(), open: CurlTrampolines.openHTTP1Socket)
             // `read` reads a TLS connection on until curl has nothing, and `resume` reads before waiting for epoll:
             // no record read ahead is left waiting in OpenSSL (docs/performance.md#syscalls-and-wake-ups-per-request).
@@ -225,7 +285,7 @@ final class HTTP1Connections {
     /// to connect to.
     func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>, for connection: HTTP1Connection) -> curl_socket_t {
         let (fd, verdict) = destinations.openSocket(
-            address, passthrough: connection.key.passthrough, sockets: sockets)
+            address, passthrough: connection.endpoint.key.passthrough, sockets: sockets)
         if let tried = verdict.address { connection.lastAddress = tried }
         if let refusal = verdict.refusal { connection.refusal = refusal }
         return fd
@@ -265,7 +325,7 @@ final class HTTP1Connections {
         guard !open.isEmpty, let connection = open[fd] else { return false }
         guard connection.transfer != nil else {
             // Idle: the upstream closed it or sent what nobody asked for.
-            if pool.remove(connection, connection.key) {
+            if pool.remove(connection, connection.endpoint.id) {
                 perform(connection.machine.handle(.readableWhileIdle), on: connection)
             }
             return true
@@ -296,7 +356,7 @@ final class HTTP1Connections {
             guard let transfer = connection.transfer else { return }
             completions.append((transfer, completion))
         case .park:
-            if pool.put(connection, connection.key, now: bs_monotonic_ms()) {
+            if pool.put(connection, connection.endpoint.id, now: bs_monotonic_ms()) {
                 updateInterest(connection)
             } else {
                 close(connection)
@@ -403,8 +463,9 @@ final class HTTP1Connections {
     }
 
     private func send(_ bytes: UnsafeRawBufferPointer, on connection: HTTP1Connection, sent: inout Int) -> IOOutcome {
-        guard let easy = connection.easy else { return .failed("connection closed") }
-        if connection.secure || !connection.attached {
+        // The handle is taken (retained) only where curl sends: a plain attached connection needs only its socket.
+        guard connection.easy != nil else { return .failed("connection closed") }
+        if connection.secure || !connection.attached, let easy = connection.easy {
             var n = 0
             let code = curl_easy_send(easy.raw, bytes.baseAddress, bytes.count, &n)
             connection.attached = true
@@ -455,8 +516,9 @@ final class HTTP1Connections {
     }
 
     private func receive(_ connection: HTTP1Connection, count: inout Int) -> IOOutcome {
-        guard let easy = connection.easy else { return .failed("connection closed") }
-        if connection.secure || !connection.attached {
+        // As in `send`: the handle only where curl reads.
+        guard connection.easy != nil else { return .failed("connection closed") }
+        if connection.secure || !connection.attached, let easy = connection.easy {
             var n = 0
             let code = curl_easy_recv(easy.raw, scratch.baseAddress, scratch.count, &n)
             connection.attached = true
@@ -479,17 +541,25 @@ final class HTTP1Connections {
 
     private func parse(_ bytes: UnsafeRawBufferPointer, on connection: HTTP1Connection) {
         if !connection.reader.started { perform(connection.machine.handle(.responseBytes), on: connection) }
+        // Taken once: each `connection.transfer` read for an event retained and released it. Only `close` changes
+        // the connection's transfer while it parses (to nil).
+        guard let transfer = connection.transfer else { return }
         var offset = 0
-        while connection.transfer != nil, connection.machine.isExchanging {
-            let event = connection.reader.next(bytes, at: &offset)
-            if case .needMore = event { return }
-            if case .body(let range) = event {
-                emitBody(UnsafeRawBufferPointer(rebasing: bytes[range]), on: connection)
-                continue
+        while connection.transfer === transfer, connection.machine.isExchanging {
+            // The head's payload is still copied out of the event (one retain of its box, one release with the
+            // event): the compiler does not move it out here, `consume` of the event or not (callgrind).
+            switch connection.reader.next(bytes, at: &offset) {
+            case .needMore:
+                return
+            case .body(let range):
+                emitBody(UnsafeRawBufferPointer(rebasing: bytes[range]), to: transfer)
+            case .head(let head):
+                transfer.emit(.head(head))
+                perform(connection.machine.handle(.headArrived), on: connection)
+            case let event:
+                handle(event, range: offset..<bytes.count, last: offset == bytes.count, on: connection)
+                return
             }
-            handle(event, range: offset..<bytes.count, last: offset == bytes.count, on: connection)
-            if case .head = event { continue }
-            return
         }
     }
 
@@ -513,12 +583,13 @@ final class HTTP1Connections {
         }
     }
 
-    private func emitBody(_ bytes: UnsafeRawBufferPointer, on connection: HTTP1Connection) {
-        guard let transfer = connection.transfer, !bytes.isEmpty else { return }
+    private func emitBody(_ bytes: UnsafeRawBufferPointer, to transfer: CurlTransfer) {
+        guard !bytes.isEmpty else { return }
         var buffer = allocator.buffer(capacity: bytes.count)
         buffer.writeBytes(bytes)
         transfer.unconsumedBytes.add(bytes.count, ordering: .acquiringAndReleasing)
-        transfer.emit(.body(buffer))
+        // `consume`: handed over, where passing the `var` copied it (a retain and a release of its storage).
+        transfer.emit(.body(consume buffer))
     }
 
     private func updateInterest(_ connection: HTTP1Connection) {

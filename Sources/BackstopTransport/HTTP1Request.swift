@@ -4,21 +4,30 @@ import NIOCore
 
 /// An upstream URL as the raw HTTP/1.1 path needs it (docs/performance.md#libcurl-as-the-connection): where to
 /// connect (`origin`, what connections are pooled by) and the request target, sent byte for byte. Pure.
+///
+/// Offsets into the URL's UTF-8 rather than substrings of it: the value is read for every request on the transport
+/// thread, and a substring is a reference to the URL's storage, so each copy of three of them cost three atomic
+/// retains and releases (docs/performance.md#reference-counting-per-request). The URL itself stays with the
+/// request (`TransportRequest.url`), which every use has at hand.
 struct HTTP1URL: Equatable {
     /// `https`: TLS to the upstream.
     var secure: Bool
-    /// `scheme://authority`, as the URL spells it.
-    var origin: Substring
-    var authority: Substring
-    /// The path and query as the URL has them (`/` when it has no path), without a fragment.
-    var target: Substring
+    /// Where the authority starts (after `scheme://`), where the path starts (the authority's end: `/`, `?`, `#` or
+    /// the end) and where the fragment starts (or the URL's length), in UTF-8 bytes.
+    private(set) var authorityStart: Int
+    private(set) var pathStart: Int
+    private(set) var fragmentStart: Int
+    /// Where the `Host` value curl would send ends: the authority's end, or before the scheme's default port.
+    private(set) var hostEnd: Int
+    /// Whether the target starts with a `/` the URL does not have: no path at all, or only a query.
+    private(set) var targetNeedsSlash: Bool
 
     /// Nil for what the raw path leaves to curl: another scheme, no authority, or user information in it (curl
-    /// would turn that into an `Authorization` field).
-    init?(_ url: String) {
-        var url = url
+    /// would turn that into an `Authorization` field). `borrowing`: an initialiser's parameters are taken (+1) by
+    /// default, which cost the caller a retain of the request's URL.
+    init?(_ url: borrowing String) {
         // Offsets found on the contiguous UTF-8 in one pass (this runs for every request).
-        let found = url.withUTF8 { bytes -> (secure: Bool, authority: Int, path: Int, fragment: Int)? in
+        let found = url.withUTF8Bytes { bytes -> HTTP1URL? in
             var colon = 0
             while colon < bytes.count, bytes[colon] != UInt8(ascii: ":") { colon += 1 }
             let secure: Bool
@@ -40,24 +49,32 @@ struct HTTP1URL: Equatable {
             guard path > authority else { return nil }
             var fragment = path
             while fragment < bytes.count, bytes[fragment] != UInt8(ascii: "#") { fragment += 1 }
-            return (secure, authority, path, fragment)
+            // The `Host` value drops the scheme's default port, and only when something is left before it.
+            let defaultPort: StaticString = secure ? ":443" : ":80"
+            let portLength = defaultPort.utf8CodeUnitCount
+            var hostEnd = path
+            if path - authority > portLength,
+                memcmp(bytes.baseAddress! + path - portLength, defaultPort.utf8Start, portLength) == 0
+            {
+                hostEnd = path - portLength
+            }
+            return HTTP1URL(
+                secure: secure, authorityStart: authority, pathStart: path, fragmentStart: fragment, hostEnd: hostEnd,
+                targetNeedsSlash: fragment == path || bytes[path] != UInt8(ascii: "/"))
         }
         guard let found else { return nil }
-        let utf8 = url.utf8
-        let authorityIndex = utf8.index(utf8.startIndex, offsetBy: found.authority)
-        let pathIndex = utf8.index(utf8.startIndex, offsetBy: found.path)
-        let fragmentIndex = utf8.index(utf8.startIndex, offsetBy: found.fragment)
-        secure = found.secure
-        authority = url[authorityIndex..<pathIndex]
-        origin = url[..<pathIndex]
-        let rest = url[pathIndex..<fragmentIndex]
-        if rest.isEmpty {
-            target = "/"
-        } else if rest.utf8.first == UInt8(ascii: "?") {
-            target = "/" + rest
-        } else {
-            target = rest
-        }
+        self = found
+    }
+
+    private init(
+        secure: Bool, authorityStart: Int, pathStart: Int, fragmentStart: Int, hostEnd: Int, targetNeedsSlash: Bool
+    ) {
+        self.secure = secure
+        self.targetNeedsSlash = targetNeedsSlash
+        self.authorityStart = authorityStart
+        self.pathStart = pathStart
+        self.fragmentStart = fragmentStart
+        self.hostEnd = hostEnd
     }
 
     /// Whether `bytes` starts with the lowercase letters `word`, in any case.
@@ -67,11 +84,35 @@ struct HTTP1URL: Equatable {
         return true
     }
 
+    /// `scheme://authority` of `url` (the string this value was made from), as the URL spells it.
+    func origin(in url: String) -> Substring { Self.slice(url, 0..<pathStart) }
+
+    func authority(in url: String) -> Substring { Self.slice(url, authorityStart..<pathStart) }
+
+    /// The path and query as the URL has them (`/` when it has no path), without a fragment.
+    func target(in url: String) -> String {
+        (targetNeedsSlash ? "/" : "") + Self.slice(url, pathStart..<fragmentStart)
+    }
+
     /// The `Host` value curl would send for this URL: the authority, without the scheme's default port.
-    var hostValue: Substring {
-        let defaultPort = secure ? ":443" : ":80"
-        guard authority.utf8.count > defaultPort.utf8.count, authority.hasSuffix(defaultPort) else { return authority }
-        return authority.dropLast(defaultPort.utf8.count)
+    func hostValue(in url: String) -> Substring { Self.slice(url, authorityStart..<hostEnd) }
+
+    private static func slice(_ url: String, _ range: Range<Int>) -> Substring {
+        let utf8 = url.utf8
+        let lower = utf8.index(utf8.startIndex, offsetBy: range.lowerBound)
+        let upper = utf8.index(lower, offsetBy: range.count)
+        return url[lower..<upper]
+    }
+}
+
+extension String {
+    /// The string's UTF-8 read in place; a string not stored as contiguous UTF-8 is copied into such storage first.
+    /// `withUTF8` itself needs a `var`, and making one copies the string (a retain and a release).
+    @inline(__always)
+    func withUTF8Bytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        if let result = utf8.withContiguousStorageIfAvailable(body) { return result }
+        var copy = self
+        return copy.withUTF8(body)
     }
 }
 
@@ -105,10 +146,14 @@ enum HTTP1RequestHead {
         allocator: ByteBufferAllocator
     ) -> ByteBuffer {
         request.headers.withUnsafeBufferPointer { headers in
-            let size = self.size(method: request.method, headers: headers, url: url)
-            var buffer = allocator.buffer(capacity: size.bytes + extraCapacity)
-            write(method: request.method, headers: headers, url: url, framing: framing, size: size, into: &buffer)
-            return buffer
+            request.url.withUTF8Bytes { urlBytes in
+                let size = self.size(method: request.method, headers: headers, url: url, urlBytes: urlBytes)
+                var buffer = allocator.buffer(capacity: size.bytes + extraCapacity)
+                write(
+                    method: request.method, headers: headers, url: url, urlBytes: urlBytes, framing: framing,
+                    size: size, into: &buffer)
+                return buffer
+            }
         }
     }
 
@@ -118,24 +163,29 @@ enum HTTP1RequestHead {
         _ request: TransportRequest, url: HTTP1URL, framing: HTTP1BodyFraming, into buffer: inout ByteBuffer
     ) {
         request.headers.withUnsafeBufferPointer { headers in
-            let size = self.size(method: request.method, headers: headers, url: url)
-            write(method: request.method, headers: headers, url: url, framing: framing, size: size, into: &buffer)
+            request.url.withUTF8Bytes { urlBytes in
+                let size = self.size(method: request.method, headers: headers, url: url, urlBytes: urlBytes)
+                write(
+                    method: request.method, headers: headers, url: url, urlBytes: urlBytes, framing: framing,
+                    size: size, into: &buffer)
+            }
         }
     }
 
     /// Bytes the head takes at most, and whether the request has its own `Host`.
     private static func size(
-        method: String, headers: UnsafeBufferPointer<(name: String, value: String)>, url: HTTP1URL
+        method: String, headers: UnsafeBufferPointer<(name: String, value: String)>, url: HTTP1URL,
+        urlBytes: UnsafeBufferPointer<UInt8>
     ) -> (bytes: Int, hasHost: Bool) {
         var hasHost = false
-        var size = method.utf8.count + url.target.utf8.count + 13
+        var size = method.utf8.count + 1 + url.fragmentStart - url.pathStart + 13
         // The fields are read in place: iterating the array would copy (retain and release) every name and value.
         for i in headers.indices {
             let name = headers[i].name.utf8.count
             size += name + headers[i].value.utf8.count + 4
             if name == 4, !hasHost, headers[i].name.caseInsensitiveEquals("host") { hasHost = true }
         }
-        if !hasHost { size += url.hostValue.utf8.count + 8 }
+        if !hasHost { size += url.hostEnd - url.authorityStart + 8 }
         // "Content-Length: " + 19 digits + CRLF, or "Transfer-Encoding: chunked\r\n"; then the blank line.
         return (size + 40, hasHost)
     }
@@ -144,17 +194,19 @@ enum HTTP1RequestHead {
     /// head is ~2 KB: written piece by piece through `ByteBuffer`'s writers it cost ~25k instructions).
     private static func write(
         method: String, headers: UnsafeBufferPointer<(name: String, value: String)>, url: HTTP1URL,
-        framing: HTTP1BodyFraming, size: (bytes: Int, hasHost: Bool), into buffer: inout ByteBuffer
+        urlBytes: UnsafeBufferPointer<UInt8>, framing: HTTP1BodyFraming, size: (bytes: Int, hasHost: Bool),
+        into buffer: inout ByteBuffer
     ) {
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size.bytes) { space in
             var out = HeadWriter(space.baseAddress!)
             out.copy(method)
             out.put(UInt8(ascii: " "))
-            out.copy(url.target)
+            if url.targetNeedsSlash { out.put(UInt8(ascii: "/")) }
+            out.copy(UnsafeBufferPointer(rebasing: urlBytes[url.pathStart..<url.fragmentStart]))
             out.copy(" HTTP/1.1\r\n")
             if !size.hasHost {
                 out.copy("Host: ")
-                out.copy(url.hostValue)
+                out.copy(UnsafeBufferPointer(rebasing: urlBytes[url.authorityStart..<url.hostEnd]))
                 out.copy("\r\n")
             }
             for i in headers.indices {
@@ -208,14 +260,6 @@ enum HTTP1RequestHead {
         /// Reads the string's UTF-8 in place: `withUTF8` on a copy cost a retain and a release per field.
         @inline(__always)
         mutating func copy(_ text: String) {
-            let copied: Void? = text.utf8.withContiguousStorageIfAvailable { copy($0) }
-            guard copied == nil else { return }
-            var text = text
-            text.withUTF8 { copy($0) }
-        }
-
-        @inline(__always)
-        mutating func copy(_ text: Substring) {
             let copied: Void? = text.utf8.withContiguousStorageIfAvailable { copy($0) }
             guard copied == nil else { return }
             var text = text

@@ -23,24 +23,28 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
         self.maxAgeMS = maxAgeMS
     }
 
-    private mutating func bucket(_ key: Key, creating: Bool) -> Bucket? {
-        if let last, last.key == key { return last.bucket }
+    /// Makes `key`'s bucket the last one (`last`), creating it when asked; false when it has none. The callers
+    /// then use `last!.bucket` in place: binding the bucket to a local (as a returned reference) cost a retain and
+    /// a release per take and put (docs/performance.md#reference-counting-per-request).
+    private mutating func select(_ key: Key, creating: Bool) -> Bool {
+        if last?.key == key { return true }
         var found = idle[key]
         if found == nil, creating {
             found = Bucket()
             idle[key] = found
         }
-        if let found { last = (key, found) }
-        return found
+        guard let found else { return false }
+        last = (key, found)
+        return true
     }
 
     /// The newest idle connection for `key` at `now` (nil: none), and those too old to be used (to be closed).
     mutating func take(_ key: Key, now: Int64) -> (connection: Connection?, expired: [Connection]) {
-        guard let bucket = bucket(key, creating: false), let newest = bucket.list.popLast() else { return (nil, []) }
+        guard select(key, creating: false), let newest = last!.bucket.list.popLast() else { return (nil, []) }
         count -= 1
         guard now - newest.since < maxAgeMS else {
             // Older ones were parked earlier still: all of them are too old.
-            let older = bucket.list
+            let older = last!.bucket.list
             idle.removeValue(forKey: key)
             last = nil
             count -= older.count
@@ -51,18 +55,18 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
 
     /// Keeps `connection` for `key` from `now`; false when the pool is full (the caller closes it).
     mutating func put(_ connection: Connection, _ key: Key, now: Int64) -> Bool {
-        guard count < capacity, let bucket = bucket(key, creating: true) else { return false }
-        bucket.list.append((connection, now))
+        guard count < capacity, select(key, creating: true) else { return false }
+        last!.bucket.list.append((connection, now))
         count += 1
         return true
     }
 
     /// Takes `connection` out (it went bad while idle); false when it was not in the pool.
     mutating func remove(_ connection: Connection, _ key: Key) -> Bool {
-        guard let bucket = bucket(key, creating: false),
-            let index = bucket.list.firstIndex(where: { $0.connection === connection })
+        guard select(key, creating: false),
+            let index = last!.bucket.list.firstIndex(where: { $0.connection === connection })
         else { return false }
-        bucket.list.remove(at: index)
+        last!.bucket.list.remove(at: index)
         count -= 1
         return true
     }

@@ -90,6 +90,9 @@ final class SocketWatch {
         return Int(ready)
     }
 
+    /// Whether `takeFailures` has anything.
+    var hasFailures: Bool { !unexpectedFailures.isEmpty }
+
     /// Takes the unexpected `epoll_ctl` failures noted since the last call.
     func takeFailures() -> [(fd: Int32, errno: Int32)] {
         guard !unexpectedFailures.isEmpty else { return [] }

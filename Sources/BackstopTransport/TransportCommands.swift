@@ -38,9 +38,11 @@ final class TransportCommands: Sendable {
     /// Closed after the transport thread has stopped watching it (the transport outlives its loop).
     deinit { close(wakeFD) }
 
-    /// Any thread: queues `command` and wakes the transport thread if it sleeps.
-    func submit(_ command: TransportCommand) {
-        queue.withLockedValue { $0.append(command) }
+    /// Any thread: queues `command` and wakes the transport thread if it sleeps. The command is moved into the
+    /// queue (taken out of an optional inside the lock), not copied: a copy retained and released its transfer.
+    func submit(_ command: consuming TransportCommand) {
+        var command = Optional(command)
+        queue.withLockedValue { $0.append(command.take()!) }
         guard sleeping.exchange(false, ordering: .sequentiallyConsistent) else { return }
         // EAGAIN: the counter is at its maximum, so the eventfd is readable and the thread wakes all the same.
         // Nothing else can fail on a valid, non-blocking eventfd with an 8-byte write.

@@ -18,9 +18,9 @@ struct HTTP1RequestTests {
     ) throws {
         let parts = try #require(HTTP1URL(url))
         #expect(parts.secure == secure)
-        #expect(parts.origin == origin)
-        #expect(parts.authority == authority)
-        #expect(parts.target == target)
+        #expect(parts.origin(in: url) == origin)
+        #expect(parts.authority(in: url) == authority)
+        #expect(parts.target(in: url) == target)
     }
 
     @Test func urlsTheRawPathLeavesToCurl() {
@@ -29,12 +29,14 @@ struct HTTP1RequestTests {
         }
     }
 
-    @Test func theHostValueDropsOnlyTheSchemesDefaultPort() throws {
-        #expect(try #require(HTTP1URL("http://h:80/")).hostValue == "h")
-        #expect(try #require(HTTP1URL("https://h:443/")).hostValue == "h")
-        #expect(try #require(HTTP1URL("http://h:443/")).hostValue == "h:443")
-        #expect(try #require(HTTP1URL("http://h:8080/")).hostValue == "h:8080")
-        #expect(try #require(HTTP1URL("http://[::1]:80/")).hostValue == "[::1]")
+    @Test func theHostValueDropsOnlyTheSchemesDefaultPort() {
+        func host(_ url: String) -> Substring? { HTTP1URL(url)?.hostValue(in: url) }
+        #expect(host("http://h:80/") == "h")
+        #expect(host("https://h:443/") == "h")
+        #expect(host("http://h:443/") == "h:443")
+        #expect(host("http://h:8080/") == "h:8080")
+        #expect(host("http://[::1]:80/") == "[::1]")
+        #expect(host("http://:80/") == ":80")
     }
 
     static func head(_ request: TransportRequest) -> String {
@@ -201,5 +203,53 @@ struct IdleConnectionPoolTests {
         let rest = pool.removeAll()
         #expect(rest.count == 1 && rest[0] === b)
         #expect(pool.count == 0)
+    }
+}
+
+/// `HTTP1Endpoint.matches`: a request reuses an endpoint's connections only for the same origin, byte for byte, the
+/// same TLS options and the same passthrough rules.
+@Suite("Raw path endpoints")
+struct HTTP1EndpointTests {
+    static func endpoint(
+        _ origin: String, tls: TransportTLSOptions = .init(), passthrough: Bool = false
+    )
+        -> HTTP1Endpoint
+    {
+        HTTP1Endpoint(key: HTTP1PoolKey(origin: origin, tls: tls, passthrough: passthrough), id: 0)
+    }
+
+    static func matches(
+        _ endpoint: HTTP1Endpoint, _ url: String, tls: TransportTLSOptions = .init(), passthrough: Bool = false
+    ) -> Bool {
+        let request = TransportRequest(
+            url: url, method: "GET", headers: [], tls: tls, passthrough: passthrough)
+        return endpoint.matches(request, url: HTTP1URL(url)!)
+    }
+
+    @Test func theSameOriginMatchesWhateverTheTarget() {
+        let endpoint = Self.endpoint("http://127.0.0.1:8080")
+        #expect(Self.matches(endpoint, "http://127.0.0.1:8080/a?b"))
+        #expect(Self.matches(endpoint, "http://127.0.0.1:8080"))
+        #expect(Self.matches(endpoint, "http://127.0.0.1:8080?q"))
+    }
+
+    @Test func anotherOriginDoesNotMatchEvenAsAPrefixOrInAnotherCase() {
+        let endpoint = Self.endpoint("http://h:1")
+        #expect(!Self.matches(endpoint, "http://h:10/"))
+        #expect(!Self.matches(endpoint, "http://h/"))
+        #expect(!Self.matches(endpoint, "https://h:1/"))
+        #expect(!Self.matches(endpoint, "http://H:1/"))
+    }
+
+    @Test func otherTLSOptionsOrPassthroughRulesDoNotMatch() {
+        let ca = TransportTLSOptions(caFile: "/ca.pem")
+        let plain = Self.endpoint("https://h")
+        let withCA = Self.endpoint("https://h", tls: ca)
+        #expect(!Self.matches(plain, "https://h/", tls: ca))
+        #expect(!Self.matches(withCA, "https://h/"))
+        #expect(Self.matches(withCA, "https://h/", tls: ca))
+        #expect(!Self.matches(withCA, "https://h/", tls: TransportTLSOptions(caFile: "/other.pem")))
+        #expect(!Self.matches(plain, "https://h/", passthrough: true))
+        #expect(Self.matches(Self.endpoint("https://h", passthrough: true), "https://h/", passthrough: true))
     }
 }
