@@ -193,15 +193,19 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let now = self.now
         let clock = runtime.clock
         feed { machine, actions in
-            for index in events.indices {
-                // Only a head (its retry hints) or a failure (a retry's wait) may need the time of day.
-                let wall: Double
-                switch events[index] {  // switched on in place: binding a loop copy would copy each event's payload
-                case .head, .failure: wall = clock.wall()
-                case .body, .end: wall = 0
+            // Read through the buffer: an array's subscript hands each event out as a copy (a retain and a release
+            // of its payload), the buffer's lends it.
+            events.withUnsafeBufferPointer { events in
+                for index in events.indices {
+                    // Only a head (its retry hints) or a failure (a retry's wait) may need the time of day.
+                    let wall: Double
+                    switch events[index] {
+                    case .head, .failure: wall = clock.wall()
+                    case .body, .end: wall = 0
+                    }
+                    machine.transportEvent(
+                        events[index], generation: generation, now: now, wall: wall, random: &random, into: &actions)
                 }
-                machine.transportEvent(
-                    events[index], generation: generation, now: now, wall: wall, random: &random, into: &actions)
             }
             machine.transportBatchEnded(generation: generation, into: &actions)
         }
