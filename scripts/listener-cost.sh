@@ -7,7 +7,9 @@
 #   Backstop proxy   - BINARY forwarding to the origin (scripts/lib/ab-origin.sh's config)
 #   Backstop itself  - BINARY answering a request no upstream matches (403 `no-route`): client read, decode,
 #                      admission, answer write, and no upstream side at all
-# CPU µs per request is utime + stime of the proxy's process over the requests wrk completed (nginx: the worker).
+# CPU µs per request is utime + stime of the proxy's process over the requests wrk completed (nginx: the worker),
+# with its user-space part (utime) beside it: the kernel's share is about the same for both proxies, the
+# user-space share is where they differ (docs/performance.md#reference-counting-per-request).
 #
 #   bash scripts/listener-cost.sh BINARY [ROUNDS] [DURATION]     # defaults: 3 rounds, 5s
 set -euo pipefail
@@ -29,15 +31,17 @@ wait_port $PROXY 30; wait_port $NGINX_PROXY 10; wait_port $NGINX_SELF 10
 nginx_worker=$(pgrep -P "$nginx_master" | head -1)
 TCK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+user_ticks() { awk '{print $14}' "/proc/$1/stat"; }
 measure() {  # NAME PID PORT HOST
   wrk -t1 -c"$CONNS" -d1s -H "Host: $4" "http://127.0.0.1:$3/" >/dev/null
-  local before after out requests
-  before=$(cpu_ticks "$2")
+  local before after user_before user_after out requests
+  before=$(cpu_ticks "$2"); user_before=$(user_ticks "$2")
   out=$(wrk -t1 -c"$CONNS" -d"$DUR" -H "Host: $4" "http://127.0.0.1:$3/")
-  after=$(cpu_ticks "$2")
+  after=$(cpu_ticks "$2"); user_after=$(user_ticks "$2")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
-  printf '%s|%s|%s\n' "$1" "$(awk '/Requests\/sec/ {print $2}' <<<"$out")" \
-    "$(python3 -c "print(f'{($after - $before) * 1e6 / $TCK / $requests:.1f}')")" >> "$WORK/rows"
+  printf '%s|%s|%s|%s\n' "$1" "$(awk '/Requests\/sec/ {print $2}' <<<"$out")" \
+    "$(python3 -c "print(f'{($after - $before) * 1e6 / $TCK / $requests:.1f}')")" \
+    "$(python3 -c "print(f'{($user_after - $user_before) * 1e6 / $TCK / $requests:.1f}')")" >> "$WORK/rows"
 }
 for round in $(seq 1 "$ROUNDS"); do
   measure "nginx proxy" "$nginx_worker" $NGINX_PROXY "127.0.0.1:$NGINX_PROXY"
@@ -49,13 +53,13 @@ python3 - "$WORK/rows" <<'PY'
 import sys, statistics, collections
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    name, rps, us = line.strip().split("|")
-    rows[name].append((float(rps), float(us)))
-print("| what | req/s (median) | CPU µs/request (median) | rounds (µs) |")
-print("|---|---:|---:|---|")
+    name, rps, us, user = line.strip().split("|")
+    rows[name].append((float(rps), float(us), float(user)))
+print("| what | req/s (median) | CPU µs/request (median) | of which user space | rounds (µs) |")
+print("|---|---:|---:|---:|---|")
 for name, values in rows.items():
     print(f"| {name} | {statistics.median(v[0] for v in values):,.0f} | {statistics.median(v[1] for v in values):.1f} | "
-          + ", ".join(f"{v[1]:.1f}" for v in values) + " |")
+          f"{statistics.median(v[2] for v in values):.1f} | " + ", ".join(f"{v[1]:.1f}" for v in values) + " |")
 us = {name: statistics.median(v[1] for v in values) for name, values in rows.items()}
 n, ns, b, bs = us["nginx proxy"], us["nginx itself"], us["Backstop proxy"], us["Backstop itself (no-route)"]
 print(f"\nlistener side: Backstop {bs:.1f} µs, nginx {ns:.1f} ({bs / ns:.2f}×); upstream side (proxy − itself): "
