@@ -105,17 +105,6 @@ struct HTTP1URL: Equatable {
     }
 }
 
-extension String {
-    /// The string's UTF-8 read in place; a string not stored as contiguous UTF-8 is copied into such storage first.
-    /// `withUTF8` itself needs a `var`, and making one copies the string (a retain and a release).
-    @inline(__always)
-    func withUTF8Bytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        if let result = utf8.withContiguousStorageIfAvailable(body) { return result }
-        var copy = self
-        return copy.withUTF8(body)
-    }
-}
-
 /// How the request body goes on the wire.
 enum HTTP1BodyFraming: Equatable {
     case none

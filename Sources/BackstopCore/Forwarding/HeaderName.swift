@@ -43,15 +43,10 @@ enum HeaderName: Equatable {
         withBytes(of: name) { classify($0) }
     }
 
-    /// Calls `body` with the string's UTF-8, read in place when it is contiguous (native strings always are):
-    /// `withUTF8` needs a mutable copy, a retain and a release per call.
+    /// `String.withUTF8Bytes` as raw bytes, which the name rules take.
     @inline(__always)
     static func withBytes<R>(of text: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        if let result = text.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) {
-            return result
-        }
-        var text = text
-        return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        text.withUTF8Bytes { body(UnsafeRawBufferPointer($0)) }
     }
 
     /// ASCII case-insensitive equality with a lowercase name.

@@ -12,7 +12,6 @@ struct ExchangeEnvironment {
 
     var transport: any TransferStarting { runtime.transport }
     var clock: any BackstopClock { runtime.clock }
-    var metrics: ProxyMetrics { runtime.metrics }
     var logger: Logger { runtime.logger }
     func requestStarted() { runtime.requestStarted() }
     func requestFinished() { runtime.requestFinished() }

@@ -103,15 +103,17 @@ final class ClientRequestDecoder: ChannelInboundHandler, RemovableChannelHandler
             var offset = 0
             let event: HTTP1RequestReader.Event
             var slice: ByteBuffer?
+            // Taken and put back before any part is handed on: a read can only come in (re-entrantly) while one
+            // is, and then finds what is left here to append to.
             if var bytes = buffer {
-                buffer = nil  // the only reference while the reader reads it: a re-entrant read starts a new buffer
+                buffer = nil  // the only reference while it is read from
                 event = bytes.withUnsafeReadableBytes { reader.next($0, at: &offset) }
                 // Sliced before the bytes are taken: a slice must lie within the readable bytes.
                 if case .body(let range) = event {
                     slice = bytes.getSlice(at: bytes.readerIndex + range.lowerBound, length: range.count)
                 }
                 bytes.moveReaderIndex(forwardBy: offset)
-                keep(&bytes)
+                if bytes.readableBytes > 0 { buffer = bytes }
             } else {
                 // No bytes left, and still an event may be due: the end of a request whose last bytes were read.
                 event = reader.next(UnsafeRawBufferPointer(start: nil, count: 0), at: &offset)
@@ -135,16 +137,6 @@ final class ClientRequestDecoder: ChannelInboundHandler, RemovableChannelHandler
         }
     }
 
-    /// Puts back what is left of `bytes` in front of whatever a re-entrant read added meanwhile.
-    private func keep(_ bytes: inout ByteBuffer) {
-        guard var added = buffer else {
-            if bytes.readableBytes > 0 { buffer = bytes }
-            return
-        }
-        bytes.writeBuffer(&added)
-        buffer = bytes
-    }
-
     /// The input ended (`seenEOF`) or the decoder leaves the pipeline: the parts still in the buffer go out, a
     /// request cut short by the end of input is an error, and after a `CONNECT` or upgrade message the bytes left
     /// go on to the next handler.
@@ -163,11 +155,11 @@ final class ClientRequestDecoder: ChannelInboundHandler, RemovableChannelHandler
         state = .done
         // Only what follows a CONNECT or upgrade message is handed on: the start of a head that did not complete
         // is not (llhttp had taken it).
-        if reader.stopped, let left = buffer, left.readableBytes > 0, !seenEOF, forwardsLeftOverBytes {
-            buffer = nil
+        let left = buffer
+        buffer = nil
+        if reader.stopped, let left, left.readableBytes > 0, !seenEOF, forwardsLeftOverBytes {
             context.fireChannelRead(NIOAny(left))
         }
-        buffer = nil
     }
 
     static func requestHead(_ head: HTTP1RequestHead) -> HTTPRequestHead {
