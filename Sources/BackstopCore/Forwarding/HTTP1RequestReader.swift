@@ -390,7 +390,7 @@ public struct HTTP1RequestReader: Sendable {
             }
             fields.append(
                 (
-                    String(decoding: name, as: UTF8.self),
+                    HeaderName.string(name),
                     valueStart == valueEnd ? "" : String(decoding: value, as: UTF8.self)
                 ))
             i = next

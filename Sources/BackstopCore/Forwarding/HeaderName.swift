@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// What a header name means to the proxy, decided on its bytes without allocating (this runs for every field of
 /// every request and response).
 enum HeaderName: Equatable {
@@ -47,6 +55,44 @@ enum HeaderName: Equatable {
     @inline(__always)
     static func withBytes<R>(of text: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         text.withUTF8Bytes { body(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The name as a `String`: one of the names apps send most, spelled exactly as they are (case included: a
+    /// name is forwarded as the client spelled it), is a string literal; any other is decoded. Decoding and
+    /// validating a name cost ~150 instructions, comparing it with the two or three spellings of its length ~20
+    /// (docs/performance.md#realistic-requests); this runs for every field of every request.
+    static func string(_ name: UnsafeRawBufferPointer) -> String {
+        func spelled(_ candidate: StaticString) -> Bool {
+            memcmp(name.baseAddress!, candidate.utf8Start, name.count) == 0
+        }
+        switch name.count {
+        case 4: if spelled("Host") { return "Host" }
+        case 5: if spelled("Range") { return "Range" }
+        case 6:
+            if spelled("Accept") { return "Accept" }
+            if spelled("Cookie") { return "Cookie" }
+            if spelled("Origin") { return "Origin" }
+        case 7: if spelled("Referer") { return "Referer" }
+        case 10:
+            if spelled("User-Agent") { return "User-Agent" }
+            if spelled("Connection") { return "Connection" }
+        case 11: if spelled("traceparent") { return "traceparent" }
+        case 12:
+            if spelled("Content-Type") { return "Content-Type" }
+            if spelled("X-Request-Id") { return "X-Request-Id" }
+            if spelled("X-Request-ID") { return "X-Request-ID" }
+        case 13:
+            if spelled("Authorization") { return "Authorization" }
+            if spelled("Cache-Control") { return "Cache-Control" }
+            if spelled("If-None-Match") { return "If-None-Match" }
+        case 14: if spelled("Content-Length") { return "Content-Length" }
+        case 15:
+            if spelled("Accept-Encoding") { return "Accept-Encoding" }
+            if spelled("Accept-Language") { return "Accept-Language" }
+            if spelled("X-Forwarded-For") { return "X-Forwarded-For" }
+        default: break
+        }
+        return String(decoding: name, as: UTF8.self)
     }
 
     /// ASCII case-insensitive equality with a lowercase name.
