@@ -200,6 +200,66 @@ struct HostileClientTests {
         }
     }
 
+    /// The answer to a refused upload is written while the client is still sending its body. Closed at once, the
+    /// connection would be reset by the bytes still arriving, and a reset throws away the answer before the client
+    /// reads it; closed the way nginx's `lingering_close` does (docs/reference/behaviour.md#client-connections), the
+    /// client's sends all go through and it reads the 413.
+    @Test("a client sending a body Backstop refused reads its 413, not a reset (lingering close)")
+    func refusedUploadReadsItsAnswer() async throws {
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "should not be asked") },
+            config: { singleUpstreamConfig($0, extra: "limits: {max_request_body: 1KiB}") }
+        ) { origin, proxy in
+            let port = proxy.port
+            let (answer, sent) = try await BlockingSocket.onThread { () throws -> (String, Int) in
+                let socket = try BlockingSocket(port: port)
+                socket.send("POST http://app.test/up HTTP/1.1\r\nHost: app.test\r\nContent-Length: 8388608\r\n\r\n")
+                // The whole body, without looking for an answer first (as most clients upload).
+                let chunk = [UInt8](repeating: UInt8(ascii: "u"), count: 64 << 10)
+                var sent = 0
+                for _ in 0..<128 {
+                    guard socket.send(chunk) else { break }
+                    sent += chunk.count
+                }
+                return (String(decoding: socket.readUntilClosed(timeout: .seconds(10)), as: UTF8.self), sent)
+            }()
+            #expect(answer.hasPrefix("HTTP/1.1 413 "), "got \(answer.prefix(80).debugDescription)")
+            #expect(answer.contains("X-Backstop-Error: body-too-large"))
+            #expect(sent == 8 << 20, "the client's sends failed after \(sent) bytes")
+            #expect(origin.requestCount == 0)
+        }
+    }
+
+    /// Lingering is bounded: a client that neither sends nor closes after its answer holds its connection for
+    /// `LingeringDeadline.idle` (5 s) at most.
+    @Test("a client that goes quiet after a refused upload is disconnected once the linger ends")
+    func lingeringEnds() async throws {
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "should not be asked") },
+            config: { singleUpstreamConfig($0, extra: "limits: {max_request_body: 1KiB}") }
+        ) { _, proxy in
+            let port = proxy.port
+            let runtime = proxy.server.runtime
+            let (answered, stillOpen, closedWithin) = try await BlockingSocket.onThread {
+                () throws -> (String, Bool, Duration?) in
+                let socket = try BlockingSocket(port: port)
+                socket.send("POST http://app.test/up HTTP/1.1\r\nHost: app.test\r\nContent-Length: 4096\r\n\r\n")
+                socket.send([UInt8](repeating: UInt8(ascii: "u"), count: 2048))
+                // The answer, then the end of the proxy's sending side, while this end stays open and quiet.
+                let answered = String(decoding: socket.readUntilClosed(timeout: .seconds(5)), as: UTF8.self)
+                let stillOpen = runtime.openClientConnections == 1
+                let started = ContinuousClock.now
+                let closed = Poll.holdsBlocking(within: .seconds(10)) { runtime.openClientConnections == 0 }
+                withExtendedLifetime(socket) {}
+                return (answered, stillOpen, closed ? ContinuousClock.now - started : nil)
+            }()
+            #expect(answered.hasPrefix("HTTP/1.1 413 "), "got \(answered.prefix(80).debugDescription)")
+            #expect(stillOpen, "lingering: the connection stays open after the answer")
+            let waited = try #require(closedWithin, "the lingering connection was not closed within 10 s")
+            #expect(waited < .seconds(6), "closed after \(waited)")
+        }
+    }
+
     @Test("an endless chunked upload is cut at max_request_body with 413, and nothing complete reaches the upstream")
     func endlessUpload() async throws {
         try await withOriginAndProxy(

@@ -1,19 +1,6 @@
 /// Header rewriting of client requests at the proxy boundary (docs/reference/behaviour.md#forwarding); responses are rewritten
 /// on their bytes by `UpstreamHeadParser`.
 public enum HeaderRewriter {
-    /// Lowercased names listed in every `Connection` header (comma-separated tokens).
-    public static func connectionListed(in headers: [(name: String, value: String)]) -> [String] {
-        var names: [String] = []
-        headers.withUnsafeBufferPointer { headers in
-            // Read in place, and the name's length first: this runs for every field of every request.
-            for i in headers.indices where headers[i].name.utf8.count == 10 {
-                guard headers[i].name.caseInsensitiveEquals("connection") else { continue }
-                HeaderName.withBytes(of: headers[i].value) { HeaderName.appendTokens(of: $0, to: &names) }
-            }
-        }
-        return names
-    }
-
     /// How many `Via` entries name `backstop` as their receiver (`1.1 backstop`), over every `Via` field: a
     /// request that has passed through Backstop this often is in a loop (docs/reference/behaviour.md).
     public static func backstopViaCount(in headers: [(name: String, value: String)]) -> Int {
@@ -60,43 +47,90 @@ public enum HeaderRewriter {
 
     /// The headers of a client request as they go upstream: hop-by-hop and `Connection`-listed fields removed,
     /// `Host` replaced by the upstream's, framing fields (`Content-Length`, `Expect`) left to the transport,
-    /// `Via: 1.1 backstop` appended, then the injected credential unless the client's own stays (`keep`). The
-    /// credential is handled in the same pass: finding and removing the client's field afterwards cost a request two
-    /// more passes over its fields.
-    public static func upstreamRequestHeaders(
-        _ headers: [(name: String, value: String)], upstreamHost: String, injecting credential: InjectedHeader? = nil
+    /// `Via: 1.1 backstop` appended, then the injected credential unless the client's own stays (`keep`).
+    ///
+    /// One pass over the client's fields, which may be NIO's `HTTPHeaders` as they are: copying them into an array
+    /// first, and freeing that array through the runtime's generic tuple witness, cost ~2k instructions per
+    /// realistic request (docs/performance.md#realistic-requests). The credential is handled in the same pass
+    /// (finding and removing the client's field afterwards cost two more passes); the fields a `Connection` field
+    /// lists are taken out after it, once every `Connection` field was read (rare: most list only `close` or
+    /// `keep-alive`, which name no field kept).
+    @inlinable
+    public static func upstreamRequestHeaders<Fields: Collection<(name: String, value: String)>>(
+        _ headers: Fields, upstreamHost: String, injecting credential: InjectedHeader? = nil
     ) -> [(name: String, value: String)] {
-        let listed = connectionListed(in: headers)
         var out: [(name: String, value: String)] = []
         // `Host`, `Via`, and the credential (a full array would be reallocated for it).
         out.reserveCapacity(headers.count + 3)
         out.append((name: "Host", value: upstreamHost))
         var via: String?
+        var listed: [String] = []
         var clientSentCredential = false
-        let credentialLength = credential?.name.utf8.count ?? -1
-        headers.withUnsafeBufferPointer { headers in
-            // Fields read in place: iterating the array copies (retains and releases) every name and value.
-            for i in headers.indices {
-                switch HeaderName.classify(headers[i].name) {
-                case .hopByHop, .host, .contentLength, .expect: continue
-                case .via:
-                    via = via.map { "\($0), \(headers[i].value)" } ?? headers[i].value
-                case .backstopOwn, .retryAfter, .rateLimitReset, .location, .other:
-                    if !listed.isEmpty && listed.contains(headers[i].name.asciiLowercased()) { continue }
-                    if let credential, headers[i].name.utf8.count == credentialLength,
-                        headers[i].name.caseInsensitiveEquals(credential.name)
-                    {
-                        if credential.replacesClient { continue }
-                        clientSentCredential = true
-                    }
-                    out.append(headers[i])
+        for field in headers {
+            switch fate(ofFieldNamed: field.name) {
+            case .drop:
+                continue
+            case .connection:
+                appendListedNames(of: field.value, to: &listed)
+            case .via:
+                via = via.map { "\($0), \(field.value)" } ?? field.value
+            case .keep:
+                if let credential, field.name.caseInsensitiveEquals(credential.name) {
+                    if credential.replacesClient { continue }
+                    clientSentCredential = true
                 }
+                out.append(field)
             }
+        }
+        finish(&out, listed: listed, via: via, credential: credential, clientSentCredential: clientSentCredential)
+        return out
+    }
+
+    /// What becomes of a client field upstream, by its name.
+    @usableFromInline
+    enum FieldFate {
+        case drop, keep, via
+        /// A `Connection` field: the names it lists are the client's hop-by-hop fields.
+        case connection
+    }
+
+    @usableFromInline
+    static func fate(ofFieldNamed name: String) -> FieldFate {
+        switch HeaderName.classify(name) {
+        case .hopByHop: name.utf8.count == 10 && name.caseInsensitiveEquals("connection") ? .connection : .drop
+        case .host, .contentLength, .expect: .drop
+        case .via: .via
+        case .backstopOwn, .retryAfter, .rateLimitReset, .location, .other: .keep
+        }
+    }
+
+    /// The names a `Connection` value lists that name a field still to be removed, lowercased.
+    @usableFromInline
+    static func appendListedNames(of value: String, to names: inout [String]) {
+        HeaderName.withBytes(of: value) { HeaderName.appendTokens(of: $0, to: &names) }
+    }
+
+    /// After the pass: the `Connection`-listed fields out (`out[0]` is Backstop's own `Host`), then `Via` and the
+    /// credential. A client credential field that `Connection` lists was the client's hop-by-hop field: it is
+    /// gone, so it does not keep the injected one out.
+    @usableFromInline
+    static func finish(
+        _ out: inout [(name: String, value: String)], listed: [String], via: String?, credential: InjectedHeader?,
+        clientSentCredential: Bool
+    ) {
+        var clientSentCredential = clientSentCredential
+        if !listed.isEmpty {
+            var kept = 1
+            for i in 1..<out.count where !listed.contains(out[i].name.asciiLowercased()) {
+                out.swapAt(kept, i)
+                kept += 1
+            }
+            out.removeSubrange(kept...)
+            if let credential, listed.contains(credential.name.asciiLowercased()) { clientSentCredential = false }
         }
         out.append((name: "Via", value: via.map { "\($0), 1.1 backstop" } ?? "1.1 backstop"))
         if let credential, !clientSentCredential {
             out.append((name: credential.name, value: credential.value))
         }
-        return out
     }
 }

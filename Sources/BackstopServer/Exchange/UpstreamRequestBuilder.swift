@@ -45,9 +45,6 @@ enum UpstreamRequestBuilder {
         head: HTTPRequestHead, destination: ExchangeDestination, credential: ExchangeStateMachine.Credential,
         body: TransportRequestBody, mayResend: Bool, connectTimeout: Duration, wall: Double, endpoint: Int? = nil
     ) -> TransportRequest {
-        var pairs: [(name: String, value: String)] = []
-        pairs.reserveCapacity(head.headers.count)
-        for (name, value) in head.headers { pairs.append((name: name, value: value)) }
         let url: String
         let hostHeader: String
         var tls = TransportTLSOptions()
@@ -68,7 +65,7 @@ enum UpstreamRequestBuilder {
             passthrough = true
         }
         let injected = credential.secret.flatMap { destination.upstream?.credentialHeader?.header(for: $0) }
-        var headers = HeaderRewriter.upstreamRequestHeaders(pairs, upstreamHost: hostHeader, injecting: injected)
+        var headers = HeaderRewriter.upstreamRequestHeaders(head.headers, upstreamHost: hostHeader, injecting: injected)
         if case .aws(let credentials) = credential, case .upstream(let upstream, let path) = destination,
             case .awsSigV4(let source) = upstream.auth
         {

@@ -352,7 +352,8 @@ extension ProxyHandler {
         writeAndFlush(buffer, thenClose: write.close, context)
     }
 
-    /// A whole answer written at once. A future only when the connection closes after it: one costs a promise's
+    /// A whole answer written at once. A future only when the connection closes after it (then it closes as
+    /// docs/reference/behaviour.md#client-connections says: lingering): one costs a promise's
     /// allocation and a generic metadata lookup per answer (docs/performance.md#the-listener-and-the-upstream-side).
     private func writeAndFlush(_ buffer: ByteBuffer, thenClose close: Bool, _ context: ChannelHandlerContext) {
         guard close else {
@@ -360,7 +361,16 @@ extension ProxyHandler {
             return
         }
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
+        // A client connection lingers (`LingeringCloseHandler`): its client may still be sending a body the answer
+        // refused. An intercepted one (TLS inside, which a half-close would cut) and the deliverer's own are closed.
+        let clock = intercepted == nil && !delivery ? runtime.clock : nil
+        context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in
+            if let clock {
+                LingeringCloseHandler.close(channel, clock: clock)
+            } else {
+                channel.close(promise: nil)
+            }
+        }
     }
 
     /// The access line and request metrics of a queued request's answer: `202` with its delivery, or its refusal.

@@ -27,6 +27,15 @@ struct HeaderRewriterTests {
         #expect(out == ["Host: up:8080", "X-Kept: 3", "Via: 1.1 backstop"])
     }
 
+    /// `Host` and `Via` are Backstop's own whatever `Connection` lists; the fields kept keep their order.
+    @Test func connectionCannotTakeOutBackstopsOwnFields() {
+        let out = Self.rewritten([
+            ("A", "1"), ("Connection", "host, via, b"), ("B", "2"), ("Via", "1.0 p"), ("C", "3"), ("b", "4"),
+            ("D", "5"),
+        ])
+        #expect(out == ["Host: up:8080", "A: 1", "C: 3", "D: 5", "Via: 1.0 p, 1.1 backstop"])
+    }
+
     @Test func theClientsViaEntriesComeFirst() {
         let out = Self.rewritten([("Via", "1.0 a"), ("X", "y"), ("via", "1.1 b")])
         #expect(out == ["Host: up:8080", "X: y", "Via: 1.0 a, 1.1 b, 1.1 backstop"])
@@ -69,6 +78,10 @@ struct HeaderRewriterTests {
         #expect(
             Self.injecting([("Connection", "authorization"), ("Authorization", "Basic a")], replace: false)
                 == ["Host: up:8080", "Via: 1.1 backstop", "Authorization: Bearer t"])
+        // The same when `Connection` comes after the field it lists.
+        #expect(
+            Self.injecting([("Authorization", "Basic a"), ("X", "1"), ("connection", "Authorization")], replace: false)
+                == ["Host: up:8080", "X: 1", "Via: 1.1 backstop", "Authorization: Bearer t"])
         #expect(
             Self.injecting([("Authorizatio", "a"), ("Authorization-X", "b")], replace: false)
                 == [
