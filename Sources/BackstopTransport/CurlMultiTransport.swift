@@ -44,7 +44,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     private var handles: EasyHandles
     /// Raw connections (`CurlConnection`: upgraded requests): started, driven and ended on this thread.
     let connections: ConnectionDriver
-    /// The raw HTTP/1.1 path's connections (docs/performance.md#libcurl-as-the-connection).
+    /// The raw HTTP/1.1 path's connections (docs/performance.md#libcurl-as-the-connection); transport thread only,
+    /// but for its `endpointCount` (an atomic, for tests).
     let http1: HTTP1Connections
     /// Whether HTTP/1.1 requests take the raw path (curl only connects) rather than curl's HTTP layer.
     private let rawHTTP1: Bool
@@ -67,7 +68,13 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     /// (curl or the kernel refusing an internal call); by default the process's logging system under the label
     /// `backstop.transport`. `rawHTTP1`: requests to HTTP/1.1 upstreams (plain, or TLS without `http2`) use curl
     /// only to connect, and Backstop writes and reads HTTP/1.1 itself (docs/performance.md#libcurl-as-the-connection).
-    public init(name: String = "backstop-curl", logger: Logger? = nil, rawHTTP1: Bool = true) {
+    public convenience init(name: String = "backstop-curl", logger: Logger? = nil, rawHTTP1: Bool = true) {
+        self.init(name: name, logger: logger, rawHTTP1: rawHTTP1, maxHTTP1Endpoints: HTTP1Connections.maxEndpoints)
+    }
+
+    /// `maxHTTP1Endpoints`: the raw path's endpoint table's size before it forgets unused ones
+    /// (`HTTP1Connections.maxEndpoints`; tests make it small).
+    init(name: String, logger: Logger?, rawHTTP1: Bool, maxHTTP1Endpoints: Int) {
         CurlGlobal.initialize()
         self.logger = logger ?? Logger(label: "backstop.transport")
         self.rawHTTP1 = rawHTTP1
@@ -89,7 +96,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             allocator: allocator)
         http1 = HTTP1Connections(
             multi: multi, sockets: sockets, destinations: destinations, configuration: handles.configuration,
-            allocator: allocator)
+            allocator: allocator, maxEndpoints: maxHTTP1Endpoints)
         let context = Unmanaged.passUnretained(self).toOpaque()
         do throws(CurlSetupError) {
             try multi.set(CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))

@@ -1,6 +1,7 @@
 import BackstopCore
 import CCurl
 import NIOCore
+import Synchronization
 
 /// Where an idle raw connection may serve the next request: the same endpoint, reached the same way (the TLS
 /// options, client certificate included, and the passthrough destination rules it was checked against).
@@ -28,8 +29,12 @@ struct HTTP1PoolKey: Hashable {
 /// comparing a key with strings in it (docs/performance.md#reference-counting-per-request).
 final class HTTP1Endpoint {
     let key: HTTP1PoolKey
-    /// Unique among the endpoints of one `HTTP1Connections`.
+    /// Unique among the endpoints of one `HTTP1Connections`, forgotten ones included (never reused: a number still
+    /// held somewhere never names another endpoint).
     let id: Int
+    /// The connections made for this endpoint and not yet closed (connecting, active or idle): one is counted from
+    /// the moment curl has its handle (`connect`) until `close`. An endpoint at 0 may be forgotten.
+    var connections = 0
     /// A copy of the origin's UTF-8 and whether the TLS options are the default, for `matches`: reading the key's
     /// `String` out of this object to compare it copied (retained and released) the key.
     private let originBytes: UnsafeMutableBufferPointer<UInt8>
@@ -119,6 +124,11 @@ final class HTTP1Connections {
     /// A buffered body up to this size goes out with the head, in one send.
     static let inlineBody = 16 << 10
     static let maxIdle = 1024
+    /// Endpoints the table holds before those without a connection are forgotten (`forgetUnused`). Configurations
+    /// name tens of upstreams, so only passthrough to ever-new hosts reaches it (the growth it stops); as many as the
+    /// idle connections kept (`maxIdle`). 1,024 endpoints take under a megabyte (key, copied origin, table slot,
+    /// pool bucket), and a sweep visits at most two endpoints per endpoint interned since the last one (`sweepAt`).
+    static let maxEndpoints = 1024
 
     private let multi: CurlMulti
     private let sockets: SocketWatch
@@ -129,29 +139,48 @@ final class HTTP1Connections {
     /// Open connections (active or idle), by socket.
     private var open: [Int32: HTTP1Connection] = [:]
     private var pool = IdleConnectionPool<Int, HTTP1Connection>(capacity: HTTP1Connections.maxIdle)
-    /// Every endpoint connected to so far, and the one used last (requests to one endpoint follow one another: it
-    /// is compared in place, with no key built and no hashing). Kept like the pool's emptied buckets: one entry per
-    /// endpoint ever used, so the next request to it allocates nothing.
+    /// The endpoints in use or used lately, and the one used last (requests to one endpoint follow one another:
+    /// it is compared in place, with no key built and no hashing). An endpoint stays after its last connection
+    /// closed, so the next request to it allocates nothing, until the table reaches `sweepAt`: then those with
+    /// no connection are forgotten, with their pool buckets (`forgetUnused`). Every endpoint with a connection
+    /// is in here.
     private var endpoints: [HTTP1PoolKey: HTTP1Endpoint] = [:]
     private var lastEndpoint: HTTP1Endpoint?
+    /// The next endpoint's `id`.
+    private var nextEndpointID = 0
+    /// The table's size at which interning a new endpoint sweeps it first: `maxEndpoints`, or twice the endpoints
+    /// the last sweep kept (all in use) when that is more. So a sweep that frees little is not repeated for every
+    /// new endpoint: between two sweeps at least half as many endpoints are interned as the second one visits. The
+    /// table holds at most `max(maxEndpoints, 2 × the endpoints in use at the last sweep)`, and endpoints in use are
+    /// bounded by the connections, which are bounded elsewhere.
+    private var sweepAt: Int
+    private let maxEndpoints: Int
+    /// `endpoints.count`, published for tests (any thread may read it); stored only when the table changes size.
+    private let publishedEndpointCount = Atomic<Int>(0)
     /// Where reads land before they are parsed (body bytes are copied out in exact-size buffers).
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: receiveSize, alignment: 16)
     private var completions: [(CurlTransfer, TransferCompletion)] = []
 
     init(
         multi: CurlMulti, sockets: SocketWatch, destinations: DestinationCheck, configuration: HandleConfiguration,
-        allocator: ByteBufferAllocator
+        allocator: ByteBufferAllocator, maxEndpoints: Int = HTTP1Connections.maxEndpoints
     ) {
+        precondition(maxEndpoints > 0, "the endpoint table needs room for one endpoint")
         self.multi = multi
         self.sockets = sockets
         self.destinations = destinations
         self.configuration = configuration
         self.allocator = allocator
+        self.maxEndpoints = maxEndpoints
+        sweepAt = maxEndpoints
     }
 
     deinit { scratch.deallocate() }
 
     var hasCompletions: Bool { !completions.isEmpty }
+
+    /// How many endpoints the table holds now (tests; any thread).
+    var endpointCount: Int { publishedEndpointCount.load(ordering: .relaxed) }
 
     /// The transfers whose connection machine completed them since the last call, oldest first, swapped into
     /// `batch` (emptied first): both arrays keep their storage, where returning a copy and emptying this one
@@ -183,10 +212,43 @@ final class HTTP1Connections {
             lastEndpoint = known
             return known
         }
-        let endpoint = HTTP1Endpoint(key: key, id: endpoints.count)
+        if endpoints.count >= sweepAt { forgetUnused() }
+        let endpoint = HTTP1Endpoint(key: key, id: nextEndpointID)
+        nextEndpointID += 1
         endpoints[key] = endpoint
         lastEndpoint = endpoint
+        publishedEndpointCount.store(endpoints.count, ordering: .relaxed)
         return endpoint
+    }
+
+    /// Forgets the endpoints no connection uses (none connecting, open or idle), and their emptied pool buckets:
+    /// passthrough to ever-new hosts would otherwise grow the table and the pool by one per host, for good. Only
+    /// `endpoint(for:)` calls it, just before interning a new endpoint; an endpoint it keeps has a connection, so
+    /// no connection ever belongs to a forgotten endpoint (`assertInterned`).
+    private func forgetUnused() {
+        var kept: [HTTP1PoolKey: HTTP1Endpoint] = [:]
+        for (key, endpoint) in endpoints {
+            if endpoint.connections > 0 {
+                kept[key] = endpoint
+            } else {
+                // An endpoint without connections has no idle one either.
+                let dropped = pool.removeEmptyBucket(endpoint.id)
+                assert(dropped, "an endpoint without connections has idle connections")
+            }
+        }
+        endpoints = kept
+        if let last = lastEndpoint, last.connections == 0 { lastEndpoint = nil }
+        sweepAt = max(maxEndpoints, 2 * endpoints.count)
+        publishedEndpointCount.store(endpoints.count, ordering: .relaxed)
+    }
+
+    /// Debug builds: `endpoint` is the table's, so a connection made for it or parked under its `id` can be found
+    /// again. `forgetUnused` forgets only endpoints without connections, and a connection is made only for the
+    /// endpoint `endpoint(for:)` just returned (no sweep in between) or for the endpoint of the connection it
+    /// replaces (`resend`, again with no sweep in between): a connection under a forgotten endpoint would be parked
+    /// under an `id` no request looks up, open until it expires and never counted against a sweep.
+    private func assertInterned(_ endpoint: HTTP1Endpoint) {
+        assert(endpoints[endpoint.key] === endpoint, "a connection for an endpoint the table forgot")
     }
 
     /// The transfer ended (`TransferTable`'s finish): its connection goes idle or is closed.
@@ -274,6 +336,9 @@ final class HTTP1Connections {
         guard code == CURLM_OK else {
             return "curl_multi_add_handle failed: \(String(cString: curl_multi_strerror(code)))"
         }
+        // Counted from here, where curl has it and `close` will end it (before, a failure just drops it, unused).
+        assertInterned(endpoint)
+        endpoint.connections += 1
         connecting[easy.raw] = connection
         attach(transfer, to: connection, url: url)
         return nil
@@ -356,6 +421,7 @@ final class HTTP1Connections {
             guard let transfer = connection.transfer else { return }
             completions.append((transfer, completion))
         case .park:
+            assertInterned(connection.endpoint)
             if pool.put(connection, connection.endpoint.id, now: bs_monotonic_ms()) {
                 updateInterest(connection)
             } else {
@@ -605,7 +671,9 @@ final class HTTP1Connections {
     }
 
     /// Ends the connection: curl closes it (`curl_multi_remove_handle` closes the connection of a `CONNECT_ONLY`
-    /// handle, through the close-socket callback, which also takes it out of epoll) and the handle is freed.
+    /// handle, through the close-socket callback, which also takes it out of epoll) and the handle is freed. The one
+    /// place a counted connection ends (connect failures, broken or unwanted connections, expired or closed idle
+    /// ones and `stopAll` all come here): its endpoint's count goes down once, with the handle.
     private func close(_ connection: HTTP1Connection) {
         if connection.fd >= 0 {
             open[connection.fd] = nil
@@ -621,6 +689,8 @@ final class HTTP1Connections {
         // Fails only for a handle that is not in the multi handle (its setup failed before it was added).
         _ = curl_multi_remove_handle(multi.raw, easy.raw)
         connection.easy = nil
+        connection.endpoint.connections -= 1
+        assert(connection.endpoint.connections >= 0, "an endpoint closed more connections than it had")
     }
 
     /// The transport is stopping (its transfers have finished): every connection is closed, before the multi

@@ -11,12 +11,15 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
         var list: [(connection: Connection, since: Int64)] = []
     }
 
-    /// An emptied bucket stays, so the next `put` for the endpoint allocates nothing.
+    /// An emptied bucket stays, so the next `put` for the endpoint allocates nothing, until the owner forgets the
+    /// key (`removeEmptyBucket`).
     private var idle: [Key: Bucket] = [:]
     /// The key used last and its bucket: requests to one endpoint follow one another, and comparing a key costs
     /// far less than hashing it (its origin's bytes) for a lookup, twice per request (take, then put).
     private var last: (key: Key, bucket: Bucket)?
     private(set) var count = 0
+    /// The keys with a bucket, emptied or not.
+    var bucketCount: Int { idle.count }
 
     init(capacity: Int, maxAgeMS: Int64 = 118_000) {
         self.capacity = capacity
@@ -68,6 +71,17 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
         else { return false }
         last!.bucket.list.remove(at: index)
         count -= 1
+        return true
+    }
+
+    /// Drops `key`'s bucket: the owner forgets the key for good (a raw endpoint no connection uses any more,
+    /// `HTTP1Connections`). True when `key` has no bucket now; false when its bucket still holds connections (it
+    /// stays, and the caller broke its own rule).
+    mutating func removeEmptyBucket(_ key: Key) -> Bool {
+        guard let bucket = idle[key] else { return true }
+        guard bucket.list.isEmpty else { return false }
+        idle.removeValue(forKey: key)
+        if last?.key == key { last = nil }
         return true
     }
 

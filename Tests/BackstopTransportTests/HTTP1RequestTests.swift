@@ -134,7 +134,7 @@ extension HTTP1RequestTests {
     }
 }
 
-/// `IdleConnectionPool`: newest first, bounded, aged out.
+/// `IdleConnectionPool`: newest first, bounded, aged out; an emptied bucket kept until its key is forgotten.
 @Suite("Idle connection pool")
 struct IdleConnectionPoolTests {
     final class Connection {}
@@ -203,6 +203,34 @@ struct IdleConnectionPoolTests {
         let rest = pool.removeAll()
         #expect(rest.count == 1 && rest[0] === b)
         #expect(pool.count == 0)
+    }
+
+    @Test func anEmptiedBucketStaysUntilItsKeyIsForgotten() {
+        var pool = IdleConnectionPool<String, Connection>(capacity: 4)
+        let a = Connection()
+        _ = pool.put(a, "x", now: 0)
+        _ = pool.put(Connection(), "y", now: 0)
+        let taken = pool.take("x", now: 1)
+        #expect(taken.connection === a && pool.bucketCount == 2, "an emptied bucket stays for the next put")
+        let dropped = [pool.removeEmptyBucket("x"), pool.removeEmptyBucket("x"), pool.removeEmptyBucket("z")]
+        #expect(dropped == [true, true, true], "a key without a bucket has nothing to drop")
+        #expect(pool.bucketCount == 1 && pool.count == 1)
+        let refused = pool.removeEmptyBucket("y")
+        #expect(!refused && pool.bucketCount == 1 && pool.count == 1, "a bucket with connections stays")
+    }
+
+    @Test func aDroppedBucketOfTheLastKeyIsNotUsedAgain() {
+        // The take made "x" the last key: once its bucket is dropped, the next put for "x" must land in a new
+        // bucket the pool knows (counted, and found after another key was used), not in the dropped one.
+        var pool = IdleConnectionPool<String, Connection>(capacity: 4)
+        _ = pool.put(Connection(), "x", now: 0)
+        _ = pool.take("x", now: 1)
+        let dropped = pool.removeEmptyBucket("x")
+        let again = Connection()
+        let parked = [pool.put(again, "x", now: 2), pool.put(Connection(), "y", now: 2)]
+        #expect(dropped && parked == [true, true] && pool.bucketCount == 2)
+        let found = pool.take("x", now: 3)
+        #expect(found.connection === again)
     }
 }
 
