@@ -28,8 +28,8 @@ public enum HTTPSyntax {
     public static func isFieldValue(_ bytes: some Collection<UInt8>) -> Bool { bytes.allSatisfy(isFieldValueByte) }
 
     /// The index of the first byte at or after `start` that cannot be in a field value (the CR that ends its line,
-    /// or a control character), or `bytes.count`. Eight bytes at a time while none is below 0x20 or 0x7F: this
-    /// runs over every value of every request head.
+    /// or a control character), or `bytes.count`. Eight bytes at a time (little-endian loads): this runs over every
+    /// value of every request and response head.
     @inlinable
     public static func fieldValueEnd(in bytes: UnsafeRawBufferPointer, from start: Int) -> Int {
         let ones: UInt64 = 0x0101_0101_0101_0101
@@ -37,11 +37,19 @@ public enum HTTPSyntax {
         var i = start
         while bytes.count - i >= 8 {
             let word = bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-            // A byte below 0x20 (HTAB included: it is checked one byte at a time below), or a DEL (0x7F).
+            // The high bit of each byte below 0x20 (HTAB included), and of each DEL (0x7F). A borrow can mark a
+            // byte above a marked one too, never one below the first: the lowest mark is the first such byte, and
+            // where it is is read off the mask (the line's CR is in every value's last word).
             let below = (word &- ones &* 0x20) & ~word & highBits
             let del = word ^ (ones &* 0x7F)
-            if below | ((del &- ones) & ~del & highBits) != 0 { break }
-            i += 8
+            let marks = below | ((del &- ones) & ~del & highBits)
+            if marks == 0 {
+                i += 8
+                continue
+            }
+            let first = i + marks.trailingZeroBitCount >> 3
+            guard bytes[first] == 0x09 else { return first }
+            i = first + 1  // a tab, which a value may hold
         }
         while i < bytes.count, isFieldValueByte(bytes[i]) { i += 1 }
         return i

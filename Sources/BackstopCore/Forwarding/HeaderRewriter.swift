@@ -66,6 +66,8 @@ public enum HeaderRewriter {
         var via: String?
         var listed: [String] = []
         var clientSentCredential = false
+        // Names of another length are not compared (the comparison is a call per field otherwise).
+        let credentialLength = credential?.name.utf8.count ?? -1
         for field in headers {
             switch fate(ofFieldNamed: field.name) {
             case .drop:
@@ -75,7 +77,9 @@ public enum HeaderRewriter {
             case .via:
                 via = via.map { "\($0), \(field.value)" } ?? field.value
             case .keep:
-                if let credential, field.name.caseInsensitiveEquals(credential.name) {
+                if let credential, field.name.utf8.count == credentialLength,
+                    field.name.caseInsensitiveEquals(credential.name)
+                {
                     if credential.replacesClient { continue }
                     clientSentCredential = true
                 }

@@ -31,4 +31,48 @@ struct HTTPSyntaxTests {
         let tabbed: [UInt8] = [0x61, 0x09, 0x62, 0x80, 0xFF, 0x20, 0x63, 0x0D, 0x0A]
         #expect(tabbed.withUnsafeBytes { HTTPSyntax.fieldValueEnd(in: $0, from: 0) } == 7)
     }
+
+    /// Byte by byte, as the definition reads.
+    static func referenceEnd(_ bytes: [UInt8], from start: Int) -> Int {
+        var i = start
+        while i < bytes.count, HTTPSyntax.isFieldValueByte(bytes[i]) { i += 1 }
+        return i
+    }
+
+    @Test("fieldValueEnd agrees with the byte-by-byte rule when several bytes around a word's edge are unusual")
+    func fieldValueEndAgainstTheRule() {
+        // Borrows between bytes are where a word-at-a-time check goes wrong: pairs and triples of bytes near the
+        // rule's edges (NUL, 0x01, HTAB, LF, CR, 0x1F, space, DEL, obs-text), at every position of two words.
+        let edges: [UInt8] = [0x00, 0x01, 0x08, 0x09, 0x0A, 0x0D, 0x1F, 0x20, 0x21, 0x7E, 0x7F, 0x80, 0xFF, 0x61]
+        for a in edges {
+            for b in edges {
+                for c in [UInt8(0x09), 0x00, 0x61] {
+                    for position in 0..<16 {
+                        var bytes = Array(repeating: UInt8(ascii: "v"), count: 24)
+                        bytes[position] = a
+                        bytes[position + 1] = b
+                        bytes[position + 2] = c
+                        for start in [0, 1, 5] {
+                            let end = bytes.withUnsafeBytes { HTTPSyntax.fieldValueEnd(in: $0, from: start) }
+                            #expect(
+                                end == Self.referenceEnd(bytes, from: start),
+                                "\(a), \(b), \(c) at \(position), from \(start)")
+                        }
+                    }
+                }
+            }
+        }
+        // And 20,000 lines of random bytes, mostly visible, from a fixed seed.
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        for _ in 0..<20_000 {
+            var bytes: [UInt8] = []
+            for _ in 0..<32 {
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                let draw = UInt8(truncatingIfNeeded: state >> 56)
+                bytes.append(draw < 16 ? draw : draw < 32 ? 0x09 : 0x20 + draw % 0x60)
+            }
+            let end = bytes.withUnsafeBytes { HTTPSyntax.fieldValueEnd(in: $0, from: 0) }
+            #expect(end == Self.referenceEnd(bytes, from: 0), "\(bytes)")
+        }
+    }
 }
