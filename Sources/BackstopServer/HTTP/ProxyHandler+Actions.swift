@@ -352,9 +352,10 @@ extension ProxyHandler {
         writeAndFlush(buffer, thenClose: write.close, context)
     }
 
-    /// A whole answer written at once. A future only when the connection closes after it (then it closes as
-    /// docs/reference/behaviour.md#client-connections says: lingering): one costs a promise's
-    /// allocation and a generic metadata lookup per answer (docs/performance.md#the-listener-and-the-upstream-side).
+    /// A whole answer written at once, then the close when asked (lingering, as
+    /// docs/reference/behaviour.md#client-connections says). A future only when the connection closes after it: one
+    /// costs a promise's allocation and a generic metadata lookup per answer
+    /// (docs/performance.md#the-listener-and-the-upstream-side).
     private func writeAndFlush(_ buffer: ByteBuffer, thenClose close: Bool, _ context: ChannelHandlerContext) {
         guard close else {
             context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
@@ -363,9 +364,10 @@ extension ProxyHandler {
         let channel = context.channel
         // A client connection lingers (`LingeringCloseHandler`): its client may still be sending a body the answer
         // refused. An intercepted one (TLS inside, which a half-close would cut) and the deliverer's own are closed.
-        let clock = intercepted == nil && !delivery ? runtime.clock : nil
+        let lingers = intercepted == nil && !delivery
+        let clock = runtime.clock
         context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in
-            if let clock {
+            if lingers {
                 LingeringCloseHandler.close(channel, clock: clock)
             } else {
                 channel.close(promise: nil)
