@@ -304,7 +304,7 @@ enum FuzzTarget: String, CaseIterable {
         if let target = RequestTarget.parse(targetText) { _ = router.route(target: target, hostHeader: host) }
         _ = RequestTarget.parseAuthority(targetText)
         _ = RequestFraming(fields)
-        _ = HeaderRewriter.upstreamRequestHeaders(fields, upstreamHost: "upstream.test")
+        _ = HeaderRewriter.upstreamRequestHeaders(HeaderFields(fields), upstreamHost: "upstream.test")
         // As an upstream response head, line by line as curl delivers it.
         var parser = UpstreamHeadParser()
         var start = 0

@@ -184,8 +184,8 @@ public struct SpanTimer: Sendable {
 extension AttemptSpan {
     /// An attempt's upstream headers with this span's `traceparent` in place of any the client sent (every
     /// `traceparent` field removed, one added); `tracestate` is left as the client sent it.
-    public func settingTraceparent(in headers: inout [(name: String, value: String)]) {
-        headers.removeAll { $0.name.utf8.count == 11 && $0.name.lowercased() == "traceparent" }
-        headers.append((name: "traceparent", value: traceparent))
+    public func settingTraceparent(in headers: inout HeaderFields) {
+        headers.remove(name: "traceparent")
+        headers.append(name: "traceparent", value: traceparent)
     }
 }

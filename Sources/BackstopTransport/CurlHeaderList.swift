@@ -15,29 +15,31 @@ struct CurlHeaderList: ~Copyable {
     /// delete it), then "Expect:" and, unless the request has its own, "Accept:", which suppress the headers curl
     /// would add by itself. A field with CR, LF or NUL is left out: it would split the line or cut it short.
     /// Client fields cannot carry them (the request parser refuses them); injected ones could.
-    init(_ headers: [(name: String, value: String)]) {
+    init(_ headers: HeaderFields) {
         // One pass over the bytes: room for every field (a line is at most name + ": " + value + NUL) plus curl's
         // two, and a field found unsendable while it is copied is rolled back.
-        var capacity = "Expect:\0Accept:\0".utf8.count
-        for header in headers { capacity += header.name.utf8.count + header.value.utf8.count + 3 }
+        let capacity = "Expect:\0Accept:\0".utf8.count + headers.lineBytes
         var writer = LineWriter(maxLines: headers.count + 2, textCapacity: capacity)
         var sawAccept = false
-        for header in headers {
-            let line = writer.text
-            var clean = writer.write(header.name)
-            if header.value.isEmpty {
-                writer.put(UInt8(ascii: ";"))
-            } else {
-                writer.put(UInt8(ascii: ":"))
-                writer.put(UInt8(ascii: " "))
-                clean = writer.write(header.value) && clean
+        headers.withFieldBytes { bytes, fields in
+            for field in fields {
+                let line = writer.text
+                let name = UnsafeRawBufferPointer(rebasing: bytes[field.name])
+                var clean = writer.write(name)
+                if field.value.isEmpty {
+                    writer.put(UInt8(ascii: ";"))
+                } else {
+                    writer.put(UInt8(ascii: ":"))
+                    writer.put(UInt8(ascii: " "))
+                    clean = writer.write(UnsafeRawBufferPointer(rebasing: bytes[field.value])) && clean
+                }
+                guard clean else {
+                    writer.text = line
+                    continue
+                }
+                writer.endLine(startingAt: line)
+                if HeaderName.equals(name, "accept") { sawAccept = true }
             }
-            guard clean else {
-                writer.text = line
-                continue
-            }
-            writer.endLine(startingAt: line)
-            if header.name.caseInsensitiveEquals("accept") { sawAccept = true }
         }
         // Headers curl would add by itself, sent empty so that the request passes through as the client sent it.
         writer.suppress("Expect:")
@@ -67,14 +69,10 @@ struct CurlHeaderList: ~Copyable {
             text += 1
         }
 
-        /// Copies `string`'s UTF-8; false when it holds a byte that would split the line or cut it short.
-        mutating func write(_ string: String) -> Bool {
-            var string = string
-            // Native strings are contiguous UTF-8 already: one copy and one scan instead of the UTF8View iterator.
-            return string.withUTF8 { write($0) }
-        }
-
-        mutating func write(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        /// Copies the bytes; false when they hold a byte that would split the line or cut it short (`HeaderFields`
+        /// holds none; checked again where the line is made for curl).
+        mutating func write(_ raw: UnsafeRawBufferPointer) -> Bool {
+            let bytes = raw.assumingMemoryBound(to: UInt8.self)
             guard let source = bytes.baseAddress, !bytes.isEmpty else { return true }
             text.update(from: source, count: bytes.count)
             text += bytes.count
@@ -93,7 +91,7 @@ struct CurlHeaderList: ~Copyable {
 
         mutating func suppress(_ name: StaticString) {
             let line = text
-            _ = name.withUTF8Buffer { write($0) }
+            _ = name.withUTF8Buffer { write(UnsafeRawBufferPointer($0)) }
             endLine(startingAt: line)
         }
     }

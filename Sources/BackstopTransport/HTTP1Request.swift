@@ -134,28 +134,29 @@ enum HTTP1RequestHead {
         _ request: TransportRequest, url: HTTP1URL, framing: HTTP1BodyFraming, extraCapacity: Int = 0,
         allocator: ByteBufferAllocator
     ) -> ByteBuffer {
-        request.headers.withUnsafeBufferPointer { headers in
+        request.headers.withFieldBytes { fieldBytes, fields in
             request.url.withUTF8Bytes { urlBytes in
-                let size = self.size(method: request.method, headers: headers, url: url, urlBytes: urlBytes)
+                let size = self.size(method: request.method, fieldBytes, fields, url: url, urlBytes: urlBytes)
                 var buffer = allocator.buffer(capacity: size.bytes + extraCapacity)
                 write(
-                    method: request.method, headers: headers, url: url, urlBytes: urlBytes, framing: framing,
+                    method: request.method, fieldBytes, fields, url: url, urlBytes: urlBytes, framing: framing,
                     size: size, into: &buffer)
                 return buffer
             }
         }
     }
 
-    /// Appends the head to `buffer`. A field with CR, LF or NUL in its name or value is left out (it would split
-    /// the line), and so are `Content-Length` and `Transfer-Encoding` fields: the framing written is the body's.
+    /// Appends the head to `buffer`. `Content-Length` and `Transfer-Encoding` fields are left out: the framing
+    /// written is the body's. The fields are copied as their bytes: `HeaderFields` holds no byte that could split a
+    /// line (its names are tokens, its values field-value bytes).
     static func write(
         _ request: TransportRequest, url: HTTP1URL, framing: HTTP1BodyFraming, into buffer: inout ByteBuffer
     ) {
-        request.headers.withUnsafeBufferPointer { headers in
+        request.headers.withFieldBytes { fieldBytes, fields in
             request.url.withUTF8Bytes { urlBytes in
-                let size = self.size(method: request.method, headers: headers, url: url, urlBytes: urlBytes)
+                let size = self.size(method: request.method, fieldBytes, fields, url: url, urlBytes: urlBytes)
                 write(
-                    method: request.method, headers: headers, url: url, urlBytes: urlBytes, framing: framing,
+                    method: request.method, fieldBytes, fields, url: url, urlBytes: urlBytes, framing: framing,
                     size: size, into: &buffer)
             }
         }
@@ -163,16 +164,18 @@ enum HTTP1RequestHead {
 
     /// Bytes the head takes at most, and whether the request has its own `Host`.
     private static func size(
-        method: String, headers: UnsafeBufferPointer<(name: String, value: String)>, url: HTTP1URL,
-        urlBytes: UnsafeBufferPointer<UInt8>
+        method: String, _ fieldBytes: UnsafeRawBufferPointer, _ fields: UnsafeBufferPointer<HeaderFields.Line>,
+        url: HTTP1URL, urlBytes: UnsafeBufferPointer<UInt8>
     ) -> (bytes: Int, hasHost: Bool) {
         var hasHost = false
         var size = method.utf8.count + 1 + url.fragmentStart - url.pathStart + 13
-        // The fields are read in place: iterating the array would copy (retain and release) every name and value.
-        for i in headers.indices {
-            let name = headers[i].name.utf8.count
-            size += name + headers[i].value.utf8.count + 4
-            if name == 4, !hasHost, headers[i].name.caseInsensitiveEquals("host") { hasHost = true }
+        for field in fields {
+            let name = field.name
+            size += name.count + field.value.count + 4
+            if name.count == 4, !hasHost, HeaderName.equals(UnsafeRawBufferPointer(rebasing: fieldBytes[name]), "host")
+            {
+                hasHost = true
+            }
         }
         if !hasHost { size += url.hostEnd - url.authorityStart + 8 }
         // "Content-Length: " + 19 digits + CRLF, or "Transfer-Encoding: chunked\r\n"; then the blank line.
@@ -182,9 +185,9 @@ enum HTTP1RequestHead {
     /// The head is sized first and copied in one pass with `memcpy` (this runs for every request, and a realistic
     /// head is ~2 KB: written piece by piece through `ByteBuffer`'s writers it cost ~25k instructions).
     private static func write(
-        method: String, headers: UnsafeBufferPointer<(name: String, value: String)>, url: HTTP1URL,
-        urlBytes: UnsafeBufferPointer<UInt8>, framing: HTTP1BodyFraming, size: (bytes: Int, hasHost: Bool),
-        into buffer: inout ByteBuffer
+        method: String, _ fieldBytes: UnsafeRawBufferPointer, _ fields: UnsafeBufferPointer<HeaderFields.Line>,
+        url: HTTP1URL, urlBytes: UnsafeBufferPointer<UInt8>, framing: HTTP1BodyFraming,
+        size: (bytes: Int, hasHost: Bool), into buffer: inout ByteBuffer
     ) {
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size.bytes) { space in
             var out = HeadWriter(space.baseAddress!)
@@ -198,22 +201,18 @@ enum HTTP1RequestHead {
                 out.copy(UnsafeBufferPointer(rebasing: urlBytes[url.authorityStart..<url.hostEnd]))
                 out.copy("\r\n")
             }
-            for i in headers.indices {
-                switch headers[i].name.utf8.count {
-                case 14 where headers[i].name.caseInsensitiveEquals("content-length"): continue
-                case 17 where headers[i].name.caseInsensitiveEquals("transfer-encoding"): continue
+            for field in fields {
+                let name = UnsafeRawBufferPointer(rebasing: fieldBytes[field.name])
+                switch name.count {
+                case 14 where HeaderName.equals(name, "content-length"): continue
+                case 17 where HeaderName.equals(name, "transfer-encoding"): continue
                 default: break
                 }
-                let line = out.count
-                out.copy(headers[i].name)
+                out.copy(name)
                 out.put(UInt8(ascii: ":"))
-                if !headers[i].value.isEmpty {
+                if !field.value.isEmpty {
                     out.put(UInt8(ascii: " "))
-                    out.copy(headers[i].value)
-                }
-                guard !out.splits(from: line) else {
-                    out.count = line
-                    continue
+                    out.copy(UnsafeRawBufferPointer(rebasing: fieldBytes[field.value]))
                 }
                 out.put(UInt8(ascii: "\r"))
                 out.put(UInt8(ascii: "\n"))
@@ -255,6 +254,13 @@ enum HTTP1RequestHead {
             text.withUTF8 { copy($0) }
         }
 
+        @inline(__always)
+        mutating func copy(_ bytes: UnsafeRawBufferPointer) {
+            guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+            (base + count).copyMemory(from: source, byteCount: bytes.count)
+            count += bytes.count
+        }
+
         mutating func copy(_ text: StaticString) {
             copy(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }
@@ -279,39 +285,6 @@ enum HTTP1RequestHead {
                 n /= 10
             }
             count += digits
-        }
-
-        /// Whether what was written since `start` holds CR, LF or NUL: a byte that would split a field line or cut
-        /// it short. A long line (a bearer token is a kilobyte) is searched with `memchr` (vectorised); a short one
-        /// eight bytes at a time inline, where three `memchr` calls cost ~100 instructions.
-        func splits(from start: Int) -> Bool {
-            let at = UnsafeRawPointer(base + start)
-            let length = count - start
-            guard length < 64 else {
-                return memchr(at, 0x0D, length) != nil || memchr(at, 0x0A, length) != nil
-                    || memchr(at, 0, length) != nil
-            }
-            guard length >= 8 else { return Self.splits(at, length) }
-            var offset = 0
-            while true {
-                // Any byte below 0x0E (CR is 0x0D, LF 0x0A, NUL 0): then that word is looked at byte by byte (a
-                // tab is below it too).
-                let word = at.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-                let below = (word &- 0x0E0E_0E0E_0E0E_0E0E) & ~word & 0x8080_8080_8080_8080
-                if below != 0, Self.splits(at + offset, 8) { return true }
-                offset += 8
-                if offset >= length { return false }
-                // The last word overlaps the one before rather than reading past the line.
-                if length - offset < 8 { offset = length - 8 }
-            }
-        }
-
-        private static func splits(_ bytes: UnsafeRawPointer, _ count: Int) -> Bool {
-            for i in 0..<count {
-                let byte = bytes.load(fromByteOffset: i, as: UInt8.self)
-                if byte == 0 || byte == 0x0A || byte == 0x0D { return true }
-            }
-            return false
         }
     }
 }

@@ -6,8 +6,9 @@ public struct TransportRequest: Sendable {
     /// Absolute URL (`https://host:port/path?query`), sent byte for byte (curl's path normalisation is off).
     public var url: String
     public var method: String
-    /// Headers exactly as they go upstream (hop-by-hop already removed, `Host` already set).
-    public var headers: [(name: String, value: String)]
+    /// Headers exactly as they go upstream (hop-by-hop already removed, `Host` already set), as their bytes: the
+    /// client's fields are copied from its head, never made into strings.
+    public var headers: HeaderFields
     public var body: TransportRequestBody
     public var connectTimeout: Duration
     public var tls: TransportTLSOptions
@@ -20,7 +21,7 @@ public struct TransportRequest: Sendable {
     public var passthrough: Bool
 
     public init(
-        url: String, method: String, headers: [(name: String, value: String)], body: TransportRequestBody = .empty,
+        url: String, method: String, headers: HeaderFields, body: TransportRequestBody = .empty,
         connectTimeout: Duration = .seconds(2), tls: TransportTLSOptions = TransportTLSOptions(),
         mayResend: Bool = true,
         passthrough: Bool = false

@@ -20,11 +20,11 @@ struct ConnectionStateMachineTests {
     static func request(
         _ method: HTTPMethod = .GET, _ uri: String = "/a", version: HTTPVersion = .http1_1, close: Bool = false,
         contentLength: Int? = nil
-    ) -> HTTPRequestHead {
-        var head = HTTPRequestHead(version: version, method: method, uri: uri)
-        if close { head.headers.add(name: "connection", value: "close") }
-        if let contentLength { head.headers.add(name: "content-length", value: String(contentLength)) }
-        return head
+    ) -> ClientRequestHead {
+        var headers = HeaderFields()
+        if close { headers.append(name: "connection", value: "close") }
+        if let contentLength { headers.append(name: "content-length", value: String(contentLength)) }
+        return ClientRequestHead(version: version, method: method, uri: uri, headers: headers)
     }
 
     static let get = request()
@@ -90,7 +90,7 @@ struct ConnectionStateMachineTests {
 
     /// One event fed to the machine.
     enum Event {
-        case part(HTTPServerRequestPart, ms: Int = 0)
+        case part(ClientRequestPart, ms: Int = 0)
         case admitted(Machine.Admission, ms: Int = 0)
         case streamingBegan
         case bufferDenied(ByteBuffer)
@@ -724,7 +724,7 @@ struct ConnectionStateMachineTests {
         }
 
         /// A request part, sent only in an order the decoder can produce.
-        mutating func part(_ part: HTTPServerRequestPart) -> [Action] {
+        mutating func part(_ part: ClientRequestPart) -> [Action] {
             switch part {
             case .head:
                 guard !insideRequest else { return [] }

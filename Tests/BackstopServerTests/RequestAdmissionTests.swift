@@ -30,8 +30,12 @@ struct RequestAdmissionTests {
     static func decide(
         _ fields: [(String, String)], uri: String = "/p", version: HTTPVersion = .http1_1
     ) throws -> Outcome {
-        var head = HTTPRequestHead(version: version, method: .GET, uri: uri)
-        for (name, value) in fields { head.headers.add(name: name, value: value) }
+        var headers = HeaderFields()
+        for (name, value) in fields {
+            let appended = headers.append(name: name, value: value)
+            try #require(appended, "\(name) is not a field HeaderFields holds")
+        }
+        let head = ClientRequestHead(version: version, method: .GET, uri: uri, headers: headers)
         switch RequestAdmission.decide(head, snapshot: try snapshot(), draining: false) {
         case .reject(let reason, _): return .reject(reason)
         case .connect: return .reject(.badRequest)

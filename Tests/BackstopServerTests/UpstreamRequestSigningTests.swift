@@ -17,11 +17,11 @@ struct UpstreamRequestSigningTests {
         _ body: TransportRequestBody, payload: AWSPayloadSigning = .signed, wall: Double,
         client: [(name: String, value: String)] = []
     ) -> [(name: String, value: String)] {
-        var headers = [(name: "Host", value: "api.example:8443")] + client
+        var headers = HeaderFields([(name: "Host", value: "api.example:8443")] + client)
         UpstreamRequestBuilder.sign(
             &headers, signer: signer, payload: payload, credentials: keys, method: "POST",
             path: "/prod/a%20b?b=2&a=1", host: "api.example:8443", body: body, wall: wall)
-        return headers
+        return Array(headers)
     }
 
     static func names(_ headers: [(name: String, value: String)]) -> [String] { headers.map(\.name) }

@@ -268,7 +268,7 @@ struct AttemptHeaderTests {
         let tracer = Tracer(sampleRatio: 1, queue: makeQueue(TestSender(.accept)), clock: clock, seed: 2)
         var trace = tracer.startRequest(parent: nil, at: clock.monotonic())
         let attempt = trace.startAttempt(at: clock.monotonic())
-        var headers: [(name: String, value: String)] = [
+        var headers: HeaderFields = [
             (name: "Host", value: "a"), (name: "TraceParent", value: "00-x"), (name: "tracestate", value: "a=1"),
             (name: "traceparent", value: "00-y"),
         ]

@@ -1,3 +1,4 @@
+import BackstopCore
 import CCurl
 import Testing
 
@@ -45,7 +46,7 @@ struct CurlHeaderListTests {
 
     @Test func longValuesAndManyFieldsFitExactly() {
         let fields = (0..<200).map { (name: "X-Field-\($0)", value: String(repeating: "v", count: $0 * 37)) }
-        let list = CurlHeaderList(fields)
+        let list = CurlHeaderList(HeaderFields(fields))
         let expected =
             fields.map { $0.value.isEmpty ? "\($0.name);" : "\($0.name): \($0.value)" } + ["Expect:", "Accept:"]
         #expect(lines(list) == expected)

@@ -94,8 +94,8 @@ struct HTTP1RequestTests {
 }
 
 extension HTTP1RequestTests {
-    /// CR, LF or NUL anywhere in a field of any length (the check reads sixteen bytes at a time) leaves the field
-    /// out, and only that field.
+    /// CR, LF or NUL anywhere in a field of any length (`HeaderFields` refuses it; values are checked eight bytes
+    /// at a time) leaves the field out, and only that field.
     @Test func aBreakingByteAtAnyPlaceOfAFieldOfAnyLengthLeavesItOut() {
         for length in 1...72 {
             for position in 0..<length {

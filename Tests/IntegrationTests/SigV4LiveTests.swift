@@ -72,7 +72,8 @@ struct SigV4LiveTests {
                 payload: payload, credentials: credentials, date: Int64(Date().timeIntervalSince1970))
             let request = TransportRequest(
                 url: "http://\(host)\(c.target)", method: c.method,
-                headers: [(name: "Host", value: host)] + signature.headers.map { (name: $0.name, value: $0.value) },
+                headers: HeaderFields(
+                    [(name: "Host", value: host)] + signature.headers.map { (name: $0.name, value: $0.value) }),
                 body: c.body.isEmpty ? .empty : .buffered(ByteBufferAllocator().buffer(bytes: c.body)))
             switch await fetcher.fetch(request, timeout: .seconds(10)) {
             case .success(let response):
@@ -101,7 +102,8 @@ struct SigV4LiveTests {
         for (signature, body) in [(bad, ""), (tampered, "b")] {
             let request = TransportRequest(
                 url: "http://\(host)/x", method: body.isEmpty ? "GET" : "POST",
-                headers: [(name: "Host", value: host)] + signature.headers.map { (name: $0.name, value: $0.value) },
+                headers: HeaderFields(
+                    [(name: "Host", value: host)] + signature.headers.map { (name: $0.name, value: $0.value) }),
                 body: body.isEmpty ? .empty : .buffered(ByteBufferAllocator().buffer(string: body)))
             guard case .success(let response) = await fetcher.fetch(request, timeout: .seconds(10)) else {
                 Issue.record("no response")

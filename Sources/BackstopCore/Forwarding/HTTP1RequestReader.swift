@@ -75,14 +75,14 @@ public struct HTTP1RequestHead: Sendable, Equatable {
     public var target: String
     /// 0 (HTTP/1.0) or 1 (HTTP/1.1): no other version is read.
     public var minorVersion: Int
-    /// Name and value of each field line, in arrival order. The value is without the spaces and tabs before it
-    /// but with those after it, as llhttp gave it (the proxy trims where it reads a value).
-    public var fields: [(String, String)]
+    /// Name and value of each field line, in arrival order, as their bytes. The value is without the spaces and
+    /// tabs before it but with those after it, as llhttp gave it (the proxy trims where it reads a value).
+    public var fields: HeaderFields
     /// A `CONNECT`, or a request with `Upgrade` and `upgrade` listed in `Connection`: what follows its message is
     /// not HTTP, and the reader stops there.
     public var upgrade: Bool
 
-    public init(method: HTTP1Method, target: String, minorVersion: Int, fields: [(String, String)], upgrade: Bool) {
+    public init(method: HTTP1Method, target: String, minorVersion: Int, fields: HeaderFields, upgrade: Bool) {
         self.method = method
         self.target = target
         self.minorVersion = minorVersion
@@ -92,7 +92,7 @@ public struct HTTP1RequestHead: Sendable, Equatable {
 
     public static func == (a: Self, b: Self) -> Bool {
         a.method == b.method && a.target == b.target && a.minorVersion == b.minorVersion && a.upgrade == b.upgrade
-            && a.fields.elementsEqual(b.fields) { $0.0 == $1.0 && $0.1 == $1.1 }
+            && a.fields == b.fields
     }
 }
 
@@ -183,8 +183,9 @@ public struct HTTP1RequestReader: Sendable {
     private var state = State.head(Scan())
     /// The request being read asked for an upgrade (the reader stops after it).
     private var upgrading = false
-    /// The request being read keeps the connection open after it (RFC 9112 §9.3).
-    private var keepAlive = true
+    /// The request being read keeps the connection open after it (RFC 9112 §9.3): HTTP/1.1 unless `Connection`
+    /// lists `close`, HTTP/1.0 only when it lists `keep-alive`.
+    public private(set) var keepAlive = true
     private var chunkSize = 0
     private var chunkDigits = 0
     private var chunkLineBytes = 0
@@ -344,8 +345,18 @@ public struct HTTP1RequestReader: Sendable {
         let minorVersion = Int(p[i + 7] - 0x30)
         i += 10
 
-        var fields: [(String, String)] = []
-        fields.reserveCapacity(16)
+        // The field section is kept as one copy of its bytes; each field is ranges of it (no string per field).
+        let sectionStart = i
+        let sectionCount = p.count - 2 - sectionStart
+        let section = [UInt8](unsafeUninitializedCapacity: max(sectionCount, 0)) { space, initialized in
+            if sectionCount > 0 {
+                space.baseAddress!.update(
+                    from: p.baseAddress!.assumingMemoryBound(to: UInt8.self) + sectionStart, count: sectionCount)
+            }
+            initialized = max(sectionCount, 0)
+        }
+        var lines: [HeaderFields.Line] = []
+        lines.reserveCapacity(16)
         var contentLength: Int?
         var lengthFields = 0
         var codings = false
@@ -388,14 +399,14 @@ public struct HTTP1RequestReader: Sendable {
                 guard valid else { return .failure(.framing) }
             default: break
             }
-            fields.append(
-                (
-                    HeaderName.string(name),
-                    valueStart == valueEnd ? "" : String(decoding: value, as: UTF8.self)
-                ))
+            lines.append(
+                HeaderFields.Line(
+                    nameStart: i - sectionStart, nameEnd: nameEnd - sectionStart, valueStart: valueStart - sectionStart,
+                    valueEnd: valueEnd - sectionStart))
             i = next
         }
         guard i == p.count - 2 else { return .failure(.lineEnding) }
+        let fields = HeaderFields(checkedSection: section, lines: lines)
         // RFC 9112 §6.1 and §6.3: a request whose length two parsers could read differently is refused.
         if codings && (contentLength != nil || !chunked) { return .failure(.framing) }
         upgrading = method == .connect || (upgradeField && connectionUpgrade)

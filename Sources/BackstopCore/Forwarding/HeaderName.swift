@@ -8,7 +8,7 @@ import Darwin
 
 /// What a header name means to the proxy, decided on its bytes without allocating (this runs for every field of
 /// every request and response).
-enum HeaderName: Equatable {
+public enum HeaderName: Equatable {
     /// RFC 9110 §7.6.1 (`Connection`, `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) plus
     /// `Proxy-Connection`, `Proxy-Authenticate` and `Proxy-Authorization`, which are aimed at this proxy.
     case hopByHop
@@ -96,7 +96,7 @@ enum HeaderName: Equatable {
     }
 
     /// ASCII case-insensitive equality with a lowercase name.
-    static func equals(_ bytes: UnsafeRawBufferPointer, _ lowercase: StaticString) -> Bool {
+    public static func equals(_ bytes: UnsafeRawBufferPointer, _ lowercase: StaticString) -> Bool {
         guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
         let expected = lowercase.utf8Start
         for i in 0..<bytes.count {

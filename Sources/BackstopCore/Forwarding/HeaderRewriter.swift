@@ -34,14 +34,21 @@ public enum HeaderRewriter {
     /// whole value (`Bearer <token>`), and whether it replaces a header of that name the client sent
     /// (`client_auth_header: replace`) or gives way to it (`keep`).
     public struct InjectedHeader: Sendable, Equatable {
-        public var name: String
-        public var value: String
-        public var replacesClient: Bool
+        public let name: String
+        public let value: String
+        public let replacesClient: Bool
+        /// The field as the upstream's fields hold it, checked once when the header is made (a token is the same
+        /// for thousands of requests): empty when the name is not a token or the value holds a control character
+        /// (a token endpoint's answer is not ours to trust), and then nothing is injected.
+        public let field: HeaderFields
 
         public init(name: String, value: String, replacesClient: Bool) {
             self.name = name
             self.value = value
             self.replacesClient = replacesClient
+            var field = HeaderFields()
+            field.append(name: name, value: value)
+            self.field = field
         }
     }
 
@@ -49,92 +56,75 @@ public enum HeaderRewriter {
     /// `Host` replaced by the upstream's, framing fields (`Content-Length`, `Expect`) left to the transport,
     /// `Via: 1.1 backstop` appended, then the injected credential unless the client's own stays (`keep`).
     ///
-    /// One pass over the client's fields, which may be NIO's `HTTPHeaders` as they are: copying them into an array
-    /// first, and freeing that array through the runtime's generic tuple witness, cost ~2k instructions per
-    /// realistic request (docs/performance.md#realistic-requests). The credential is handled in the same pass
-    /// (finding and removing the client's field afterwards cost two more passes); the fields a `Connection` field
-    /// lists are taken out after it, once every `Connection` field was read (rare: most list only `close` or
-    /// `keep-alive`, which name no field kept).
-    @inlinable
-    public static func upstreamRequestHeaders<Fields: Collection<(name: String, value: String)>>(
-        _ headers: Fields, upstreamHost: String, injecting credential: InjectedHeader? = nil
-    ) -> [(name: String, value: String)] {
-        var out: [(name: String, value: String)] = []
-        // `Host`, `Via`, and the credential (a full array would be reallocated for it).
-        out.reserveCapacity(headers.count + 3)
-        out.append((name: "Host", value: upstreamHost))
+    /// One pass over the client's fields, classified on their bytes; the fields kept go upstream as the client's
+    /// bytes (no string is made for them: docs/performance.md#header-fields-as-bytes). The credential is
+    /// handled in the same pass; the fields a `Connection` field lists are taken out after it, once every
+    /// `Connection` field was read (rare: most list only `close` or `keep-alive`, which name no field kept).
+    public static func upstreamRequestHeaders(
+        _ headers: HeaderFields, upstreamHost: String, injecting credential: InjectedHeader? = nil
+    ) -> HeaderFields {
+        // The fields kept are the client's lines over the client's bytes: only the line table is new, and the bytes
+        // are copied once, with room for Backstop's own fields (`Host`, `Via`, the credential) after them.
+        var out = HeaderFields(checkedSection: headers.bytes, lines: [])
+        out.lines.reserveCapacity(headers.count + 3)
+        out.bytes.reserveCapacity(
+            headers.bytes.count + upstreamHost.utf8.count + 32 + (credential?.field.bytes.count ?? 0))
+        out.append(name: "Host", value: upstreamHost)
         var via: String?
         var listed: [String] = []
         var clientSentCredential = false
         // Names of another length are not compared (the comparison is a call per field otherwise).
         let credentialLength = credential?.name.utf8.count ?? -1
-        for field in headers {
-            switch fate(ofFieldNamed: field.name) {
-            case .drop:
-                continue
-            case .connection:
-                appendListedNames(of: field.value, to: &listed)
-            case .via:
-                via = via.map { "\($0), \(field.value)" } ?? field.value
-            case .keep:
-                if let credential, field.name.utf8.count == credentialLength,
-                    field.name.caseInsensitiveEquals(credential.name)
-                {
-                    if credential.replacesClient { continue }
-                    clientSentCredential = true
+        headers.withFieldBytes { bytes, fields in
+            for field in fields {
+                let name = UnsafeRawBufferPointer(rebasing: bytes[field.name])
+                switch fate(ofFieldNamed: name) {
+                case .drop:
+                    continue
+                case .connection:
+                    HeaderName.appendTokens(of: UnsafeRawBufferPointer(rebasing: bytes[field.value]), to: &listed)
+                case .via:
+                    let value = String(decoding: bytes[field.value], as: UTF8.self)
+                    via = via.map { "\($0), \(value)" } ?? value
+                case .keep:
+                    if let credential, name.count == credentialLength,
+                        HeaderFields.equalsIgnoringCase(name, credential.name)
+                    {
+                        if credential.replacesClient { continue }
+                        clientSentCredential = true
+                    }
+                    // The field's bytes are at the same place in `out`'s copy of them.
+                    out.lines.append(field)
                 }
-                out.append(field)
             }
         }
-        finish(&out, listed: listed, via: via, credential: credential, clientSentCredential: clientSentCredential)
+        if !listed.isEmpty {
+            // The `Connection`-listed fields out (Backstop's own `Host` stays: the client's was dropped above). A
+            // client credential field that `Connection` lists was the client's hop-by-hop field: it is gone, so it
+            // does not keep the injected one out.
+            for name in listed where name != "host" { out.remove(name: name) }
+            if let credential, listed.contains(credential.name.asciiLowercased()) { clientSentCredential = false }
+        }
+        out.append(name: "Via", value: via.map { "\($0), 1.1 backstop" } ?? "1.1 backstop")
+        if let credential, !clientSentCredential {
+            for i in credential.field.indices { out.append(fieldAt: i, of: credential.field) }
+        }
         return out
     }
 
     /// What becomes of a client field upstream, by its name.
-    @usableFromInline
     enum FieldFate {
         case drop, keep, via
         /// A `Connection` field: the names it lists are the client's hop-by-hop fields.
         case connection
     }
 
-    @usableFromInline
-    static func fate(ofFieldNamed name: String) -> FieldFate {
+    static func fate(ofFieldNamed name: UnsafeRawBufferPointer) -> FieldFate {
         switch HeaderName.classify(name) {
-        case .hopByHop: name.utf8.count == 10 && name.caseInsensitiveEquals("connection") ? .connection : .drop
+        case .hopByHop: HeaderName.equals(name, "connection") ? .connection : .drop
         case .host, .contentLength, .expect: .drop
         case .via: .via
         case .backstopOwn, .retryAfter, .rateLimitReset, .location, .other: .keep
-        }
-    }
-
-    /// The names a `Connection` value lists that name a field still to be removed, lowercased.
-    @usableFromInline
-    static func appendListedNames(of value: String, to names: inout [String]) {
-        HeaderName.withBytes(of: value) { HeaderName.appendTokens(of: $0, to: &names) }
-    }
-
-    /// After the pass: the `Connection`-listed fields out (`out[0]` is Backstop's own `Host`), then `Via` and the
-    /// credential. A client credential field that `Connection` lists was the client's hop-by-hop field: it is
-    /// gone, so it does not keep the injected one out.
-    @usableFromInline
-    static func finish(
-        _ out: inout [(name: String, value: String)], listed: [String], via: String?, credential: InjectedHeader?,
-        clientSentCredential: Bool
-    ) {
-        var clientSentCredential = clientSentCredential
-        if !listed.isEmpty {
-            var kept = 1
-            for i in 1..<out.count where !listed.contains(out[i].name.asciiLowercased()) {
-                out.swapAt(kept, i)
-                kept += 1
-            }
-            out.removeSubrange(kept...)
-            if let credential, listed.contains(credential.name.asciiLowercased()) { clientSentCredential = false }
-        }
-        out.append((name: "Via", value: via.map { "\($0), 1.1 backstop" } ?? "1.1 backstop"))
-        if let credential, !clientSentCredential {
-            out.append((name: credential.name, value: credential.value))
         }
     }
 }

@@ -8,9 +8,10 @@ final class CredentialHeader: Sendable {
     let name: String
     let scheme: String
     let replacesClient: Bool
-    /// The last secret and the header value made of it. A token is compared by its storage first (the token
-    /// source hands out the same string until it changes), so a hit costs a lock and a pointer comparison.
-    private let last = NIOLockedValueBox<(secret: String, value: String)?>(nil)
+    /// The last secret and the header made of it (its value built and checked once). A token is compared by its
+    /// storage first (the token source hands out the same string until it changes), so a hit costs a lock and a
+    /// pointer comparison.
+    private let last = NIOLockedValueBox<(secret: String, header: HeaderRewriter.InjectedHeader)?>(nil)
 
     init(name: String, scheme: String, policy: ClientAuthHeaderPolicy) {
         self.name = name
@@ -20,12 +21,12 @@ final class CredentialHeader: Sendable {
 
     /// The header for `secret`: `scheme secret`, or the secret alone when the scheme is empty.
     func header(for secret: String) -> HeaderRewriter.InjectedHeader {
-        let value = last.withLockedValue { last -> String in
-            if let last, last.secret == secret { return last.value }
-            let value = scheme.isEmpty ? secret : scheme + " " + secret
-            last = (secret, value)
-            return value
+        last.withLockedValue { last in
+            if let last, last.secret == secret { return last.header }
+            let header = HeaderRewriter.InjectedHeader(
+                name: name, value: scheme.isEmpty ? secret : scheme + " " + secret, replacesClient: replacesClient)
+            last = (secret, header)
+            return header
         }
-        return HeaderRewriter.InjectedHeader(name: name, value: value, replacesClient: replacesClient)
     }
 }

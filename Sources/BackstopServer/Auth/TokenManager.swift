@@ -541,7 +541,8 @@ struct TokenRefreshStep: Sendable {
             }
             let result = await fetcher.fetch(
                 TransportRequest(
-                    url: endpointRequest.url, method: endpointRequest.method, headers: endpointRequest.headers,
+                    url: endpointRequest.url, method: endpointRequest.method,
+                    headers: HeaderFields(endpointRequest.headers),
                     body: .buffered(ByteBufferAllocator().buffer(bytes: endpointRequest.body)),
                     connectTimeout: Self.endpointConnectTimeout, tls: tls),
                 timeout: Self.endpointCallTimeout)

@@ -23,7 +23,7 @@ final class QueueIntake {
     private var finished = false
 
     init(
-        head: HTTPRequestHead, upstream: String, record: AccessRecord.Request, runtime: ProxyRuntime,
+        head: ClientRequestHead, upstream: String, record: AccessRecord.Request, runtime: ProxyRuntime,
         bufferMemory: Int, now: Duration
     ) {
         self.upstream = upstream

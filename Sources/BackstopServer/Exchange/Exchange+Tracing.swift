@@ -159,7 +159,7 @@ extension AttemptFacts {
 extension RequestFacts {
     /// A client request's facts for its server span, from its head and what its access line records.
     init(
-        _ head: HTTPRequestHead, _ request: AccessRecord.Request, target: RequestTarget?, status: Int,
+        _ head: ClientRequestHead, _ request: AccessRecord.Request, target: RequestTarget?, status: Int,
         upstream: String?,
         errorReason: String?, attempts: Int
     ) {

@@ -11,7 +11,7 @@ import NIOHTTP1
 /// (docs/architecture.md#the-request-core). Confined to the connection's event loop.
 final class Exchange {
     let environment: ExchangeEnvironment
-    let head: HTTPRequestHead
+    let head: ClientRequestHead
     let target: RequestTarget
     let destination: ExchangeDestination
     /// The destination's counters, looked up once (docs/reference/operations.md#metrics).
@@ -47,7 +47,7 @@ final class Exchange {
     private(set) var attemptEndpoint: String
 
     init(
-        head: HTTPRequestHead, target: RequestTarget, destination: ExchangeDestination,
+        head: ClientRequestHead, target: RequestTarget, destination: ExchangeDestination,
         configuration: ExchangeStateMachine.Configuration, environment: ExchangeEnvironment,
         record: AccessRecord.Request, metrics: ProxyMetrics.Upstream, now: Duration
     ) {

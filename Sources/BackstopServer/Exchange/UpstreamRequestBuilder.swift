@@ -42,7 +42,7 @@ enum ExchangeDestination {
 enum UpstreamRequestBuilder {
     /// `endpoint`: the index of the upstream endpoint the attempt was given (nil: the first).
     static func request(
-        head: HTTPRequestHead, destination: ExchangeDestination, credential: ExchangeStateMachine.Credential,
+        head: ClientRequestHead, destination: ExchangeDestination, credential: ExchangeStateMachine.Credential,
         body: TransportRequestBody, mayResend: Bool, connectTimeout: Duration, wall: Double, endpoint: Int? = nil
     ) -> TransportRequest {
         let url: String
@@ -82,7 +82,7 @@ enum UpstreamRequestBuilder {
     /// (or `UNSIGNED-PAYLOAD`); the signature's headers replace any the client sent under those names
     /// (`Authorization` included).
     static func sign(
-        _ headers: inout [(name: String, value: String)], signer: SigV4Signer, payload signing: AWSPayloadSigning,
+        _ headers: inout HeaderFields, signer: SigV4Signer, payload signing: AWSPayloadSigning,
         credentials: SigV4Credentials, method: String, path: String, host: String, body: TransportRequestBody,
         wall: Double
     ) {
@@ -103,8 +103,8 @@ enum UpstreamRequestBuilder {
                 method: method, path: query.map { String(path[..<$0]) } ?? path,
                 query: query.map { String(path[path.index(after: $0)...]) }, host: host),
             payload: payload, credentials: credentials, date: Int64(wall.rounded(.down)))
-        headers.removeAll { header in signature.headers.contains { $0.name.caseInsensitiveEquals(header.name) } }
-        for header in signature.headers { headers.append((name: header.name, value: header.value)) }
+        for header in signature.headers { headers.remove(name: header.name) }
+        for header in signature.headers { headers.append(name: header.name, value: header.value) }
     }
 
     /// `http://host:port/path` → `host:port`.

@@ -208,7 +208,7 @@ struct ConnectionStateMachine {
         /// A read that was held may be issued now.
         case read
         /// Run `RequestAdmission` on this head and report `headAdmitted`.
-        case admit(HTTPRequestHead)
+        case admit(ClientRequestHead)
         /// `100 Continue`: the client waits for it before it sends its body.
         case writeContinue(clientIsHTTP10: Bool)
         /// Inline: the head is one reference (its fields share one box).
@@ -278,7 +278,7 @@ struct ConnectionStateMachine {
 
     let idleTimeout: Duration
     private(set) var state: State
-    private var queued = CircularBuffer<HTTPServerRequestPart>()
+    private var queued = CircularBuffer<ClientRequestPart>()
     private var uploadHold = false
     private var queueHold = false
     private var pendingRead = false
@@ -314,7 +314,7 @@ struct ConnectionStateMachine {
 
 extension ConnectionStateMachine {
     /// A request part was decoded.
-    mutating func partArrived(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
+    mutating func partArrived(_ part: ClientRequestPart, now: Duration, into actions: inout [Action]) {
         switch state {
         case .closing, .upgrading:
             return
@@ -339,7 +339,7 @@ extension ConnectionStateMachine {
         return box
     }
 
-    private mutating func process(_ part: HTTPServerRequestPart, now: Duration, into actions: inout [Action]) {
+    private mutating func process(_ part: ClientRequestPart, now: Duration, into actions: inout [Action]) {
         switch part {
         case .head(let head):
             // Matched, not compared: `HTTPMethod`'s `==` compares the methods' names.

@@ -7,7 +7,7 @@ import NIOHTTP1
 /// to the machine as `headAdmitted`. A refusal is recorded here (metrics, its span, its access line): no exchange
 /// records it.
 extension ProxyHandler {
-    func admit(_ head: HTTPRequestHead) {
+    func admit(_ head: ClientRequestHead) {
         headTimer?.headReceived()
         guard let context, !machine.isClosing else { return }
         let snapshot = runtime.snapshot
@@ -74,7 +74,7 @@ extension ProxyHandler {
     /// A request to a `delivery: queue` upstream: read whole, stored, answered `202`
     /// (docs/reference/behaviour.md#queued-delivery). Without a queue (no spool could be opened) it cannot be stored.
     private func admitQueued(
-        _ head: HTTPRequestHead, _ accepted: RequestAdmission.Accepted, upstream: String, clientEntry: String?
+        _ head: ClientRequestHead, _ accepted: RequestAdmission.Accepted, upstream: String, clientEntry: String?
     ) {
         let now = self.now
         let limits = runtime.snapshot.config.limits
@@ -101,7 +101,7 @@ extension ProxyHandler {
     /// no `clients` section is in force. Inside an intercepted connection the `CONNECT`'s `Proxy-Authorization`
     /// stands for requests that carry none.
     func clientDecision(
-        _ head: HTTPRequestHead, destination: ExchangeDestination, snapshot: ConfigSnapshot,
+        _ head: ClientRequestHead, destination: ExchangeDestination, snapshot: ConfigSnapshot,
         context: ChannelHandlerContext
     ) -> ClientDecision? {
         guard snapshot.clients != nil else { return nil }
@@ -110,7 +110,7 @@ extension ProxyHandler {
     }
 
     func clientDecision(
-        _ head: HTTPRequestHead, target: ClientTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext
+        _ head: ClientRequestHead, target: ClientTarget, snapshot: ConfigSnapshot, context: ChannelHandlerContext
     ) -> ClientDecision? {
         guard let policy = snapshot.clients else { return nil }
         if peer == nil || (policy.usesGroups && peer?.groups == false) {
@@ -122,7 +122,7 @@ extension ProxyHandler {
 
     /// Answers a request with a Backstop error before any exchange, and ignores its body (`close`: and closes, the
     /// machine adding the client's own `Connection: close`).
-    private func refuse(_ reason: ProxyErrorReason, head: HTTPRequestHead, close: Bool) {
+    private func refuse(_ reason: ProxyErrorReason, head: ClientRequestHead, close: Bool) {
         runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
         let target = RequestTarget.parse(head.uri)
         let host: String

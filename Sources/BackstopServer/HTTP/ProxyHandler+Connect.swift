@@ -7,7 +7,7 @@ import NIOHTTP1
 extension ProxyHandler {
     static let connectEstablished: StaticString = "HTTP/1.1 200 Connection Established\r\n\r\n"
 
-    func handleConnect(_ head: HTTPRequestHead, snapshot: ConfigSnapshot, context: ChannelHandlerContext) {
+    func handleConnect(_ head: ClientRequestHead, snapshot: ConfigSnapshot, context: ChannelHandlerContext) {
         if intercepted != nil {
             // Inside an intercepted connection there is nothing further to tunnel to.
             refuseConnect(

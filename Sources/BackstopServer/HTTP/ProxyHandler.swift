@@ -18,7 +18,7 @@ import NIOHTTP1
 /// reported from inside `.acquireCredential`) change the machine at once and append their actions to the same
 /// queue, which runs them after the current ones: actions always run in the order the machine decided them.
 final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundIn = ClientRequestPart
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
     typealias Action = ConnectionStateMachine.Action

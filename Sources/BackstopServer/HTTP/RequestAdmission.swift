@@ -27,7 +27,7 @@ enum RequestAdmission {
 
     /// `intercepted`: the request came inside an intercepted `CONNECT`, and is for that host only.
     static func decide(
-        _ head: HTTPRequestHead, snapshot: ConfigSnapshot, draining: Bool, intercepted: InterceptedConnection? = nil
+        _ head: ClientRequestHead, snapshot: ConfigSnapshot, draining: Bool, intercepted: InterceptedConnection? = nil
     ) -> Decision {
         let limits = snapshot.config.limits
         if draining { return .reject(.shuttingDown, close: true) }
@@ -40,17 +40,31 @@ enum RequestAdmission {
         var connectionListsUpgrade = false
         var lengthFields: [String] = []
         var codingFields: [String] = []
-        for (name, value) in head.headers {
-            headerBytes += name.utf8.count + value.utf8.count + 4
-            switch name.utf8.count {
-            case 3 where name.caseInsensitiveEquals("via"): via += HeaderRewriter.backstopViaEntries(inValue: value)
-            case 4 where name.caseInsensitiveEquals("host"): if hostHeader == nil { hostHeader = value }
-            case 7 where name.caseInsensitiveEquals("upgrade"): if upgrade == nil { upgrade = value }
-            case 10 where name.caseInsensitiveEquals("connection"):
+        // On the bytes: a string only for the few fields admission reads.
+        let fields = head.headers
+        for i in fields.indices {
+            headerBytes += fields.nameCount(at: i) + fields.valueCount(at: i) + 4
+            let kind = fields.withName(at: i) { name -> AdmissionField? in
+                switch name.count {
+                case 3 where HeaderName.equals(name, "via"): .via
+                case 4 where HeaderName.equals(name, "host"): .host
+                case 7 where HeaderName.equals(name, "upgrade"): .upgrade
+                case 10 where HeaderName.equals(name, "connection"): .connection
+                case 14 where HeaderName.equals(name, "content-length"): .contentLength
+                case 17 where HeaderName.equals(name, "transfer-encoding"): .transferEncoding
+                default: nil
+                }
+            }
+            guard let kind else { continue }
+            let value = fields.value(at: i)
+            switch kind {
+            case .via: via += HeaderRewriter.backstopViaEntries(inValue: value)
+            case .host: if hostHeader == nil { hostHeader = value }
+            case .upgrade: if upgrade == nil { upgrade = value }
+            case .connection:
                 connectionListsUpgrade = connectionListsUpgrade || HeaderRewriter.value(value, lists: "upgrade")
-            case 14 where name.caseInsensitiveEquals("content-length"): lengthFields.append(value)
-            case 17 where name.caseInsensitiveEquals("transfer-encoding"): codingFields.append(value)
-            default: continue
+            case .contentLength: lengthFields.append(value)
+            case .transferEncoding: codingFields.append(value)
             }
         }
         if headerBytes > limits.maxHeaderBytes { return .reject(.headersTooLarge, close: true) }
@@ -125,7 +139,7 @@ enum RequestAdmission {
 
     /// The state machine's configuration for an accepted request.
     static func exchangeConfiguration(
-        _ head: HTTPRequestHead, _ accepted: Accepted, snapshot: ConfigSnapshot
+        _ head: ClientRequestHead, _ accepted: Accepted, snapshot: ConfigSnapshot
     )
         -> ExchangeStateMachine.Configuration
     {
@@ -155,4 +169,9 @@ enum RequestAdmission {
             retry: upstream?.retryPolicy, bodyMustBeKept: bodyMustBeKept, choosesEndpoint: upstream != nil,
             networkReturn: upstream?.config.retry.onNetworkChange ?? false, hedge: hedge)
     }
+}
+
+/// The fields admission reads, by name.
+private enum AdmissionField {
+    case via, host, upgrade, connection, contentLength, transferEncoding
 }

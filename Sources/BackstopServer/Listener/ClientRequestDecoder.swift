@@ -3,7 +3,7 @@ import NIOCore
 import NIOHTTP1
 
 /// The request decoder of the proxy's client connections: `HTTP1RequestReader`'s events as the
-/// `HTTPServerRequestPart`s the proxy handler takes (docs/reference/behaviour.md#request-syntax). It replaced NIO's
+/// `ClientRequestPart`s the proxy handler takes (docs/reference/behaviour.md#request-syntax). It replaced NIO's
 /// `HTTPRequestDecoder` (llhttp and a callback per span): one pass over a head's bytes, strings made once from bytes
 /// already checked.
 ///
@@ -19,7 +19,7 @@ import NIOHTTP1
 ///   client sent after the `CONNECT` or upgrade message goes on, unread, to the handler after it.
 final class ClientRequestDecoder: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
-    typealias InboundOut = HTTPServerRequestPart
+    typealias InboundOut = ClientRequestPart
 
     private var reader: HTTP1RequestReader
     /// Bytes left when the decoder leaves the pipeline go on to the next handler (`false`: dropped).
@@ -122,7 +122,7 @@ final class ClientRequestDecoder: ChannelInboundHandler, RemovableChannelHandler
             case .needMore:
                 return
             case .head(let head):
-                context.fireChannelRead(wrapInboundOut(.head(Self.requestHead(head))))
+                context.fireChannelRead(wrapInboundOut(.head(Self.requestHead(head, keepAlive: reader.keepAlive))))
             case .body:
                 context.fireChannelRead(wrapInboundOut(.body(slice!)))
             case .end(let trailers):
@@ -162,10 +162,10 @@ final class ClientRequestDecoder: ChannelInboundHandler, RemovableChannelHandler
         }
     }
 
-    static func requestHead(_ head: HTTP1RequestHead) -> HTTPRequestHead {
-        HTTPRequestHead(
-            version: head.minorVersion == 1 ? .http1_1 : .http1_0, method: method(head.method), uri: head.target,
-            headers: HTTPHeaders(head.fields))
+    static func requestHead(_ head: HTTP1RequestHead, keepAlive: Bool) -> ClientRequestHead {
+        ClientRequestHead(
+            method: method(head.method), uri: head.target, version: head.minorVersion == 1 ? .http1_1 : .http1_0,
+            headers: head.fields, isKeepAlive: keepAlive)
     }
 
     /// NIO's own case for each method (the handler tests methods by case: `HTTPMethod+Cases`).

@@ -10,7 +10,7 @@ extension ProxyHandler {
     /// exchange (no upgrade asked for, a passthrough destination, a request with a body, or a transport that
     /// cannot open raw connections), which forwards it without `Upgrade` (a hop-by-hop field).
     func upgradeIfAsked(
-        _ head: HTTPRequestHead, _ accepted: RequestAdmission.Accepted, clientEntry: String?,
+        _ head: ClientRequestHead, _ accepted: RequestAdmission.Accepted, clientEntry: String?,
         context: ChannelHandlerContext
     ) -> Bool {
         guard case .upstream(let upstream, let path) = accepted.destination, !accepted.framing.hasBody,

@@ -26,7 +26,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// What the HTTP handler knew of the request.
     struct Request {
-        var head: HTTPRequestHead
+        var head: ClientRequestHead
         var upstream: UpstreamRuntime
         /// The path (and query) on the upstream.
         var path: String

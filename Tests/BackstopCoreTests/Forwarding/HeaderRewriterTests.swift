@@ -6,8 +6,10 @@ import Testing
 @Suite("Request header rewriting")
 struct HeaderRewriterTests {
     private static func rewritten(_ pairs: [(String, String)]) -> [String] {
-        HeaderRewriter.upstreamRequestHeaders(pairs.map { (name: $0.0, value: $0.1) }, upstreamHost: "up:8080")
-            .map { "\($0.name): \($0.value)" }
+        HeaderRewriter.upstreamRequestHeaders(
+            HeaderFields(pairs.map { (name: $0.0, value: $0.1) }), upstreamHost: "up:8080"
+        )
+        .map { "\($0.name): \($0.value)" }
     }
 
     @Test func hopByHopFramingAndHostGoAndViaIsAppended() {
@@ -51,7 +53,7 @@ struct HeaderRewriterTests {
         let credential = HeaderRewriter.InjectedHeader(
             name: "Authorization", value: "Bearer t", replacesClient: replace)
         return HeaderRewriter.upstreamRequestHeaders(
-            pairs.map { (name: $0.0, value: $0.1) }, upstreamHost: "up:8080", injecting: credential
+            HeaderFields(pairs.map { (name: $0.0, value: $0.1) }), upstreamHost: "up:8080", injecting: credential
         ).map { "\($0.name): \($0.value)" }
     }
 

@@ -1,0 +1,274 @@
+/// Header fields held as their bytes: a request head's fields as the client sent them, and the fields of an upstream
+/// request (docs/performance.md#header-fields-as-bytes). A head read from a client keeps its field section in one
+/// array and each field as ranges of it, so no string is made for a field nobody reads by name, and fields forwarded
+/// upstream are copied byte for byte.
+///
+/// Every name held is a token and every value holds only field-value bytes (visible ASCII, space, tab, obs-text;
+/// never CR, LF, NUL or another control character): fields come either from the request reader, which checked their
+/// bytes, or through `append(name:value:)`, which refuses anything else. So a head written from them cannot gain a
+/// line, and writers copy them without looking again.
+///
+/// As a collection its elements are `(name, value)` strings, made when read: lookups by name (`first(name:)`,
+/// `contains(name:)`) compare bytes, ASCII case-insensitively, as NIO's `HTTPHeaders` did.
+public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArrayLiteral, Equatable {
+    public typealias Element = (name: String, value: String)
+    public typealias Index = Int
+
+    /// Name and value bytes. A client's field section sits here as it arrived (line ends included); appended fields
+    /// follow it, name and value back to back.
+    @usableFromInline var bytes: [UInt8]
+    @usableFromInline var lines: [Line]
+
+    /// Where one field's name and value are in the field bytes.
+    public struct Line: Sendable, Equatable {
+        @usableFromInline var nameStart: Int32
+        @usableFromInline var nameEnd: Int32
+        @usableFromInline var valueStart: Int32
+        @usableFromInline var valueEnd: Int32
+
+        @usableFromInline
+        init(nameStart: Int, nameEnd: Int, valueStart: Int, valueEnd: Int) {
+            self.nameStart = Int32(truncatingIfNeeded: nameStart)
+            self.nameEnd = Int32(truncatingIfNeeded: nameEnd)
+            self.valueStart = Int32(truncatingIfNeeded: valueStart)
+            self.valueEnd = Int32(truncatingIfNeeded: valueEnd)
+        }
+
+        @usableFromInline var nameCount: Int { Int(nameEnd - nameStart) }
+        @usableFromInline var valueCount: Int { Int(valueEnd - valueStart) }
+    }
+
+    public init() {
+        bytes = []
+        lines = []
+    }
+
+    /// Fields from strings; a field whose name is not a token or whose value holds a control character is left out
+    /// (as `append(name:value:)` leaves it).
+    public init(_ fields: some Sequence<(name: String, value: String)>) {
+        self.init()
+        for field in fields { append(name: field.name, value: field.value) }
+    }
+
+    public init(arrayLiteral elements: (name: String, value: String)...) {
+        self.init(elements)
+    }
+
+    /// A field section the request reader has checked (names tokens, values field-value bytes) and the ranges of
+    /// its fields in it.
+    init(checkedSection bytes: [UInt8], lines: [Line]) {
+        self.bytes = bytes
+        self.lines = lines
+    }
+
+    // MARK: collection
+
+    @inlinable public var startIndex: Int { 0 }
+    @inlinable public var endIndex: Int { lines.count }
+
+    public subscript(position: Int) -> (name: String, value: String) {
+        (name(at: position), value(at: position))
+    }
+
+    /// The name as sent (case kept). Common names come back as literals, with nothing allocated.
+    public func name(at index: Int) -> String {
+        let line = lines[index]
+        return bytes.withUnsafeBytes {
+            HeaderName.string(UnsafeRawBufferPointer(rebasing: $0[Int(line.nameStart)..<Int(line.nameEnd)]))
+        }
+    }
+
+    /// The value as sent: without the spaces and tabs before it, with any after it.
+    public func value(at index: Int) -> String {
+        let line = lines[index]
+        guard line.valueEnd > line.valueStart else { return "" }
+        return bytes.withUnsafeBytes {
+            String(decoding: $0[Int(line.valueStart)..<Int(line.valueEnd)], as: UTF8.self)
+        }
+    }
+
+    /// The name's bytes, for a caller that classifies fields without making strings.
+    @inlinable
+    public func withName<Result>(at index: Int, _ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        let line = lines[index]
+        return try bytes.withUnsafeBytes {
+            try body(UnsafeRawBufferPointer(rebasing: $0[Int(line.nameStart)..<Int(line.nameEnd)]))
+        }
+    }
+
+    /// The value's bytes.
+    @inlinable
+    public func withValue<Result>(at index: Int, _ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        let line = lines[index]
+        return try bytes.withUnsafeBytes {
+            try body(UnsafeRawBufferPointer(rebasing: $0[Int(line.valueStart)..<Int(line.valueEnd)]))
+        }
+    }
+
+    /// Bytes of the name at `index`, ASCII case-insensitively equal to `name`.
+    public func nameEquals(at index: Int, _ name: String) -> Bool {
+        let line = lines[index]
+        guard line.nameCount == name.utf8.count else { return false }
+        return bytes.withUnsafeBytes { all in
+            Self.equalsIgnoringCase(
+                UnsafeRawBufferPointer(rebasing: all[Int(line.nameStart)..<Int(line.nameEnd)]), name)
+        }
+    }
+
+    /// The length of the name at `index`, in bytes.
+    @inlinable
+    public func nameCount(at index: Int) -> Int { lines[index].nameCount }
+
+    /// The length of the value at `index`, in bytes.
+    @inlinable
+    public func valueCount(at index: Int) -> Int { lines[index].valueCount }
+
+    // MARK: lookups by name (ASCII case-insensitive)
+
+    /// The value of the first field with this name, or nil.
+    public func first(name: String) -> String? {
+        firstIndex(name: name).map { value(at: $0) }
+    }
+
+    /// Whether a field with this name is present.
+    public func contains(name: String) -> Bool { firstIndex(name: name) != nil }
+
+    /// The index of the first field with this name, or nil.
+    public func firstIndex(name: String) -> Int? {
+        let count = name.utf8.count
+        return bytes.withUnsafeBytes { all in
+            for i in lines.indices where lines[i].nameCount == count {
+                let line = lines[i]
+                if Self.equalsIgnoringCase(
+                    UnsafeRawBufferPointer(rebasing: all[Int(line.nameStart)..<Int(line.nameEnd)]), name)
+                {
+                    return i
+                }
+            }
+            return nil
+        }
+    }
+
+    /// The values of every field with this name, in order.
+    public subscript(name: String) -> [String] {
+        var values: [String] = []
+        for i in lines.indices where nameEquals(at: i, name) { values.append(value(at: i)) }
+        return values
+    }
+
+    // MARK: changes
+
+    /// Appends a field. One whose name is not a token, or whose value holds CR, LF, NUL or another control
+    /// character but tab, is refused (false) and not added: it could add a line to the head it is written into.
+    @discardableResult
+    public mutating func append(name: String, value: String) -> Bool {
+        guard let line = appendBytes(name: name, value: value) else { return false }
+        lines.append(line)
+        return true
+    }
+
+    /// Appends a field's bytes, checked as `append(name:value:)` checks them, and returns its line without adding
+    /// it to the fields (nil: refused, nothing appended). The strings are read in place (a value can be a kilobyte
+    /// of token).
+    mutating func appendBytes(name: String, value: String) -> Line? {
+        let appended = name.utf8.withContiguousStorageIfAvailable { name in
+            value.utf8.withContiguousStorageIfAvailable { value in appendBytes(name, value) }
+        }
+        if case .some(.some(let line)) = appended { return line }
+        if appended != nil { return nil }
+        // Strings not stored as contiguous UTF-8 (bridged ones).
+        var name = name
+        var value = value
+        return name.withUTF8 { name in value.withUTF8 { value in appendBytes(name, value) } }
+    }
+
+    private mutating func appendBytes(_ name: UnsafeBufferPointer<UInt8>, _ value: UnsafeBufferPointer<UInt8>) -> Line?
+    {
+        guard !name.isEmpty, name.allSatisfy(HTTPSyntax.isTokenByte),
+            HTTPSyntax.fieldValueEnd(in: UnsafeRawBufferPointer(value), from: 0) == value.count
+        else { return nil }
+        let nameStart = bytes.count
+        bytes.append(contentsOf: name)
+        bytes.append(contentsOf: value)
+        return Line(
+            nameStart: nameStart, nameEnd: nameStart + name.count, valueStart: nameStart + name.count,
+            valueEnd: bytes.count)
+    }
+
+    /// Appends the field at `index` of `other`, its bytes copied (they were checked when `other` took them).
+    public mutating func append(fieldAt index: Int, of other: HeaderFields) {
+        let line = other.lines[index]
+        let nameStart = bytes.count
+        bytes.append(contentsOf: other.bytes[Int(line.nameStart)..<Int(line.nameEnd)])
+        let valueStart = bytes.count
+        bytes.append(contentsOf: other.bytes[Int(line.valueStart)..<Int(line.valueEnd)])
+        lines.append(Line(nameStart: nameStart, nameEnd: valueStart, valueStart: valueStart, valueEnd: bytes.count))
+    }
+
+    /// Removes every field with this name (their bytes stay, unreferenced, until the fields are dropped).
+    public mutating func remove(name: String) {
+        let count = name.utf8.count
+        let bytes = self.bytes
+        bytes.withUnsafeBytes { all in
+            lines.removeAll { line in
+                line.nameCount == count
+                    && Self.equalsIgnoringCase(
+                        UnsafeRawBufferPointer(rebasing: all[Int(line.nameStart)..<Int(line.nameEnd)]), name)
+            }
+        }
+    }
+
+    /// Reserves room for `fields` more fields of `bytes` bytes in all.
+    public mutating func reserveCapacity(fields: Int, bytes byteCount: Int) {
+        lines.reserveCapacity(lines.count + fields)
+        bytes.reserveCapacity(bytes.count + byteCount)
+    }
+
+    /// The bytes and the ranges of each field, for writing a head (`body` gets the whole byte store and, per field,
+    /// its name's and value's ranges in it).
+    @inlinable
+    public func withFieldBytes<Result>(
+        _ body: (UnsafeRawBufferPointer, UnsafeBufferPointer<Line>) throws -> Result
+    ) rethrows -> Result {
+        try bytes.withUnsafeBytes { all in try lines.withUnsafeBufferPointer { try body(all, $0) } }
+    }
+
+    /// Bytes a head takes to hold these fields as `name: value` lines with CRLF.
+    public var lineBytes: Int {
+        var total = 0
+        for line in lines { total += line.nameCount + line.valueCount + 4 }
+        return total
+    }
+
+    public static func == (a: Self, b: Self) -> Bool {
+        a.count == b.count
+            && a.indices.allSatisfy { i in a.name(at: i) == b.name(at: i) && a.value(at: i) == b.value(at: i) }
+    }
+
+    @usableFromInline
+    static func equalsIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ name: String) -> Bool {
+        var name = name
+        return name.withUTF8 { other in
+            guard other.count == bytes.count else { return false }
+            for i in 0..<other.count {
+                let x = bytes[i]
+                let y = other[i]
+                if x == y { continue }
+                if (x >= 65 && x <= 90 ? x + 32 : x) != (y >= 65 && y <= 90 ? y + 32 : y) { return false }
+            }
+            return true
+        }
+    }
+}
+
+extension HeaderFields.Line {
+    /// The name's range in the field bytes.
+    @inlinable public var name: Range<Int> { Int(nameStart)..<Int(nameEnd) }
+    /// The value's range in the field bytes.
+    @inlinable public var value: Range<Int> { Int(valueStart)..<Int(valueEnd) }
+}
+
+extension HeaderFields: CustomStringConvertible {
+    /// Names only: values can hold credentials, and this reaches logs through interpolation.
+    public var description: String { "HeaderFields(\(map(\.name)))" }
+}
