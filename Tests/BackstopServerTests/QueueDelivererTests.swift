@@ -16,61 +16,52 @@ struct QueueDelivererTests {
     // MARK: the step between rounds (pure)
 
     @Test(
-        "between rounds a lane claims whenever it has a free slot, without asking what is due first",
+        "between rounds a lane claims only with a free slot and something due",
         arguments: [
-            // (configured, in flight, expected)
-            (true, 0, DeliveryLaneStep.claim),
-            (true, 1, .claim),
-            (true, 2, .wait(until: nil)),
-            (true, 3, .wait(until: nil)),
-            (false, 0, .wait(until: nil)),
-        ] as [(Bool, Int, DeliveryLaneStep)])
-    func step(configured: Bool, inFlight: Int, expected: DeliveryLaneStep) {
+            // (configured, in flight, next due, expected)
+            // Nothing due: look again after `recheck` (another process may have put dead letters back).
+            (true, 0, nil, DeliveryLaneStep.wait(until: 105)),
+            (true, 0, 100.0, .claim),
+            (true, 0, 99.5, .claim),
+            (true, 0, 100.5, .wait(until: 100.5)),
+            (true, 0, 104.9, .wait(until: 104.9)),
+            (true, 0, 500.0, .wait(until: 105)),
+            (true, 1, 100.0, .claim),
+            (true, 2, 100.0, .wait(until: nil)),
+            (true, 3, 100.0, .wait(until: nil)),
+            (true, 2, 250.0, .wait(until: nil)),
+            (false, 0, 100.0, .wait(until: nil)),
+            (false, 0, nil, .wait(until: nil)),
+        ] as [(Bool, Int, Double?, DeliveryLaneStep)])
+    func step(configured: Bool, inFlight: Int, nextDue: Double?, expected: DeliveryLaneStep) {
         let settings =
             configured ? DeliveryLaneSettings(concurrency: 2, policy: DeliveryPolicy(maxAge: .seconds(60))) : nil
-        #expect(DeliveryLaneStep.next(settings: settings, inFlight: inFlight, now: 100) == expected)
-    }
-
-    @Test(
-        "after a claim that took nothing a lane waits until the next is due, at most 5 s, or for a wake-up",
-        arguments: [
-            // (next due, unsettled due, expected wait until)
-            // Nothing queued: look again after `recheck` (another process may have put dead letters back).
-            (nil, nil, 105.0),
-            (100.5, nil, 100.5),
-            (104.9, nil, 104.9),
-            (500.0, nil, 105.0),
-            // Due already, yet nothing claimable: every slot is taken in the store's eyes; a finishing delivery
-            // wakes the lane.
-            (100.0, nil, nil),
-            (99.5, nil, nil),
-            (nil, 101.0, 101.0),
-            (103.0, 102.0, 102.0),
-            (102.0, 103.0, 102.0),
-            (nil, 200.0, 105.0),
-            (100.0, 130.0, 130.0),
-        ] as [(Double?, Double?, Double?)])
-    func waitAfterEmptyClaim(nextDue: Double?, unsettledDue: Double?, expected: Double?) {
-        #expect(
-            DeliveryLaneStep.waitAfterEmptyClaim(nextDue: nextDue, now: 100, unsettledDue: unsettledDue) == expected)
+        #expect(DeliveryLaneStep.next(settings: settings, inFlight: inFlight, nextDue: nextDue, now: 100) == expected)
     }
 
     @Test(
         "outcomes waiting to be recorded come first when due, else bound the wait, whatever the slots",
         arguments: [
-            // (configured, in flight, unsettled due, expected)
-            (true, 0, 100.0, DeliveryLaneStep.recordOutcomes),
-            (true, 2, 99.0, .recordOutcomes),
-            (false, 0, 100.0, .recordOutcomes),
-            (true, 0, 101.0, .claim),
-            (true, 2, 130.0, .wait(until: 130)),
-            (false, 0, 130.0, .wait(until: 130)),
-        ] as [(Bool, Int, Double, DeliveryLaneStep)])
-    func stepWithUnsettled(configured: Bool, inFlight: Int, unsettledDue: Double, expected: DeliveryLaneStep) {
+            // (configured, in flight, next due, unsettled due, expected)
+            (true, 0, 100.0, 100.0, DeliveryLaneStep.recordOutcomes),
+            (true, 2, nil, 99.0, .recordOutcomes),
+            (false, 0, nil, 100.0, .recordOutcomes),
+            (true, 0, 100.0, 101.0, .claim),
+            (true, 0, nil, 101.0, .wait(until: 101)),
+            (true, 0, 103.0, 102.0, .wait(until: 102)),
+            (true, 0, 102.0, 103.0, .wait(until: 102)),
+            (true, 0, nil, 200.0, .wait(until: 105)),
+            (true, 2, 100.0, 130.0, .wait(until: 130)),
+            (false, 0, nil, 130.0, .wait(until: 130)),
+        ] as [(Bool, Int, Double?, Double, DeliveryLaneStep)])
+    func stepWithUnsettled(
+        configured: Bool, inFlight: Int, nextDue: Double?, unsettledDue: Double, expected: DeliveryLaneStep
+    ) {
         let settings =
             configured ? DeliveryLaneSettings(concurrency: 2, policy: DeliveryPolicy(maxAge: .seconds(60))) : nil
         #expect(
-            DeliveryLaneStep.next(settings: settings, inFlight: inFlight, now: 100, unsettledDue: unsettledDue)
+            DeliveryLaneStep.next(
+                settings: settings, inFlight: inFlight, nextDue: nextDue, now: 100, unsettledDue: unsettledDue)
                 == expected)
     }
 

@@ -51,8 +51,7 @@ public struct DeliveryLaneSettings: Sendable, Equatable {
 
 /// The decision of one upstream's delivery loop between rounds, without I/O (docs/reference/behaviour.md#queued-delivery):
 /// claim more now, or wait for a wake-up (a request accepted, a delivery finished, a reload) until the next queued
-/// delivery falls due. A loop with a free slot claims without asking first whether anything is due (the claim says
-/// so), and asks only when it claimed nothing, to know how long to wait (docs/performance.md#queued-delivery).
+/// delivery falls due.
 enum DeliveryLaneStep: Equatable {
     /// Record the outcomes the store could not take earlier (`UnsettledDelivery`) that are due again.
     case recordOutcomes
@@ -66,24 +65,17 @@ enum DeliveryLaneStep: Equatable {
     static let recheck = 5.0
 
     /// `settings` nil: the upstream is no longer configured for queued delivery (its rows stay queued, untouched,
-    /// until a reload configures it again or an operator drops them). With every slot taken, only a finishing
-    /// delivery (which wakes the lane) can change anything. `unsettledDue`: when the first outcome waiting to be
-    /// recorded is due again (whatever the settings: those deliveries were made).
+    /// until a reload configures it again or an operator drops them). `nextDue`: when the next queued delivery
+    /// not in flight is due, nil when there is none. With every slot taken, only a finishing delivery (which wakes
+    /// the lane) can change anything. `unsettledDue`: when the first outcome waiting to be recorded is due again
+    /// (whatever the settings: those deliveries were made).
     static func next(
-        settings: DeliveryLaneSettings?, inFlight: Int, now: Double, unsettledDue: Double? = nil
+        settings: DeliveryLaneSettings?, inFlight: Int, nextDue: Double?, now: Double, unsettledDue: Double? = nil
     ) -> DeliveryLaneStep {
         if let unsettledDue, unsettledDue <= now { return .recordOutcomes }
         guard let settings, inFlight < settings.concurrency else { return .wait(until: unsettledDue) }
-        return .claim
-    }
-
-    /// Until when a loop waits after a claim that took nothing (nil: until a wake-up). `nextDue`: when the next
-    /// queued delivery not in flight is due, nil when there is none. Due later: until then, at most `recheck` from
-    /// now. None: `recheck` from now. Due already although nothing was claimable: every slot is taken in the
-    /// store's eyes, and the delivery that frees one wakes the loop. Never past `unsettledDue`.
-    static func waitAfterEmptyClaim(nextDue: Double?, now: Double, unsettledDue: Double?) -> Double? {
-        if let nextDue, nextDue <= now { return unsettledDue }
-        return min(nextDue ?? .infinity, now + recheck, unsettledDue ?? .infinity)
+        if let nextDue, nextDue <= now { return .claim }
+        return .wait(until: min(nextDue ?? .infinity, now + recheck, unsettledDue ?? .infinity))
     }
 
     /// Whether a request accepted for the lane wakes its loop: only when the loop may claim it, with a free slot

@@ -172,11 +172,12 @@ public final class QueueDeliverer: Sendable {
                 var until: Double?
                 do throws(QueueError) {
                     // With every slot taken only a finishing delivery changes anything: the store is not asked.
-                    // With a free slot the loop claims at once, and asks when the next delivery is due only when
-                    // it claimed nothing: one round trip to the store's thread per round instead of two
-                    // (docs/performance.md#queued-delivery).
+                    let nextDue =
+                        settings.map { inFlight < $0.concurrency } == true
+                        ? try await store.nextDue(upstream: upstream) : nil
                     switch DeliveryLaneStep.next(
-                        settings: settings, inFlight: inFlight, now: clock.wall(), unsettledDue: unsettledDue)
+                        settings: settings, inFlight: inFlight, nextDue: nextDue,
+                        now: clock.wall(), unsettledDue: unsettledDue)
                     {
                     case .recordOutcomes:
                         await recordUnsettled(upstream)
@@ -197,9 +198,10 @@ public final class QueueDeliverer: Sendable {
                         }
                         // Claimed everything due, or filled the slots: look again at once.
                         if !batch.deliveries.isEmpty || !batch.expired.isEmpty || !batch.damaged.isEmpty { continue }
+                        // Nothing claimable although something was due: every slot is taken in the store's eyes,
+                        // and the delivery that frees one wakes this loop.
                         let next = try await store.nextDue(upstream: upstream)
-                        until = DeliveryLaneStep.waitAfterEmptyClaim(
-                            nextDue: next, now: clock.wall(), unsettledDue: unsettledDue)
+                        until = [next.flatMap { $0 > clock.wall() ? $0 : nil }, unsettledDue].compactMap { $0 }.min()
                     case .wait(let next):
                         until = next
                     }
