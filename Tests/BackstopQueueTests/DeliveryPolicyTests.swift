@@ -138,6 +138,27 @@ struct DeliveryIDTests {
         }
     }
 
+    @Test("time-ordered ids are version 7 UUIDs: the milliseconds first, in order as text, random after")
+    func timeOrderedIDs() throws {
+        var random = SplitMix64(seed: 7)
+        let millis: Int64 = 1_764_230_400_123  // 2025-11-27T08:00:00.123Z
+        let a = DeliveryID(unixMillis: millis, random: &random)
+        let b = DeliveryID(unixMillis: millis, random: &random)
+        let later = DeliveryID(unixMillis: millis + 1, random: &random)
+        #expect(a != b)
+        #expect(a.text.hasPrefix("019ac453-887b-7"))
+        #expect(String(a.text.prefix(13)) == String(b.text.prefix(13)))
+        #expect(String(format: "%012llx", millis) == a.text.prefix(13).replacingOccurrences(of: "-", with: ""))
+        #expect(a < later && b < later)
+        let utf8 = Array(a.text.utf8)
+        #expect(utf8[14] == UInt8(ascii: "7"))
+        #expect([UInt8(ascii: "8"), UInt8(ascii: "9"), UInt8(ascii: "a"), UInt8(ascii: "b")].contains(utf8[19]))
+        #expect(DeliveryID(a.text) == a)
+        // Out of the 48 bits the format holds: clamped, never wrapped.
+        #expect(DeliveryID(unixMillis: -5, random: &random).text.hasPrefix("00000000-0000-7"))
+        #expect(DeliveryID(unixMillis: .max, random: &random).text.hasPrefix("ffffffff-ffff-7"))
+    }
+
     @Test(
         "the path shown by list: no query, no scheme or host",
         arguments: [

@@ -66,6 +66,18 @@ struct QueueDelivererTests {
     }
 
     @Test(
+        "a request accepted wakes the lane only when it has a free slot",
+        arguments: [
+            // (configured, in flight, expected)
+            (true, 0, true), (true, 1, true), (true, 2, false), (true, 3, false), (false, 0, false),
+        ] as [(Bool, Int, Bool)])
+    func wakesOnAccept(configured: Bool, inFlight: Int, expected: Bool) {
+        let settings =
+            configured ? DeliveryLaneSettings(concurrency: 2, policy: DeliveryPolicy(maxAge: .seconds(60))) : nil
+        #expect(DeliveryLaneStep.wakesOnAccept(settings: settings, inFlight: inFlight) == expected)
+    }
+
+    @Test(
         "after the store failed, a loop waits 5 s, or less when an outcome waiting to be recorded falls due sooner",
         arguments: [
             // (unsettled due, expected wait until)

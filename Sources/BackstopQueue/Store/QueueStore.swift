@@ -98,7 +98,8 @@ public final class QueueStore: Sendable {
             sealer: RecordSealer(keychainKey: key), budget: budget, clock: clock,
             newID: newID ?? {
                 var random = SystemRandomNumberGenerator()
-                return DeliveryID(random: &random)
+                // Time-ordered: the id index grows at its end (`DeliveryID`).
+                return DeliveryID(unixMillis: Int64(clamping: Self.micros(clock.wall()) / 1000), random: &random)
             }, ownerLock: ownerLock)
         do throws(QueueError) {
             try await store.run(writes: false) { try store.prepare($0) }

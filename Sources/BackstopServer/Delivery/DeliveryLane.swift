@@ -78,6 +78,15 @@ enum DeliveryLaneStep: Equatable {
         return .wait(until: min(nextDue ?? .infinity, now + recheck, unsettledDue ?? .infinity))
     }
 
+    /// Whether a request accepted for the lane wakes its loop: only when the loop may claim it, with a free slot
+    /// (`inFlight` below `queue.concurrency`). With every slot taken, or no longer configured, the loop could only
+    /// wait again; a delivery finishing wakes it anyway. So a backlog accepted at thousands per second does not
+    /// resume the loop's task for each request (docs/performance.md#queued-delivery).
+    static func wakesOnAccept(settings: DeliveryLaneSettings?, inFlight: Int) -> Bool {
+        guard let settings else { return false }
+        return inFlight < settings.concurrency
+    }
+
     /// How long a loop waits after the store failed before it tries again.
     static let storeFailureWait = 5.0
 

@@ -31,7 +31,11 @@ public final class QueueDeliverer: Sendable {
     private let clock: any BackstopClock
     private let random: Mutex<SplitMix64>
     private let state: Mutex<State>
+    /// The lanes wait on these (a wake number moved, `stop()`); `run()` waits on `lanesChanged` (a reload, `stop()`),
+    /// so waking a lane, up to twice per request accepted or delivered, resumes only the lanes' tasks
+    /// (docs/performance.md#queued-delivery).
     private let wakeups = ConditionWaiters()
+    private let lanesChanged = ConditionWaiters()
 
     public init(
         store: QueueStore, sender: any DeliverySending, lanes: [String: DeliveryLaneSettings], metrics: QueueMetrics,
@@ -59,9 +63,18 @@ public final class QueueDeliverer: Sendable {
         }
     }
 
-    /// A request for `upstream` was stored: its loop claims it now if it has a free slot.
+    /// A request for `upstream` was stored: its loop claims it now if it has a free slot. With every slot taken the
+    /// loop is not woken: only a finishing delivery, which wakes it, lets it claim (docs/performance.md#queued-delivery).
     public func accepted(upstream: String) {
-        wake([upstream])
+        let woken = state.withLock { state in
+            guard
+                DeliveryLaneStep.wakesOnAccept(
+                    settings: state.lanes[upstream], inFlight: state.inFlight[upstream, default: 0])
+            else { return false }
+            state.wakes[upstream, default: 0] &+= 1
+            return true
+        }
+        if woken { wakeups.resumeAll() }
         countsChanged()
     }
 
@@ -108,12 +121,14 @@ public final class QueueDeliverer: Sendable {
             return Array(state.wakes.keys) + Array(lanes.keys)
         }
         wake(names)
+        lanesChanged.resumeAll()
     }
 
     /// Ends `run()`: loops stop claiming, deliveries in flight are cancelled and given back untried.
     public func stop() {
         state.withLock { $0.stopped = true }
         wakeups.resumeAll()
+        lanesChanged.resumeAll()
         countsWaiters.resumeAll()
     }
 
@@ -132,7 +147,7 @@ public final class QueueDeliverer: Sendable {
                     group.addTask { await self.lane(upstream) }
                 }
                 let started = state.withLock { $0.started }
-                await wakeups.wait {
+                await lanesChanged.wait {
                     state.withLock { state in
                         state.stopped || !Set(state.lanes.keys).isSubset(of: started)
                     }
