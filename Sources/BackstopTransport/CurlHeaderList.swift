@@ -13,11 +13,10 @@ struct CurlHeaderList: ~Copyable {
 
     /// Lines for `headers` as "Name: value" ("Name;" for an empty value, curl's way of sending one: "Name:" would
     /// delete it), then "Expect:" and, unless the request has its own, "Accept:", which suppress the headers curl
-    /// would add by itself. A field with CR, LF or NUL is left out: it would split the line or cut it short.
-    /// Client fields cannot carry them (the request parser refuses them); injected ones could.
+    /// would add by itself. The fields are copied as their bytes: `HeaderFields` holds no CR, LF or NUL (nor any
+    /// other control character but tab), so no line can be split or cut short.
     init(_ headers: HeaderFields) {
-        // One pass over the bytes: room for every field (a line is at most name + ": " + value + NUL) plus curl's
-        // two, and a field found unsendable while it is copied is rolled back.
+        // Room for every field (a line is at most name + ": " + value + NUL) plus curl's two.
         let capacity = "Expect:\0Accept:\0".utf8.count + headers.lineBytes
         var writer = LineWriter(maxLines: headers.count + 2, textCapacity: capacity)
         var sawAccept = false
@@ -25,17 +24,13 @@ struct CurlHeaderList: ~Copyable {
             for field in fields {
                 let line = writer.text
                 let name = UnsafeRawBufferPointer(rebasing: bytes[field.name])
-                var clean = writer.write(name)
+                writer.write(name)
                 if field.value.isEmpty {
                     writer.put(UInt8(ascii: ";"))
                 } else {
                     writer.put(UInt8(ascii: ":"))
                     writer.put(UInt8(ascii: " "))
-                    clean = writer.write(UnsafeRawBufferPointer(rebasing: bytes[field.value])) && clean
-                }
-                guard clean else {
-                    writer.text = line
-                    continue
+                    writer.write(UnsafeRawBufferPointer(rebasing: bytes[field.value]))
                 }
                 writer.endLine(startingAt: line)
                 if HeaderName.equals(name, "accept") { sawAccept = true }
@@ -69,15 +64,10 @@ struct CurlHeaderList: ~Copyable {
             text += 1
         }
 
-        /// Copies the bytes; false when they hold a byte that would split the line or cut it short (`HeaderFields`
-        /// holds none; checked again where the line is made for curl).
-        mutating func write(_ raw: UnsafeRawBufferPointer) -> Bool {
-            let bytes = raw.assumingMemoryBound(to: UInt8.self)
-            guard let source = bytes.baseAddress, !bytes.isEmpty else { return true }
-            text.update(from: source, count: bytes.count)
+        mutating func write(_ bytes: UnsafeRawBufferPointer) {
+            guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+            UnsafeMutableRawPointer(text).copyMemory(from: source, byteCount: bytes.count)
             text += bytes.count
-            for byte in bytes where byte == 0x0D || byte == 0x0A || byte == 0 { return false }
-            return true
         }
 
         /// Terminates the line that starts at `line` and links it after the previous one.
@@ -91,7 +81,7 @@ struct CurlHeaderList: ~Copyable {
 
         mutating func suppress(_ name: StaticString) {
             let line = text
-            _ = name.withUTF8Buffer { write(UnsafeRawBufferPointer($0)) }
+            name.withUTF8Buffer { write(UnsafeRawBufferPointer($0)) }
             endLine(startingAt: line)
         }
     }

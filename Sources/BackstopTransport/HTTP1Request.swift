@@ -266,11 +266,7 @@ enum HTTP1RequestHead {
         }
 
         @inline(__always)
-        mutating func copy(_ bytes: UnsafeBufferPointer<UInt8>) {
-            guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
-            (base + count).copyMemory(from: source, byteCount: bytes.count)
-            count += bytes.count
-        }
+        mutating func copy(_ bytes: UnsafeBufferPointer<UInt8>) { copy(UnsafeRawBufferPointer(bytes)) }
 
         mutating func decimal(_ value: Int) {
             var digits = 1

@@ -96,23 +96,16 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         }
     }
 
-    /// The value's bytes.
-    @inlinable
-    public func withValue<Result>(at index: Int, _ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
-        let line = lines[index]
-        return try bytes.withUnsafeBytes {
-            try body(UnsafeRawBufferPointer(rebasing: $0[Int(line.valueStart)..<Int(line.valueEnd)]))
-        }
-    }
-
     /// Bytes of the name at `index`, ASCII case-insensitively equal to `name`.
     public func nameEquals(at index: Int, _ name: String) -> Bool {
-        let line = lines[index]
-        guard line.nameCount == name.utf8.count else { return false }
-        return bytes.withUnsafeBytes { all in
-            Self.equalsIgnoringCase(
-                UnsafeRawBufferPointer(rebasing: all[Int(line.nameStart)..<Int(line.nameEnd)]), name)
-        }
+        bytes.withUnsafeBytes { Self.line(lines[index], in: $0, isNamed: name) }
+    }
+
+    /// Whether `line`'s name in `bytes` is `name`, ASCII case-insensitively: the comparison every lookup makes
+    /// (lengths first, which most names differ in).
+    private static func line(_ line: Line, in bytes: UnsafeRawBufferPointer, isNamed name: String) -> Bool {
+        line.nameCount == name.utf8.count
+            && equalsIgnoringCase(UnsafeRawBufferPointer(rebasing: bytes[line.name]), name)
     }
 
     /// The length of the name at `index`, in bytes.
@@ -135,25 +128,12 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
 
     /// The index of the first field with this name, or nil.
     public func firstIndex(name: String) -> Int? {
-        let count = name.utf8.count
-        return bytes.withUnsafeBytes { all in
-            for i in lines.indices where lines[i].nameCount == count {
-                let line = lines[i]
-                if Self.equalsIgnoringCase(
-                    UnsafeRawBufferPointer(rebasing: all[Int(line.nameStart)..<Int(line.nameEnd)]), name)
-                {
-                    return i
-                }
-            }
-            return nil
-        }
+        bytes.withUnsafeBytes { all in lines.firstIndex { Self.line($0, in: all, isNamed: name) } }
     }
 
     /// The values of every field with this name, in order.
     public subscript(name: String) -> [String] {
-        var values: [String] = []
-        for i in lines.indices where nameEquals(at: i, name) { values.append(value(at: i)) }
-        return values
+        lines.indices.filter { nameEquals(at: $0, name) }.map { value(at: $0) }
     }
 
     // MARK: changes
@@ -207,21 +187,8 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
 
     /// Removes every field with this name (their bytes stay, unreferenced, until the fields are dropped).
     public mutating func remove(name: String) {
-        let count = name.utf8.count
         let bytes = self.bytes
-        bytes.withUnsafeBytes { all in
-            lines.removeAll { line in
-                line.nameCount == count
-                    && Self.equalsIgnoringCase(
-                        UnsafeRawBufferPointer(rebasing: all[Int(line.nameStart)..<Int(line.nameEnd)]), name)
-            }
-        }
-    }
-
-    /// Reserves room for `fields` more fields of `bytes` bytes in all.
-    public mutating func reserveCapacity(fields: Int, bytes byteCount: Int) {
-        lines.reserveCapacity(lines.count + fields)
-        bytes.reserveCapacity(bytes.count + byteCount)
+        bytes.withUnsafeBytes { all in lines.removeAll { Self.line($0, in: all, isNamed: name) } }
     }
 
     /// The bytes and the ranges of each field, for writing a head (`body` gets the whole byte store and, per field,
@@ -245,18 +212,15 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
             && a.indices.allSatisfy { i in a.name(at: i) == b.name(at: i) && a.value(at: i) == b.value(at: i) }
     }
 
-    @usableFromInline
+    /// `bytes` equal to `name` but for the case of ASCII letters (`String.asciiCaseInsensitiveEquals` on the
+    /// name's UTF-8, read in place).
     static func equalsIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ name: String) -> Bool {
-        var name = name
-        return name.withUTF8 { other in
-            guard other.count == bytes.count else { return false }
-            for i in 0..<other.count {
-                let x = bytes[i]
-                let y = other[i]
-                if x == y { continue }
-                if (x >= 65 && x <= 90 ? x + 32 : x) != (y >= 65 && y <= 90 ? y + 32 : y) { return false }
-            }
-            return true
+        let typed = bytes.assumingMemoryBound(to: UInt8.self)
+        if let equal = name.utf8.withContiguousStorageIfAvailable({ String.asciiCaseInsensitiveEquals(typed, $0) }) {
+            return equal
+        }
+        return typed.elementsEqual(name.utf8) {
+            ($0 >= 65 && $0 <= 90 ? $0 + 32 : $0) == ($1 >= 65 && $1 <= 90 ? $1 + 32 : $1)
         }
     }
 }
