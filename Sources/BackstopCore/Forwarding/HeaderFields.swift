@@ -207,9 +207,17 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         return total
     }
 
+    /// The same names and values, byte for byte, in the same order (the fields are compared as they would be
+    /// written: not as decoded strings, which call canonically equivalent or invalid UTF-8 sequences equal).
     public static func == (a: Self, b: Self) -> Bool {
-        a.count == b.count
-            && a.indices.allSatisfy { i in a.name(at: i) == b.name(at: i) && a.value(at: i) == b.value(at: i) }
+        a.lines.count == b.lines.count
+            && a.withFieldBytes { aBytes, aLines in
+                b.withFieldBytes { bBytes, bLines in
+                    zip(aLines, bLines).allSatisfy { x, y in
+                        aBytes[x.name].elementsEqual(bBytes[y.name]) && aBytes[x.value].elementsEqual(bBytes[y.value])
+                    }
+                }
+            }
     }
 
     /// `bytes` equal to `name` but for the case of ASCII letters (`String.asciiCaseInsensitiveEquals` on the
@@ -232,7 +240,11 @@ extension HeaderFields.Line {
     @inlinable public var value: Range<Int> { Int(valueStart)..<Int(valueEnd) }
 }
 
-extension HeaderFields: CustomStringConvertible {
+extension HeaderFields: CustomStringConvertible, CustomReflectable {
     /// Names only: values can hold credentials, and this reaches logs through interpolation.
     public var description: String { "HeaderFields(\(map(\.name)))" }
+
+    /// Names only, as `description`: the stored bytes hold the values (`dump`, and any printer that reflects,
+    /// would show them as numbers otherwise).
+    public var customMirror: Mirror { Mirror(self, unlabeledChildren: map(\.name), displayStyle: .collection) }
 }
