@@ -26,12 +26,15 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         @usableFromInline var valueStart: Int32
         @usableFromInline var valueEnd: Int32
 
+        /// Offsets past `Int32.max` trap rather than wrap: a wrapped range would have the writers, which copy
+        /// without bounds checks, read outside the bytes. No head reaches it (`limits.max_header_bytes` is at most
+        /// 64 MiB, and the upstream copy of a head adds at most its `Via` values again).
         @usableFromInline
         init(nameStart: Int, nameEnd: Int, valueStart: Int, valueEnd: Int) {
-            self.nameStart = Int32(truncatingIfNeeded: nameStart)
-            self.nameEnd = Int32(truncatingIfNeeded: nameEnd)
-            self.valueStart = Int32(truncatingIfNeeded: valueStart)
-            self.valueEnd = Int32(truncatingIfNeeded: valueEnd)
+            self.nameStart = Int32(nameStart)
+            self.nameEnd = Int32(nameEnd)
+            self.valueStart = Int32(valueStart)
+            self.valueEnd = Int32(valueEnd)
         }
 
         @usableFromInline var nameCount: Int { Int(nameEnd - nameStart) }
