@@ -158,8 +158,7 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
             value.utf8.withContiguousStorageIfAvailable { value in appendBytes(name, value) }
         }
         if case .some(.some(let line)) = appended { return line }
-        if appended != nil { return nil }
-        // Strings not stored as contiguous UTF-8 (bridged ones).
+        // Either string not stored as contiguous UTF-8 (a bridged one): nothing was appended yet.
         var name = name
         var value = value
         return name.withUTF8 { name in value.withUTF8 { value in appendBytes(name, value) } }
