@@ -193,6 +193,18 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         bytes.withUnsafeBytes { all in lines.removeAll { Self.line($0, in: all, isNamed: name) } }
     }
 
+    /// Removes every field whose name, ASCII-lowercased, is in `names` (lowercase names): one pass over the fields
+    /// however many names there are (a `Connection` field can list thousands).
+    mutating func remove(namesIn names: Set<String>) {
+        let bytes = self.bytes
+        bytes.withUnsafeBytes { all in
+            lines.removeAll { line in
+                names.contains(
+                    String(decoding: all[line.name].lazy.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self))
+            }
+        }
+    }
+
     /// The bytes and the ranges of each field, for writing a head (`body` gets the whole byte store and, per field,
     /// its name's and value's ranges in it).
     @inlinable
