@@ -84,6 +84,8 @@ public enum HeaderRewriter {
                 case .connection:
                     HeaderName.appendTokens(of: UnsafeRawBufferPointer(rebasing: bytes[field.value]), to: &listed)
                 case .via:
+                    // An empty one would add an empty list element, which a sender must not make (RFC 9110 §5.6.1).
+                    guard !field.value.isEmpty else { continue }
                     let value = String(decoding: bytes[field.value], as: UTF8.self)
                     via = via.map { "\($0), \(value)" } ?? value
                 case .keep:
