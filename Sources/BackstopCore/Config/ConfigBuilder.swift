@@ -266,6 +266,10 @@ struct ConfigBuilder {
         if let n = map["max_header_bytes"], let v = reader.size(n, "limits.max_header_bytes") {
             if v < 1024 {
                 reader.fail(n, "'limits.max_header_bytes' must be at least 1KiB, not \(v) bytes")
+            } else if v > 64 << 20 {
+                // A head's fields are 32-bit ranges of its bytes (`HeaderFields.Line`,
+                // docs/performance.md#header-fields-as-bytes).
+                reader.fail(n, "'limits.max_header_bytes' must be at most 64MiB, not \(v) bytes")
             } else {
                 limits.maxHeaderBytes = v
             }

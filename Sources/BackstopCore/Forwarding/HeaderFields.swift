@@ -26,12 +26,15 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         @usableFromInline var valueStart: Int32
         @usableFromInline var valueEnd: Int32
 
+        /// Offsets past `Int32.max` trap rather than wrap: a wrapped range would have the writers, which copy
+        /// without bounds checks, read outside the bytes. No head reaches it (`limits.max_header_bytes` is at most
+        /// 64 MiB, and the upstream copy of a head adds at most its `Via` values again).
         @usableFromInline
         init(nameStart: Int, nameEnd: Int, valueStart: Int, valueEnd: Int) {
-            self.nameStart = Int32(truncatingIfNeeded: nameStart)
-            self.nameEnd = Int32(truncatingIfNeeded: nameEnd)
-            self.valueStart = Int32(truncatingIfNeeded: valueStart)
-            self.valueEnd = Int32(truncatingIfNeeded: valueEnd)
+            self.nameStart = Int32(nameStart)
+            self.nameEnd = Int32(nameEnd)
+            self.valueStart = Int32(valueStart)
+            self.valueEnd = Int32(valueEnd)
         }
 
         @usableFromInline var nameCount: Int { Int(nameEnd - nameStart) }
@@ -155,8 +158,7 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
             value.utf8.withContiguousStorageIfAvailable { value in appendBytes(name, value) }
         }
         if case .some(.some(let line)) = appended { return line }
-        if appended != nil { return nil }
-        // Strings not stored as contiguous UTF-8 (bridged ones).
+        // Either string not stored as contiguous UTF-8 (a bridged one): nothing was appended yet.
         var name = name
         var value = value
         return name.withUTF8 { name in value.withUTF8 { value in appendBytes(name, value) } }
@@ -191,6 +193,18 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         bytes.withUnsafeBytes { all in lines.removeAll { Self.line($0, in: all, isNamed: name) } }
     }
 
+    /// Removes every field whose name, ASCII-lowercased, is in `names` (lowercase names): one pass over the fields
+    /// however many names there are (a `Connection` field can list thousands).
+    mutating func remove(namesIn names: Set<String>) {
+        let bytes = self.bytes
+        bytes.withUnsafeBytes { all in
+            lines.removeAll { line in
+                names.contains(
+                    String(decoding: all[line.name].lazy.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self))
+            }
+        }
+    }
+
     /// The bytes and the ranges of each field, for writing a head (`body` gets the whole byte store and, per field,
     /// its name's and value's ranges in it).
     @inlinable
@@ -207,9 +221,17 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         return total
     }
 
+    /// The same names and values, byte for byte, in the same order (the fields are compared as they would be
+    /// written: not as decoded strings, which call canonically equivalent or invalid UTF-8 sequences equal).
     public static func == (a: Self, b: Self) -> Bool {
-        a.count == b.count
-            && a.indices.allSatisfy { i in a.name(at: i) == b.name(at: i) && a.value(at: i) == b.value(at: i) }
+        a.lines.count == b.lines.count
+            && a.withFieldBytes { aBytes, aLines in
+                b.withFieldBytes { bBytes, bLines in
+                    zip(aLines, bLines).allSatisfy { x, y in
+                        aBytes[x.name].elementsEqual(bBytes[y.name]) && aBytes[x.value].elementsEqual(bBytes[y.value])
+                    }
+                }
+            }
     }
 
     /// `bytes` equal to `name` but for the case of ASCII letters (`String.asciiCaseInsensitiveEquals` on the
@@ -232,7 +254,11 @@ extension HeaderFields.Line {
     @inlinable public var value: Range<Int> { Int(valueStart)..<Int(valueEnd) }
 }
 
-extension HeaderFields: CustomStringConvertible {
+extension HeaderFields: CustomStringConvertible, CustomReflectable {
     /// Names only: values can hold credentials, and this reaches logs through interpolation.
     public var description: String { "HeaderFields(\(map(\.name)))" }
+
+    /// Names only, as `description`: the stored bytes hold the values (`dump`, and any printer that reflects,
+    /// would show them as numbers otherwise).
+    public var customMirror: Mirror { Mirror(self, unlabeledChildren: map(\.name), displayStyle: .collection) }
 }

@@ -106,9 +106,10 @@ public enum HeaderName: Equatable {
         return true
     }
 
-    /// Appends the comma-separated tokens of a `Connection` value, trimmed and lowercased, that name a field
-    /// still to be removed: `close` names none, and hop-by-hop fields (`keep-alive`, `upgrade`…) go anyway.
-    static func appendTokens(of value: UnsafeRawBufferPointer, to names: inout [String]) {
+    /// Adds the comma-separated tokens of a `Connection` value, trimmed and lowercased, that name a field still to
+    /// be removed: `close` names none, and hop-by-hop fields (`keep-alive`, `upgrade`…) go anyway. A set: a value
+    /// can list thousands, each looked up once per field (an array made both quadratic).
+    static func appendTokens(of value: UnsafeRawBufferPointer, to names: inout Set<String>) {
         var start = 0
         while start <= value.count {
             var end = start
@@ -121,7 +122,7 @@ public enum HeaderName: Equatable {
             if from < to, classify(raw) != .hopByHop, !equals(raw, "close") {
                 let token = String(
                     decoding: value[from..<to].map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
-                if !names.contains(token) { names.append(token) }
+                names.insert(token)
             }
             start = end + 1
         }

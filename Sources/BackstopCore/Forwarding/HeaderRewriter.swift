@@ -71,7 +71,7 @@ public enum HeaderRewriter {
             headers.bytes.count + upstreamHost.utf8.count + 32 + (credential?.field.bytes.count ?? 0))
         out.append(name: "Host", value: upstreamHost)
         var via: String?
-        var listed: [String] = []
+        var listed = Set<String>()
         var clientSentCredential = false
         // Names of another length are not compared (the comparison is a call per field otherwise).
         let credentialLength = credential?.name.utf8.count ?? -1
@@ -84,6 +84,8 @@ public enum HeaderRewriter {
                 case .connection:
                     HeaderName.appendTokens(of: UnsafeRawBufferPointer(rebasing: bytes[field.value]), to: &listed)
                 case .via:
+                    // An empty one would add an empty list element, which a sender must not make (RFC 9110 §5.6.1).
+                    guard !field.value.isEmpty else { continue }
                     let value = String(decoding: bytes[field.value], as: UTF8.self)
                     via = via.map { "\($0), \(value)" } ?? value
                 case .keep:
@@ -99,10 +101,11 @@ public enum HeaderRewriter {
             }
         }
         if !listed.isEmpty {
-            // The `Connection`-listed fields out (Backstop's own `Host` stays: the client's was dropped above). A
-            // client credential field that `Connection` lists was the client's hop-by-hop field: it is gone, so it
-            // does not keep the injected one out.
-            for name in listed where name != "host" { out.remove(name: name) }
+            // The `Connection`-listed fields out, in one pass however many it lists (Backstop's own `Host` stays: the
+            // client's was dropped above). A client credential field that `Connection` lists was the client's
+            // hop-by-hop field: it is gone, so it does not keep the injected one out.
+            listed.remove("host")
+            out.remove(namesIn: listed)
             if let credential, listed.contains(credential.name.asciiLowercased()) { clientSentCredential = false }
         }
         out.append(name: "Via", value: via.map { "\($0), 1.1 backstop" } ?? "1.1 backstop")

@@ -184,7 +184,7 @@ public struct UpstreamHeadParser: Sendable {
     private var framing = FramingTally()
     private var redirectValueRanges: [Range<Int>] = []
     /// Names listed in `Connection` (lowercased), to be taken out of `fields` when the head ends.
-    private var connectionListed: [String] = []
+    private var connectionListed: Set<String> = []
     /// Where an obs-fold continuation line goes: the field it continues.
     private enum LastLine { case none, field, location, via, retryAfter, rateLimitReset, framing, dropped }
     private var lastLine = LastLine.none

@@ -110,6 +110,7 @@ struct ConfigErrorPositionTests {
             ErrorCase(H + "limits: {retry_buffer: lots}\n", at: "lots", "not a size"),
             ErrorCase(H + "limits: {max_request_body: -1}\n", at: "-1", "not a size"),
             ErrorCase(H + "limits: {max_header_bytes: 100}\n", at: "100", "at least 1KiB"),
+            ErrorCase(H + "limits: {max_header_bytes: 65MiB}\n", at: "65MiB", "at most 64MiB"),
             ErrorCase(H + "limits: {client_idle_timeout: 5}\n", at: "5", "not a duration"),
             ErrorCase(H + "limits: {client_idle_timeout: 0s}\n", at: "0s", "above 0"),
             ErrorCase(H + "limits: {max_connections: 0}\n", at: "0}", "between 1 and 1000000"),
