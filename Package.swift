@@ -199,7 +199,7 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]),
-        .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore"]),
+        .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore", "BackstopTestSupport"]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore", "BackstopTestSupport"]),
         .testTarget(
             name: "BackstopCATests",
@@ -210,7 +210,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport", "BackstopCore"]),
+        .testTarget(name: "BackstopTransportTests", dependencies: ["BackstopTransport", "BackstopCore", "BackstopTestSupport"]),
         .testTarget(
             name: "BackstopTracingTests",
             dependencies: [

@@ -1,5 +1,6 @@
 import BackstopCore
 import BackstopIdentity
+import BackstopTestSupport
 import BackstopTransport
 import NIOHTTP1
 import Testing
@@ -12,11 +13,9 @@ import Testing
 struct HeaderFieldsPathReviewTests {
     /// The head the decoder hands the handler for `text`, as it makes it (keep-alive decided by the reader).
     static func head(_ text: String) throws -> ClientRequestHead {
-        var reader = HTTP1RequestReader(maxHeadBytes: 64 << 10)
-        var offset = 0
-        let event = Array(text.utf8).withUnsafeBytes { reader.next($0, at: &offset) }
-        guard case .head(let head) = event else { throw ReviewError.notAHead("\(event)") }
-        return ClientRequestDecoder.requestHead(head, keepAlive: reader.keepAlive)
+        let read = RequestHeads.read(text)
+        guard case .head(let head) = read.event else { throw ReviewError.notAHead("\(read.event)") }
+        return ClientRequestDecoder.requestHead(head, keepAlive: read.keepAlive)
     }
 
     enum ReviewError: Error { case notAHead(String) }

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTestSupport
 import CCurl
 import NIOCore
 import Testing
@@ -19,10 +20,7 @@ struct HeaderFieldsWritersReviewTests {
         + [0x80, 0xFF, 0xC3, 0xA9, 0xC3] + Array("\r\nX-Long: \(String(repeating: "t", count: 5000))\r\n\r\nabc".utf8)
 
     static func clientFields() throws -> HeaderFields {
-        var reader = HTTP1RequestReader(maxHeadBytes: 64 << 10)
-        var offset = 0
-        let event = clientHead.withUnsafeBytes { reader.next($0, at: &offset) }
-        guard case .head(let head) = event else { throw ReviewError.notAHead }
+        guard case .head(let head) = RequestHeads.read(clientHead).event else { throw ReviewError.notAHead }
         return head.fields
     }
 
@@ -52,14 +50,12 @@ struct HeaderFieldsWritersReviewTests {
             request, url: try #require(HTTP1URL(request.url)), framing: HTTP1RequestHead.framing(of: request),
             into: &buffer)
         let head = Array(buffer.readableBytesView)
-        var reader = HTTP1RequestReader(maxHeadBytes: 64 << 10)
-        var offset = 0
-        let event = head.withUnsafeBytes { reader.next($0, at: &offset) }
-        guard case .head(let written) = event else {
-            Issue.record("the written head does not read back: \(event)")
+        let read = RequestHeads.read(head)
+        guard case .head(let written) = read.event else {
+            Issue.record("the written head does not read back: \(read.event)")
             return
         }
-        #expect(offset == head.count)
+        #expect(read.consumed == head.count)
         #expect(Self.raw(written.fields) == Self.raw(fields) + [Array("Content-Length:3".utf8)])
         #expect(written.fields.count == fields.count + 1)
         #expect(head.split(separator: 0x0A).count == fields.count + 3)

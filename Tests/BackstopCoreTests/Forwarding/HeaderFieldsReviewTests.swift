@@ -1,3 +1,4 @@
+import BackstopTestSupport
 import Testing
 
 @testable import BackstopCore
@@ -10,9 +11,7 @@ import Testing
 struct HeaderFieldsReviewTests {
     /// What the reader makes of `bytes` as the first request of a connection.
     static func event(_ bytes: [UInt8], maxHeadBytes: Int = 64 << 10) -> HTTP1RequestReader.Event {
-        var reader = HTTP1RequestReader(maxHeadBytes: maxHeadBytes)
-        var offset = 0
-        return bytes.withUnsafeBytes { reader.next($0, at: &offset) }
+        RequestHeads.read(bytes, maxHeadBytes: maxHeadBytes).event
     }
 
     /// The fields of a head the reader accepts; nil when it does not.

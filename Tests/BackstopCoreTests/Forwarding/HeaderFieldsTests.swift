@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTestSupport
 import Testing
 
 /// `HeaderFields`: fields held as bytes, read from a client's head or appended, looked up by name
@@ -7,9 +8,7 @@ import Testing
 struct HeaderFieldsTests {
     /// The fields of a head read by `HTTP1RequestReader` (the way the proxy gets them).
     static func read(_ head: String) throws -> HeaderFields {
-        var reader = HTTP1RequestReader(maxHeadBytes: 64 << 10)
-        var offset = 0
-        let event = Array(head.utf8).withUnsafeBytes { reader.next($0, at: &offset) }
+        let event = RequestHeads.read(head).event
         guard case .head(let parsed) = event else {
             Issue.record("not a head: \(event)")
             return HeaderFields()
