@@ -288,7 +288,10 @@ public final class QueueStore: Sendable {
         } catch {
             claims.withLock { claims in
                 if case .retry(let at, _) = decision {
-                    claims.retryUnrecorded(delivery.upstream, delivery.seq, until: at)
+                    // In whole microseconds, as a recorded retry's `next_at` and the claim's clock: `nextDue` then
+                    // never calls due a row the claim still skips (a lane told so and given nothing waits for a
+                    // wake-up that may never come).
+                    claims.retryUnrecorded(delivery.upstream, delivery.seq, until: Self.seconds(Self.micros(at)))
                 } else {
                     claims.settleFailed(delivery.upstream, delivery.seq)
                 }
