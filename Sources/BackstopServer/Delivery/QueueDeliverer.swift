@@ -198,10 +198,11 @@ public final class QueueDeliverer: Sendable {
                         }
                         // Claimed everything due, or filled the slots: look again at once.
                         if !batch.deliveries.isEmpty || !batch.expired.isEmpty || !batch.damaged.isEmpty { continue }
-                        // Nothing claimable although something was due: every slot is taken in the store's eyes,
-                        // and the delivery that frees one wakes this loop.
+                        // Nothing claimable although something was due (a row dropped by another process since):
+                        // with a free slot nothing is sure to wake this loop, so it looks again by `recheck`.
                         let next = try await store.nextDue(upstream: upstream)
-                        until = [next.flatMap { $0 > clock.wall() ? $0 : nil }, unsettledDue].compactMap { $0 }.min()
+                        until = DeliveryLaneStep.waitAfterEmptyClaim(
+                            nextDue: next, now: clock.wall(), unsettledDue: unsettledDue)
                     case .wait(let next):
                         until = next
                     }
