@@ -97,4 +97,27 @@ struct QueueWakeReviewTests {
         let back = (0..<100).map { _ in DeliveryID(unixMillis: millis, random: &random) }
         #expect(Set(same + later + back).count == same.count + later.count + back.count)
     }
+
+    @Test(
+        "a row whose id or time no longer reads is set aside as damaged, not left first in line taking the one slot",
+        arguments: ["id", "accepted_at", "attempts"])
+    func unreadableRow(column: String) async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        let a = try await store.enqueue(upstream: "events", QueueStoreTests.request(1))
+        let b = try await store.enqueue(upstream: "events", QueueStoreTests.request(2))
+        try await f.withRawDatabase { db in
+            _ = try await db.query("UPDATE deliveries SET \(column) = 'edited' WHERE id = ?", [.text(a.text)])
+        }
+        // Before the fix the claim read the row, dropped it, and took nothing: with one slot, every claim again,
+        // and nothing behind it was ever delivered.
+        let first = try await store.claim(upstream: "events", concurrency: 1, policy: policy)
+        #expect(first.deliveries.isEmpty)
+        #expect(first.damaged == (column == "id" ? [] : [a]))
+        #expect(first.damagedWithoutID == (column == "id" ? 1 : 0))
+        let second = try await store.claim(upstream: "events", concurrency: 1, policy: policy)
+        #expect(second.deliveries.map(\.id) == [b])
+        #expect(try await store.snapshot().upstreams["events"]?.dead == 1, "kept as a dead letter, not dropped")
+        await store.close()
+    }
 }

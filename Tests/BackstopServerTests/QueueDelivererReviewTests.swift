@@ -207,4 +207,23 @@ struct QueueDelivererReviewTests {
         }
         await store.close()
     }
+
+    @Test("a row edited so its id no longer reads does not hold up the lane: set aside, the one behind it goes at once")
+    func unreadableRowDoesNotBlock() async throws {
+        let fixture = try await Fixture(concurrency: 1)
+        let edited = try await fixture.enqueue(1)
+        try await fixture.enqueue(2)
+        _ = try await fixture.store.database.perform(writes: true) {
+            try $0.query("UPDATE deliveries SET id = 'edited' WHERE id = ?", [.text(edited.text)])
+        }
+        try await fixture.running {
+            try await Self.promptly("the one behind it") {
+                try await fixture.sender.wait("2 was sent") { $0.sent == [2] && $0.inFlight == 0 }
+            }
+            try await Poll.until("both were recorded", every: .milliseconds(10)) {
+                fixture.delivered() == 1 && fixture.dead() == 1
+            }
+        }
+        await fixture.close()
+    }
 }
