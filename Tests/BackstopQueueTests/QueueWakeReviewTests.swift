@@ -120,4 +120,31 @@ struct QueueWakeReviewTests {
         #expect(try await store.snapshot().upstreams["events"]?.dead == 1, "kept as a dead letter, not dropped")
         await store.close()
     }
+
+    @Test("a claim whose damaged rows cannot be set aside gives back the good rows it took: none keeps a slot")
+    func failedSetAsideGivesBack() async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        let damaged = try await store.enqueue(upstream: "events", QueueStoreTests.request(1))
+        let good = try await store.enqueue(upstream: "events", QueueStoreTests.request(2))
+        // The first row's body no longer opens, and marking it damaged fails (as on a full disk) while the claim's
+        // own transaction, which changes nothing, commits.
+        try await f.withRawDatabase { db in
+            _ = try await db.query(
+                "UPDATE deliveries SET body = substr(body, 1, 30) WHERE id = ?", [.text(damaged.text)])
+            _ = try await db.query(
+                "CREATE TRIGGER review_full BEFORE UPDATE OF last_outcome ON deliveries "
+                    + "WHEN NEW.last_outcome = 'damaged' BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END")
+        }
+        await #expect(throws: QueueError.self) {
+            try await store.claim(upstream: "events", concurrency: 2, policy: policy)
+        }
+        try await f.withRawDatabase { db in _ = try await db.query("DROP TRIGGER review_full") }
+        // Before the fix the good row stayed held as being sent, by nobody: never claimed again, and with one
+        // slot fewer for ever after.
+        let batch = try await store.claim(upstream: "events", concurrency: 2, policy: policy)
+        #expect(batch.deliveries.map(\.id) == [good])
+        #expect(batch.damaged == [damaged])
+        await store.close()
+    }
 }

@@ -279,11 +279,18 @@ public final class QueueStore: Sendable {
         if !damagedSeqs.isEmpty {
             let seqs = damagedSeqs
             defer { release(upstream: upstream, seqs) }
-            try await run(writes: true) { connection in
-                for seq in seqs {
-                    try connection.query(
-                        "UPDATE deliveries SET state = 1, last_outcome = 'damaged' WHERE seq = ?", [.integer(seq)])
+            do throws(QueueError) {
+                try await run(writes: true) { connection in
+                    for seq in seqs {
+                        try connection.query(
+                            "UPDATE deliveries SET state = 1, last_outcome = 'damaged' WHERE seq = ?", [.integer(seq)])
+                    }
                 }
+            } catch {
+                // Nothing of the batch is handed out, so the rows it took are given back, as by a claim that failed:
+                // held, they would take their slots for good with no delivery to settle them.
+                release(upstream: upstream, batch.deliveries.map(\.seq))
+                throw error
             }
         }
         return batch
