@@ -27,12 +27,13 @@ struct QueueDelivererReviewTests {
             DeliveryLaneStep.waitAfterEmptyClaim(nextDue: nextDue, now: 100, unsettledDue: unsettledDue) == expected)
     }
 
-    /// Runs `body` and fails unless it took less than 2 s: a wake-up, not the 5-s recheck, brought the work in.
+    /// Runs `body` and fails unless it took less than 4 s: a wake-up, not the 5-s recheck (which sleeps at least
+    /// that long), brought the work in. Not 2 s as elsewhere: on a loaded 2-core machine that fails without a bug.
     static func promptly(_ what: String, _ body: () async throws -> Void) async throws {
         let clock = ContinuousClock()
         let start = clock.now
         try await body()
-        #expect(clock.now - start < .seconds(2), "\(what) waited for the recheck")
+        #expect(clock.now - start < .seconds(4), "\(what) waited for the recheck")
     }
 
     @Test("a request accepted while every slot is taken (no wake-up then) goes as soon as a slot frees")
