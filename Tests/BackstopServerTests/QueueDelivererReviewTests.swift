@@ -1,6 +1,7 @@
 import BackstopCore
 import BackstopKeychain
 import BackstopTestSupport
+import Dispatch
 import Logging
 import Synchronization
 import Testing
@@ -224,6 +225,48 @@ struct QueueDelivererReviewTests {
             try await Poll.until("both were recorded", every: .milliseconds(10)) {
                 fixture.delivered() == 1 && fixture.dead() == 1
             }
+        }
+        await fixture.close()
+    }
+
+    @Test("a request committed while the lane's look at the queue waits for the store's thread goes at once")
+    func acceptedBetweenCheckAndWait() async throws {
+        let fixture = try await Fixture(concurrency: 2)
+        fixture.sender.setGate(open: false)
+        try await fixture.running {
+            try await fixture.enqueue(1)
+            try await fixture.sender.wait("1 is in flight") { $0.inFlight == 1 }
+            // Hold the store's thread (10 s at most); wake the lane (a reload with the same settings), whose look
+            // at the queue (nextDue) then waits behind the hold; then an accept waits behind that. Released, the
+            // lane finds nothing due and goes to wait, and the accept's commit lands between its check and its
+            // wait: only the wake number it read before looking brings it back.
+            let group = fixture.store.database
+            let release = DispatchSemaphore(value: 0)
+            let holding = Atomic(false)
+            let hold = Task {
+                try await group.perform(writes: false) { _ in
+                    holding.store(true, ordering: .releasing)
+                    _ = release.wait(timeout: .now() + 10)
+                }
+            }
+            try await Poll.until("the store's thread is held") { holding.load(ordering: .acquiring) }
+            // The fixture's settings again.
+            let policy = DeliveryPolicy(
+                maxAge: .seconds(3600),
+                backoff: BackoffConfig(base: .milliseconds(20), max: .milliseconds(40), jitter: .equal))
+            fixture.deliverer.update(lanes: ["events": DeliveryLaneSettings(concurrency: 2, policy: policy)])
+            // (At least: the counts' refresh may wait there too.)
+            try await Poll.until("the lane's look waits") { group.waitingCount >= 1 }
+            let accepted = Task { try await fixture.enqueue(2) }
+            try await Poll.until("the accept waits") { group.waitingCount >= 2 }
+            try await Self.promptly("the second") {
+                release.signal()
+                try await hold.value
+                try await accepted.value
+                try await fixture.sender.wait("2 is in flight") { $0.inFlight == 2 }
+            }
+            fixture.sender.setGate(open: true)
+            try await fixture.sender.wait("both were sent") { $0.sent.count == 2 && $0.inFlight == 0 }
         }
         await fixture.close()
     }
