@@ -213,9 +213,9 @@ public final class QueueStore: Sendable {
     {
         let now = Self.micros(clock.wall())
         let expiredBefore = now - Self.micros(policy.maxAge.seconds)
-        let (rows, expired) = try await run(
+        let (rows, unreadable, expired) = try await run(
             writes: true,
-            { connection -> ([Row], [DeliveryID]) in
+            { connection -> ([Row], [(seq: Int, id: DeliveryID?)], [DeliveryID]) in
                 let (busy, sending) = self.claims.withLock {
                     ($0.held(upstream, at: Self.seconds(now)), $0.sendingCount(upstream))
                 }
@@ -229,23 +229,35 @@ public final class QueueStore: Sendable {
                     [.text(upstream), .integer(expiredBefore), busyList]
                 ).compactMap { $0.text(0).flatMap(DeliveryID.init) }
                 let available = concurrency - sending
-                guard available > 0 else { return ([], expired) }
+                guard available > 0 else { return ([], [], expired) }
                 // Walked in `seq` order, stopping at the LIMIT: left to itself SQLite reads every due row through
                 // `deliveries_due` and sorts them, 18 ms a claim with 20,000 queued, on the thread every commit
                 // waits for (docs/performance.md#queued-delivery).
-                let rows = try connection.query(
+                // A row whose columns do not read (an edited id or time) is set aside as damaged below: skipped,
+                // it would stay first in line and take a slot of every claim, with one slot all of them.
+                var rows: [Row] = []
+                var unreadable: [(seq: Int, id: DeliveryID?)] = []
+                for raw in try connection.query(
                     "SELECT seq, id, accepted_at, clock_start, attempts, head, body FROM deliveries "
                         + "INDEXED BY deliveries_order WHERE upstream = ? AND state = 0 AND next_at <= ? "
                         + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
-                    [.text(upstream), .integer(now), busyList, .integer(available)]
-                ).compactMap(Row.init)
-                return (rows, expired)
+                    [.text(upstream), .integer(now), busyList, .integer(available)])
+                {
+                    if let row = Row(raw) {
+                        rows.append(row)
+                    } else if let seq = raw.integer(0) {
+                        unreadable.append((seq, raw.text(1).flatMap(DeliveryID.init)))
+                    }
+                }
+                return (rows, unreadable, expired)
             },
             // Held only once the claim committed: a batch that fails (another write in it did not fit a full disk)
             // claims nothing, instead of leaving rows held that no delivery will ever settle.
             then: { claimed in self.claims.withLock { $0.claimed(upstream, claimed.0.map(\.seq)) } })
-        var batch = ClaimBatch(expired: expired.sorted())
-        var damagedSeqs: [Int] = []
+        var batch = ClaimBatch(
+            expired: expired.sorted(), damaged: unreadable.compactMap(\.id),
+            damagedWithoutID: unreadable.filter { $0.id == nil }.count)
+        var damagedSeqs = unreadable.map(\.seq)
         for row in rows {
             let context = Context(id: row.id, upstream: upstream, acceptedAt: row.acceptedAt)
             guard let headBytes = sealer.open(row.head, context: context.head),
@@ -267,11 +279,18 @@ public final class QueueStore: Sendable {
         if !damagedSeqs.isEmpty {
             let seqs = damagedSeqs
             defer { release(upstream: upstream, seqs) }
-            try await run(writes: true) { connection in
-                for seq in seqs {
-                    try connection.query(
-                        "UPDATE deliveries SET state = 1, last_outcome = 'damaged' WHERE seq = ?", [.integer(seq)])
+            do throws(QueueError) {
+                try await run(writes: true) { connection in
+                    for seq in seqs {
+                        try connection.query(
+                            "UPDATE deliveries SET state = 1, last_outcome = 'damaged' WHERE seq = ?", [.integer(seq)])
+                    }
                 }
+            } catch {
+                // Nothing of the batch is handed out, so the rows it took are given back, as by a claim that failed:
+                // held, they would take their slots for good with no delivery to settle them.
+                release(upstream: upstream, batch.deliveries.map(\.seq))
+                throw error
             }
         }
         return batch
@@ -288,7 +307,10 @@ public final class QueueStore: Sendable {
         } catch {
             claims.withLock { claims in
                 if case .retry(let at, _) = decision {
-                    claims.retryUnrecorded(delivery.upstream, delivery.seq, until: at)
+                    // In whole microseconds, as a recorded retry's `next_at` and the claim's clock: `nextDue` then
+                    // never calls due a row the claim still skips (a lane told so and given nothing waits for a
+                    // wake-up that may never come).
+                    claims.retryUnrecorded(delivery.upstream, delivery.seq, until: Self.seconds(Self.micros(at)))
                 } else {
                     claims.settleFailed(delivery.upstream, delivery.seq)
                 }

@@ -29,6 +29,8 @@ public struct ClaimBatch: Sendable, Equatable {
     /// Entries that do not open (altered, truncated, sealed under another key): dead letters with the last outcome
     /// `damaged`, kept for the operator and never sent.
     public var damaged: [DeliveryID] = []
+    /// Damaged entries whose id itself does not read (an edited row): dead letters like `damaged`, counted, not named.
+    public var damagedWithoutID = 0
 }
 
 /// One line of `backstop deliveries list`: never a body or a header value.

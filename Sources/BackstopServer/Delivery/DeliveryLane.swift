@@ -87,6 +87,15 @@ enum DeliveryLaneStep: Equatable {
         return inFlight < settings.concurrency
     }
 
+    /// Until when the loop waits after a claim that took nothing although `nextDue` had called something due (a row
+    /// dropped by another process meanwhile; a row that no longer reads): until the next due time when it is still
+    /// ahead, and never longer than `recheck` or than until `unsettledDue`. Never without a deadline: with a slot free
+    /// nothing else is sure to wake the loop (an accept does, but none may come).
+    static func waitAfterEmptyClaim(nextDue: Double?, now: Double, unsettledDue: Double?) -> Double {
+        let ahead = nextDue.flatMap { $0 > now ? $0 : nil }
+        return min(ahead ?? .infinity, now + recheck, unsettledDue ?? .infinity)
+    }
+
     /// How long a loop waits after the store failed before it tries again.
     static let storeFailureWait = 5.0
 

@@ -197,11 +197,16 @@ public final class QueueDeliverer: Sendable {
                             }
                         }
                         // Claimed everything due, or filled the slots: look again at once.
-                        if !batch.deliveries.isEmpty || !batch.expired.isEmpty || !batch.damaged.isEmpty { continue }
-                        // Nothing claimable although something was due: every slot is taken in the store's eyes,
-                        // and the delivery that frees one wakes this loop.
+                        if !batch.deliveries.isEmpty || !batch.expired.isEmpty || !batch.damaged.isEmpty
+                            || batch.damagedWithoutID > 0
+                        {
+                            continue
+                        }
+                        // Nothing claimable although something was due (a row dropped by another process since):
+                        // with a free slot nothing is sure to wake this loop, so it looks again by `recheck`.
                         let next = try await store.nextDue(upstream: upstream)
-                        until = [next.flatMap { $0 > clock.wall() ? $0 : nil }, unsettledDue].compactMap { $0 }.min()
+                        until = DeliveryLaneStep.waitAfterEmptyClaim(
+                            nextDue: next, now: clock.wall(), unsettledDue: unsettledDue)
                     case .wait(let next):
                         until = next
                     }
@@ -343,6 +348,16 @@ public final class QueueDeliverer: Sendable {
                         "upstream": .string(upstream), "delivery": .string(id.text), "outcome": .string(outcome),
                     ])
             }
+        }
+        if batch.damagedWithoutID > 0 {
+            countsChanged()
+            metrics.record(upstream: upstream, .dead, count: batch.damagedWithoutID)
+            logger.warning(
+                "deliveries whose id does not read are dead letters",
+                metadata: [
+                    "upstream": .string(upstream), "count": .stringConvertible(batch.damagedWithoutID),
+                    "outcome": "damaged",
+                ])
         }
     }
 }
