@@ -485,14 +485,16 @@ struct QueueStoreTests {
         var store = try await f.open()
         let checkpointer = try #require(store.database.checkpointer)
         // One commit each (a few frames): past SQLite's 1,000-frame threshold several times, and past the 4,096-frame
-        // limit at which the writer copies the rest itself.
+        // limit at which the writer copies the rest itself unless the background copies kept up (the WAL then
+        // starts over by itself: which of the two happens is the machine's timing, so only a WAL that stays short
+        // is asserted here; when the writer copies is CheckpointScheduleTests').
         var ids: [DeliveryID] = []
         for n in 0..<1200 { ids.append(try await store.enqueue(upstream: "events", Self.request(n))) }
         let frames = try await store.database.perform(writes: false) { $0.walFrames }
         let copies = checkpointer.copies
         #expect(copies.background >= 2, "the bulk is copied in the background")
-        #expect(copies.foreground >= 1, "the writer copied the last frames of a long WAL")
-        #expect(frames < 4096 + 100, "the WAL started over (\(frames) frames)")
+        #expect(
+            frames < 4096 + 100, "the WAL started over (\(frames) frames, \(copies.foreground) copies by the writer)")
         await store.close()
         store = try await f.open()
         #expect(try await store.list(.queued).map(\.id) == ids)
