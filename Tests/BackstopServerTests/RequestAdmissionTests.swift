@@ -94,7 +94,8 @@ struct RequestAdmissionTests {
         Row(
             "any Upgrade field to an upstream with upgrades: false is refused",
             [("Host", "closed.test"), ("Upgrade", "websocket")], .reject(.upgradeNotAllowed)),
-        Row("the first Host routes", [("Host", "open.test"), ("Host", "closed.test")], accepted()),
+        Row("two Host fields are refused", [("Host", "open.test"), ("Host", "closed.test")], .reject(.badRequest)),
+        Row("even the same twice", [("Host", "open.test"), ("host", "open.test")], .reject(.badRequest)),
         Row("no Host, no route", [("Accept", "*/*")], .reject(.noRoute)),
         Row("a length", [("Host", "open.test"), ("Content-Length", "5")], accepted(length: 5)),
         Row(

@@ -13,7 +13,7 @@ struct HeaderFieldsEndToEndReviewTests {
         ) { origin, proxy in
             let names = (0..<2_000).map { "x-\($0)" }.joined(separator: ", ")
             let head =
-                "POST http://app.test/p HTTP/1.1\r\nHost: other.test\r\nhost: third.test\r\n"
+                "POST http://app.test/p HTTP/1.1\r\nHost: other.test\r\n"
                 + "Connection: keep-alive, X-Hop, content-length, \(names)\r\nX-Hop: 1\r\nx-1999: listed\r\n"
                 + "Content-Length: 5\r\nVia:\r\nvia: 1.0 client\r\nX-Ws:\t a \t b\r\nX-Empty:\r\nX-Utf8: caf\u{E9}\r\n"
                 + "cOnTeNt-TyPe: text/plain\r\nPROXY-AUTHORIZATION: Basic eA==\r\ntRaNsFeR-eNcOdInG-X: kept\r\n\r\nhello"
@@ -30,6 +30,19 @@ struct HeaderFieldsEndToEndReviewTests {
                 #expect(seen.header(gone) == nil, "\(gone) must not be forwarded")
             }
             #expect(seen.bodyString == "hello")
+        }
+    }
+
+    @Test("two Host lines are refused with 400 bad-request and nothing reaches the origin")
+    func twoHostLines() async throws {
+        try await withOriginAndProxy(
+            origin: { _ in .text(200, "ok") }, config: { singleUpstreamConfig($0) }
+        ) { origin, proxy in
+            let head = "GET http://app.test/p HTTP/1.1\r\nHost: app.test\r\nhost: other.test\r\n\r\n"
+            let response = try await proxy.send(Array(head.utf8))
+            #expect(response.status == 400)
+            #expect(response.header("X-Backstop-Error") == "bad-request")
+            #expect(origin.requests.isEmpty)
         }
     }
 }

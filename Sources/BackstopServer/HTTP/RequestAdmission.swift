@@ -36,6 +36,7 @@ enum RequestAdmission {
         var headerBytes = head.uri.utf8.count
         var via = 0
         var hostHeader: String?
+        var hostFields = 0
         var upgrade: String?
         var connectionListsUpgrade = false
         var lengthFields: [String] = []
@@ -59,7 +60,9 @@ enum RequestAdmission {
             let value = fields.value(at: i)
             switch kind {
             case .via: via += HeaderRewriter.backstopViaEntries(inValue: value)
-            case .host: if hostHeader == nil { hostHeader = value }
+            case .host:
+                hostFields += 1
+                if hostHeader == nil { hostHeader = value }
             case .upgrade: if upgrade == nil { upgrade = value }
             case .connection:
                 connectionListsUpgrade = connectionListsUpgrade || HeaderRewriter.value(value, lists: "upgrade")
@@ -68,6 +71,9 @@ enum RequestAdmission {
             }
         }
         if headerBytes > limits.maxHeaderBytes { return .reject(.headersTooLarge, close: true) }
+        // Two `Host` lines: a proxy and the upstream could each take another one as the authority (RFC 9112 §3.2
+        // asks a server for 400, as nginx answers; docs/reference/behaviour.md#request-syntax).
+        if hostFields > 1 { return .reject(.badRequest, close: true) }
         guard
             let framing = lengthFields.isEmpty && codingFields.isEmpty
                 ? RequestFraming(contentLength: nil, chunked: false)
