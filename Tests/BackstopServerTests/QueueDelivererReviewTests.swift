@@ -28,6 +28,17 @@ struct QueueDelivererReviewTests {
             DeliveryLaneStep.waitAfterEmptyClaim(nextDue: nextDue, now: 100, unsettledDue: unsettledDue) == expected)
     }
 
+    /// Sends delivery 1 and waits until it is in flight (the sender's gate closed: it stays there).
+    static func firstInFlight(_ fixture: Fixture) async throws {
+        try await fixture.enqueue(1)
+        try await fixture.sender.wait("1 is in flight") { $0.inFlight == 1 }
+    }
+
+    /// Waits until `count` deliveries were recorded as delivered.
+    static func recorded(_ count: Int, _ fixture: Fixture) async throws {
+        try await Poll.until("\(count) were recorded", every: .milliseconds(10)) { fixture.delivered() == count }
+    }
+
     /// Runs `body` and fails unless it took less than 4 s: a wake-up, not the 5-s recheck (which sleeps at least
     /// that long), brought the work in. Not 2 s as elsewhere: on a loaded 2-core machine that fails without a bug.
     static func promptly(_ what: String, _ body: () async throws -> Void) async throws {
@@ -42,15 +53,14 @@ struct QueueDelivererReviewTests {
         let fixture = try await Fixture(concurrency: 1)
         fixture.sender.setGate(open: false)
         try await fixture.running {
-            try await fixture.enqueue(1)
-            try await fixture.sender.wait("1 is in flight") { $0.inFlight == 1 }
+            try await Self.firstInFlight(fixture)
             // Accepted with the one slot taken: `accepted` does not wake the lane; the finishing delivery must.
             try await fixture.enqueue(2)
             try await Self.promptly("the second") {
                 fixture.sender.setGate(open: true)
                 try await fixture.sender.wait("both were sent") { $0.sent == [1, 2] && $0.inFlight == 0 }
             }
-            try await Poll.until("both were recorded", every: .milliseconds(10)) { fixture.delivered() == 2 }
+            try await Self.recorded(2, fixture)
         }
         await fixture.close()
     }
@@ -60,8 +70,7 @@ struct QueueDelivererReviewTests {
         let fixture = try await Fixture(concurrency: 2)
         fixture.sender.setGate(open: false)
         try await fixture.running {
-            try await fixture.enqueue(1)
-            try await fixture.sender.wait("1 is in flight") { $0.inFlight == 1 }
+            try await Self.firstInFlight(fixture)
             try await Self.promptly("the second, with a free slot") {
                 try await fixture.enqueue(2)
                 try await fixture.sender.wait("2 is in flight") { $0.inFlight == 2 }
@@ -71,7 +80,7 @@ struct QueueDelivererReviewTests {
                 fixture.sender.setGate(open: true)
                 try await fixture.sender.wait("six were sent") { $0.sent.count == 6 && $0.inFlight == 0 }
             }
-            try await Poll.until("six were recorded", every: .milliseconds(10)) { fixture.delivered() == 6 }
+            try await Self.recorded(6, fixture)
         }
         #expect(fixture.sender.record.withLock { $0.maxInFlight } == 2)
         await fixture.close()
@@ -88,7 +97,7 @@ struct QueueDelivererReviewTests {
                 try await fixture.enqueue(1)
                 try await fixture.sender.wait("1 was sent twice") { $0.sent == [1, 1] && $0.inFlight == 0 }
             }
-            try await Poll.until("it was recorded", every: .milliseconds(10)) { fixture.delivered() == 1 }
+            try await Self.recorded(1, fixture)
         }
         await fixture.close()
     }
@@ -105,7 +114,7 @@ struct QueueDelivererReviewTests {
             try await Self.promptly("the stored ones") {
                 try await fixture.sender.wait("three were sent") { $0.sent.count == 3 && $0.inFlight == 0 }
             }
-            try await Poll.until("three were recorded", every: .milliseconds(10)) { fixture.delivered() == 3 }
+            try await Self.recorded(3, fixture)
         }
         await fixture.close()
     }
@@ -115,8 +124,7 @@ struct QueueDelivererReviewTests {
         let fixture = try await Fixture(concurrency: 1)
         fixture.sender.setGate(open: false)
         try await fixture.running {
-            try await fixture.enqueue(1)
-            try await fixture.sender.wait("1 is in flight") { $0.inFlight == 1 }
+            try await Self.firstInFlight(fixture)
             try await fixture.enqueue(2)
             try await Self.promptly("the second, after the reload") {
                 fixture.deliverer.update(lanes: [
@@ -234,8 +242,7 @@ struct QueueDelivererReviewTests {
         let fixture = try await Fixture(concurrency: 2)
         fixture.sender.setGate(open: false)
         try await fixture.running {
-            try await fixture.enqueue(1)
-            try await fixture.sender.wait("1 is in flight") { $0.inFlight == 1 }
+            try await Self.firstInFlight(fixture)
             // Hold the store's thread (10 s at most); wake the lane (a reload with the same settings), whose look
             // at the queue (nextDue) then waits behind the hold; then an accept waits behind that. Released, the
             // lane finds nothing due and goes to wait, and the accept's commit lands between its check and its
