@@ -198,10 +198,7 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
     mutating func remove(namesIn names: Set<String>) {
         let bytes = self.bytes
         bytes.withUnsafeBytes { all in
-            lines.removeAll { line in
-                names.contains(
-                    String(decoding: all[line.name].lazy.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self))
-            }
+            lines.removeAll { names.contains(String(asciiLowercasing: all[$0.name])) }
         }
     }
 
@@ -241,9 +238,9 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         if let equal = name.utf8.withContiguousStorageIfAvailable({ String.asciiCaseInsensitiveEquals(typed, $0) }) {
             return equal
         }
-        return typed.elementsEqual(name.utf8) {
-            ($0 >= 65 && $0 <= 90 ? $0 + 32 : $0) == ($1 >= 65 && $1 <= 90 ? $1 + 32 : $1)
-        }
+        // A string not stored as contiguous UTF-8 (a bridged one): made contiguous, then the same comparison.
+        var name = name
+        return name.withUTF8 { String.asciiCaseInsensitiveEquals(typed, $0) }
     }
 }
 

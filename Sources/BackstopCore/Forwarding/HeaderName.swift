@@ -120,9 +120,7 @@ public enum HeaderName: Equatable {
             while to > from, value[to - 1] == 0x20 || value[to - 1] == 0x09 { to -= 1 }
             let raw = UnsafeRawBufferPointer(rebasing: value[from..<to])
             if from < to, classify(raw) != .hopByHop, !equals(raw, "close") {
-                let token = String(
-                    decoding: value[from..<to].map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
-                names.insert(token)
+                names.insert(String(asciiLowercasing: value[from..<to]))
             }
             start = end + 1
         }
@@ -136,6 +134,13 @@ extension StringProtocol {
         while let f = s.first, set.contains(f) { s = s.dropFirst() }
         while let l = s.last, set.contains(l) { s = s.dropLast() }
         return String(s)
+    }
+}
+
+extension String {
+    /// `bytes` as a string, ASCII letters lowercased (names and hosts are ASCII: no Unicode case mapping).
+    init(asciiLowercasing bytes: some Collection<UInt8>) {
+        self.init(decoding: bytes.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
     }
 }
 

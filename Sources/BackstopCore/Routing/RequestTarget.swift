@@ -136,7 +136,7 @@ public struct RequestTarget: Sendable, Equatable {
         let hostBytes = UnsafeBufferPointer(rebasing: bytes[hostRange])
         let host: String
         if hostBytes.contains(where: { $0 >= 65 && $0 <= 90 }) {
-            host = String(decoding: hostBytes.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
+            host = String(asciiLowercasing: hostBytes)
         } else {
             host = String(decoding: hostBytes, as: UTF8.self)
         }

@@ -33,7 +33,7 @@ enum RequestAdmission {
         if draining { return .reject(.shuttingDown, close: true) }
         if head.method.isCONNECT { return .connect }
         // One pass over the fields finds everything admission needs: each lookup by name was a pass of its own.
-        var headerBytes = head.uri.utf8.count
+        let headerBytes = head.uri.utf8.count + head.headers.lineBytes
         var via = 0
         var hostHeader: String?
         var hostFields = 0
@@ -44,7 +44,6 @@ enum RequestAdmission {
         // On the bytes: a string only for the few fields admission reads.
         let fields = head.headers
         for i in fields.indices {
-            headerBytes += fields.nameCount(at: i) + fields.valueCount(at: i) + 4
             let kind = fields.withName(at: i) { name -> AdmissionField? in
                 switch name.count {
                 case 3 where HeaderName.equals(name, "via"): .via
