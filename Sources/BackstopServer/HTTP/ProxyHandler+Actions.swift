@@ -304,7 +304,7 @@ extension ProxyHandler {
         bytesOf head: UpstreamResponseHead, _ write: ConnectionStateMachine.HeadWrite, _ context: ChannelHandlerContext
     ) {
         // Room for a small body too: the connection appends one that arrives before its next flush.
-        var capacity = head.fields.count + 192
+        var capacity = head.fields.count + ResponseHeadWriter.upstreamHeadRoom
         if case .contentLength(let length) = write.framing, length <= 4096 { capacity += length }
         var buffer = allocator.buffer(capacity: capacity)
         ResponseHeadWriter.upstreamHead(

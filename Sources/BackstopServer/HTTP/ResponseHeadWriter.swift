@@ -9,13 +9,22 @@ enum ResponseHeadWriter {
     /// What the response says about the client connection.
     enum ConnectionField {
         case none, close, keepAlive
+
+        /// The field's line, empty for `.none`.
+        var line: StaticString {
+            switch self {
+            case .none: ""
+            case .close: "Connection: close\r\n"
+            case .keepAlive: "Connection: keep-alive\r\n"
+            }
+        }
     }
 
     /// `HTTP/1.x NNN Reason\r\n`. The client's own minor version is answered (an HTTP/1.0 client must not be
     /// told 1.1 framing), whatever the upstream spoke.
     static func writeStatusLine(_ buffer: inout ByteBuffer, clientIsHTTP10: Bool, status: Int) {
-        buffer.writeStaticString(clientIsHTTP10 ? "HTTP/1.0 " : "HTTP/1.1 ")
-        let code = min(max(status, 100), 999)
+        buffer.writeStaticString(versionPrefix(clientIsHTTP10: clientIsHTTP10))
+        let code = statusCode(status)
         if let line = commonStatusLine(code) {
             buffer.writeStaticString(line)
             return
@@ -27,6 +36,11 @@ enum ResponseHeadWriter {
         buffer.writeString(HTTPResponseStatus(statusCode: code).reasonPhrase)
         buffer.writeStaticString("\r\n")
     }
+
+    static func versionPrefix(clientIsHTTP10: Bool) -> StaticString { clientIsHTTP10 ? "HTTP/1.0 " : "HTTP/1.1 " }
+
+    /// The status as three digits: an upstream's out-of-range one is clamped, never written as is.
+    static func statusCode(_ status: Int) -> Int { min(max(status, 100), 999) }
 
     /// The rest of the status line for the most frequent codes, with NIO's reason phrases (the test suite holds them
     /// to `HTTPResponseStatus`): building the phrase through `HTTPResponseStatus` costs more than the rest of the
@@ -53,45 +67,69 @@ enum ResponseHeadWriter {
         }
     }
 
-    /// The head of a relayed upstream response.
+    /// Room for what `upstreamHead` writes besides the upstream's fields, `Via` values, version and error name, each
+    /// piece at its longest: the common status line 36, `Via` and the attempts 58, the error's line 20,
+    /// `Content-Length` 38, `Connection` 24, the blank line 2 (each decimal counted as 20 bytes): 178, and room for a
+    /// typical version and error name, which the capacity of a head's buffer is taken from.
+    static let upstreamHeadRoom = 224
+
+    /// The head of a relayed upstream response. Written with one capacity check and plain copies
+    /// (`HeadBytes`): it runs for every response, and each `ByteBuffer` write of its ten or so pieces checks
+    /// uniqueness and capacity again (~100 instructions each, docs/performance.md#realistic-requests).
     static func upstreamHead(
         _ head: UpstreamResponseHead, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, attempts: Int,
         error: ProxyErrorReason?, framing: ResponseFraming, connection: ConnectionField
     ) {
-        writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: head.status)
-        buffer.writeBytes(head.fields)
-        buffer.writeStaticString("Via: ")
-        if let via = head.via {
-            buffer.writeString(via)
-            buffer.writeStaticString(", ")
-        }
-        buffer.writeString(head.version)
-        buffer.writeStaticString(" backstop\r\nX-Backstop-Attempts: ")
-        writeDecimal(&buffer, attempts)
-        buffer.writeStaticString("\r\n")
-        if let error {
-            buffer.writeStaticString("X-Backstop-Error: ")
-            buffer.writeString(error.rawValue)
-            buffer.writeStaticString("\r\n")
-        }
-        switch framing {
-        case .contentLength(let length):
-            buffer.writeStaticString("Content-Length: ")
-            writeDecimal(&buffer, length)
-            buffer.writeStaticString("\r\n")
-        case .chunked:
-            buffer.writeStaticString("Transfer-Encoding: chunked\r\n")
-        case .bodyless:
-            if let length = head.contentLength {
-                buffer.writeStaticString("Content-Length: ")
-                writeDecimal(&buffer, length)
-                buffer.writeStaticString("\r\n")
+        // The common status lines go in with the rest; another is written first, its reason phrase looked up.
+        let statusLine = commonStatusLine(statusCode(head.status))
+        if statusLine == nil { writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: head.status) }
+        let fields = head.fields
+        let via = head.via
+        let version = head.version
+        let size =
+            fields.count + (via?.utf8.count ?? 0) + version.utf8.count + (error?.rawValue.utf8.count ?? 0)
+            + upstreamHeadRoom
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { memory in
+            var out = HeadBytes(memory)
+            if let statusLine {
+                out.append(versionPrefix(clientIsHTTP10: clientIsHTTP10))
+                out.append(statusLine)
             }
-        case .closeDelimited:
-            break
+            out.append(fields)
+            out.append("Via: ")
+            if let via {
+                out.append(via)
+                out.append(", ")
+            }
+            out.append(version)
+            out.append(" backstop\r\nX-Backstop-Attempts: ")
+            out.appendDecimal(attempts)
+            out.append("\r\n")
+            if let error {
+                out.append("X-Backstop-Error: ")
+                out.append(error.rawValue)
+                out.append("\r\n")
+            }
+            switch framing {
+            case .contentLength(let length):
+                out.append("Content-Length: ")
+                out.appendDecimal(length)
+                out.append("\r\n")
+            case .chunked:
+                out.append("Transfer-Encoding: chunked\r\n")
+            case .bodyless:
+                if let length = head.contentLength {
+                    out.append("Content-Length: ")
+                    out.appendDecimal(length)
+                    out.append("\r\n")
+                }
+            case .closeDelimited:
+                break
+            }
+            out.append(connection.line)
+            out.append("\r\n")
+            return out.count
         }
-        writeConnection(&buffer, connection)
-        buffer.writeStaticString("\r\n")
     }
 
     /// A response Backstop makes itself (docs/reference/errors.md): one-line `text/plain` body. `omitBody` is for a
@@ -160,29 +198,82 @@ enum ResponseHeadWriter {
     }
 
     private static func writeConnection(_ buffer: inout ByteBuffer, _ connection: ConnectionField) {
-        switch connection {
-        case .none: break
-        case .close: buffer.writeStaticString("Connection: close\r\n")
-        case .keepAlive: buffer.writeStaticString("Connection: keep-alive\r\n")
-        }
+        buffer.writeStaticString(connection.line)
     }
 
-    /// Digits formatted on the stack and written with one copy: no `String` per number (two per response head),
-    /// and one buffer write rather than one per digit.
+    /// Digits written with one copy: no `String` per number, and one buffer write rather than one per digit.
     static func writeDecimal(_ buffer: inout ByteBuffer, _ value: Int) {
-        guard value >= 0 else {
-            buffer.writeString(String(value))
-            return
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: HeadBytes.maxDecimal) { memory in
+            var out = HeadBytes(memory)
+            out.appendDecimal(value)
+            return out.count
         }
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-            var start = digits.count
-            var rest = value
-            repeat {
-                start -= 1
-                digits[start] = 0x30 + UInt8(rest % 10)
-                rest /= 10
-            } while rest > 0
-            buffer.writeBytes(UnsafeRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(digits)[start...]))
+    }
+}
+
+/// Bytes appended to memory the caller has made room for (`ByteBuffer.writeWithUnsafeMutableBytes`): a head's
+/// pieces copied with no capacity or uniqueness check each. Every append traps rather than write past the memory,
+/// so a wrong size estimate is a crash, never an overrun.
+struct HeadBytes {
+    /// Room enough for any `Int` in decimal, its sign included.
+    static let maxDecimal = 20
+
+    private let memory: UnsafeMutableRawBufferPointer
+    private(set) var count = 0
+
+    init(_ memory: UnsafeMutableRawBufferPointer) { self.memory = memory }
+
+    @inline(__always)
+    mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        precondition(bytes.count <= memory.count - count, "a head outgrew the room made for it")
+        guard let source = bytes.baseAddress, let target = memory.baseAddress else { return }
+        (target + count).copyMemory(from: source, byteCount: bytes.count)
+        count += bytes.count
+    }
+
+    @inline(__always)
+    mutating func append(_ text: StaticString) {
+        append(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    mutating func append(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { append($0) }
+    }
+
+    mutating func append(_ text: String) {
+        // In place (a `String` from Swift code is contiguous UTF-8); byte by byte only for a bridged one.
+        let copied: Void? = text.utf8.withContiguousStorageIfAvailable { append(UnsafeRawBufferPointer($0)) }
+        if copied == nil { for byte in text.utf8 { append(byte) } }
+    }
+
+    @inline(__always)
+    mutating func append(_ byte: UInt8) {
+        precondition(count < memory.count, "a head outgrew the room made for it")
+        memory[count] = byte
+        count += 1
+    }
+
+    mutating func appendDecimal(_ value: Int) {
+        precondition(memory.count - count >= Self.maxDecimal, "a head outgrew the room made for it")
+        guard let target = memory.baseAddress else { return }
+        if value < 0 {
+            target.storeBytes(of: UInt8(ascii: "-"), toByteOffset: count, as: UInt8.self)
+            count += 1
         }
+        // The magnitude as unsigned, so `Int.min` has one too; its digits are counted, then filled from the last.
+        var rest = value.magnitude
+        var digits = 1
+        var probe = rest
+        while probe >= 10 {
+            probe /= 10
+            digits += 1
+        }
+        var at = count + digits
+        while at > count {
+            at -= 1
+            target.storeBytes(of: 0x30 + UInt8(rest % 10), toByteOffset: at, as: UInt8.self)
+            rest /= 10
+        }
+        count += digits
     }
 }
