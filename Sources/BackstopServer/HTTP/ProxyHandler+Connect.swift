@@ -203,18 +203,13 @@ extension ProxyHandler {
     ) {
         let channel = context.channel
         let headTimer = HeadTimeoutHandler(timeout: snapshot.config.limits.headerTimeout, now: runtime.clock.monotonic)
+        let decoder = ClientRequestDecoder(
+            maxHeadBytes: ClientRequestDecoder.maxHeadBytes(snapshot.config.limits), forwardsLeftOverBytes: false)
+        let proxy = ProxyHandler(
+            runtime: runtime, idleTimeout: machine.idleTimeout, headTimer: headTimer, intercepted: intercepted)
+        decoder.deliver(to: proxy)
         do {
-            try handOver(
-                context,
-                to: [
-                    observer.makeSNIHandler(channel: channel), observer, headTimer,
-                    ClientRequestDecoder(
-                        maxHeadBytes: ClientRequestDecoder.maxHeadBytes(snapshot.config.limits),
-                        forwardsLeftOverBytes: false),
-                    ProxyHandler(
-                        runtime: runtime, idleTimeout: machine.idleTimeout, headTimer: headTimer,
-                        intercepted: intercepted),
-                ])
+            try handOver(context, to: [observer.makeSNIHandler(channel: channel), observer, headTimer, decoder, proxy])
             channel.read()
         } catch {
             channel.close(promise: nil)

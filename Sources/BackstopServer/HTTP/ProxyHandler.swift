@@ -45,6 +45,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     let intercepted: InterceptedConnection?
     /// The head deadline in front of the decoder (`limits.header_timeout`), told when heads start and end.
     let headTimer: HeadTimeoutHandler?
+    /// The decoder that hands parts to this handler directly, told when this handler leaves the pipeline first.
+    weak var partSource: ClientRequestDecoder?
     /// Who the kernel says the client is, asked the first time a `clients` decision needs it (`groups`: with the
     /// user's groups, which only `unix_group` entries need).
     var peer: (connection: ClientConnection, groups: Bool)?
@@ -111,7 +113,11 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        partSource?.stopDelivering()
+        partSource = nil
+    }
 
     func channelActive(context: ChannelHandlerContext) {
         if delivery {
@@ -144,8 +150,10 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         if machine.readRequested() { context.read() }
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let part = unwrapInboundIn(data)
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) { partArrived(unwrapInboundIn(data)) }
+
+    /// A request part from the decoder, through the pipeline or straight from it (`ClientRequestDecoder.deliver(to:)`).
+    func partArrived(_ part: ClientRequestPart) {
         let now = self.now  // one clock reading per part, shared by the connection and the exchange
         feed { $0.partArrived(part, now: now, into: &$1) }
     }

@@ -264,13 +264,14 @@ public final class ProxyServer: Sendable {
     static func addProxyHandlers(to channel: Channel, runtime: ProxyRuntime, limits: Limits, delivery: Bool) throws {
         let sync = channel.pipeline.syncOperations
         let headTimer = HeadTimeoutHandler(timeout: limits.headerTimeout, now: runtime.clock.monotonic)
+        let decoder = ClientRequestDecoder(
+            maxHeadBytes: ClientRequestDecoder.maxHeadBytes(limits), forwardsLeftOverBytes: true)
+        let proxy = ProxyHandler(
+            runtime: runtime, idleTimeout: limits.clientIdleTimeout, headTimer: headTimer, delivery: delivery)
+        decoder.deliver(to: proxy)
         try sync.addHandler(headTimer)
-        try sync.addHandler(
-            ClientRequestDecoder(
-                maxHeadBytes: ClientRequestDecoder.maxHeadBytes(limits), forwardsLeftOverBytes: true))
-        try sync.addHandler(
-            ProxyHandler(
-                runtime: runtime, idleTimeout: limits.clientIdleTimeout, headTimer: headTimer, delivery: delivery))
+        try sync.addHandler(decoder)
+        try sync.addHandler(proxy)
     }
 
     /// Serves the proxy's end of one of the deliverer's socket pairs like an accepted client connection.

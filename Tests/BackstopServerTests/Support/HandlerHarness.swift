@@ -150,12 +150,8 @@ struct EmbeddedHandlerHarness: HandlerHarness {
         let config = try harnessConfig(yaml)
         let runtime = harnessRuntime(config, transport: transport, clock: clock)
         channel = EmbeddedChannel()
-        let headTimer = HeadTimeoutHandler(timeout: config.limits.headerTimeout, now: clock.monotonic)
-        try channel.pipeline.syncOperations.addHandler(headTimer)
-        try channel.pipeline.syncOperations.addHandler(
-            ClientRequestDecoder(maxHeadBytes: 80 << 10, forwardsLeftOverBytes: true))
-        try channel.pipeline.syncOperations.addHandler(
-            ProxyHandler(runtime: runtime, idleTimeout: config.limits.clientIdleTimeout, headTimer: headTimer))
+        // The daemon's own pipeline: the decoder hands parts to the proxy handler directly.
+        try ProxyServer.addProxyHandlers(to: channel, runtime: runtime, limits: config.limits, delivery: false)
         // Connecting makes the channel active, as an accepted one is.
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40000)).wait()
     }
