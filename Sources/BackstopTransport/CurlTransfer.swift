@@ -225,7 +225,18 @@ struct TransferKey: Hashable {
 
     static func == (a: TransferKey, b: TransferKey) -> Bool { a.transfer === b.transfer }
     func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(transfer)) }
-    /// ObjectIdentifier's own one-shot hash: without it, `Dictionary` hashes through a full `Hasher` and its
-    /// finalisation, ~500 instructions more per request (callgrind).
-    func _rawHashValue(seed: Int) -> Int { ObjectIdentifier(transfer)._rawHashValue(seed: seed) }
+    /// The address mixed with the seed by MurmurHash3's 64-bit finaliser (~10 instructions), not SipHash: the keys
+    /// are the transport's own objects, never chosen by a peer, so the seeded hash's flooding resistance buys
+    /// nothing here, and the table hashes three times per request (~100 instructions each through `Hasher`,
+    /// docs/performance.md#the-request-decoder-hands-parts-on-directly). Every bit of the address reaches the low
+    /// bits `Dictionary` indexes by.
+    func _rawHashValue(seed: Int) -> Int {
+        var x = UInt64(UInt(bitPattern: ObjectIdentifier(transfer))) ^ UInt64(UInt(bitPattern: seed))
+        x ^= x >> 33
+        x &*= 0xff51_afd7_ed55_8ccd
+        x ^= x >> 33
+        x &*= 0xc4ce_b9fe_1a85_ec53
+        x ^= x >> 33
+        return Int(truncatingIfNeeded: x)
+    }
 }
