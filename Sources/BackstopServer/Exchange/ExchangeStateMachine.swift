@@ -655,13 +655,12 @@ struct ExchangeStateMachine: Equatable {
         }
     }
 
-    /// The response being relayed: attempt `generation`'s, whose head had `status`. `lastProgress` is when body
-    /// bytes last moved (`timeouts.idle`).
+    /// The response being relayed: attempt `generation`'s, whose head had `status` (when it last made progress is
+    /// `relayedAt`).
     struct Relaying: Equatable {
         var generation: Int
         var status: Int
         var error: ProxyErrorReason?
-        var lastProgress: Duration
     }
 
     /// The upstream rejected the token of `attempt`; its head (and any events after it) wait for the refresh.
@@ -690,6 +689,10 @@ struct ExchangeStateMachine: Equatable {
     let configuration: Configuration
     let startedAt: Duration
     private(set) var state: State
+    /// While `.relaying`: when the response last made progress (its head, a body part, the client draining), which
+    /// `timeouts.idle` runs from. Beside the state rather than in `Relaying`, so that each body part writes one field
+    /// instead of copying the state out and back (docs/performance.md#the-request-decoder-hands-parts-on-directly).
+    private(set) var relayedAt: Duration = .zero
 
     /// `firstGeneration`: the generation of this exchange's first attempt, above every earlier one on the
     /// connection (so that a late event of an earlier request's attempt is stale here too).
@@ -715,7 +718,7 @@ struct ExchangeStateMachine: Equatable {
         case .receivingBody, .acquiringCredential, .awaitingRefresh: totalDeadline
         case .attempting(_, let attempts): attempts.earliestDeadline
         case .backingOff(_, let until): until
-        case .relaying(_, let relaying): relaying.lastProgress + configuration.timeouts.idle
+        case .relaying: relayedAt + configuration.timeouts.idle
         }
     }
 
@@ -1125,8 +1128,8 @@ struct ExchangeStateMachine: Equatable {
         _ progress: Progress, now: Duration, replay: [TransportEvent] = [], endpoint: EndpointReport? = nil,
         cancel: [LetGo] = []
     ) -> Action {
-        state = .relaying(
-            progress, Relaying(generation: generation, status: head.status, error: error, lastProgress: now))
+        state = .relaying(progress, Relaying(generation: generation, status: head.status, error: error))
+        relayedAt = now
         return .deliverHead(
             head,
             Delivery(
@@ -1148,9 +1151,8 @@ struct ExchangeStateMachine: Equatable {
     /// Body bytes of attempt `generation`.
     mutating func responseBody(_ buffer: ByteBuffer, generation: Int, now: Duration) -> Action {
         switch state {
-        case .relaying(let progress, var relaying) where relaying.generation == generation:
-            relaying.lastProgress = now
-            state = .relaying(progress, relaying)
+        case .relaying(_, let relaying) where relaying.generation == generation:
+            relayedAt = now
             return .relayBody(buffer)
         case .awaitingRefresh(let progress, var refresh) where refresh.attempt.generation == generation:
             refresh.events.append(.body(buffer))
@@ -1382,9 +1384,8 @@ struct ExchangeStateMachine: Equatable {
 
     /// The client socket drained: the response is making progress.
     mutating func clientWritable(now: Duration) {
-        guard case .relaying(let progress, var relaying) = state else { return }
-        relaying.lastProgress = now
-        state = .relaying(progress, relaying)
+        guard case .relaying = state else { return }
+        relayedAt = now
     }
 
     /// The connection's framing counter found the upstream's body longer or shorter than the `Content-Length` the
