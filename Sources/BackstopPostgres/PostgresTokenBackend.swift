@@ -307,7 +307,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     func lock(_ prefix: String, on connection: PostgresConnection) async throws -> Duration {
         let started = ContinuousClock.now
         try await connection.queryIfOpen(
-            PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(Self.lockWait.components.seconds)s'"),
+            PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(Self.lockWait.secondsAndAttoseconds.seconds)s'"),
             logger: quiet)
         try await connection.queryIfOpen(
             "SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:\(table):\(prefix)"), 0))",

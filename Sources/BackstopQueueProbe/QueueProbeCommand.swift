@@ -104,8 +104,8 @@ struct EnqueueCommand: AsyncParsableCommand {
                             if acks { emit("ack \(id)") }
                             totals.withLock {
                                 $0.latencies.append(
-                                    Double(elapsed.components.attoseconds) / 1e15
-                                        + Double(elapsed.components.seconds) * 1000)
+                                    Double(elapsed.secondsAndAttoseconds.attoseconds) / 1e15
+                                        + Double(elapsed.secondsAndAttoseconds.seconds) * 1000)
                             }
                         } catch {
                             let full = (error as? QueueError)?.isSpoolFull ?? false
@@ -144,7 +144,8 @@ struct EnqueueCommand: AsyncParsableCommand {
             }
         }
         let elapsed = ContinuousClock.now - start
-        let wall = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let wall =
+            Double(elapsed.secondsAndAttoseconds.seconds) + Double(elapsed.secondsAndAttoseconds.attoseconds) / 1e18
         let t = totals.withLock { $0 }
         let sorted = t.latencies.sorted()
         func percentile(_ q: Double) -> Double {

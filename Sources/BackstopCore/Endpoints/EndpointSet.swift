@@ -132,7 +132,7 @@ public struct EndpointSet: Sendable, Equatable {
     }
 
     static func wholeSecondsRoundedUp(_ duration: Duration) -> Int {
-        let (seconds, attoseconds) = duration.components
+        let (seconds, attoseconds) = duration.secondsAndAttoseconds
         let whole = Int(clamping: seconds) + (attoseconds > 0 ? 1 : 0)
         return Swift.max(1, whole)
     }

@@ -100,7 +100,7 @@ public struct HeadLatencyWindow: Sendable, Equatable {
 
     /// Five-second periods, rounded down (also for negative readings).
     static func period(_ now: Duration) -> Int64 {
-        let (seconds, attoseconds) = now.components
+        let (seconds, attoseconds) = now.secondsAndAttoseconds
         let whole = attoseconds < 0 && seconds > .min ? seconds - 1 : seconds
         let q = whole / slotSeconds
         return whole % slotSeconds < 0 ? q - 1 : q
@@ -115,7 +115,7 @@ public struct HeadLatencyWindow: Sendable, Equatable {
 
     /// Whole microseconds, negatives as 0, at most `maxMicroseconds`.
     static func microseconds(_ latency: Duration) -> UInt64 {
-        let (seconds, attoseconds) = latency.components
+        let (seconds, attoseconds) = latency.secondsAndAttoseconds
         guard seconds >= 0, attoseconds >= 0 else { return 0 }
         guard seconds < 134 else { return maxMicroseconds }
         return Swift.min(UInt64(seconds) * 1_000_000 + UInt64(attoseconds / 1_000_000_000_000), maxMicroseconds)

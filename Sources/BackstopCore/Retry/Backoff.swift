@@ -77,7 +77,7 @@ func saturatingPower(_ base: Double, _ exponent: Int) -> Double {
 extension Duration {
     /// Seconds as a Double.
     public var seconds: Double {
-        let (s, atto) = components
+        let (s, atto) = secondsAndAttoseconds
         return Double(s) + Double(atto) * 1e-18
     }
 }

@@ -98,7 +98,7 @@ public struct RetryBudget: Sendable, Equatable {
 
     /// Whole seconds, rounded down (also for negative readings) so every bucket spans exactly one second.
     private static func second(_ now: Duration) -> Int64 {
-        let (seconds, attoseconds) = now.components
+        let (seconds, attoseconds) = now.secondsAndAttoseconds
         return attoseconds < 0 && seconds > .min ? seconds - 1 : seconds
     }
 

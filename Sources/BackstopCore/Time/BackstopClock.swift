@@ -37,10 +37,19 @@ public final class SystemClock: BackstopClock {
 }
 
 extension Duration {
+    /// `components` (whole seconds toward zero, and the attoseconds left, of the same sign), from one native
+    /// 128-bit division: the standard library's own splits it ~2.5× slower through its software 128-bit arithmetic,
+    /// and a request reads it several times (metrics, the retry budget; docs/performance.md#smaller-per-request-costs).
+    /// Traps where `components` does, for more seconds than an `Int64` holds.
+    public var secondsAndAttoseconds: (seconds: Int64, attoseconds: Int64) {
+        let (seconds, attoseconds) = self.attoseconds.quotientAndRemainder(dividingBy: 1_000_000_000_000_000_000)
+        return (Int64(seconds), Int64(attoseconds))
+    }
+
     /// Whole nanoseconds, saturating at `Int64.min`/`Int64.max` instead of trapping (a configured `1000000h`
     /// still converts): the one conversion from `Duration` to an integer clock unit.
     public var nanosecondsClamped: Int64 {
-        let (seconds, attoseconds) = components
+        let (seconds, attoseconds) = secondsAndAttoseconds
         let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
         if overflow { return seconds < 0 ? .min : .max }
         let (sum, overflow2) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)

@@ -30,7 +30,7 @@ final class StaticTokenSource: Sendable {
     /// The current value, or nil when the entry is absent, the keychain unreadable, or the value cannot be a
     /// header value (a control character such as CR or LF would let the entry inject header lines upstream).
     func value() -> String? {
-        let now = clock.monotonic().components.seconds
+        let now = clock.monotonic().secondsAndAttoseconds.seconds
         return cache.withLockedValue { cache in
             if cache.checkedAt == now, cache.size >= 0 { return cache.value }
             cache.checkedAt = now

@@ -30,7 +30,7 @@ extension Exchange {
         traceFinished(ending, record)
         metrics.recordExchange(
             status: record.status, seconds: elapsed.seconds, attempts: record.attempts,
-            second: now.components.seconds)
+            second: now.secondsAndAttoseconds.seconds)
         environment.recordFailure(
             upstream: destination.name, endpoint: attemptEndpoint, status: record.status, ending: ending,
             detail: record.lastFailure?.detail)

@@ -59,7 +59,7 @@ public final class InterceptAuthority: Sendable {
     ) throws {
         self.loadRoot = loadRoot
         self.hostPatterns = hostPatterns
-        self.leafLifetime = TimeInterval(leafLifetime.components.seconds)
+        self.leafLifetime = TimeInterval(leafLifetime.secondsAndAttoseconds.seconds)
         self.threadPool = threadPool
         self.state = NIOLockedValueBox(State(signer: try Signer(root: root, hostPatterns: hostPatterns, now: now)))
     }

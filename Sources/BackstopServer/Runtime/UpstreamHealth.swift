@@ -137,7 +137,7 @@ public final class UpstreamHealth: Sendable {
 
     /// `30s`, `1500ms`: an ejection's length as config durations are written.
     static func text(_ duration: Duration) -> String {
-        let (seconds, attoseconds) = duration.components
+        let (seconds, attoseconds) = duration.secondsAndAttoseconds
         if attoseconds == 0 { return "\(seconds)s" }
         return "\(seconds * 1000 + attoseconds / 1_000_000_000_000_000)ms"
     }

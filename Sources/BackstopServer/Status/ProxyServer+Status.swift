@@ -8,7 +8,7 @@ extension ProxyServer {
         let clock = runtime.clock
         let wall = clock.wall()
         let monotonic = clock.monotonic()
-        let second = monotonic.components.seconds
+        let second = monotonic.secondsAndAttoseconds.seconds
         let upstreams = runtime.snapshot.upstreams.map { upstream in
             upstreamStatus(upstream, now: monotonic, second: second, wall: wall)
         }
