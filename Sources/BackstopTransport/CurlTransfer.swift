@@ -228,7 +228,7 @@ struct TransferKey: Hashable {
     /// The address mixed with the seed by MurmurHash3's 64-bit finaliser (~10 instructions), not SipHash: the keys
     /// are the transport's own objects, never chosen by a peer, so the seeded hash's flooding resistance buys
     /// nothing here, and the table hashes three times per request (~100 instructions each through `Hasher`,
-    /// docs/performance.md#the-request-decoder-hands-parts-on-directly). Every bit of the address reaches the low
+    /// docs/performance.md#smaller-per-request-costs). Every bit of the address reaches the low
     /// bits `Dictionary` indexes by.
     func _rawHashValue(seed: Int) -> Int {
         var x = UInt64(UInt(bitPattern: ObjectIdentifier(transfer))) ^ UInt64(UInt(bitPattern: seed))

@@ -691,7 +691,7 @@ struct ExchangeStateMachine: Equatable {
     private(set) var state: State
     /// While `.relaying`: when the response last made progress (its head, a body part, the client draining), which
     /// `timeouts.idle` runs from. Beside the state rather than in `Relaying`, so that each body part writes one field
-    /// instead of copying the state out and back (docs/performance.md#the-request-decoder-hands-parts-on-directly).
+    /// instead of copying the state out and back (docs/performance.md#smaller-per-request-costs).
     private(set) var relayedAt: Duration = .zero
 
     /// `firstGeneration`: the generation of this exchange's first attempt, above every earlier one on the

@@ -75,7 +75,7 @@ enum ResponseHeadWriter {
 
     /// The head of a relayed upstream response. Written with one capacity check and plain copies
     /// (`HeadBytes`): it runs for every response, and each `ByteBuffer` write of its ten or so pieces checks
-    /// uniqueness and capacity again (~100 instructions each, docs/performance.md#realistic-requests).
+    /// uniqueness and capacity again (~100 instructions each, docs/performance.md#smaller-per-request-costs).
     static func upstreamHead(
         _ head: UpstreamResponseHead, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, attempts: Int,
         error: ProxyErrorReason?, framing: ResponseFraming, connection: ConnectionField

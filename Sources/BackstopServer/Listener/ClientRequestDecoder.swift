@@ -20,7 +20,7 @@ import NIOHTTP1
 ///
 /// Parts go to the proxy handler behind it by a direct call (`deliver(to:)`) rather than `fireChannelRead`, which
 /// boxed each part in `NIOAny` (an allocation: a part is larger than an existential's inline buffer) and cast it
-/// back in the handler, ~1,300 instructions per request (docs/performance.md#the-request-decoder-hands-parts-on-directly).
+/// back in the handler, ~1,300 instructions per request (docs/performance.md#smaller-per-request-costs).
 final class ClientRequestDecoder: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ClientRequestPart
