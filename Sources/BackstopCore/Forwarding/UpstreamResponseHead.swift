@@ -465,6 +465,7 @@ public struct UpstreamHeadParser: Sendable {
     }
 
     /// The range `from..<to` without leading and trailing spaces and tabs.
+    @inline(__always)
     static func trimmed(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> (Int, Int) {
         var start = from
         var stop = to
@@ -487,15 +488,25 @@ struct FramingTally {
 
     /// The comma-separated values of one `Content-Length` field, each 1–18 digits.
     mutating func addLengths(_ value: UnsafeRawBufferPointer) {
+        // One length and nothing else, as nearly every response sends it: the element the split would give is the
+        // whole value (no comma, nothing to trim), read without splitting (~100 instructions a response).
+        if let length = HTTPSyntax.decimal(value) {
+            addLength(length)
+            return
+        }
         Self.forEachElement(of: value) { element in
             guard let length = HTTPSyntax.decimal(element) else {
                 malformedLength = true
                 return
             }
-            if let first = firstLength, first != length { differingLengths = true }
-            if firstLength == nil { firstLength = length }
-            sawLength = true
+            addLength(length)
         }
+    }
+
+    private mutating func addLength(_ length: Int) {
+        if let first = firstLength, first != length { differingLengths = true }
+        if firstLength == nil { firstLength = length }
+        sawLength = true
     }
 
     /// The comma-separated codings of one `Transfer-Encoding` field (an empty one counts, so `chunked,` is not
