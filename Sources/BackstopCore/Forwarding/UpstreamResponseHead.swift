@@ -190,8 +190,9 @@ public struct UpstreamHeadParser: Sendable {
     private var lastLine = LastLine.none
     /// The final head was produced: further lines are trailers.
     public private(set) var finished = false
-    /// A status line was read: the next one starts a new head, so what the last one gathered is cleared then.
-    private var statusLineSeen = false
+    /// A line was read: what it gathered, if anything, is cleared by the next status line. Before the first line
+    /// everything is as `init` left it, and a status line has nothing to clear (nearly every response has one head).
+    private var lineRead = false
     /// What the `Connection` and `Transfer-Encoding` lines said, read from each line as sent (its value valid or
     /// not), for `HTTP1ResponseReader`: it decides on them whether the connection is kept and whether the body is
     /// chunked. The parser never clears them; the reader does, at each status line it reads (not at one inside a head,
@@ -212,6 +213,7 @@ public struct UpstreamHeadParser: Sendable {
     /// Feeds one line (with or without its CRLF); returns the head when this line completed a final one.
     public mutating func consume(_ line: UnsafeRawBufferPointer) -> UpstreamResponseHead? {
         guard !finished else { return nil }
+        defer { lineRead = true }
         var end = line.count
         while end > 0, line[end - 1] == 0x0A || line[end - 1] == 0x0D { end -= 1 }
         if end == 0 { return headEnded() }
@@ -241,11 +243,7 @@ public struct UpstreamHeadParser: Sendable {
             digits += 1
         }
         status = digits == 3 ? code : 0
-        // The first status line finds everything as `init` left it (nearly every response has only one head).
-        guard statusLineSeen else {
-            statusLineSeen = true
-            return
-        }
+        guard lineRead else { return }
         fields.removeAll(keepingCapacity: true)
         contentLength = nil
         via = nil
