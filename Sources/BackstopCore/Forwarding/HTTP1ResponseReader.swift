@@ -74,10 +74,8 @@ public struct HTTP1ResponseReader: Sendable {
     private var partialLine: [UInt8] = []
     private var headBytes = 0
     private var expectingStatusLine = true
-    /// What the current head says about the connection and its body (the parser takes these fields out).
-    private var connectionClose = false
-    private var connectionKeepAlive = false
-    private var chunked = false
+    /// What the current head says about the connection and its body (the parser takes these fields out of the
+    /// client's, and notes them for this reader in `parser.notes`).
     private var http11 = false
     /// The connection closes after this response although its body is framed (`Connection: close`, HTTP/1.0).
     private var keepAliveLost = false
@@ -173,11 +171,7 @@ public struct HTTP1ResponseReader: Sendable {
             guard Self.isStatusLine(line) else { return fail("not an HTTP/1.x status line") }
             expectingStatusLine = false
             http11 = line[7] == UInt8(ascii: "1")
-            connectionClose = false
-            connectionKeepAlive = false
-            chunked = false
-        } else {
-            noteField(line)
+            parser.notes = UpstreamHeadParser.ConnectionNotes()
         }
         if let head = parser.consume(line) { return headEnded(head) }
         // A blank line that gave no head ended an interim one: a status line comes next.
@@ -187,11 +181,13 @@ public struct HTTP1ResponseReader: Sendable {
 
     private mutating func headEnded(_ head: UpstreamResponseHead) -> Event {
         if let problem = head.framingProblem { return fail("untrustworthy response framing: \(problem)") }
-        let keepAlive = !connectionClose && (http11 || connectionKeepAlive)
+        let notes = parser.notes
+        let keepAlive = !notes.close && (http11 || notes.keepAlive)
         if requestIsHEAD || head.status < 200 || head.status == 204 || head.status == 304 {
             // A 101 to a request that asked for no upgrade switches to nothing Backstop speaks.
             state = .complete(reusable: keepAlive && head.status != 101)
-        } else if chunked {
+        } else if notes.transferEncoding {
+            // Only needs to be present: the parser refuses any coding but a lone `chunked`.
             state = .body(.chunkSize(size: 0, digits: 0, inExtension: false, lineBytes: 0))
         } else if let length = head.contentLength {
             state = length == 0 ? .complete(reusable: keepAlive) : .body(.fixed(remaining: length))
@@ -203,37 +199,6 @@ public struct HTTP1ResponseReader: Sendable {
             keepAliveLost = true
         }
         return .head(head)
-    }
-
-    /// `Connection` and `Transfer-Encoding`, which the parser keeps out of the client's fields. `Transfer-Encoding`
-    /// only needs to be present: the parser refuses any coding but a lone `chunked`.
-    private mutating func noteField(_ line: UnsafeRawBufferPointer) {
-        // Only two names matter, so the colon is looked for where theirs would be rather than searched for (neither
-        // name holds one, so a colon there is the line's first): this runs for every field of every response.
-        let colon: Int
-        if line.count > 10, line[10] == 0x3A {
-            colon = 10
-        } else if line.count > 17, line[17] == 0x3A {
-            colon = 17
-        } else {
-            return
-        }
-        let name = UnsafeRawBufferPointer(rebasing: line[0..<colon])
-        switch colon {
-        case 10 where HeaderName.equals(name, "connection"):
-            var value = UnsafeRawBufferPointer(rebasing: line[(colon + 1)...])
-            while let last = value.last, last == 0x0A || last == 0x0D {
-                value = UnsafeRawBufferPointer(rebasing: value.dropLast())
-            }
-            FramingTally.forEachElement(of: value) { token in
-                if HeaderName.equals(token, "close") { connectionClose = true }
-                if HeaderName.equals(token, "keep-alive") { connectionKeepAlive = true }
-            }
-        case 17 where HeaderName.equals(name, "transfer-encoding"):
-            chunked = true
-        default:
-            break
-        }
     }
 
     // MARK: body

@@ -190,12 +190,30 @@ public struct UpstreamHeadParser: Sendable {
     private var lastLine = LastLine.none
     /// The final head was produced: further lines are trailers.
     public private(set) var finished = false
+    /// A line was read: what it gathered, if anything, is cleared by the next status line. Before the first line
+    /// everything is as `init` left it, and a status line has nothing to clear (nearly every response has one head).
+    private var lineRead = false
+    /// What the `Connection` and `Transfer-Encoding` lines said, read from each line as sent (its value valid or
+    /// not), for `HTTP1ResponseReader`: it decides on them whether the connection is kept and whether the body is
+    /// chunked. The parser never clears them; the reader does, at each status line it reads (not at one inside a head,
+    /// which the parser takes for a new head). Noted here because the parser classifies every name anyway: the reader
+    /// looking at each line again for these two cost ~600 instructions a response (docs/performance.md#parsing-heads).
+    struct ConnectionNotes: Sendable, Equatable {
+        /// `Connection` lists `close`.
+        var close = false
+        /// `Connection` lists `keep-alive`.
+        var keepAlive = false
+        /// A `Transfer-Encoding` line (whatever its codings: the framing verdict refuses all but one `chunked`).
+        var transferEncoding = false
+    }
+    var notes = ConnectionNotes()
 
     public init() { fields.reserveCapacity(512) }
 
     /// Feeds one line (with or without its CRLF); returns the head when this line completed a final one.
     public mutating func consume(_ line: UnsafeRawBufferPointer) -> UpstreamResponseHead? {
         guard !finished else { return nil }
+        defer { lineRead = true }
         var end = line.count
         while end > 0, line[end - 1] == 0x0A || line[end - 1] == 0x0D { end -= 1 }
         if end == 0 { return headEnded() }
@@ -215,7 +233,7 @@ public struct UpstreamHeadParser: Sendable {
     private mutating func statusLine(_ line: UnsafeRawBufferPointer, end: Int) {
         var space = 5
         while space < end, line[space] != 0x20 { space += 1 }
-        version = String(decoding: UnsafeRawBufferPointer(rebasing: line[5..<space]), as: UTF8.self)
+        version = Self.version(UnsafeRawBufferPointer(rebasing: line[5..<space]))
         var code = 0
         var digits = 0
         var i = space + 1
@@ -225,6 +243,7 @@ public struct UpstreamHeadParser: Sendable {
             digits += 1
         }
         status = digits == 3 ? code : 0
+        guard lineRead else { return }
         fields.removeAll(keepingCapacity: true)
         contentLength = nil
         via = nil
@@ -234,6 +253,17 @@ public struct UpstreamHeadParser: Sendable {
         redirectValueRanges = []
         connectionListed = []
         lastLine = .none
+    }
+
+    /// The version as `Via` writes it: the three an upstream speaks are literals, anything else is decoded (making
+    /// a string of `1.1` cost ~150 instructions a response).
+    private static func version(_ bytes: UnsafeRawBufferPointer) -> String {
+        if bytes.count == 3, bytes[0] == UInt8(ascii: "1"), bytes[1] == UInt8(ascii: ".") {
+            if bytes[2] == UInt8(ascii: "1") { return "1.1" }
+            if bytes[2] == UInt8(ascii: "0") { return "1.0" }
+        }
+        if bytes.count == 1, bytes[0] == UInt8(ascii: "2") { return "2" }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     private mutating func headEnded() -> UpstreamResponseHead? {
@@ -267,7 +297,7 @@ public struct UpstreamHeadParser: Sendable {
                 lastLine = .dropped
                 return
             }
-            colon += 1
+            colon &+= 1
         }
         guard colon > 0, colon < end else {
             lastLine = .dropped
@@ -276,18 +306,26 @@ public struct UpstreamHeadParser: Sendable {
         let (start, stop) = Self.trimmed(line, colon + 1, end)
         let name = UnsafeRawBufferPointer(rebasing: line[0..<colon])
         let kind = HeaderName.classify(name)
-        guard Self.isFieldValue(line, start, stop) else {
+        // Of the hop-by-hop names, `transfer-encoding` is the only one of 17 bytes, and `connection` the one of 10
+        // that is not `keep-alive`: the name is not compared again.
+        let isTransferEncoding = kind == .hopByHop && colon == 17
+        let isConnection = kind == .hopByHop && colon == 10 && line[0] | 0x20 == UInt8(ascii: "c")
+        let valid = Self.isFieldValue(line, start, stop)
+        let value = UnsafeRawBufferPointer(rebasing: line[start..<stop])
+        if isConnection {
+            connectionLine(value, valid: valid, sent: UnsafeRawBufferPointer(rebasing: line[(colon + 1)..<end]))
+        } else if isTransferEncoding {
+            notes.transferEncoding = true
+        }
+        guard valid else {
             // A framing field that cannot be read as sent is framing nobody can agree on.
-            if kind == .contentLength || HeaderName.equals(name, "transfer-encoding") { framing.malformedLength = true }
+            if kind == .contentLength || isTransferEncoding { framing.malformedLength = true }
             lastLine = .dropped
             return
         }
-        let value = UnsafeRawBufferPointer(rebasing: line[start..<stop])
         switch kind {
         case .hopByHop:
-            if HeaderName.equals(name, "connection") {
-                HeaderName.appendTokens(of: value, to: &connectionListed)
-            } else if HeaderName.equals(name, "transfer-encoding") {
+            if isTransferEncoding {
                 framing.addCodings(value)
                 lastLine = .framing
                 return
@@ -306,30 +344,59 @@ public struct UpstreamHeadParser: Sendable {
             lastLine = .dropped
         case .retryAfter:
             if retryAfter == nil { retryAfter = String(decoding: value, as: UTF8.self) }
-            appendField(name, value)
+            appendField(line, colon: colon, start, stop)
         case .rateLimitReset:
             if rateLimitReset == nil { rateLimitReset = String(decoding: value, as: UTF8.self) }
-            appendField(name, value)
+            appendField(line, colon: colon, start, stop)
         case .location:
-            let start = fields.count + name.count + 2
-            appendField(name, value)
-            redirectValueRanges.append(start..<(start + value.count))
+            let valueAt = fields.count + name.count + 2
+            appendField(line, colon: colon, start, stop)
+            redirectValueRanges.append(valueAt..<(valueAt + value.count))
             lastLine = .location
         case .host, .expect, .other:
-            appendField(name, value)
+            appendField(line, colon: colon, start, stop)
         }
     }
 
-    /// `name: value` and its CRLF, copied in two block copies (appending byte by byte, or a raw buffer as a
-    /// sequence, cost ~250 instructions a field; this runs for every field of every response).
-    private mutating func appendField(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
-        Self.append(name, to: &fields)
+    /// A `Connection` line (`value` trimmed, `sent` the line after its colon as sent): its `close` and `keep-alive`
+    /// noted from `sent`, and the names it lists kept for removal when the value is `valid`.
+    private mutating func connectionLine(_ value: UnsafeRawBufferPointer, valid: Bool, sent: UnsafeRawBufferPointer) {
+        // The two values nearly every upstream sends, each one comparison: one token (as the list read from `sent`
+        // would be), and neither names a field to remove (`keep-alive` is hop-by-hop, `close` names none). Splitting
+        // and classifying cost ~600 instructions a response.
+        if valid, HeaderName.equals(value, "keep-alive") {
+            notes.keepAlive = true
+            return
+        }
+        if valid, HeaderName.equals(value, "close") {
+            notes.close = true
+            return
+        }
+        FramingTally.forEachElement(of: sent) { token in
+            if HeaderName.equals(token, "close") { notes.close = true }
+            if HeaderName.equals(token, "keep-alive") { notes.keepAlive = true }
+        }
+        if valid { HeaderName.appendTokens(of: value, to: &connectionListed) }
+    }
+
+    /// `name: value` and its CRLF (the name `line[0..<colon]`, the value `line[start..<stop]`). A line sent in that
+    /// form already, which is how nearly every upstream writes its fields, is copied whole in one block copy; any
+    /// other in two and four bytes (six appends cost ~265 instructions a field, one ~100; appending byte by byte,
+    /// or a raw buffer as a sequence, ~250 more; this runs for every field of every response).
+    private mutating func appendField(_ line: UnsafeRawBufferPointer, colon: Int, _ start: Int, _ stop: Int) {
+        lastLine = .field
+        if start == colon + 2, line[colon + 1] == 0x20, line.count - stop >= 2, line[stop] == 0x0D,
+            line[stop + 1] == 0x0A
+        {
+            Self.append(UnsafeRawBufferPointer(rebasing: line[0..<(stop + 2)]), to: &fields)
+            return
+        }
+        Self.append(UnsafeRawBufferPointer(rebasing: line[0..<colon]), to: &fields)
         fields.append(0x3A)
         fields.append(0x20)
-        Self.append(value, to: &fields)
+        Self.append(UnsafeRawBufferPointer(rebasing: line[start..<stop]), to: &fields)
         fields.append(0x0D)
         fields.append(0x0A)
-        lastLine = .field
     }
 
     @inline(__always)
@@ -396,6 +463,7 @@ public struct UpstreamHeadParser: Sendable {
     }
 
     /// The range `from..<to` without leading and trailing spaces and tabs.
+    @inline(__always)
     static func trimmed(_ line: UnsafeRawBufferPointer, _ from: Int, _ to: Int) -> (Int, Int) {
         var start = from
         var stop = to
@@ -418,15 +486,25 @@ struct FramingTally {
 
     /// The comma-separated values of one `Content-Length` field, each 1–18 digits.
     mutating func addLengths(_ value: UnsafeRawBufferPointer) {
+        // One length and nothing else, as nearly every response sends it: the element the split would give is the
+        // whole value (no comma, nothing to trim), read without splitting (~100 instructions a response).
+        if let length = HTTPSyntax.decimal(value) {
+            addLength(length)
+            return
+        }
         Self.forEachElement(of: value) { element in
             guard let length = HTTPSyntax.decimal(element) else {
                 malformedLength = true
                 return
             }
-            if let first = firstLength, first != length { differingLengths = true }
-            if firstLength == nil { firstLength = length }
-            sawLength = true
+            addLength(length)
         }
+    }
+
+    private mutating func addLength(_ length: Int) {
+        if let first = firstLength, first != length { differingLengths = true }
+        if firstLength == nil { firstLength = length }
+        sawLength = true
     }
 
     /// The comma-separated codings of one `Transfer-Encoding` field (an empty one counts, so `chunked,` is not

@@ -39,6 +39,24 @@ struct HTTPSyntaxTests {
         return i
     }
 
+    @Test("fieldValueEnd finds a byte a value cannot hold after a tab anywhere before it, in any word of a pair")
+    func fieldValueEndAfterATab() {
+        // Two words a turn: a tab, then the byte that ends the value in the same word, the next or one further on.
+        for bad in [UInt8(0x00), 0x0A, 0x0D, 0x1F, 0x7F] {
+            for tab in 0..<40 {
+                for position in (tab + 1)..<48 {
+                    var bytes = Array(repeating: UInt8(ascii: "v"), count: 48)
+                    bytes[tab] = 0x09
+                    bytes[position] = bad
+                    for start in [0, 3] {
+                        let end = bytes.withUnsafeBytes { HTTPSyntax.fieldValueEnd(in: $0, from: start) }
+                        #expect(end == Self.referenceEnd(bytes, from: start), "tab at \(tab), \(bad) at \(position)")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("fieldValueEnd agrees with the byte-by-byte rule when several bytes around a word's edge are unusual")
     func fieldValueEndAgainstTheRule() {
         // Borrows between bytes are where a word-at-a-time check goes wrong: pairs and triples of bytes near the

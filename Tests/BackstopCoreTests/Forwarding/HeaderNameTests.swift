@@ -37,3 +37,59 @@ struct HeaderNameTests {
         #expect(Array(bytes.withUnsafeBytes { HeaderName.string($0) }.utf8) == bytes)
     }
 }
+
+/// `HeaderName.equals` compares eight bytes at a time (docs/performance.md#parsing-heads): against the byte rule it
+/// replaced, for every byte at every position of names of every length it is given.
+@Suite("Header name comparison")
+struct HeaderNameEqualsTests {
+    /// The rule byte by byte: ASCII letters lowercased, every other byte as it is.
+    static func reference(_ bytes: [UInt8], _ lowercase: [UInt8]) -> Bool {
+        bytes.count == lowercase.count
+            && zip(bytes, lowercase).allSatisfy { ($0 >= 65 && $0 <= 90 ? $0 + 32 : $0) == $1 }
+    }
+
+    static let names: [StaticString] = [
+        "te", "via", "host", "close", "expect", "chunked", "location", "abcdefghi", "keep-alive", "connection",
+        "retry-after", "content-length", "proxy-connection", "transfer-encoding", "x-backstop-attempts",
+        "x-correlation-id-0123456",
+    ]
+
+    @Test("Every byte at every position of the name, in either case, compares as the byte rule says")
+    func everyByteEverywhere() {
+        for name in Self.names {
+            let lowercase = Array(UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+            let uppercase = lowercase.map { $0 >= 97 && $0 <= 122 ? $0 - 32 : $0 }
+            for spelling in [lowercase, uppercase] {
+                #expect(spelling.withUnsafeBytes { HeaderName.equals($0, name) })
+                for position in spelling.indices {
+                    for byte in UInt8.min...UInt8.max {
+                        var bytes = spelling
+                        bytes[position] = byte
+                        let equal = bytes.withUnsafeBytes { HeaderName.equals($0, name) }
+                        #expect(equal == Self.reference(bytes, lowercase), "\(name) byte \(byte) at \(position)")
+                    }
+                }
+            }
+            for other in [Array(lowercase.dropLast()), lowercase + [0x61], []] {
+                #expect(!other.withUnsafeBytes { HeaderName.equals($0, name) })
+            }
+        }
+    }
+
+    @Test("lowercased lowercases exactly the ASCII upper-case letters of a word, whatever its neighbours")
+    func wordLowercasing() {
+        for a in UInt8.min...UInt8.max {
+            for b in UInt8.min...UInt8.max {
+                let lanes = (0..<8).map { $0 % 2 == 0 ? a : b }
+                let word = lanes.enumerated().reduce(UInt64(0)) { $0 | UInt64($1.element) << (8 * $1.offset) }
+                let lowered = HeaderName.lowercased(word)
+                for (lane, byte) in lanes.enumerated() {
+                    let expected = byte >= 65 && byte <= 90 ? byte + 32 : byte
+                    if UInt8(truncatingIfNeeded: lowered >> (8 * lane)) != expected {
+                        Issue.record("byte \(byte) in lane \(lane) beside \(lane % 2 == 0 ? b : a)")
+                    }
+                }
+            }
+        }
+    }
+}
