@@ -103,9 +103,7 @@ struct EnqueueCommand: AsyncParsableCommand {
                             let elapsed = ContinuousClock.now - begin
                             if acks { emit("ack \(id)") }
                             totals.withLock {
-                                $0.latencies.append(
-                                    Double(elapsed.secondsAndAttoseconds.attoseconds) / 1e15
-                                        + Double(elapsed.secondsAndAttoseconds.seconds) * 1000)
+                                $0.latencies.append(elapsed.seconds * 1000)
                             }
                         } catch {
                             let full = (error as? QueueError)?.isSpoolFull ?? false
@@ -144,8 +142,7 @@ struct EnqueueCommand: AsyncParsableCommand {
             }
         }
         let elapsed = ContinuousClock.now - start
-        let wall =
-            Double(elapsed.secondsAndAttoseconds.seconds) + Double(elapsed.secondsAndAttoseconds.attoseconds) / 1e18
+        let wall = elapsed.seconds
         let t = totals.withLock { $0 }
         let sorted = t.latencies.sorted()
         func percentile(_ q: Double) -> Double {

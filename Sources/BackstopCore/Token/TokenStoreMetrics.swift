@@ -22,8 +22,7 @@ public final class TokenStoreMetrics: Sendable {
 
     public func record(store: String, operation: String, ok: Bool, seconds: Duration) {
         let key = Key(store: store, operation: operation, ok: ok)
-        let value =
-            Double(seconds.secondsAndAttoseconds.seconds) + Double(seconds.secondsAndAttoseconds.attoseconds) / 1e18
+        let value = seconds.seconds
         state.withLock {
             $0.counts[key, default: 0] += 1
             $0.seconds[key, default: 0] += value
@@ -31,8 +30,7 @@ public final class TokenStoreMetrics: Sendable {
     }
 
     public func recordLockWait(store: String, seconds: Duration) {
-        let value =
-            Double(seconds.secondsAndAttoseconds.seconds) + Double(seconds.secondsAndAttoseconds.attoseconds) / 1e18
+        let value = seconds.seconds
         state.withLock {
             let current = $0.lockWaits[store] ?? (0, 0)
             $0.lockWaits[store] = (current.count + 1, current.seconds + value)

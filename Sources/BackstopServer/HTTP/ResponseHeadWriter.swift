@@ -23,24 +23,32 @@ enum ResponseHeadWriter {
     /// `HTTP/1.x NNN Reason\r\n`. The client's own minor version is answered (an HTTP/1.0 client must not be
     /// told 1.1 framing), whatever the upstream spoke.
     static func writeStatusLine(_ buffer: inout ByteBuffer, clientIsHTTP10: Bool, status: Int) {
-        buffer.writeStaticString(versionPrefix(clientIsHTTP10: clientIsHTTP10))
-        let code = statusCode(status)
-        if let line = commonStatusLine(code) {
-            buffer.writeStaticString(line)
-            return
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: maxStatusLine) { memory in
+            var out = HeadBytes(memory)
+            appendStatusLine(&out, clientIsHTTP10: clientIsHTTP10, status: status)
+            return out.count
         }
-        buffer.writeInteger(UInt8(0x30 + code / 100))
-        buffer.writeInteger(UInt8(0x30 + code / 10 % 10))
-        buffer.writeInteger(UInt8(0x30 + code % 10))
-        buffer.writeInteger(UInt8(0x20))
-        buffer.writeString(HTTPResponseStatus(statusCode: code).reasonPhrase)
-        buffer.writeStaticString("\r\n")
     }
 
-    static func versionPrefix(clientIsHTTP10: Bool) -> StaticString { clientIsHTTP10 ? "HTTP/1.0 " : "HTTP/1.1 " }
+    /// At most how long a status line is: `HTTP/1.x NNN ` (13), NIO's longest reason phrase (31), CRLF (2), with room
+    /// to spare (the tests write every code from 100 to 999).
+    static let maxStatusLine = 64
 
-    /// The status as three digits: an upstream's out-of-range one is clamped, never written as is.
-    static func statusCode(_ status: Int) -> Int { min(max(status, 100), 999) }
+    /// The status line, into room made for it. An upstream's status outside 100...999 is clamped, never written as is.
+    private static func appendStatusLine(_ out: inout HeadBytes, clientIsHTTP10: Bool, status: Int) {
+        out.append(clientIsHTTP10 ? "HTTP/1.0 " : "HTTP/1.1 ")
+        let code = min(max(status, 100), 999)
+        if let line = commonStatusLine(code) {
+            out.append(line)
+            return
+        }
+        out.append(UInt8(0x30 + code / 100))
+        out.append(UInt8(0x30 + code / 10 % 10))
+        out.append(UInt8(0x30 + code % 10))
+        out.append(UInt8(0x20))
+        out.append(utf8Of: HTTPResponseStatus(statusCode: code).reasonPhrase)
+        out.append("\r\n")
+    }
 
     /// The rest of the status line for the most frequent codes, with NIO's reason phrases (the test suite holds them
     /// to `HTTPResponseStatus`): building the phrase through `HTTPResponseStatus` costs more than the rest of the
@@ -68,10 +76,10 @@ enum ResponseHeadWriter {
     }
 
     /// Room for what `upstreamHead` writes besides the upstream's fields, `Via` values, version and error name, each
-    /// piece at its longest: the common status line 36, `Via` and the attempts 58, the error's line 20,
-    /// `Content-Length` 38, `Connection` 24, the blank line 2 (each decimal counted as 20 bytes): 178, and room for a
-    /// typical version and error name, which the capacity of a head's buffer is taken from.
-    static let upstreamHeadRoom = 224
+    /// piece at its longest: the status line 64, `Via` and the attempts 58, the error's line 20, `Content-Length` 38,
+    /// `Connection` 24, the blank line 2 (each decimal counted as 20 bytes): 206, and room for a typical version and
+    /// error name, which the capacity of a head's buffer is taken from.
+    static let upstreamHeadRoom = 240
 
     /// The head of a relayed upstream response. Written with one capacity check and plain copies
     /// (`HeadBytes`): it runs for every response, and each `ByteBuffer` write of its ten or so pieces checks
@@ -80,9 +88,6 @@ enum ResponseHeadWriter {
         _ head: UpstreamResponseHead, into buffer: inout ByteBuffer, clientIsHTTP10: Bool, attempts: Int,
         error: ProxyErrorReason?, framing: ResponseFraming, connection: ConnectionField
     ) {
-        // The common status lines go in with the rest; another is written first, its reason phrase looked up.
-        let statusLine = commonStatusLine(statusCode(head.status))
-        if statusLine == nil { writeStatusLine(&buffer, clientIsHTTP10: clientIsHTTP10, status: head.status) }
         let fields = head.fields
         let via = head.via
         let version = head.version
@@ -91,23 +96,20 @@ enum ResponseHeadWriter {
             + upstreamHeadRoom
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { memory in
             var out = HeadBytes(memory)
-            if let statusLine {
-                out.append(versionPrefix(clientIsHTTP10: clientIsHTTP10))
-                out.append(statusLine)
-            }
+            appendStatusLine(&out, clientIsHTTP10: clientIsHTTP10, status: head.status)
             out.append(fields)
             out.append("Via: ")
             if let via {
-                out.append(via)
+                out.append(utf8Of: via)
                 out.append(", ")
             }
-            out.append(version)
+            out.append(utf8Of: version)
             out.append(" backstop\r\nX-Backstop-Attempts: ")
             out.appendDecimal(attempts)
             out.append("\r\n")
             if let error {
                 out.append("X-Backstop-Error: ")
-                out.append(error.rawValue)
+                out.append(utf8Of: error.rawValue)
                 out.append("\r\n")
             }
             switch framing {
@@ -165,7 +167,7 @@ enum ResponseHeadWriter {
             writeDecimal(&buffer, attempts)
             buffer.writeStaticString("\r\n")
         }
-        writeConnection(&buffer, connection)
+        buffer.writeStaticString(connection.line)
         buffer.writeStaticString("\r\n")
         if omitBody { return }
         buffer.writeString(message)
@@ -181,7 +183,7 @@ enum ResponseHeadWriter {
         buffer.writeStaticString("Content-Length: 0\r\nX-Backstop-Delivery: ")
         buffer.writeString(delivery)
         buffer.writeStaticString("\r\n")
-        writeConnection(&buffer, connection)
+        buffer.writeStaticString(connection.line)
         buffer.writeStaticString("\r\n")
     }
 
@@ -195,10 +197,6 @@ enum ResponseHeadWriter {
     /// The end of a chunked body: the last chunk's CRLF, the zero-size chunk and the empty trailer section.
     static func chunkedEnd(_ buffer: inout ByteBuffer, afterChunks: Bool) {
         buffer.writeStaticString(afterChunks ? "\r\n0\r\n\r\n" : "0\r\n\r\n")
-    }
-
-    private static func writeConnection(_ buffer: inout ByteBuffer, _ connection: ConnectionField) {
-        buffer.writeStaticString(connection.line)
     }
 
     /// Digits written with one copy: no `String` per number, and one buffer write rather than one per digit.
@@ -240,7 +238,9 @@ struct HeadBytes {
         bytes.withUnsafeBytes { append($0) }
     }
 
-    mutating func append(_ text: String) {
+    /// A string's UTF-8 (labelled: an unlabelled `String` overload would take every literal from the `StaticString`
+    /// one, as the type checker prefers a literal's default type).
+    mutating func append(utf8Of text: String) {
         // In place (a `String` from Swift code is contiguous UTF-8); byte by byte only for a bridged one.
         let copied: Void? = text.utf8.withContiguousStorageIfAvailable { append(UnsafeRawBufferPointer($0)) }
         if copied == nil { for byte in text.utf8 { append(byte) } }
