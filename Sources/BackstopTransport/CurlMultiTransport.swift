@@ -95,7 +95,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             multi: multi, sockets: sockets, destinations: destinations, configuration: handles.configuration,
             allocator: allocator)
         http1 = HTTP1Connections(
-            multi: multi, sockets: sockets, destinations: destinations, configuration: handles.configuration,
+            sockets: sockets, destinations: destinations, configuration: handles.configuration,
             allocator: allocator, maxEndpoints: maxHTTP1Endpoints)
         let context = Unmanaged.passUnretained(self).toOpaque()
         do throws(CurlSetupError) {
@@ -184,8 +184,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             if table.stopping { break }
             if let deadline = timerDeadline, bs_monotonic_ms() >= deadline {
                 timerDeadline = nil
-                socketAction(bs_socket_timeout(), 0)
+                socketAction(bs_socket_timeout(), 0, on: multi)
             }
+            if !http1.groups.isEmpty { fireGroupTimers() }
             readCompletions()
             var nextAbandonDeadline: Int64?
             if table.hasDeadlines {
@@ -202,6 +203,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             // on every turn.
             timeout = Self.timeout(timeout, until: timerDeadline)
             timeout = Self.timeout(timeout, until: nextAbandonDeadline)
+            // Read last, like `timerDeadline`: a connection started after the timers fired (a resend, say) has just
+            // set its group's.
+            if !http1.groups.isEmpty { timeout = Self.timeout(timeout, until: earliestGroupDeadline()) }
             let ready = sockets.wait(fds: &readyFDs, masks: &readyMasks, timeoutMS: timeout)
             commands.announceAwake()
             for i in 0..<ready {
@@ -213,7 +217,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 } else if connections.socketReady(fd, mask: readyMasks[i]) {
                     continue
                 } else if sockets.eventArrived(fd) {
-                    socketAction(fd, readyMasks[i])
+                    let group = sockets.group(of: fd)
+                    socketAction(fd, readyMasks[i], on: group < 0 ? multi : http1.groups[group].multi)
                 }
             }
         }
@@ -239,10 +244,11 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         return Int32(clamping: max(0, min(Int64(timeout), deadline - bs_monotonic_ms())))
     }
 
-    /// `curl_multi_socket_action`: curl runs what `fd` (or its timer) allows and calls back into the transfers.
-    private func socketAction(_ fd: curl_socket_t, _ mask: Int32) {
+    /// `curl_multi_socket_action` on `target` (the transport's multi handle or a connection group's): curl runs what
+    /// `fd` (or its timer) allows and calls back into the transfers.
+    private func socketAction(_ fd: curl_socket_t, _ mask: Int32, on target: CurlMulti) {
         var running: Int32 = 0
-        let code = curl_multi_socket_action(multi.raw, fd, mask, &running)
+        let code = curl_multi_socket_action(target.raw, fd, mask, &running)
         // CURLM_BAD_SOCKET: an event for a socket curl has just forgotten (it closed the connection in this very
         // turn); nothing to do. Anything else (out of memory, an internal error) fails no transfer by itself: curl
         // reports those through the transfers' own results, so it is logged only.
@@ -297,12 +303,39 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         dirty.removeAll(keepingCapacity: true)
     }
 
+    /// Fires the connection groups' due timers.
+    private func fireGroupTimers() {
+        let now = bs_monotonic_ms()
+        for group in http1.groups {
+            if let deadline = group.deadline, deadline <= now {
+                group.deadline = nil
+                socketAction(bs_socket_timeout(), 0, on: group.multi)
+            }
+        }
+    }
+
+    /// The earliest timer of the connection groups, if any.
+    private func earliestGroupDeadline() -> Int64? {
+        var next: Int64?
+        for group in http1.groups {
+            if let deadline = group.deadline { next = min(next ?? deadline, deadline) }
+        }
+        return next
+    }
+
     private func readCompletions() {
         var remaining: Int32 = 0
+        // A group's multi handle holds only raw connections' handles: each message is a connect that ended.
+        for group in http1.groups {
+            while let message = curl_multi_info_read(group.multi.raw, &remaining) {
+                guard bs_msg_is_done(message) != 0, let raw = message.pointee.easy_handle else { continue }
+                let known = http1.completed(raw, code: bs_msg_result(message))
+                assert(known, "a connection group's multi handle finished a handle that is not a connection's")
+            }
+        }
         while let message = curl_multi_info_read(multi.raw, &remaining) {
             // CURLMSG_DONE is the only message libcurl 7.88 sends; each carries the easy handle it is about.
             guard bs_msg_is_done(message) != 0, let raw = message.pointee.easy_handle else { continue }
-            if http1.completed(raw, code: bs_msg_result(message)) { continue }
             if connections.completed(raw, code: bs_msg_result(message)) { continue }
             var context: UnsafeMutableRawPointer?
             // CURLINFO_PRIVATE cannot fail on a valid handle; every handle added carries its transfer.

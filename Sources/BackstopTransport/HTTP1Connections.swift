@@ -66,9 +66,9 @@ final class HTTP1Endpoint {
 
 /// One raw upstream HTTP/1.1 connection (docs/performance.md#libcurl-as-the-connection): a `CONNECT_ONLY` easy
 /// handle curl connected (destination check, TLS and its verification, client certificate, TLS session reuse),
-/// and what Backstop writes and reads on it. The handle is owned here and stays in the transport's multi handle
-/// until the connection is closed: curl finds a `CONNECT_ONLY` connection through that multi handle, and
-/// `curl_multi_remove_handle` closes it. Transport thread only (`HTTP1Connections`).
+/// and what Backstop writes and reads on it. The handle is owned here and stays in its group's multi handle
+/// (`ConnectionGroup`) until the connection is closed: curl finds a `CONNECT_ONLY` connection through that multi
+/// handle's connection cache, and `curl_multi_remove_handle` closes it. Transport thread only (`HTTP1Connections`).
 final class HTTP1Connection {
     let endpoint: HTTP1Endpoint
     let secure: Bool
@@ -92,6 +92,8 @@ final class HTTP1Connection {
     var attached = false
     var refusal: TransportFailure?
     var lastAddress: String?
+    /// Its group's index once it is counted open (`HTTP1Connections.groups`; -1 before).
+    var group = -1
 
     /// Where the rest of the request body comes from.
     enum BodySource {
@@ -124,13 +126,18 @@ final class HTTP1Connections {
     /// A buffered body up to this size goes out with the head, in one send.
     static let inlineBody = 16 << 10
     static let maxIdle = 1024
+    /// Connections per multi handle (`GroupSlots`): curl's walk to a connection, on every send and receive, covers at
+    /// most this many.
+    static let connectionsPerGroup = 64
     /// Endpoints the table holds before those without a connection are forgotten (`forgetUnused`). Configurations
     /// name tens of upstreams, so only passthrough to ever-new hosts reaches it (the growth it stops); as many as the
     /// idle connections kept (`maxIdle`). 1,024 endpoints take under a megabyte (key, copied origin, table slot,
     /// pool bucket), and a sweep visits at most two endpoints per endpoint interned since the last one (`sweepAt`).
     static let maxEndpoints = 1024
 
-    private let multi: CurlMulti
+    /// The multi handles connections are made in, by slot of `groupSlots`.
+    private(set) var groups: [ConnectionGroup] = []
+    private var groupSlots = GroupSlots(perGroup: HTTP1Connections.connectionsPerGroup)
     private let sockets: SocketWatch
     private let destinations: DestinationCheck
     private let configuration: HandleConfiguration
@@ -162,11 +169,10 @@ final class HTTP1Connections {
     private var completions: [(CurlTransfer, TransferCompletion)] = []
 
     init(
-        multi: CurlMulti, sockets: SocketWatch, destinations: DestinationCheck, configuration: HandleConfiguration,
+        sockets: SocketWatch, destinations: DestinationCheck, configuration: HandleConfiguration,
         allocator: ByteBufferAllocator, maxEndpoints: Int = HTTP1Connections.maxEndpoints
     ) {
         precondition(maxEndpoints > 0, "the endpoint table needs room for one endpoint")
-        self.multi = multi
         self.sockets = sockets
         self.destinations = destinations
         self.configuration = configuration
@@ -332,10 +338,19 @@ final class HTTP1Connections {
         } catch {
             return error.description
         }
-        let code = curl_multi_add_handle(multi.raw, easy.raw)
+        let slot = groupSlots.slotWithRoom
+        if slot == groups.count {
+            guard let group = ConnectionGroup(index: slot, sockets: sockets) else {
+                return "curl cannot create a multi handle for new connections: out of memory"
+            }
+            groups.append(group)
+        }
+        let code = curl_multi_add_handle(groups[slot].multi.raw, easy.raw)
         guard code == CURLM_OK else {
             return "curl_multi_add_handle failed: \(String(cString: curl_multi_strerror(code)))"
         }
+        groupSlots.opened(slot)
+        connection.group = slot
         // Counted from here, where curl has it and `close` will end it (before, a failure just drops it, unused).
         assertInterned(endpoint)
         endpoint.connections += 1
@@ -686,18 +701,24 @@ final class HTTP1Connections {
         connection.body = .done
         guard let easy = connection.easy else { return }
         connecting[easy.raw] = nil
-        // Fails only for a handle that is not in the multi handle (its setup failed before it was added).
-        _ = curl_multi_remove_handle(multi.raw, easy.raw)
+        // Every counted connection is in its group's multi handle, where removing it cannot fail.
+        if connection.group >= 0 {
+            _ = curl_multi_remove_handle(groups[connection.group].multi.raw, easy.raw)
+            groupSlots.closed(connection.group)
+            connection.group = -1
+        }
         connection.easy = nil
         connection.endpoint.connections -= 1
         assert(connection.endpoint.connections >= 0, "an endpoint closed more connections than it had")
     }
 
-    /// The transport is stopping (its transfers have finished): every connection is closed, before the multi
-    /// handle is cleaned up.
+    /// The transport is stopping (its transfers have finished): every connection is closed, then the groups' multi
+    /// handles, before the transport's is cleaned up.
     func stopAll() {
         for connection in pool.removeAll() { close(connection) }
         for connection in Array(connecting.values) + Array(open.values) { close(connection) }
+        for group in groups { group.cleanup() }
+        groups.removeAll()
     }
 
     // MARK: causes

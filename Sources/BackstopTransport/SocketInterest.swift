@@ -31,6 +31,8 @@ struct SocketInterest {
         var wanted = false
         /// Whether the transport opened the socket, so that its close is reported to `closed(_:)`.
         var owned = false
+        /// Whose multi handle asked for it: -1 the transport's, else a `ConnectionGroup`'s index.
+        var group = -1
     }
 
     private var entries: [Entry] = []
@@ -46,10 +48,11 @@ struct SocketInterest {
         self[fd] = Entry()
     }
 
-    /// curl's socket callback asked for `what` on `fd`.
-    mutating func curlWants(_ fd: Int32, _ what: Int32) -> Action {
+    /// curl's socket callback asked for `what` on `fd`, from the multi handle of `group` (-1: the transport's).
+    mutating func curlWants(_ fd: Int32, _ what: Int32, group: Int = -1) -> Action {
         var entry = self[fd]
         defer { self[fd] = entry }
+        entry.group = group
         if what == Self.remove {
             entry.wanted = false
             if entry.registered == 0 { return .none }
@@ -91,6 +94,11 @@ struct SocketInterest {
         self[fd] = entry
         return false
     }
+
+    /// The multi handle whose socket callback last asked for `fd`: -1 the transport's (also for a socket no
+    /// callback asked for), else a `ConnectionGroup`'s index. A socket's number is reused only after its close,
+    /// which forgets the group, and a new owner's callback names its own before any event can matter.
+    func group(of fd: Int32) -> Int { self[fd].group }
 
     /// An `epoll_ctl` for `fd` failed: epoll does not watch it, whatever was recorded.
     mutating func registrationFailed(_ fd: Int32) {

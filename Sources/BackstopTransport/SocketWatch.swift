@@ -21,10 +21,11 @@ final class SocketWatch {
 
     deinit { _ = Glibc.close(epollFD) }
 
-    /// curl's socket callback: watch `fd` as `what` says, or stop watching it.
-    func curlWants(_ fd: Int32, _ what: Int32) {
+    /// curl's socket callback: watch `fd` as `what` says, or stop watching it; `group` is the connection group
+    /// whose multi handle asked (-1: the transport's), which `group(of:)` tells the loop.
+    func curlWants(_ fd: Int32, _ what: Int32, group: Int = -1) {
         let failed: Bool
-        switch interest.curlWants(fd, what) {
+        switch interest.curlWants(fd, what, group: group) {
         case .none: return
         case .add(let events): failed = bs_epoll_watch(epollFD, fd, events, 1) != 0
         case .modify(let events): failed = bs_epoll_watch(epollFD, fd, events, 0) != 0
@@ -53,6 +54,9 @@ final class SocketWatch {
             }
         }
     }
+
+    /// Which multi handle `fd`'s events go to: -1 the transport's, else the `ConnectionGroup` of that index.
+    func group(of fd: Int32) -> Int { interest.group(of: fd) }
 
     /// The transport opened `fd` for curl (`CURLOPT_OPENSOCKETFUNCTION`).
     func opened(_ fd: Int32) { interest.opened(fd) }

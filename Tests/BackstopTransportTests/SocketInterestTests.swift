@@ -14,6 +14,26 @@ private func actions(_ interest: inout SocketInterest, _ fd: Int32, _ requests: 
 
 @Suite("Socket interest")
 struct SocketInterestTests {
+    /// A socket's events go to the multi handle whose callback asked for it, and a number reused after a close
+    /// belongs to no group until its new owner asks.
+    @Test func eachSocketRemembersWhichMultiHandleAskedForIt() {
+        var interest = SocketInterest()
+        interest.opened(5)
+        #expect(interest.group(of: 5) == -1)
+        #expect(interest.curlWants(5, output, group: 2) == .add(output))
+        #expect(interest.group(of: 5) == 2)
+        #expect(interest.curlWants(6, input) == .add(input))
+        #expect(interest.group(of: 6) == -1, "the transport's own multi handle")
+        #expect(interest.curlWants(5, remove, group: 2) == .modify(input))
+        #expect(interest.group(of: 5) == 2)
+        interest.closed(5)
+        #expect(interest.group(of: 5) == -1)
+        interest.opened(5)
+        #expect(interest.curlWants(5, input) == .add(input))
+        #expect(interest.group(of: 5) == -1)
+        #expect(interest.group(of: 99) == -1, "a socket nobody asked for")
+    }
+
     @Test func ownedKeepAliveSocketIsRegisteredOnceForManyRequests() {
         var interest = SocketInterest()
         interest.opened(7)

@@ -1,11 +1,11 @@
 import BackstopCore
 import BackstopTestSupport
-import BackstopTransport
 import NIOCore
 import NIOPosix
 import Testing
 
 @testable import BackstopServer
+@testable import BackstopTransport
 
 /// The raw HTTP/1.1 path (docs/performance.md#libcurl-as-the-connection) beside curl's HTTP layer, over real
 /// sockets: the same bytes reach the upstream, the same answers come back, connections are kept and the keep-alive
@@ -122,5 +122,44 @@ struct RawHTTP1TransportTests {
             #expect(origin.requests.map(\.uri) == ["/1", "/2", "/3"], "raw: \(raw)")
             #expect(origin.connectionCount == 3, "raw: \(raw)")
         }
+    }
+
+    /// More TLS connections than one group holds (`HTTP1Connections.connectionsPerGroup`): curl connects each in its
+    /// group's multi handle and finds it there for every send and receive; they are kept for reuse and all closed on
+    /// shutdown.
+    @Test("TLS connections spread over several groups are each read, written, reused and closed")
+    func connectionsInSeveralGroups() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let certificates = try TestCertificates.generate(in: directory)
+        // Each answer waits long enough that every request of a wave is in flight at once (a connection each).
+        let origin = try await TestOrigin.start(tls: certificates.serverIdentity) { request in
+            .delay(.milliseconds(request.uri.hasPrefix("/wave") ? 1_000 : 0), then: .text(200, "got \(request.uri)"))
+        }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let transport = CurlMultiTransport(rawHTTP1: true)
+        let fetcher = TransportFetcher(transport: transport, eventLoop: group.next())
+        let tls = TransportTLSOptions(caFile: certificates.caCertPath)
+        let url = "https://localhost:\(origin.port)"
+        func fetch(_ target: String) async throws -> String {
+            let request = TransportRequest(
+                url: url + target, method: "GET", headers: [(name: "Host", value: "up.test")], tls: tls)
+            let response = try await fetcher.fetch(request, timeout: .seconds(20)).get()
+            return "\(response.head.status) " + String(decoding: response.body, as: UTF8.self)
+        }
+        let wave = 2 * HTTP1Connections.connectionsPerGroup + 3
+        let answers = try await withThrowingTaskGroup(of: String.self) { tasks in
+            for n in 0..<wave { tasks.addTask { try await fetch("/wave/\(n)") } }
+            return try await tasks.reduce(into: []) { $0.append($1) }
+        }
+        #expect(Set(answers) == Set((0..<wave).map { "200 got /wave/\($0)" }))
+        let opened = origin.connectionCount
+        #expect(opened > HTTP1Connections.connectionsPerGroup, "the wave needed connections in a second group")
+        for n in 0..<wave { #expect(try await fetch("/again/\(n)") == "200 got /again/\(n)") }
+        #expect(origin.connectionCount == opened, "later requests reused the connections")
+        await transport.shutdown()
+        try await Poll.until("every connection closed", within: .seconds(5)) { origin.openConnectionCount == 0 }
+        try await group.shutdownGracefully()
+        try await origin.shutdown()
     }
 }

@@ -2,6 +2,8 @@ import BackstopTestSupport
 import Foundation
 import Testing
 
+@testable import BackstopTransport
+
 /// A real TLS upstream with a CA generated in the test.
 @Suite("TLS upstreams")
 struct TLSUpstreamTests {
@@ -229,6 +231,86 @@ struct TLSUpstreamTests {
         #expect(onNewHandle.status == 200)
         #expect(onNewHandle.bodyString == "reused")
         #expect(try await slow.bodyString == "reused")
+        await proxy.stop()
+        origin.send(signal: SIGKILL)
+        await origin.stop()
+    }
+
+    /// Connections in more than one group (`HTTP1Connections.connectionsPerGroup` each, a multi handle of its own)
+    /// still resume the one session store's TLS sessions: a group holds connections, not sessions.
+    @Test("new connections in a second connection group resume the TLS session the first group's connection made")
+    func tlsSessionsSharedAcrossConnectionGroups() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let certificates = try TestCertificates.generate(in: directory)
+        let wave = HTTP1Connections.connectionsPerGroup + 2
+        // Every answer closes its connection; the requests of the wave are answered only once all have arrived
+        // (20 s at most), so each has a connection of its own. The test sends each only when the one before has
+        // arrived (`arrived` printed), so every handshake starts after the first request's session was stored
+        // and none races another (concurrent handshakes resume or not by timing, with one group as with several).
+        let script = directory + "/wave_origin.py"
+        try """
+        import http.server, ssl, sys, threading
+        wave = threading.Barrier(int(sys.argv[4]), timeout=20)
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def do_GET(self):
+                status = 200
+                if self.path.startswith("/wave"):
+                    print("arrived", flush=True)
+                    try:
+                        wave.wait()
+                    except threading.BrokenBarrierError:
+                        status = 504
+                body = (b"reused" if self.connection.session_reused else b"new")
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(body)
+                self.close_connection = True
+            def log_message(self, *args):
+                pass
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 256
+        server = Server(("127.0.0.1", int(sys.argv[1])), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(sys.argv[2], sys.argv[3])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server.serve_forever()
+        """.write(toFile: script, atomically: true, encoding: .utf8)
+        let port = try FreePort.reserveClosedPort()
+        let origin = try DaemonProcess.start(
+            binary: "/usr/bin/env",
+            arguments: [
+                "python3", script, String(port), certificates.serverCertPath, certificates.serverKeyPath, String(wave),
+            ])
+        defer { origin.send(signal: SIGKILL) }
+        try await origin.waitUntilListening(port: port)
+        let proxy = try await ProxyHarness.start(
+            """
+            upstreams:
+              - name: resuming
+                match: {hosts: [resuming.test]}
+                url: https://localhost:\(port)
+                tls: {ca_file: \(certificates.caCertPath)}
+            """)
+        let first = try await proxy.get("http://resuming.test/first", host: "resuming.test")
+        #expect(first.status == 200)
+        #expect(first.bodyString == "new")
+        let answers = try await withThrowingTaskGroup(of: String.self) { tasks in
+            for n in 0..<wave {
+                tasks.addTask {
+                    let response = try await proxy.get("http://resuming.test/wave/\(n)", host: "resuming.test")
+                    return "\(response.status) \(response.bodyString)"
+                }
+                try await origin.waitForOutput(timeout: .seconds(10)) {
+                    $0.components(separatedBy: "arrived").count - 1 == n + 1
+                }
+            }
+            return try await tasks.reduce(into: []) { $0.append($1) }
+        }
+        #expect(answers == Array(repeating: "200 reused", count: wave))
         await proxy.stop()
         origin.send(signal: SIGKILL)
         await origin.stop()
