@@ -169,93 +169,29 @@ struct TLSUpstreamTests {
         try await origin.shutdown()
     }
 
-    @Test("a new upstream connection on another handle resumes the TLS session the first one made (one session store)")
-    func tlsSessionsShared() async throws {
-        let directory = try TestFiles.makeTemporaryDirectory()
-        defer { TestFiles.remove(directory) }
+    /// A Python HTTPS origin behind a proxy (upstream `resuming`, host `resuming.test`), its first request already
+    /// answered (a full handshake: "new"). It tells each request whether its connection resumed a TLS session
+    /// ("reused" or "new") and closes the connection after every response, so every request needs a handshake.
+    /// `/slow` prints `slow` and is held until `/second` arrives; `/wave…` prints `arrived` and is held until
+    /// `waveSize` of them have arrived (504 when they do not within 20 s; 10 s for `/slow`). The caller kills the
+    /// origin (SIGKILL: the script leaves SIGTERM to the default it inherits, which a test process may have blocked).
+    private func startResumptionOrigin(
+        in directory: String, waveSize: Int = 1
+    ) async throws -> (origin: DaemonProcess, proxy: ProxyHarness) {
         let certificates = try TestCertificates.generate(in: directory)
-        // Python's server tells each request whether its connection resumed a session, and closes the connection
-        // after every response: every request needs a new handshake. It prints `slow` when /slow arrives and holds
-        // that answer until /second has arrived (10 s at most).
         let script = directory + "/resumption_origin.py"
         try """
         import http.server, ssl, sys, threading
         second_arrived = threading.Event()
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            def do_GET(self):
-                if self.path == "/slow":
-                    print("slow", flush=True)
-                    second_arrived.wait(10)
-                if self.path == "/second": second_arrived.set()
-                body = (b"reused" if self.connection.session_reused else b"new")
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(body)
-                self.close_connection = True
-            def log_message(self, *args):
-                pass
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(sys.argv[2], sys.argv[3])
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        server.serve_forever()
-        """.write(toFile: script, atomically: true, encoding: .utf8)
-        let port = try FreePort.reserveClosedPort()
-        let origin = try DaemonProcess.start(
-            binary: "/usr/bin/env",
-            arguments: ["python3", script, String(port), certificates.serverCertPath, certificates.serverKeyPath])
-        // Killed, also when an expectation throws: the script leaves SIGTERM to the default it inherits, which a
-        // test process may have blocked. `stop()` below then only reaps it and removes its log.
-        defer { origin.send(signal: SIGKILL) }
-        try await origin.waitUntilListening(port: port)
-        let proxy = try await ProxyHarness.start(
-            """
-            upstreams:
-              - name: resuming
-                match: {hosts: [resuming.test]}
-                url: https://localhost:\(port)
-                tls: {ca_file: \(certificates.caCertPath)}
-            """)
-        let first = try await proxy.get("http://resuming.test/first", host: "resuming.test")
-        #expect(first.status == 200)
-        #expect(first.bodyString == "new")
-        // The slow request takes the first request's idle handle (which kept a session of its own). Once it has
-        // reached the origin (its handshake done, a fresh ticket sent), the next request needs a new handle: only a
-        // session store shared by the handles lets that one resume.
-        async let slow = proxy.get("http://resuming.test/slow", host: "resuming.test")
-        try await origin.waitForOutput(timeout: .seconds(10)) { $0.contains("slow") }
-        let onNewHandle = try await proxy.get("http://resuming.test/second", host: "resuming.test")
-        #expect(onNewHandle.status == 200)
-        #expect(onNewHandle.bodyString == "reused")
-        #expect(try await slow.bodyString == "reused")
-        await proxy.stop()
-        origin.send(signal: SIGKILL)
-        await origin.stop()
-    }
-
-    /// Connections in more than one group (`HTTP1Connections.connectionsPerGroup` each, a multi handle of its own)
-    /// still resume the one session store's TLS sessions: a group holds connections, not sessions.
-    @Test("new connections in a second connection group resume the TLS session the first group's connection made")
-    func tlsSessionsSharedAcrossConnectionGroups() async throws {
-        let directory = try TestFiles.makeTemporaryDirectory()
-        defer { TestFiles.remove(directory) }
-        let certificates = try TestCertificates.generate(in: directory)
-        let wave = HTTP1Connections.connectionsPerGroup + 2
-        // Every answer closes its connection; the requests of the wave are answered only once all have arrived
-        // (20 s at most), so each has a connection of its own. The test sends each only when the one before has
-        // arrived (`arrived` printed), so every handshake starts after the first request's session was stored
-        // and none races another (concurrent handshakes resume or not by timing, with one group as with several).
-        let script = directory + "/wave_origin.py"
-        try """
-        import http.server, ssl, sys, threading
         wave = threading.Barrier(int(sys.argv[4]), timeout=20)
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             def do_GET(self):
                 status = 200
+                if self.path == "/slow":
+                    print("slow", flush=True)
+                    second_arrived.wait(10)
+                if self.path == "/second": second_arrived.set()
                 if self.path.startswith("/wave"):
                     print("arrived", flush=True)
                     try:
@@ -283,21 +219,62 @@ struct TLSUpstreamTests {
         let origin = try DaemonProcess.start(
             binary: "/usr/bin/env",
             arguments: [
-                "python3", script, String(port), certificates.serverCertPath, certificates.serverKeyPath, String(wave),
+                "python3", script, String(port), certificates.serverCertPath, certificates.serverKeyPath,
+                String(waveSize),
             ])
+        do {
+            try await origin.waitUntilListening(port: port)
+            let proxy = try await ProxyHarness.start(
+                """
+                upstreams:
+                  - name: resuming
+                    match: {hosts: [resuming.test]}
+                    url: https://localhost:\(port)
+                    tls: {ca_file: \(certificates.caCertPath)}
+                """)
+            let first = try await proxy.get("http://resuming.test/first", host: "resuming.test")
+            #expect(first.status == 200)
+            #expect(first.bodyString == "new")
+            return (origin, proxy)
+        } catch {
+            origin.send(signal: SIGKILL)
+            throw error
+        }
+    }
+
+    @Test("a new upstream connection on another handle resumes the TLS session the first one made (one session store)")
+    func tlsSessionsShared() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let (origin, proxy) = try await startResumptionOrigin(in: directory)
         defer { origin.send(signal: SIGKILL) }
-        try await origin.waitUntilListening(port: port)
-        let proxy = try await ProxyHarness.start(
-            """
-            upstreams:
-              - name: resuming
-                match: {hosts: [resuming.test]}
-                url: https://localhost:\(port)
-                tls: {ca_file: \(certificates.caCertPath)}
-            """)
-        let first = try await proxy.get("http://resuming.test/first", host: "resuming.test")
-        #expect(first.status == 200)
-        #expect(first.bodyString == "new")
+        // The slow request takes the first request's idle handle (which kept a session of its own). Once it has
+        // reached the origin (its handshake done, a fresh ticket sent), the next request needs a new handle: only a
+        // session store shared by the handles lets that one resume.
+        async let slow = proxy.get("http://resuming.test/slow", host: "resuming.test")
+        try await origin.waitForOutput(timeout: .seconds(10)) { $0.contains("slow") }
+        let onNewHandle = try await proxy.get("http://resuming.test/second", host: "resuming.test")
+        #expect(onNewHandle.status == 200)
+        #expect(onNewHandle.bodyString == "reused")
+        #expect(try await slow.bodyString == "reused")
+        await proxy.stop()
+        origin.send(signal: SIGKILL)
+        await origin.stop()
+    }
+
+    /// Connections in more than one group (`HTTP1Connections.connectionsPerGroup` each, a multi handle of its own)
+    /// still resume the one session store's TLS sessions: a group holds connections, not sessions.
+    @Test("new connections in a second connection group resume the TLS session the first group's connection made")
+    func tlsSessionsSharedAcrossConnectionGroups() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let wave = HTTP1Connections.connectionsPerGroup + 2
+        let (origin, proxy) = try await startResumptionOrigin(in: directory, waveSize: wave)
+        defer { origin.send(signal: SIGKILL) }
+        // The wave's requests are answered once all have arrived, so each has a connection of its own. Each is
+        // sent only when the one before has arrived, so every handshake starts after the first request's session
+        // was stored and none races another (concurrent handshakes resume or not by timing, with one group as with
+        // several).
         let answers = try await withThrowingTaskGroup(of: String.self) { tasks in
             for n in 0..<wave {
                 tasks.addTask {
