@@ -254,13 +254,14 @@ final class CurlMulti {
     }
 }
 
-/// The share handle through which every easy handle resumes the TLS sessions of the others, owned.
+/// The share handle through which every easy handle resumes the TLS sessions of the others and finds names the
+/// others resolved (one DNS cache across the transport's and the connection groups' multi handles), owned.
 final class CurlShare {
     let raw: UnsafeMutableRawPointer
 
     /// Nil when curl cannot make one (every handshake is then a full one).
     init?() {
-        guard let raw = bs_share_tls_sessions() else { return nil }
+        guard let raw = bs_share_caches() else { return nil }
         self.raw = raw
     }
 

@@ -702,7 +702,7 @@ final class HTTP1Connections {
         guard let easy = connection.easy else { return }
         connecting[easy.raw] = nil
         // Every counted connection is in its group's multi handle, where removing it cannot fail.
-        if connection.group >= 0 {
+        if groups.indices.contains(connection.group) {
             _ = curl_multi_remove_handle(groups[connection.group].multi.raw, easy.raw)
             groupSlots.closed(connection.group)
             connection.group = -1
@@ -719,6 +719,7 @@ final class HTTP1Connections {
         for connection in Array(connecting.values) + Array(open.values) { close(connection) }
         for group in groups { group.cleanup() }
         groups.removeAll()
+        groupSlots = GroupSlots(perGroup: Self.connectionsPerGroup)
     }
 
     // MARK: causes

@@ -5,7 +5,7 @@ import CCurl
 /// option with no default to set back (like `CURLOPT_CAINFO`) must also be part of `TransportTLSOptions`, so that
 /// `EasyHandles` groups and resets handles by it.
 struct HandleConfiguration {
-    /// The TLS session cache every handle shares (nil: none could be made).
+    /// The TLS session and DNS caches every handle shares (nil: none could be made).
     let share: CurlShare?
     /// What `CURLOPT_CLOSESOCKETDATA` points at: the transport, which outlives every handle.
     let closeContext: UnsafeMutableRawPointer

@@ -96,8 +96,10 @@ struct SocketInterest {
     }
 
     /// The multi handle whose socket callback last asked for `fd`: -1 the transport's (also for a socket no
-    /// callback asked for), else a `ConnectionGroup`'s index. A socket's number is reused only after its close,
-    /// which forgets the group, and a new owner's callback names its own before any event can matter.
+    /// callback asked for), else a `ConnectionGroup`'s index. A socket the transport opened forgets its group when
+    /// it is opened or closed; one curl opened itself (the threaded resolver's socketpair) is closed without notice,
+    /// but curl's callback removes it first and epoll reports only sockets a callback asked for, whose owner's
+    /// callback named its own group. (An event for a socket a multi handle does not know is ignored by curl.)
     func group(of fd: Int32) -> Int { self[fd].group }
 
     /// An `epoll_ctl` for `fd` failed: epoll does not watch it, whatever was recorded.

@@ -42,11 +42,14 @@ static inline CURLcode bs_easy_getinfo_long(CURL *h, CURLINFO i, long *v) { retu
 static inline CURLcode bs_easy_getinfo_pointer(CURL *h, CURLINFO i, void **v) { return curl_easy_getinfo(h, i, v); }
 static inline CURLcode bs_easy_getinfo_string(CURL *h, CURLINFO i, const char **v) { return curl_easy_getinfo(h, i, (char **)v); }
 
-/* A share handle that shares TLS sessions, or NULL. Used from the transport thread only, so it needs no locks. */
-static inline CURLSH *bs_share_tls_sessions(void) {
+/* A share handle that shares TLS sessions and the DNS cache, or NULL. Every handle uses it, whichever multi handle it
+   is in (the transport's or a connection group's), so they resume each other's sessions and resolve a name once.
+   Used from the transport thread only, so it needs no locks. */
+static inline CURLSH *bs_share_caches(void) {
     CURLSH *share = curl_share_init();
-    if (share && curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK) {
-        curl_share_cleanup(share);
+    if (share && (curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK
+                  || curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK)) {
+        (void)curl_share_cleanup(share); /* a new share no handle uses: CURLSHE_OK */
         return NULL;
     }
     return share;
