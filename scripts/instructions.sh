@@ -33,12 +33,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/realistic.sh"
 REPORT=$(dirname "${BASH_SOURCE[0]}")/../bench/wrk_report.lua
 export REALISTIC=${IR_REALISTIC:-0} WRK_REALISTIC=${IR_REALISTIC:-0}
 export PROXY_HTTP2=${IR_HTTP2:-}
+# Under valgrind a proxy runs ~50x slower: at high concurrency the first TLS handshakes outlast the 2 s connect
+# timeout, and the endpoint would be ejected (every later answer an error). Timeouts sized for valgrind.
+export PROXY_TIMEOUTS="connect: 60s, per_try: 120s, total: 300s"
 start_ab_origin "$WORK" "$ORIGIN" "$PROXY" "${IR_TLS:-0}" "${IR_H1:-0}" \
   || { echo "instructions.sh: openssl cannot make the origin certificate" >&2; exit 2; }
 PIDS+=("$ORIGIN_PID")
-# Under valgrind a proxy runs ~50x slower: at high concurrency the first TLS handshakes outlast the 2 s connect
-# timeout, and the endpoint would be ejected (every later answer an error). Timeouts sized for valgrind.
-sed -i '/^upstreams:/ s/}]$/, timeouts: {connect: 60s, per_try: 120s, total: 300s}}]/' "$WORK/proxy.yaml"
 wait_port $ORIGIN 60
 # Requests counted: the calls callgrind saw to the one function every request head goes through once
 # (`ProxyHandler.admit`), so the count and the instructions cover the same instants exactly.

@@ -9,6 +9,7 @@
 #   REALISTIC=1: the upstream injects a 1 KiB bearer token (`auth: static` from a keychain in WORK/keychain; seed it
 #   with `seed_realistic_keychain BIN WORK/proxy.yaml` from scripts/lib/realistic.sh before starting a binary).
 #   PROXY_HTTP2=true|false: the upstream's `tls.http2` (unset: the default).
+#   PROXY_TIMEOUTS="connect: 60s, ...": the upstream's `timeouts` (unset: the defaults).
 #   TRACING_ENDPOINT=URL: a `tracing` section exporting every request's spans there (sample_ratio 1).
 start_ab_origin() {
   local work=$1 origin=$2 proxy=$3 tls=$4 h1=$5
@@ -44,7 +45,7 @@ listen: [127.0.0.1:$proxy]
 log: {level: warning, access_log: false}
 $keychain
 ${TRACING_ENDPOINT:+tracing: {otlp_endpoint: \"$TRACING_ENDPOINT\", sample_ratio: 1\}}
-upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$scheme://127.0.0.1:$origin", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}$upstream_tls$auth}]
+upstreams: [{name: origin, match: {hosts: [127.0.0.1]}, url: "$scheme://127.0.0.1:$origin", retry: {attempts: 4, on: [connect-failure, 502, 503, 504]}${PROXY_TIMEOUTS:+, timeouts: {$PROXY_TIMEOUTS\}}$upstream_tls$auth}]
 CONF
 }
 
