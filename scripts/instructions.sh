@@ -14,8 +14,10 @@
 #                                                            # 1 KiB bearer token injected (auth: static)
 #   IR_TRACING=1 bash scripts/instructions.sh ...            # tracing on at sample_ratio 1, spans exported to
 #                                                            # scripts/otlp-receiver.py (needs opentelemetry-proto)
+#   KEEP_PROFILES=DIR IR_DUMP_INSTR=1 bash scripts/instructions.sh ...  # keep the profiles, costs and calls per
+#                                                            # instruction address (scripts/callsites.py reads them)
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,18p' "$0"; exit 2; }
 for tool in wrk nginx valgrind callgrind_control strip; do
   command -v $tool >/dev/null || { echo "instructions.sh: $tool not found (apt-get install wrk nginx valgrind)" >&2; exit 2; }
 done
@@ -62,7 +64,8 @@ for given in "$@"; do
     rm -f "$WORK"/keychain/*
     seed_realistic_keychain "$bin" "$WORK/proxy.yaml" || { echo "instructions.sh: $given cannot make the keychain" >&2; exit 2; }
   fi
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.%p" "$bin" run --config "$WORK/proxy.yaml" \
+  valgrind --tool=callgrind --instr-atstart=no $([ "${IR_DUMP_INSTR:-0}" = 1 ] && echo --dump-instr=yes) \
+    --callgrind-out-file="$WORK/cg.%p" "$bin" run --config "$WORK/proxy.yaml" \
     2>"$WORK/valgrind.log" & pid=$!
   wait_port $PROXY 60  # valgrind starts slowly
   # One wrk run: its connections are made during the warm-up, so the counted window holds requests only (two runs

@@ -365,7 +365,7 @@ extension ProxyHandler {
         // A client connection lingers (`LingeringCloseHandler`): its client may still be sending a body the answer
         // refused. An intercepted one (TLS inside, which a half-close would cut) and the deliverer's own are closed.
         let lingers = intercepted == nil && !delivery
-        let clock = runtime.clock
+        let clock = self.clock
         context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in
             if lingers {
                 LingeringCloseHandler.close(channel, clock: clock)
