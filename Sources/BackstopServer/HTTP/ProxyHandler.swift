@@ -24,8 +24,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias Action = ConnectionStateMachine.Action
 
     let runtime: ProxyRuntime
-    /// `runtime.clock`, kept here: read through `runtime` on each of a request's ~10 clock readings, the existential
-    /// was retained and released with the runtime each time (docs/performance.md#smaller-per-request-costs).
+    /// `runtime.clock`, kept here: read through `runtime`, each of a request's ~10 clock readings retained and
+    /// released the runtime as well as the clock (docs/performance.md#reference-counting-line-by-line-2026-11-27).
     let clock: any BackstopClock
     /// Only the event loop touches it, and every event returns its actions before any is performed.
     var machine: ConnectionStateMachine
