@@ -4,8 +4,8 @@
 # rounds so every proxy sees the same phases of the machine. Prints, per concurrency, the median req/s, p99 and
 # CPU µs per request of each proxy (utime+stime of its processes over the requests it served), req/s as a
 # fraction of nginx's, and how many connections the origin accepted during the run (the proxy's new upstream
-# connections: TLS handshakes with --tls). Every proxy retries connect failures and 5xx and keeps upstream
-# connections alive.
+# connections: TLS handshakes with --tls); then each proxy's CPU and req/s against nginx's in the same round, with
+# their median over rounds. Every proxy retries connect failures and 5xx and keeps upstream connections alive.
 #
 #   bash bench/peers.sh                  # plain HTTP origin, 3 rounds x 10 s, c=32 and c=256 (~6 min)
 #   bash bench/peers.sh --tls            # the origin speaks TLS (CA made for the run), every proxy verifies it;
@@ -249,14 +249,16 @@ done
 python3 - "$RESULTS" "$HZ" <<'EOF'
 import json, statistics, sys
 rows = {}
+rounds = {}  # (conns, target) -> {round: (req/s, CPU µs per request)}
 for line in open(sys.argv[1]):
-    target, conns, _, ticks, accepted, blob = line.rstrip("\n").split("\t")
+    target, conns, round_, ticks, accepted, blob = line.rstrip("\n").split("\t")
     d = json.loads(blob)
     seconds = d["duration_us"] / 1e6
     rate = d["requests"] / seconds
     cpu = int(ticks) / int(sys.argv[2]) * 1e6 / max(d["requests"], 1)
     errors = d["non2xx3xx"] + d["err_connect"] + d["err_read"] + d["err_write"] + d["err_timeout"]
     rows.setdefault((int(conns), target), []).append((rate, d["p99_us"] / 1000, cpu, int(accepted), errors))
+    rounds.setdefault((int(conns), target), {})[int(round_)] = (rate, cpu)
 for conns in sorted({c for c, _ in rows}):
     print(f"\n### c={conns}\n")
     # "origin conns": connections the origin accepted during the run (median), i.e. the proxy's new upstream
@@ -270,4 +272,23 @@ for conns in sorted({c for c, _ in rows}):
         ratio = f"{rate / base:.2f}" if base else "–"
         # `direct` is wrk against the origin itself: its CPU column is the origin's, not a proxy's.
         print(f"| {target} | {rate:.0f} | {p99:.2f} | {cpu:.1f} | {ratio} | {accepted:.0f} | {errors} |")
+    # Each proxy against nginx in the same round (their runs minutes apart at most), then the median over rounds:
+    # steadier than a ratio of medians when the machine's speed drifts between rounds
+    # (docs/performance.md#side-by-side-with-nginx-haproxy-and-envoy).
+    nginx = rounds.get((conns, "nginx"), {})
+    paired = []
+    for target in med:
+        if target in ("nginx", "direct") or not nginx:
+            continue
+        mine = rounds[(conns, target)]
+        common = sorted(set(mine) & set(nginx))
+        if not common:
+            continue
+        cpu = [mine[r][1] / nginx[r][1] for r in common if nginx[r][1] > 0]
+        rate = [mine[r][0] / nginx[r][0] for r in common if nginx[r][0] > 0]
+        if cpu and rate:
+            paired.append(f"{target} CPU {statistics.median(cpu):.2f}× [{', '.join(f'{x:.2f}' for x in cpu)}], "
+                          f"req/s {statistics.median(rate):.2f} [{', '.join(f'{x:.2f}' for x in rate)}]")
+    if paired:
+        print("\nAgainst nginx round by round (median [each round]): " + "; ".join(paired) + ".")
 EOF
