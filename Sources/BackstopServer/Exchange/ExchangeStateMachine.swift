@@ -704,6 +704,9 @@ struct ExchangeStateMachine: Equatable {
 
     var isDone: Bool { if case .done = state { true } else { false } }
 
+    /// `body` on this machine in place: what `ConnectionStateMachine` reaches its optional exchange through.
+    mutating func applying<R>(_ body: (inout Self) -> R) -> R { body(&self) }
+
     /// The generation whose response is being relayed, if any.
     var relayingGeneration: Int? { if case .relaying(_, let relaying) = state { relaying.generation } else { nil } }
 

@@ -109,9 +109,10 @@ struct ConnectionStateMachine {
 
         var hasExchange: Bool { withExchange { _ in true } ?? false }
 
+        /// Optional chaining reaches the machine in place with one look at the optional's tag (`if case .none`, then
+        /// `exchange!`, looked twice: ~40 instructions each for an enum this large, several times a request).
         private static func inPlace<R>(_ exchange: inout Exchange?, _ body: (inout Exchange) -> R) -> R? {
-            if case .none = exchange { return nil }
-            return body(&exchange!)
+            exchange?.applying(body)
         }
 
         /// The box of a finished request, made the next one's (`ConnectionStateMachine.spare`).
