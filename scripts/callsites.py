@@ -22,11 +22,11 @@ import sys
 
 def parse(path, binary_pattern, pattern):
     """(caller address in BINARY, calls) for every call to a function matching `pattern`."""
-    names = {}  # compressed ids of fn= / cfn= / ob= / cob=
+    names = {}  # compressed ids of fn= / cfn= / ob=
     sites = collections.Counter()
     callers = {}  # site address -> the calling function's (mangled) name
     function = None
-    obj = cobj = None
+    obj = None
     callee = None
     pending = None  # calls count waiting for its call-site line
     addr = 0
@@ -55,12 +55,10 @@ def parse(path, binary_pattern, pattern):
         for line in f:
             if line.startswith("ob="):
                 obj = name_of("ob", line[3:].strip())
-                cobj = obj
             elif line.startswith("cob="):
-                cobj = name_of("ob", line[4:].strip())
+                name_of("ob", line[4:].strip())  # only to learn a compressed name the file may use again
             elif line.startswith("fn="):
                 function = name_of("fn", line[3:].strip())
-                cobj = obj
             elif line.startswith("cfn="):
                 callee = name_of("fn", line[4:].strip())
             elif line.startswith("calls="):
@@ -72,9 +70,6 @@ def parse(path, binary_pattern, pattern):
                         sites[addr] += pending
                         callers[addr] = function
                     pending = None
-                    cobj = obj
-            elif line.startswith(("fl=", "fi=", "fe=", "cfi=", "cfl=")):
-                pass
     return sites, callers
 
 

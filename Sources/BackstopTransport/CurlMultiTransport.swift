@@ -28,6 +28,9 @@ import Synchronization
 /// locked, so any thread may use them.
 public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     let allocator = ByteBufferAllocator()
+    /// The transport's own multi handle (curl's HTTP layer, upgrades), driven by the loop like each connection
+    /// group's (`DrivenMulti`); `multi` is its handle.
+    private let driven: DrivenMulti
     private let multi: CurlMulti
     private let commands: TransportCommands
     private let sockets: SocketWatch
@@ -56,8 +59,6 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
     private var flushBatches: [[CurlTransfer.Delivery]] = []
     /// `settleHTTP1`'s scratch: the raw path's completions being handed to the table.
     private var settling: [(CurlTransfer, TransferCompletion)] = []
-    /// When curl wants `CURL_SOCKET_TIMEOUT` handled next (monotonic ms), or nil for no timer.
-    private var timerDeadline: Int64?
 
     /// The transport thread's stack: curl's callbacks and the loop need little.
     static let threadStackSize = 1 << 20
@@ -78,11 +79,13 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         CurlGlobal.initialize()
         self.logger = logger ?? Logger(label: "backstop.transport")
         self.rawHTTP1 = rawHTTP1
-        guard let multi = CurlMulti(), let commands = TransportCommands(),
-            let sockets = SocketWatch(wakeFD: commands.wakeFD)
+        guard let commands = TransportCommands(), let sockets = SocketWatch(wakeFD: commands.wakeFD),
+            let driven = DrivenMulti(index: DrivenMulti.transportIndex, sockets: sockets)
         else {
             fatalError("cannot create the transport's multi handle, eventfd or epoll instance (errno \(errno))")
         }
+        let multi = driven.multi
+        self.driven = driven
         self.multi = multi
         self.commands = commands
         self.sockets = sockets
@@ -97,12 +100,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         http1 = HTTP1Connections(
             sockets: sockets, destinations: destinations, configuration: handles.configuration,
             allocator: allocator, maxEndpoints: maxHTTP1Endpoints)
-        let context = Unmanaged.passUnretained(self).toOpaque()
         do throws(CurlSetupError) {
             try multi.set(CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
             try multi.set(CURLMOPT_MAXCONNECTS, Self.maxCachedConnections)
-            try multi.setSocketCallback(CurlTrampolines.socket, context: context)
-            try multi.setTimerCallback(CurlTrampolines.timer, context: context)
         } catch {
             fatalError("libcurl cannot be set up: \(error)")
         }
@@ -182,11 +182,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             for i in batch.indices { perform(batch[i]) }
             settleHTTP1()
             if table.stopping { break }
-            if let deadline = timerDeadline, bs_monotonic_ms() >= deadline {
-                timerDeadline = nil
-                socketAction(bs_socket_timeout(), 0, on: multi)
-            }
-            if !http1.groups.isEmpty { fireGroupTimers() }
+            fireTimers()
             readCompletions()
             var nextAbandonDeadline: Int64?
             if table.hasDeadlines {
@@ -201,11 +197,9 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             var timeout: Int32 = commands.announceSleep() ? 0 : 1000
             // Each deadline in turn, not a loop over an array literal of them: that array was made and released
             // on every turn.
-            timeout = Self.timeout(timeout, until: timerDeadline)
             timeout = Self.timeout(timeout, until: nextAbandonDeadline)
-            // Read last, like `timerDeadline`: a connection started after the timers fired (a resend, say) has just
-            // set its group's.
-            if !http1.groups.isEmpty { timeout = Self.timeout(timeout, until: earliestGroupDeadline()) }
+            // Read last: a transfer or connection started after the timers fired (a resend, say) has just set one.
+            timeout = Self.timeout(timeout, until: earliestTimer())
             let ready = sockets.wait(fds: &readyFDs, masks: &readyMasks, timeoutMS: timeout)
             commands.announceAwake()
             for i in 0..<ready {
@@ -229,7 +223,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         // `stop`; the idle ones go here), then the multi handle, which closes the cached connections through the
         // close-socket callback, on this thread. The share goes with `self`, when no handle uses it any more.
         handles.removeAll()
-        multi.cleanup()
+        driven.cleanup()
         let waiter = finishedSignal.withLockedValue { state -> CheckedContinuation<Void, Never>? in
             state.done = true
             defer { state.waiter = nil }
@@ -303,20 +297,26 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         dirty.removeAll(keepingCapacity: true)
     }
 
-    /// Fires the connection groups' due timers.
-    private func fireGroupTimers() {
-        let now = bs_monotonic_ms()
-        for group in http1.groups {
-            if let deadline = group.deadline, deadline <= now {
-                group.deadline = nil
-                socketAction(bs_socket_timeout(), 0, on: group.multi)
-            }
-        }
+    /// Fires the due timers of the multi handles the loop drives: the transport's and each connection group's. The
+    /// clock is read once, and only when one of them has a timer.
+    private func fireTimers() {
+        var now: Int64?
+        fireTimer(of: driven, now: &now)
+        for group in http1.groups { fireTimer(of: group, now: &now) }
     }
 
-    /// The earliest timer of the connection groups, if any.
-    private func earliestGroupDeadline() -> Int64? {
-        var next: Int64?
+    private func fireTimer(of target: DrivenMulti, now: inout Int64?) {
+        guard let deadline = target.deadline else { return }
+        let current = now ?? bs_monotonic_ms()
+        now = current
+        guard deadline <= current else { return }
+        target.deadline = nil
+        socketAction(bs_socket_timeout(), 0, on: target.multi)
+    }
+
+    /// The earliest timer of the multi handles the loop drives, if any.
+    private func earliestTimer() -> Int64? {
+        var next = driven.deadline
         for group in http1.groups {
             if let deadline = group.deadline { next = min(next ?? deadline, deadline) }
         }
@@ -489,11 +489,6 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 
     // MARK: curl's callbacks (through the trampolines below)
 
-    fileprivate func watch(_ fd: Int32, what: Int32) {
-        assertOnTransportThread()
-        sockets.curlWants(fd, what)
-    }
-
     /// curl's open-socket callback: the destination is checked on the resolved address curl is about to connect
     /// to, and the socket is opened here so `sockets` learns its number.
     fileprivate func openSocket(
@@ -506,12 +501,6 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         if let refusal = verdict.refusal { transfer.refusal = refusal }
         return fd
     }
-
-    /// curl's timer callback: `timeoutMS` −1 removes the timer, 0 means "as soon as possible".
-    fileprivate func setTimer(_ timeoutMS: Int) {
-        assertOnTransportThread()
-        timerDeadline = timeoutMS < 0 ? nil : bs_monotonic_ms() + Int64(timeoutMS)
-    }
 }
 
 /// The C callbacks curl calls, each forwarding to the object behind its context pointer. They borrow that object
@@ -519,18 +508,6 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
 /// because the transport owns every transfer while curl holds its easy handle, and the transport outlives its
 /// multi handle and every easy handle.
 enum CurlTrampolines {
-    static let socket: bs_curl_socket_callback = { _, fd, what, context, _ in
-        guard let context else { return 0 }
-        Unmanaged<CurlMultiTransport>.fromOpaque(context)._withUnsafeGuaranteedRef { $0.watch(fd, what: what) }
-        return 0
-    }
-
-    static let timer: bs_curl_timer_callback = { _, timeoutMS, context in
-        guard let context else { return 0 }
-        Unmanaged<CurlMultiTransport>.fromOpaque(context)._withUnsafeGuaranteedRef { $0.setTimer(timeoutMS) }
-        return 0
-    }
-
     static let openSocket: bs_curl_opensocket_callback = { context, _, address in
         guard let context, let address else { return bs_socket_bad() }
         let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()

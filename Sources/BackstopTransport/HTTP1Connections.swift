@@ -67,7 +67,7 @@ final class HTTP1Endpoint {
 /// One raw upstream HTTP/1.1 connection (docs/performance.md#libcurl-as-the-connection): a `CONNECT_ONLY` easy
 /// handle curl connected (destination check, TLS and its verification, client certificate, TLS session reuse),
 /// and what Backstop writes and reads on it. The handle is owned here and stays in its group's multi handle
-/// (`ConnectionGroup`) until the connection is closed: curl finds a `CONNECT_ONLY` connection through that multi
+/// (a `DrivenMulti`) until the connection is closed: curl finds a `CONNECT_ONLY` connection through that multi
 /// handle's connection cache, and `curl_multi_remove_handle` closes it. Transport thread only (`HTTP1Connections`).
 final class HTTP1Connection {
     let endpoint: HTTP1Endpoint
@@ -136,7 +136,7 @@ final class HTTP1Connections {
     static let maxEndpoints = 1024
 
     /// The multi handles connections are made in, by slot of `groupSlots`.
-    private(set) var groups: [ConnectionGroup] = []
+    private(set) var groups: [DrivenMulti] = []
     private var groupSlots = GroupSlots(perGroup: HTTP1Connections.connectionsPerGroup)
     private let sockets: SocketWatch
     private let destinations: DestinationCheck
@@ -340,7 +340,7 @@ final class HTTP1Connections {
         }
         let slot = groupSlots.slotWithRoom
         if slot == groups.count {
-            guard let group = ConnectionGroup(index: slot, sockets: sockets) else {
+            guard let group = DrivenMulti(index: slot, sockets: sockets) else {
                 return "curl cannot create a multi handle for new connections: out of memory"
             }
             groups.append(group)

@@ -31,7 +31,7 @@ struct SocketInterest {
         var wanted = false
         /// Whether the transport opened the socket, so that its close is reported to `closed(_:)`.
         var owned = false
-        /// Whose multi handle asked for it: -1 the transport's, else a `ConnectionGroup`'s index.
+        /// Whose multi handle asked for it: -1 the transport's, else a connection group's (`DrivenMulti.index`).
         var group = -1
     }
 
@@ -96,7 +96,7 @@ struct SocketInterest {
     }
 
     /// The multi handle whose socket callback last asked for `fd`: -1 the transport's (also for a socket no
-    /// callback asked for), else a `ConnectionGroup`'s index. A socket the transport opened forgets its group when
+    /// callback asked for), else a connection group's (`DrivenMulti.index`). A socket the transport opened forgets its group when
     /// it is opened or closed; one curl opened itself (the threaded resolver's socketpair) is closed without notice,
     /// but curl's callback removes it first and epoll reports only sockets a callback asked for, whose owner's
     /// callback named its own group. (An event for a socket a multi handle does not know is ignored by curl.)

@@ -55,7 +55,7 @@ final class SocketWatch {
         }
     }
 
-    /// Which multi handle `fd`'s events go to: -1 the transport's, else the `ConnectionGroup` of that index.
+    /// Which multi handle `fd`'s events go to: -1 the transport's, else the connection group `DrivenMulti` of that index.
     func group(of fd: Int32) -> Int { interest.group(of: fd) }
 
     /// The transport opened `fd` for curl (`CURLOPT_OPENSOCKETFUNCTION`).
