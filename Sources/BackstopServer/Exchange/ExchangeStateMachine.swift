@@ -554,7 +554,8 @@ struct ExchangeStateMachine: Equatable {
         case end(Ending, Record, AttemptsAtEnd?)
     }
 
-    /// What every live state carries: the request body's progress and the exchange's record so far.
+    /// What every live state carries (`ExchangeStateMachine.progress`): the request body's progress and the exchange's record so
+    /// far.
     struct Progress: Equatable {
         var body: BodyMode = .none
         var requestComplete = false
@@ -670,17 +671,19 @@ struct ExchangeStateMachine: Equatable {
         var events: [TransportEvent] = []
     }
 
+    /// Where the exchange is. What every live state carries besides (the body's progress, the record so far) is
+    /// `progress`, beside the state.
     enum State: Equatable {
-        case receivingBody(Progress)
-        case acquiringCredential(Progress)
-        case attempting(Progress, AttemptSet)
+        case receivingBody
+        case acquiringCredential
+        case attempting(AttemptSet)
         /// Boxed (`indirect`): rare, and large enough to make every other state copy cost more.
-        indirect case awaitingRetryPermit(Progress, PendingRetry)
+        indirect case awaitingRetryPermit(PendingRetry)
         /// Inline: once per attempt of every upstream (each chooses an endpoint), and no larger than `.attempting`.
-        case awaitingEndpoint(Progress, PendingStart)
-        indirect case awaitingRefresh(Progress, Refresh)
-        case backingOff(Progress, until: Duration)
-        case relaying(Progress, Relaying)
+        case awaitingEndpoint(PendingStart)
+        indirect case awaitingRefresh(Refresh)
+        case backingOff(until: Duration)
+        case relaying(Relaying)
         case done
     }
 
@@ -689,6 +692,10 @@ struct ExchangeStateMachine: Equatable {
     let configuration: Configuration
     let startedAt: Duration
     private(set) var state: State
+    /// The request body's progress and the record so far, in every live state; left as it was once `done`. Beside
+    /// the state rather than in each of its cases, so that an event changes the fields it changes in place instead of
+    /// copying the whole state out and back (docs/performance.md#the-request-cores-values).
+    private(set) var progress: Progress
     /// While `.relaying`: when the response last made progress (its head, a body part, the client draining), which
     /// `timeouts.idle` runs from. Beside the state rather than in `Relaying`, so that each body part writes one field
     /// instead of copying the state out and back (docs/performance.md#smaller-per-request-costs).
@@ -699,7 +706,8 @@ struct ExchangeStateMachine: Equatable {
     init(configuration: Configuration, now: Duration, firstGeneration: Int = 1) {
         self.configuration = configuration
         self.startedAt = now
-        self.state = .receivingBody(Progress(nextGeneration: firstGeneration))
+        self.state = .receivingBody
+        self.progress = Progress(nextGeneration: firstGeneration)
     }
 
     var isDone: Bool { if case .done = state { true } else { false } }
@@ -708,10 +716,10 @@ struct ExchangeStateMachine: Equatable {
     mutating func applying<R>(_ body: (inout Self) -> R) -> R { body(&self) }
 
     /// The generation whose response is being relayed, if any.
-    var relayingGeneration: Int? { if case .relaying(_, let relaying) = state { relaying.generation } else { nil } }
+    var relayingGeneration: Int? { if case .relaying(let relaying) = state { relaying.generation } else { nil } }
 
-    /// The generation the next attempt gets (every earlier one has been handed out).
-    var nextGeneration: Int { state.progress?.nextGeneration ?? 0 }
+    /// The generation the next attempt gets (every earlier one has been handed out); 0 once done.
+    var nextGeneration: Int { isDone ? 0 : progress.nextGeneration }
 
     /// When `timerFired` must be called next, or nil when no deadline is pending.
     var nextDeadline: Duration? {
@@ -719,109 +727,101 @@ struct ExchangeStateMachine: Equatable {
         case .done, .awaitingRetryPermit, .awaitingEndpoint: nil
         // `timeouts.total` runs from the head: a kept body trickled in slower than that is answered 408.
         case .receivingBody, .acquiringCredential, .awaitingRefresh: totalDeadline
-        case .attempting(_, let attempts): attempts.earliestDeadline
-        case .backingOff(_, let until): until
+        case .attempting(let attempts): attempts.earliestDeadline
+        case .backingOff(let until): until
         case .relaying: relayedAt + configuration.timeouts.idle
         }
     }
 
     private var totalDeadline: Duration { startedAt + configuration.timeouts.total }
 
+    // Every path below that changes `progress` either sets the state it goes on in or ends the exchange: no event
+    // leaves a change to `progress` behind without one to `state`, except where the state's case stays the same.
+
     // MARK: the request
 
     /// The head arrived and was routed. Called once, first.
     mutating func start(now: Duration) -> Action {
-        guard case .receivingBody(var progress) = state, progress.body == .none, progress.receivedBytes == 0,
+        guard case .receivingBody = state, progress.body == .none, progress.receivedBytes == 0,
             !progress.requestComplete
         else { preconditionFailure("an exchange starts once, before any other event") }
         guard configuration.hasBody else {
             progress.requestComplete = true
-            return prepareAttempt(progress, now: now)
+            return prepareAttempt(now: now)
         }
         if let length = configuration.declaredLength, length > configuration.retryBuffer {
-            if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge, progress) }
+            if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge) }
             progress.body = .streaming(complete: false)
-            state = .receivingBody(progress)
             return .beginStreaming
         }
         progress.body = .buffering(0)
-        state = .receivingBody(progress)
         return .none
     }
 
     /// A body part of `count` bytes arrived.
     mutating func bodyReceived(count: Int, now: Duration) -> Action {
-        guard var progress = state.progress else { return .none }
+        guard !isDone else { return .none }
         progress.receivedBytes += count
-        if progress.receivedBytes > configuration.maxRequestBody { return endLocally(.bodyTooLarge, progress) }
-        let action: Action
+        if progress.receivedBytes > configuration.maxRequestBody { return endLocally(.bodyTooLarge) }
         switch progress.body {
         case .none, .buffered:
-            action = .none
+            return .none
         case .buffering(let buffered):
             let total = buffered + count
             if total <= configuration.retryBuffer {
                 progress.body = .buffering(total)
-                action = .storeBody
-            } else {
-                if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge, progress) }
-                progress.body = .streaming(complete: false)
-                action = .storeBodyAndBeginStreaming
+                return .storeBody
             }
+            if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge) }
+            progress.body = .streaming(complete: false)
+            return .storeBodyAndBeginStreaming
         case .streaming, .spooled:
-            action = .storeBody
+            return .storeBody
         }
-        state.progress = progress
-        return action
     }
 
     /// The part just reported does not fit `limits.buffer_memory`: the body is sent as it arrives instead of being
     /// kept (not retryable), as a body above `retry_buffer` is.
     mutating func bufferDenied(now: Duration) -> Action {
-        guard var progress = state.progress, case .buffering = progress.body else { return .none }
-        if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge, progress) }
+        guard !isDone, case .buffering = progress.body else { return .none }
+        if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge) }
         progress.body = .streaming(complete: false)
-        state.progress = progress
         return .beginStreaming
     }
 
     /// The executor turned the body into a stream (`spooled`: kept in the spool as it streams): the attempt starts
     /// now, while the body keeps arriving.
     mutating func streamingBegan(now: Duration, spooled: Bool = false) -> Action {
-        guard case .receivingBody(var progress) = state else { return .none }
+        guard case .receivingBody = state else { return .none }
         if spooled, case .streaming(let complete) = progress.body { progress.body = .spooled(complete: complete) }
-        return prepareAttempt(progress, now: now)
+        return prepareAttempt(now: now)
     }
 
     /// The spool could not write the body (its filesystem is full): it cannot be sent whole, so the request ends
     /// with 507 `spool-full`, attempts in flight let go; a response already under way is cut instead (the executor
     /// failed the body its attempt was reading).
     mutating func spoolFailed(now: Duration) -> Action {
-        guard var progress = state.progress, case .spooled(let complete) = progress.body else { return .none }
+        guard !isDone, case .spooled(let complete) = progress.body else { return .none }
         progress.body = .streaming(complete: complete)
-        state.progress = progress
         if case .relaying = state { return .none }
-        return endLocally(.spoolFull, progress)
+        return endLocally(.spoolFull)
     }
 
     /// The request's last body byte arrived.
     mutating func bodyEnded(now: Duration) -> Action {
-        guard var progress = state.progress else { return .none }
+        guard !isDone else { return .none }
         progress.requestComplete = true
         switch progress.body {
         case .none, .buffered:
-            state.progress = progress
             return .none
         case .buffering:
             progress.body = .buffered
-            return prepareAttempt(progress, now: now)
+            return prepareAttempt(now: now)
         case .streaming:
             progress.body = .streaming(complete: true)
-            state.progress = progress
             return .finishBodyStream
         case .spooled:
             progress.body = .spooled(complete: true)
-            state.progress = progress
             return .finishBodyStream
         }
     }
@@ -829,76 +829,73 @@ struct ExchangeStateMachine: Equatable {
     // MARK: credentials and attempts
 
     /// Gets a credential when the upstream needs one, then starts the attempt.
-    private mutating func prepareAttempt(_ progress: Progress, now: Duration) -> Action {
-        if case .none = configuration.credential { return startAttempt(progress, credential: .none, now: now) }
-        state = .acquiringCredential(progress)
+    private mutating func prepareAttempt(now: Duration) -> Action {
+        if case .none = configuration.credential { return startAttempt(credential: .none, now: now) }
+        state = .acquiringCredential
         return .acquireCredential
     }
 
     /// The credential for the next attempt, or nil when none can be had.
     mutating func credentialAcquired(_ credential: Credential?, now: Duration) -> Action {
-        guard case .acquiringCredential(let progress) = state else {
-            guard case .attempting(let progress, let attempts) = state, case .acquiringCredential = attempts.nextCopy
-            else { return .none }
-            return copyCredential(credential, progress, attempts, now: now)
+        guard case .acquiringCredential = state else {
+            guard case .attempting(let attempts) = state, case .acquiringCredential = attempts.nextCopy else {
+                return .none
+            }
+            return copyCredential(credential, attempts, now: now)
         }
-        guard let credential else { return endLocally(.tokenUnavailable, progress) }
-        return startAttempt(progress, credential: credential, now: now)
+        guard let credential else { return endLocally(.tokenUnavailable) }
+        return startAttempt(credential: credential, now: now)
     }
 
     /// Asks for the endpoint first when the upstream has them (`.chooseEndpoint`), then starts the attempt.
-    private mutating func startAttempt(
-        _ progress: Progress, credential: Credential, replacing: Int? = nil, now: Duration
-    ) -> Action {
+    private mutating func startAttempt(credential: Credential, replacing: Int? = nil, now: Duration) -> Action {
         guard configuration.choosesEndpoint else {
-            return beginAttempt(progress, credential: credential, replacing: replacing, endpoint: nil, now: now)
+            return beginAttempt(credential: credential, replacing: replacing, endpoint: nil, now: now)
         }
-        state = .awaitingEndpoint(progress, PendingStart(credential: credential, replacing: replacing))
+        state = .awaitingEndpoint(PendingStart(credential: credential, replacing: replacing))
         return .chooseEndpoint(avoiding: progress.avoidEndpoint.map { [$0] } ?? [])
     }
 
     /// The upstream's endpoint set answered `.chooseEndpoint`: start the attempt there, or, with every endpoint
     /// ejected, answer 503 `circuit-open` at once (not an attempt). Stale when the exchange ended meanwhile.
     mutating func endpointChosen(_ verdict: EndpointVerdict, now: Duration) -> Action {
-        guard case .awaitingEndpoint(var progress, let pending) = state else {
-            guard case .attempting(let progress, var attempts) = state,
-                case .choosingEndpoint(let credential) = attempts.nextCopy
+        guard case .awaitingEndpoint(let pending) = state else {
+            guard case .attempting(var attempts) = state, case .choosingEndpoint(let credential) = attempts.nextCopy
             else { return .none }
             guard case .attempt(let ticket) = verdict else {
                 // No endpoint for a copy: the attempts in flight go on alone.
                 attempts.nextCopy = .none
-                state = .attempting(progress, attempts)
+                state = .attempting(attempts)
                 return .none
             }
-            return startCopy(progress, attempts, credential: credential, endpoint: ticket, now: now)
+            return startCopy(attempts, credential: credential, endpoint: ticket, now: now)
         }
         switch verdict {
         case .attempt(let ticket):
             if progress.avoidEndpoint != nil { progress.avoidEndpoint = nil }
             return beginAttempt(
-                progress, credential: pending.credential, replacing: pending.replacing, endpoint: ticket, now: now)
+                credential: pending.credential, replacing: pending.replacing, endpoint: ticket, now: now)
         case .circuitOpen(let retryAfter):
             progress.retryAfter = retryAfter
-            return endLocally(.circuitOpen, progress)
+            return endLocally(.circuitOpen)
         }
     }
 
     private mutating func beginAttempt(
-        _ progress: Progress, credential: Credential, replacing: Int?, endpoint: EndpointTicket?, now: Duration
+        credential: Credential, replacing: Int?, endpoint: EndpointTicket?, now: Duration
     ) -> Action {
-        var progress = progress
-        let attempt = newAttempt(&progress, credential: credential, endpoint: endpoint, hedge: false, now: now)
-        state = .attempting(progress, AttemptSet(attempt, nextCopy: nextCopy(progress, inFlight: 1, now: now)))
+        let attempt = newAttempt(credential: credential, endpoint: endpoint, hedge: false, now: now)
+        state = .attempting(AttemptSet(attempt, nextCopy: nextCopy(inFlight: 1, now: now)))
         return .startAttempt(
             Start(
                 generation: attempt.generation, attempt: progress.attempts, credential: credential,
-                mayResend: mayResend(progress), countsAsRequest: progress.attempts == 1 && configuration.retry != nil,
+                mayResend: mayResend(), countsAsRequest: progress.attempts == 1 && configuration.retry != nil,
                 replacing: replacing, endpoint: endpoint?.endpoint))
     }
 
     /// Counts an attempt and gives it the next generation and its deadline: `per_try`, or what is left of `total`.
-    private func newAttempt(
-        _ progress: inout Progress, credential: Credential, endpoint: EndpointTicket?, hedge: Bool, now: Duration
+    private mutating func newAttempt(
+        credential: Credential, endpoint: EndpointTicket?, hedge: Bool, now: Duration
     ) -> Attempt {
         progress.attempts += 1
         let generation = progress.nextGeneration
@@ -916,7 +913,7 @@ struct ExchangeStateMachine: Equatable {
 
     /// Whether a copy may be sent now beside `inFlight` attempts: the request may be hedged and its body is replayable
     /// (none, or kept whole), fewer than `hedge.max` copies are in flight, and attempts and time are left.
-    private func mayCopy(_ progress: Progress, inFlight: Int, now: Duration) -> Bool {
+    private func mayCopy(inFlight: Int, now: Duration) -> Bool {
         guard let plan = configuration.hedge, let retry = configuration.retry else { return false }
         // A spooled body is replayable too, but only a body sent whole at once is copied: one still streaming in
         // would be read by two attempts at once from a file still being written.
@@ -929,77 +926,71 @@ struct ExchangeStateMachine: Equatable {
     }
 
     /// The hedge timer for a set of `inFlight` attempts, one of them sent `now`.
-    private func nextCopy(_ progress: Progress, inFlight: Int, now: Duration) -> NextCopy {
-        guard let plan = configuration.hedge, mayCopy(progress, inFlight: inFlight, now: now + plan.after) else {
+    private func nextCopy(inFlight: Int, now: Duration) -> NextCopy {
+        guard let plan = configuration.hedge, mayCopy(inFlight: inFlight, now: now + plan.after) else {
             return .none
         }
         return .due(now + plan.after)
     }
 
     /// The hedge timer is due: the copy asks the budget first, as a retry does.
-    private mutating func hedgeDue(_ progress: Progress, _ attempts: AttemptSet, now: Duration) -> Action {
+    private mutating func hedgeDue(_ attempts: AttemptSet, now: Duration) -> Action {
         var attempts = attempts
-        guard mayCopy(progress, inFlight: attempts.count, now: now) else {
+        guard mayCopy(inFlight: attempts.count, now: now) else {
             attempts.nextCopy = .none
-            state = .attempting(progress, attempts)
+            state = .attempting(attempts)
             return .none
         }
         attempts.nextCopy = .askingBudget
-        state = .attempting(progress, attempts)
+        state = .attempting(attempts)
         return .requestHedgePermit
     }
 
     /// The budget allowed a copy: its credential next, when the upstream needs one, then its endpoint.
-    private mutating func copyPermitted(
-        _ granted: Bool, _ progress: Progress, _ attempts: AttemptSet, now: Duration
-    ) -> Action {
+    private mutating func copyPermitted(_ granted: Bool, _ attempts: AttemptSet, now: Duration) -> Action {
         var attempts = attempts
         guard granted else {
             attempts.nextCopy = .none
-            state = .attempting(progress, attempts)
+            state = .attempting(attempts)
             return .none
         }
         if case .none = configuration.credential {
-            return copyCredential(Credential.none, progress, attempts, now: now)
+            return copyCredential(Credential.none, attempts, now: now)
         }
         attempts.nextCopy = .acquiringCredential
-        state = .attempting(progress, attempts)
+        state = .attempting(attempts)
         return .acquireCredential
     }
 
     /// The copy's credential (nil: none to be had: no copy); its endpoint next, passing over those in flight.
-    private mutating func copyCredential(
-        _ credential: Credential?, _ progress: Progress, _ attempts: AttemptSet, now: Duration
-    ) -> Action {
+    private mutating func copyCredential(_ credential: Credential?, _ attempts: AttemptSet, now: Duration) -> Action {
         var attempts = attempts
         guard let credential else {
             attempts.nextCopy = .none
-            state = .attempting(progress, attempts)
+            state = .attempting(attempts)
             return .none
         }
         guard configuration.choosesEndpoint else {
-            return startCopy(progress, attempts, credential: credential, endpoint: nil, now: now)
+            return startCopy(attempts, credential: credential, endpoint: nil, now: now)
         }
         attempts.nextCopy = .choosingEndpoint(credential)
-        state = .attempting(progress, attempts)
+        state = .attempting(attempts)
         return .chooseEndpoint(avoiding: attempts.endpoints, copy: true)
     }
 
     /// Sends the copy beside the attempts in flight; the timer is set for the one after it, if any may follow.
     private mutating func startCopy(
-        _ progress: Progress, _ attempts: AttemptSet, credential: Credential, endpoint: EndpointTicket?,
-        now: Duration
+        _ attempts: AttemptSet, credential: Credential, endpoint: EndpointTicket?, now: Duration
     ) -> Action {
-        var progress = progress
         var attempts = attempts
-        let attempt = newAttempt(&progress, credential: credential, endpoint: endpoint, hedge: true, now: now)
+        let attempt = newAttempt(credential: credential, endpoint: endpoint, hedge: true, now: now)
         attempts.add(attempt)
-        attempts.nextCopy = nextCopy(progress, inFlight: attempts.count, now: now)
-        state = .attempting(progress, attempts)
+        attempts.nextCopy = nextCopy(inFlight: attempts.count, now: now)
+        state = .attempting(attempts)
         return .startAttempt(
             Start(
                 generation: attempt.generation, attempt: progress.attempts, credential: credential,
-                mayResend: mayResend(progress), countsAsRequest: false, replacing: nil, endpoint: endpoint?.endpoint,
+                mayResend: mayResend(), countsAsRequest: false, replacing: nil, endpoint: endpoint?.endpoint,
                 hedge: true))
     }
 
@@ -1007,24 +998,23 @@ struct ExchangeStateMachine: Equatable {
     /// is decided until the last one ends. A place for a copy opens: the timer is set again when none is due.
     private mutating func leave(
         _ attempt: Attempt, report: AttemptReport, outcome: AttemptOutcome?, failure: TransportFailure?,
-        disposal: Disposal, _ progress: Progress, _ attempts: AttemptSet, now: Duration
+        disposal: Disposal, _ attempts: AttemptSet, now: Duration
     ) -> Action {
-        var progress = progress
         var attempts = attempts
         attempts.remove(attempt.generation)
         if let failure { progress.lastFailure = failure }
         if let ticket = attempt.endpoint { progress.endpoint = ticket.endpoint }
         if attempt.hedge { progress.hedges.lost &+= 1 }
-        if case .none = attempts.nextCopy { attempts.nextCopy = nextCopy(progress, inFlight: attempts.count, now: now) }
-        state = .attempting(progress, attempts)
+        if case .none = attempts.nextCopy { attempts.nextCopy = nextCopy(inFlight: attempts.count, now: now) }
+        state = .attempting(attempts)
         return .attemptLeft(
             AttemptLeft(
                 generation: attempt.generation, report: report, endpoint: endpointReport(attempt, outcome),
                 disposal: disposal))
     }
 
-    private func mayResend(_ progress: Progress) -> Bool {
-        if let retry = configuration.retry { return retry.mayRepeat(retryRequest(progress)) }
+    private func mayResend() -> Bool {
+        if let retry = configuration.retry { return retry.mayRepeat(retryRequest()) }
         return RetryConfig.defaultMethods.contains(configuration.method)
     }
 
@@ -1036,7 +1026,7 @@ struct ExchangeStateMachine: Equatable {
             ticket: ticket, outcome: EndpointOutcome(outcome, retryOn: configuration.retry?.config.on ?? []))
     }
 
-    private func retryRequest(_ progress: Progress) -> RetryRequestInfo {
+    private func retryRequest() -> RetryRequestInfo {
         RetryRequestInfo(
             method: configuration.method, hasIdempotencyKey: configuration.hasIdempotencyKey,
             bodyReplayable: progress.body.replayable)
@@ -1050,7 +1040,7 @@ struct ExchangeStateMachine: Equatable {
         random: inout some RandomNumberGenerator
     ) -> Action {
         switch state {
-        case .attempting(var progress, let attempts):
+        case .attempting(let attempts):
             guard let attempt = attempts.attempt(generation) else { return .none }
             let report = AttemptReport.response(status: head.status, version: head.version)
             let outcome = AttemptOutcome.response(
@@ -1068,10 +1058,10 @@ struct ExchangeStateMachine: Equatable {
                 guard alone else {
                     return leave(
                         attempt, report: report, outcome: Self.classify(failure).0, failure: failure,
-                        disposal: .cancel, progress, attempts, now: now)
+                        disposal: .cancel, attempts, now: now)
                 }
                 return attemptFailed(
-                    failure, generation: generation, report: report, disposal: .cancel, progress, now: now, wall: wall,
+                    failure, generation: generation, report: report, disposal: .cancel, now: now, wall: wall,
                     random: &random)
             }
             if case .oauth2(let refreshOn) = configuration.credential, refreshOn.contains(head.status),
@@ -1079,11 +1069,10 @@ struct ExchangeStateMachine: Equatable {
             {
                 guard alone else {
                     return leave(
-                        attempt, report: report, outcome: outcome, failure: nil, disposal: .cancel, progress, attempts,
-                        now: now)
+                        attempt, report: report, outcome: outcome, failure: nil, disposal: .cancel, attempts, now: now)
                 }
                 if attempt.hedge { progress.hedges.lost &+= 1 }
-                state = .awaitingRefresh(progress, Refresh(attempt: attempt, held: head))
+                state = .awaitingRefresh(Refresh(attempt: attempt, held: head))
                 return .refreshCredential(
                     rejected: rejected, report: report, endpoint: endpointReport(attempt, outcome))
             }
@@ -1093,16 +1082,14 @@ struct ExchangeStateMachine: Equatable {
                 // A `retry.on` status does not win a hedge race: the attempts still in flight may.
                 guard alone else {
                     return leave(
-                        attempt, report: report, outcome: outcome, failure: nil, disposal: disposal, progress,
-                        attempts, now: now)
+                        attempt, report: report, outcome: outcome, failure: nil, disposal: disposal, attempts, now: now)
                 }
                 // A copy that got one lost, even when its head is the answer (no retry is left).
                 if attempt.hedge { progress.hedges.lost &+= 1 }
-                switch considerRetry(outcome, &progress, now: now, wall: wall, random: &random) {
+                switch considerRetry(outcome, now: now, wall: wall, random: &random) {
                 case .retry(let delay, let reason):
                     if let ticket = attempt.endpoint { progress.avoidEndpoint = ticket.endpoint }
                     state = .awaitingRetryPermit(
-                        progress,
                         PendingRetry(
                             generation: generation, delay: delay, reason: reason, disposal: disposal, failure: nil,
                             fallback: .deliver(head)))
@@ -1113,13 +1100,18 @@ struct ExchangeStateMachine: Equatable {
             }
             // The head wins: the other attempts in flight, if any, are let go.
             if attempt.hedge, !retryable { progress.hedges.won &+= 1 }
-            let cancel = alone ? [] : letGo(attempts, except: generation, &progress.hedges)
+            var cancel: [LetGo] = []
+            if !alone {
+                var hedges = progress.hedges
+                cancel = letGo(attempts, except: generation, &hedges)
+                progress.hedges = hedges
+            }
             return deliver(
-                head, generation: generation, error: nil, report: report, progress, now: now,
+                head, generation: generation, error: nil, report: report, now: now,
                 endpoint: endpointReport(attempt, outcome), cancel: cancel)
-        case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
+        case .awaitingRetryPermit(var pending) where pending.generation == generation:
             pending.held.append(.head(head))
-            state = .awaitingRetryPermit(progress, pending)
+            state = .awaitingRetryPermit(pending)
             return .none
         default:
             return .none
@@ -1128,10 +1120,9 @@ struct ExchangeStateMachine: Equatable {
 
     private mutating func deliver(
         _ head: UpstreamResponseHead, generation: Int, error: ProxyErrorReason?, report: AttemptReport?,
-        _ progress: Progress, now: Duration, replay: [TransportEvent] = [], endpoint: EndpointReport? = nil,
-        cancel: [LetGo] = []
+        now: Duration, replay: [TransportEvent] = [], endpoint: EndpointReport? = nil, cancel: [LetGo] = []
     ) -> Action {
-        state = .relaying(progress, Relaying(generation: generation, status: head.status, error: error))
+        state = .relaying(Relaying(generation: generation, status: head.status, error: error))
         relayedAt = now
         return .deliverHead(
             head,
@@ -1154,16 +1145,16 @@ struct ExchangeStateMachine: Equatable {
     /// Body bytes of attempt `generation`.
     mutating func responseBody(_ buffer: ByteBuffer, generation: Int, now: Duration) -> Action {
         switch state {
-        case .relaying(_, let relaying) where relaying.generation == generation:
+        case .relaying(let relaying) where relaying.generation == generation:
             relayedAt = now
             return .relayBody(buffer)
-        case .awaitingRefresh(let progress, var refresh) where refresh.attempt.generation == generation:
+        case .awaitingRefresh(var refresh) where refresh.attempt.generation == generation:
             refresh.events.append(.body(buffer))
-            state = .awaitingRefresh(progress, refresh)
+            state = .awaitingRefresh(refresh)
             return .none
-        case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
+        case .awaitingRetryPermit(var pending) where pending.generation == generation:
             pending.held.append(.body(buffer))
-            state = .awaitingRetryPermit(progress, pending)
+            state = .awaitingRetryPermit(pending)
             return .none
         default:
             return .none
@@ -1173,15 +1164,15 @@ struct ExchangeStateMachine: Equatable {
     /// Attempt `generation` ended normally.
     mutating func responseEnded(generation: Int) -> Action {
         switch state {
-        case .relaying(let progress, let relaying) where relaying.generation == generation:
-            return end(.completed(requestComplete: progress.requestComplete), progress, status: relaying.status)
-        case .awaitingRefresh(let progress, var refresh) where refresh.attempt.generation == generation:
+        case .relaying(let relaying) where relaying.generation == generation:
+            return end(.completed(requestComplete: progress.requestComplete), status: relaying.status)
+        case .awaitingRefresh(var refresh) where refresh.attempt.generation == generation:
             refresh.events.append(.end)
-            state = .awaitingRefresh(progress, refresh)
+            state = .awaitingRefresh(refresh)
             return .none
-        case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
+        case .awaitingRetryPermit(var pending) where pending.generation == generation:
             pending.held.append(.end)
-            state = .awaitingRetryPermit(progress, pending)
+            state = .awaitingRetryPermit(pending)
             return .none
         default:
             return .none
@@ -1194,57 +1185,54 @@ struct ExchangeStateMachine: Equatable {
         random: inout some RandomNumberGenerator
     ) -> Action {
         switch state {
-        case .relaying(var progress, let relaying) where relaying.generation == generation:
+        case .relaying(let relaying) where relaying.generation == generation:
             progress.lastFailure = failure
-            return end(.aborted(.upstreamBrokeMidResponse), progress, status: relaying.status)
-        case .awaitingRefresh(let progress, var refresh) where refresh.attempt.generation == generation:
+            return end(.aborted(.upstreamBrokeMidResponse), status: relaying.status)
+        case .awaitingRefresh(var refresh) where refresh.attempt.generation == generation:
             refresh.events.append(.failure(failure))
-            state = .awaitingRefresh(progress, refresh)
+            state = .awaitingRefresh(refresh)
             return .none
-        case .awaitingRetryPermit(let progress, var pending) where pending.generation == generation:
+        case .awaitingRetryPermit(var pending) where pending.generation == generation:
             pending.held.append(.failure(failure))
-            state = .awaitingRetryPermit(progress, pending)
+            state = .awaitingRetryPermit(pending)
             return .none
-        case .attempting(let progress, let attempts):
+        case .attempting(let attempts):
             guard let attempt = attempts.attempt(generation) else { return .none }
             guard attempts.count == 1 else {
                 return leave(
                     attempt, report: .failed(failure), outcome: Self.classify(failure).0, failure: failure,
-                    disposal: .none, progress, attempts, now: now)
+                    disposal: .none, attempts, now: now)
             }
             return attemptFailed(
-                failure, generation: generation, report: .failed(failure), disposal: .none, progress, now: now,
-                wall: wall, random: &random)
+                failure, generation: generation, report: .failed(failure), disposal: .none, now: now, wall: wall,
+                random: &random)
         default:
             return .none
         }
     }
 
     private mutating func attemptFailed(
-        _ failure: TransportFailure, generation: Int, report: AttemptReport, disposal: Disposal, _ progress: Progress,
-        now: Duration, wall: Double, random: inout some RandomNumberGenerator
+        _ failure: TransportFailure, generation: Int, report: AttemptReport, disposal: Disposal, now: Duration,
+        wall: Double, random: inout some RandomNumberGenerator
     ) -> Action {
-        var progress = progress
         progress.lastFailure = failure
         let (outcome, reason) = Self.classify(failure)
         let attempt: Attempt? =
-            if case .attempting(_, let attempts) = state { attempts.attempt(generation) } else { nil }
+            if case .attempting(let attempts) = state { attempts.attempt(generation) } else { nil }
         if attempt?.hedge == true { progress.hedges.lost &+= 1 }
         if let ticket = attempt?.endpoint { progress.endpoint = ticket.endpoint }
         let endpoint = endpointReport(attempt, outcome)
         if let outcome,
-            case .retry(let delay, let condition) = considerRetry(
-                outcome, &progress, now: now, wall: wall, random: &random)
+            case .retry(let delay, let condition) = considerRetry(outcome, now: now, wall: wall, random: &random)
         {
             if let ticket = attempt?.endpoint { progress.avoidEndpoint = ticket.endpoint }
             state = .awaitingRetryPermit(
-                progress,
                 PendingRetry(
                     generation: generation, delay: delay, reason: condition, disposal: disposal, failure: failure,
                     fallback: .fail(reason)))
             return .requestRetryPermit(report: report, endpoint: endpoint)
         }
-        return endLocally(reason, progress, report: report, endpoint: endpoint)
+        return endLocally(reason, report: report, endpoint: endpoint)
     }
 
     /// A failure's retry condition (nil: never retried) and the error the client gets if it is the last.
@@ -1263,14 +1251,13 @@ struct ExchangeStateMachine: Equatable {
     }
 
     /// The policy's answer before the budget; a refusal is noted in `progress` for the logs.
-    private func considerRetry(
-        _ outcome: AttemptOutcome, _ progress: inout Progress, now: Duration, wall: Double,
-        random: inout some RandomNumberGenerator
+    private mutating func considerRetry(
+        _ outcome: AttemptOutcome, now: Duration, wall: Double, random: inout some RandomNumberGenerator
     ) -> RetryDecision {
         let decision: RetryDecision
         if let policy = configuration.retry {
             decision = policy.decideBeforeBudget(
-                attempt: progress.attempts, outcome: outcome, request: retryRequest(progress),
+                attempt: progress.attempts, outcome: outcome, request: retryRequest(),
                 elapsed: now - startedAt, previousDelay: progress.previousDelay, nowWall: wall, random: &random)
         } else {
             decision = .giveUp(.notRetryableCondition)
@@ -1285,11 +1272,11 @@ struct ExchangeStateMachine: Equatable {
     /// The upstream's retry budget answered `.requestRetryPermit`. Stale (ignored) when the exchange ended
     /// meanwhile.
     mutating func retryPermit(granted: Bool, now: Duration) -> Action {
-        guard case .awaitingRetryPermit(var progress, let pending) = state else {
-            guard case .attempting(let progress, let attempts) = state, case .askingBudget = attempts.nextCopy else {
+        guard case .awaitingRetryPermit(let pending) = state else {
+            guard case .attempting(let attempts) = state, case .askingBudget = attempts.nextCopy else {
                 return .none
             }
-            return copyPermitted(granted, progress, attempts, now: now)
+            return copyPermitted(granted, attempts, now: now)
         }
         guard granted else {
             progress.giveUp = .budgetExhausted
@@ -1297,10 +1284,9 @@ struct ExchangeStateMachine: Equatable {
             switch pending.fallback {
             case .deliver(let head):
                 return deliver(
-                    head, generation: pending.generation, error: nil, report: nil, progress, now: now,
-                    replay: pending.held)
+                    head, generation: pending.generation, error: nil, report: nil, now: now, replay: pending.held)
             case .fail(let reason):
-                return endLocally(reason, progress, report: nil)
+                return endLocally(reason, report: nil)
             }
         }
         progress.previousDelay = pending.delay
@@ -1308,7 +1294,7 @@ struct ExchangeStateMachine: Equatable {
         var wakes = false
         if configuration.networkReturn, case .connectFailure(_, _?) = pending.failure { wakes = true }
         if wakes != progress.wakesOnNetworkChange { progress.wakesOnNetworkChange = wakes }
-        state = .backingOff(progress, until: now + pending.delay)
+        state = .backingOff(until: now + pending.delay)
         return .retry(
             Retry(
                 attempt: progress.attempts, after: pending.delay, reason: pending.reason,
@@ -1319,9 +1305,9 @@ struct ExchangeStateMachine: Equatable {
     /// The host's network changed (a link up, an address or a route added): a backoff after a failure for want of
     /// a usable network ends now (docs/reference/behaviour.md#the-network-coming-back); anything else goes on.
     mutating func networkChanged(now: Duration) -> Action {
-        guard case .backingOff(var progress, _) = state, progress.wakesOnNetworkChange else { return .none }
+        guard case .backingOff = state, progress.wakesOnNetworkChange else { return .none }
         progress.wakesOnNetworkChange = false
-        return prepareAttempt(progress, now: now)
+        return prepareAttempt(now: now)
     }
 
     // MARK: token refresh
@@ -1329,15 +1315,14 @@ struct ExchangeStateMachine: Equatable {
     /// The refresh asked for by `.refreshCredential` ended: replay once with `replacement`, or deliver the held
     /// response with `token-refresh-failed`.
     mutating func refreshFinished(_ replacement: ManagedToken?, now: Duration) -> Action {
-        guard case .awaitingRefresh(var progress, let refresh) = state else { return .none }
+        guard case .awaitingRefresh(let refresh) = state else { return .none }
         guard let replacement else {
             return deliver(
                 refresh.held, generation: refresh.attempt.generation, error: .tokenRefreshFailed, report: nil,
-                progress, now: now, replay: refresh.events)
+                now: now, replay: refresh.events)
         }
         progress.replayedAfterRefresh = true
-        return startAttempt(
-            progress, credential: .token(replacement), replacing: refresh.attempt.generation, now: now)
+        return startAttempt(credential: .token(replacement), replacing: refresh.attempt.generation, now: now)
     }
 
     // MARK: time
@@ -1348,38 +1333,38 @@ struct ExchangeStateMachine: Equatable {
         switch state {
         case .done, .awaitingRetryPermit, .awaitingEndpoint:
             return .none
-        case .receivingBody(let progress):
-            return endLocally(.requestTimeout, progress)
-        case .acquiringCredential(let progress):
-            return endLocally(.tokenUnavailable, progress)
-        case .attempting(let progress, let attempts):
+        case .receivingBody:
+            return endLocally(.requestTimeout)
+        case .acquiringCredential:
+            return endLocally(.tokenUnavailable)
+        case .attempting(let attempts):
             guard let due = attempts.due(at: now) else {
-                if case .due(let at) = attempts.nextCopy, at <= now { return hedgeDue(progress, attempts, now: now) }
+                if case .due(let at) = attempts.nextCopy, at <= now { return hedgeDue(attempts, now: now) }
                 return .none
             }
             if due.deadlineIsTotal {
                 return endLocally(
-                    .upstreamTimeout, progress, report: .failed(.timeout(detail: "total timeout")),
+                    .upstreamTimeout, report: .failed(.timeout(detail: "total timeout")),
                     endpoint: endpointReport(due, .timeout), settled: due.generation)
             }
             let failure = TransportFailure.timeout(detail: "per_try timeout")
             guard attempts.count == 1 else {
                 return leave(
-                    due, report: .failed(failure), outcome: .timeout, failure: failure, disposal: .cancel, progress,
-                    attempts, now: now)
+                    due, report: .failed(failure), outcome: .timeout, failure: failure, disposal: .cancel, attempts,
+                    now: now)
             }
             return attemptFailed(
-                failure, generation: due.generation, report: .failed(failure), disposal: .cancel, progress, now: now,
+                failure, generation: due.generation, report: .failed(failure), disposal: .cancel, now: now,
                 wall: wall, random: &random)
-        case .awaitingRefresh(let progress, let refresh):
+        case .awaitingRefresh(let refresh):
             // The refresh outlived the request's budget: answer with what the upstream said.
             return deliver(
                 refresh.held, generation: refresh.attempt.generation, error: .tokenRefreshFailed, report: nil,
-                progress, now: now, replay: refresh.events)
-        case .backingOff(let progress, _):
-            return prepareAttempt(progress, now: now)
-        case .relaying(let progress, let relaying):
-            return end(.aborted(.responseBodyIdle), progress, status: relaying.status)
+                now: now, replay: refresh.events)
+        case .backingOff:
+            return prepareAttempt(now: now)
+        case .relaying(let relaying):
+            return end(.aborted(.responseBodyIdle), status: relaying.status)
         }
     }
 
@@ -1394,8 +1379,8 @@ struct ExchangeStateMachine: Equatable {
     /// The connection's framing counter found the upstream's body longer or shorter than the `Content-Length` the
     /// client was told: the response ends by closing the connection.
     mutating func framingBroken(_ cause: AbortCause) -> Action {
-        guard case .relaying(let progress, let relaying) = state else { return .none }
-        return end(.aborted(cause), progress, status: relaying.status)
+        guard case .relaying(let relaying) = state else { return .none }
+        return end(.aborted(cause), status: relaying.status)
     }
 
     /// The client stopped sending its body for `client_idle_timeout`.
@@ -1403,26 +1388,31 @@ struct ExchangeStateMachine: Equatable {
         switch state {
         case .done:
             return .none
-        case .relaying(let progress, let relaying):
-            return end(.aborted(.requestBodyStalled), progress, status: relaying.status)
-        case .attempting(let progress, let attempts):
+        case .relaying(let relaying):
+            return end(.aborted(.requestBodyStalled), status: relaying.status)
+        case .attempting(let attempts):
             return endLocally(
-                .requestTimeout, progress, endpoint: endpointReport(attempts.first, nil),
-                settled: attempts.first.generation)
-        case .receivingBody(let progress), .acquiringCredential(let progress), .awaitingRetryPermit(let progress, _),
-            .awaitingRefresh(let progress, _), .backingOff(let progress, _), .awaitingEndpoint(let progress, _):
-            return endLocally(.requestTimeout, progress)
+                .requestTimeout, endpoint: endpointReport(attempts.first, nil), settled: attempts.first.generation)
+        case .receivingBody, .acquiringCredential, .awaitingRetryPermit, .awaitingRefresh, .backingOff,
+            .awaitingEndpoint:
+            return endLocally(.requestTimeout)
         }
     }
 
     /// The client disconnected: everything stops, pending retries included.
     mutating func clientGone() -> Action {
-        guard let progress = state.progress else { return .none }
-        // An attempt in flight is let go unanswered: it tells nothing about its endpoint (its probe permit is freed).
-        guard case .attempting(_, let attempts) = state else { return end(.clientClosed, progress, status: 499) }
-        return end(
-            .clientClosed, progress, status: 499, endpoint: endpointReport(attempts.first, nil),
-            settled: attempts.first.generation)
+        switch state {
+        case .done:
+            return .none
+        case .attempting(let attempts):
+            // An attempt in flight is let go unanswered: it tells nothing about its endpoint (its probe permit is
+            // freed).
+            return end(
+                .clientClosed, status: 499, endpoint: endpointReport(attempts.first, nil),
+                settled: attempts.first.generation)
+        default:
+            return end(.clientClosed, status: 499)
+        }
     }
 
     // MARK: ending
@@ -1431,37 +1421,36 @@ struct ExchangeStateMachine: Equatable {
     /// `settled`: the attempt in flight whose end `report` and `endpoint` describe; the others still in flight are
     /// let go.
     private mutating func endLocally(
-        _ reason: ProxyErrorReason, _ progress: Progress, report: AttemptReport? = nil,
-        endpoint: EndpointReport? = nil, settled: Int? = nil
+        _ reason: ProxyErrorReason, report: AttemptReport? = nil, endpoint: EndpointReport? = nil,
+        settled: Int? = nil
     ) -> Action {
-        if case .relaying(_, let relaying) = state {
+        if case .relaying(let relaying) = state {
             // Only the request body can fail once the response is under way (it grew past `max_request_body`).
             assert(reason == .bodyTooLarge, "\(reason) while relaying")
-            return end(
-                .aborted(.requestBodyTooLarge), progress, status: relaying.status, report: report, endpoint: endpoint)
+            return end(.aborted(.requestBodyTooLarge), status: relaying.status, report: report, endpoint: endpoint)
         }
         // The request body grew too large while an attempt was in flight: that attempt is let go unanswered.
         var endpoint = endpoint
         var settled = settled
-        if endpoint == nil, report == nil, case .attempting(_, let attempts) = state {
+        if endpoint == nil, report == nil, case .attempting(let attempts) = state {
             endpoint = endpointReport(attempts.first, nil)
             settled = attempts.first.generation
         }
         return end(
-            .failedLocally(reason, requestComplete: progress.requestComplete), progress, status: reason.status,
+            .failedLocally(reason, requestComplete: progress.requestComplete), status: reason.status,
             report: report, endpoint: endpoint, settled: settled)
     }
 
     /// `settled`: as for `endLocally`. Copies still in flight count as cancelled, the settled one too unless it
     /// failed (`report`).
     private mutating func end(
-        _ ending: Ending, _ progress: Progress, status: Int, report: AttemptReport? = nil,
-        endpoint: EndpointReport? = nil, settled: Int? = nil
+        _ ending: Ending, status: Int, report: AttemptReport? = nil, endpoint: EndpointReport? = nil,
+        settled: Int? = nil
     ) -> Action {
-        let headError: ProxyErrorReason? = if case .relaying(_, let relaying) = state { relaying.error } else { nil }
+        let headError: ProxyErrorReason? = if case .relaying(let relaying) = state { relaying.error } else { nil }
         var hedges = progress.hedges
         var others: [LetGo] = []
-        if let settled, case .attempting(_, let attempts) = state {
+        if let settled, case .attempting(let attempts) = state {
             if attempts.attempt(settled)?.hedge == true {
                 if report == nil { hedges.cancelled &+= 1 } else { hedges.lost &+= 1 }
             }
@@ -1476,34 +1465,5 @@ struct ExchangeStateMachine: Equatable {
                 requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter,
                 hedges: hedges),
             .with(report: report, endpoint: endpoint, letGo: others))
-    }
-}
-
-extension ExchangeStateMachine.State {
-    /// The progress every live state carries; nil once done. Setting it keeps the state's case.
-    var progress: ExchangeStateMachine.Progress? {
-        get {
-            switch self {
-            case .receivingBody(let progress), .acquiringCredential(let progress), .attempting(let progress, _),
-                .awaitingRefresh(let progress, _), .awaitingRetryPermit(let progress, _),
-                .backingOff(let progress, _), .relaying(let progress, _), .awaitingEndpoint(let progress, _):
-                progress
-            case .done: nil
-            }
-        }
-        set {
-            guard let progress = newValue else { return }
-            switch self {
-            case .receivingBody: self = .receivingBody(progress)
-            case .acquiringCredential: self = .acquiringCredential(progress)
-            case .attempting(_, let attempts): self = .attempting(progress, attempts)
-            case .awaitingRefresh(_, let refresh): self = .awaitingRefresh(progress, refresh)
-            case .awaitingRetryPermit(_, let pending): self = .awaitingRetryPermit(progress, pending)
-            case .awaitingEndpoint(_, let pending): self = .awaitingEndpoint(progress, pending)
-            case .backingOff(_, let until): self = .backingOff(progress, until: until)
-            case .relaying(_, let relaying): self = .relaying(progress, relaying)
-            case .done: break
-            }
-        }
     }
 }
