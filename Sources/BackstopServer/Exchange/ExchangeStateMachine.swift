@@ -554,8 +554,8 @@ struct ExchangeStateMachine: Equatable {
         case end(Ending, Record, AttemptsAtEnd?)
     }
 
-    /// What every live state carries (`ExchangeStateMachine.progress`): the request body's progress and the exchange's record so
-    /// far.
+    /// What every live state carries (`ExchangeStateMachine.progress`): the request body's progress and the
+    /// exchange's record so far.
     struct Progress: Equatable {
         var body: BodyMode = .none
         var requestComplete = false
