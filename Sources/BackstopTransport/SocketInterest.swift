@@ -31,8 +31,8 @@ struct SocketInterest {
         var wanted = false
         /// Whether the transport opened the socket, so that its close is reported to `closed(_:)`.
         var owned = false
-        /// Whose multi handle asked for it: -1 the transport's, else a connection group's (`DrivenMulti.index`).
-        var group = -1
+        /// Whose multi handle asked for it (`DrivenMulti.index`): the transport's own, or a connection group's.
+        var group = DrivenMulti.transportIndex
     }
 
     private var entries: [Entry] = []
@@ -48,8 +48,8 @@ struct SocketInterest {
         self[fd] = Entry()
     }
 
-    /// curl's socket callback asked for `what` on `fd`, from the multi handle of `group` (-1: the transport's).
-    mutating func curlWants(_ fd: Int32, _ what: Int32, group: Int = -1) -> Action {
+    /// curl's socket callback asked for `what` on `fd`, from the multi handle of `group` (`DrivenMulti.index`).
+    mutating func curlWants(_ fd: Int32, _ what: Int32, group: Int = DrivenMulti.transportIndex) -> Action {
         var entry = self[fd]
         defer { self[fd] = entry }
         entry.group = group
@@ -95,11 +95,11 @@ struct SocketInterest {
         return false
     }
 
-    /// The multi handle whose socket callback last asked for `fd`: -1 the transport's (also for a socket no
-    /// callback asked for), else a connection group's (`DrivenMulti.index`). A socket the transport opened forgets its group when
-    /// it is opened or closed; one curl opened itself (the threaded resolver's socketpair) is closed without notice,
-    /// but curl's callback removes it first and epoll reports only sockets a callback asked for, whose owner's
-    /// callback named its own group. (An event for a socket a multi handle does not know is ignored by curl.)
+    /// The multi handle whose socket callback last asked for `fd` (`DrivenMulti.index`): the transport's own (also
+    /// for a socket no callback asked for), or a connection group's. A socket the transport opened forgets its group
+    /// when it is opened or closed; one curl opened itself (the threaded resolver's socketpair) is closed without
+    /// notice, but curl's callback removes it first and epoll reports only sockets a callback asked for, whose
+    /// owner's callback named its own group. (An event for a socket a multi handle does not know is ignored by curl.)
     func group(of fd: Int32) -> Int { self[fd].group }
 
     /// An `epoll_ctl` for `fd` failed: epoll does not watch it, whatever was recorded.

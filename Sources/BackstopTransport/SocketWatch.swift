@@ -21,9 +21,9 @@ final class SocketWatch {
 
     deinit { _ = Glibc.close(epollFD) }
 
-    /// curl's socket callback: watch `fd` as `what` says, or stop watching it; `group` is the connection group
-    /// whose multi handle asked (-1: the transport's), which `group(of:)` tells the loop.
-    func curlWants(_ fd: Int32, _ what: Int32, group: Int = -1) {
+    /// curl's socket callback: watch `fd` as `what` says, or stop watching it; `group` is the `DrivenMulti.index` of
+    /// the multi handle that asked, which `group(of:)` tells the loop.
+    func curlWants(_ fd: Int32, _ what: Int32, group: Int) {
         let failed: Bool
         switch interest.curlWants(fd, what, group: group) {
         case .none: return
@@ -55,7 +55,7 @@ final class SocketWatch {
         }
     }
 
-    /// Which multi handle `fd`'s events go to: -1 the transport's, else the connection group `DrivenMulti` of that index.
+    /// Which multi handle `fd`'s events go to (`DrivenMulti.index`): the transport's own, or a connection group's.
     func group(of fd: Int32) -> Int { interest.group(of: fd) }
 
     /// The transport opened `fd` for curl (`CURLOPT_OPENSOCKETFUNCTION`).
