@@ -288,7 +288,7 @@ final class HTTP1Connections {
         transfer.connection = connection
         // `transfer.request` is read in place throughout: a local copy of it retained and released every field.
         let framing = HTTP1RequestHead.framing(of: transfer.request)
-        connection.reader = HTTP1ResponseReader(requestIsHEAD: transfer.request.method == "HEAD")
+        connection.reader.restart(requestIsHEAD: transfer.request.method == "HEAD")
         let sendsBody = framing != .none && framing != .length(0)
         // The transfer's own copy of a buffered body (rewound for a resend); a small one goes out with the head, in
         // the head's buffer.

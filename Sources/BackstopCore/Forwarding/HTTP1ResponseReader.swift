@@ -67,7 +67,7 @@ public struct HTTP1ResponseReader: Sendable {
         case finished
     }
 
-    private let requestIsHEAD: Bool
+    private var requestIsHEAD: Bool
     private var state = State.head
     private var parser = UpstreamHeadParser()
     /// The start of a head line that did not end in the bytes handed over so far.
@@ -85,6 +85,23 @@ public struct HTTP1ResponseReader: Sendable {
     /// `requestIsHEAD`: the request was `HEAD`, so the response has no body whatever its head says.
     public init(requestIsHEAD: Bool) {
         self.requestIsHEAD = requestIsHEAD
+    }
+
+    /// Ready for the next response on the same connection, as a new reader is, but keeping its buffers' capacity:
+    /// a new reader in their place allocated the field buffer again and freed the old one, and assigning it over
+    /// the old reader copied and destroyed every field (~800 instructions a response;
+    /// docs/performance.md#smaller-per-request-costs). Every stored property is set here as `init` sets it
+    /// (`HTTP1ResponseReaderTests` compares the two).
+    public mutating func restart(requestIsHEAD: Bool) {
+        self.requestIsHEAD = requestIsHEAD
+        state = .head
+        parser.restart()
+        partialLine.removeAll(keepingCapacity: partialLine.capacity <= UpstreamHeadParser.keptCapacity)
+        headBytes = 0
+        expectingStatusLine = true
+        http11 = false
+        keepAliveLost = false
+        started = false
     }
 
     /// Whether the final head was read.

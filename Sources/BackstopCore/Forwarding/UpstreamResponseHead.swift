@@ -210,6 +210,33 @@ public struct UpstreamHeadParser: Sendable {
 
     public init() { fields.reserveCapacity(512) }
 
+    /// The most buffer capacity `restart` keeps: what a large head grew is not held for every later response.
+    static let keptCapacity = 4096
+
+    /// As `init` leaves a parser, keeping the field buffer's capacity (when no head it made still shares the buffer,
+    /// else the buffer is made again, as `init` makes it). Every stored property is set here as `init` sets it.
+    mutating func restart() {
+        status = 0
+        version = ""
+        if fields.capacity <= Self.keptCapacity {
+            fields.removeAll(keepingCapacity: true)
+        } else {
+            fields = []
+            fields.reserveCapacity(512)
+        }
+        contentLength = nil
+        via = nil
+        retryAfter = nil
+        rateLimitReset = nil
+        framing = FramingTally()
+        if !redirectValueRanges.isEmpty { redirectValueRanges = [] }
+        if !connectionListed.isEmpty { connectionListed = [] }
+        lastLine = .none
+        finished = false
+        lineRead = false
+        notes = ConnectionNotes()
+    }
+
     /// Feeds one line (with or without its CRLF); returns the head when this line completed a final one.
     public mutating func consume(_ line: UnsafeRawBufferPointer) -> UpstreamResponseHead? {
         guard !finished else { return nil }

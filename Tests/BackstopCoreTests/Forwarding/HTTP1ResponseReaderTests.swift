@@ -228,4 +228,51 @@ struct HTTP1ResponseReaderTests {
                 + "Content-Length: 0\r\n\r\n")
         #expect(steps == [.head(200, ["X-Keep: 2"]), .end(reusable: true)])
     }
+
+    /// Every stored property of the reader and its parser, nested, as `dump` writes them (a buffer's capacity is not
+    /// among them).
+    static func reflection(_ reader: HTTP1ResponseReader) -> String {
+        var text = ""
+        dump(reader, to: &text)
+        return text
+    }
+
+    /// `restart` leaves a reader as `init` makes one, after any part of any response (a head cut short, a folded or
+    /// `Connection`-listed field, a chunked body stopped halfway, a 1xx interim head), and the restarted reader reads
+    /// the next response as a new one would.
+    @Test func restartLeavesTheReaderAsNew() {
+        let responses = [
+            "HTTP/1.1 200 OK\r\nConnection: X-Drop, keep-alive\r\nX-Drop: 1\r\nVia: 1.1 other\r\nRetry-After: 5\r\n"
+                + "RateLimit-Reset: 3\r\nLocation: /x\r\nX-Fold: a\r\n b\r\nContent-Length: 3\r\n\r\nabc",
+            "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + "3\r\nabc\r\n0\r\nX-Trailer: 1\r\n\r\n",
+            "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n",
+        ]
+        let next = "HTTP/1.1 200 OK\r\nX-Next: 1\r\nContent-Length: 2\r\n\r\nok"
+        for head in [false, true] {
+            var fresh = HTTP1ResponseReader(requestIsHEAD: head)
+            let asNew = Self.reflection(fresh)
+            var freshOffset = 0
+            let freshEvents = Array(next.utf8).withUnsafeBytes { bytes in
+                (0..<4).map { _ in fresh.next(bytes, at: &freshOffset) }
+            }
+            for response in responses {
+                let bytes = Array(response.utf8)
+                for cut in [1, 9, 20, bytes.count / 2, bytes.count - 1, bytes.count] {
+                    var reader = HTTP1ResponseReader(requestIsHEAD: !head)
+                    var offset = 0
+                    bytes[0..<cut].withUnsafeBytes { part in
+                        for _ in 0..<8 { _ = reader.next(part, at: &offset) }
+                    }
+                    reader.restart(requestIsHEAD: head)
+                    #expect(Self.reflection(reader) == asNew, "after \(cut) bytes of \(response.debugDescription)")
+                    var nextOffset = 0
+                    let events = Array(next.utf8).withUnsafeBytes { bytes in
+                        (0..<4).map { _ in reader.next(bytes, at: &nextOffset) }
+                    }
+                    #expect(events == freshEvents)
+                }
+            }
+        }
+    }
 }
