@@ -101,8 +101,7 @@ public struct RequestTarget: Sendable, Equatable {
     /// `host`, `host:port`, `[v6]`, `[v6]:port` → lowercased host and optional port; nil when malformed.
     /// Works on the UTF-8 bytes: this runs for every origin-form request (the `Host` header).
     public static func parseAuthority(_ authority: String) -> (host: String, port: Int?)? {
-        var authority = authority
-        return authority.withUTF8 { parseAuthority(bytes: $0) }
+        authority.withUTF8Bytes { parseAuthority(bytes: $0) }
     }
 
     private static func parseAuthority(bytes: UnsafeBufferPointer<UInt8>) -> (host: String, port: Int?)? {

@@ -116,7 +116,11 @@ public struct Router: Sendable {
     /// `?query`.
     private func upstreamPath(_ index: Int, _ target: RequestTarget, strip: Bool) -> String {
         var path = target.path
-        if strip, routes[index].stripPrefix, let prefix = routes[index].pathPrefix, prefix != "/" {
+        let stripping = strip && routes[index].stripPrefix
+        // Most requests: no base path, no prefix to take off, no query; the path is the client's as it is (the
+        // joins below cost ~200 instructions even when nothing is added).
+        if routes[index].basePath.isEmpty, target.query == nil, !stripping, !path.isEmpty { return path }
+        if stripping, let prefix = routes[index].pathPrefix, prefix != "/" {
             path = String(path.dropFirst(prefix.count))
         }
         var joined = routes[index].basePath + path
