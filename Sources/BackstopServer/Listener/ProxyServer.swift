@@ -48,6 +48,12 @@ public final class ProxyServer: Sendable {
     public let queueMetrics: QueueMetrics
     private let spoolBudget: SpoolBudget?
 
+    /// How many NIO event loops serve client connections: one per CPU this process may use (NIO's count, which
+    /// follows cgroup quotas and cpusets, as nginx's `worker_processes auto` and HAProxy's and Envoy's defaults
+    /// do), at most 4 — one transport thread serves them all, and beyond a few loops it is the limit. With one
+    /// loop on 2 cores, requests from 256 clients queued behind each other on it (docs/performance.md#threads-and-hops).
+    public static var defaultEventLoopThreads: Int { min(max(System.coreCount, 1), 4) }
+
     /// Creates the runtime for `config` (transport thread included); call `start()` to bind. `keychain` is the
     /// opened keychain when the config has one.
     /// `intercept` is the interception CA for `config` (`InterceptAuthority.load`), when an upstream intercepts.
@@ -56,7 +62,8 @@ public final class ProxyServer: Sendable {
     public init(
         config: Config, logger: Logger, keychain: FileKeychain? = nil, intercept: InterceptAuthority? = nil,
         tokenStores: (any TokenStoreProvider)? = nil, tokenStoreMetrics: TokenStoreMetrics = TokenStoreMetrics(),
-        queue: (store: QueueStore, budget: SpoolBudget)? = nil, eventLoopThreads: Int = 1
+        queue: (store: QueueStore, budget: SpoolBudget)? = nil,
+        eventLoopThreads: Int = ProxyServer.defaultEventLoopThreads
     ) {
         self.tokenStoreMetrics = tokenStoreMetrics
         // One budget for spooled bodies and queued deliveries; without a keychain there is no queue, but bodies
