@@ -133,7 +133,7 @@ struct RunCommand: AsyncParsableCommand {
             ])
         var watchdog: RepeatedTask?
         if let interval = SystemdNotifier.watchdogInterval(environment: environment) {
-            watchdog = notifier.startWatchdog(on: server.anyEventLoop, interval: interval)
+            watchdog = notifier.startWatchdog(on: server.eventLoops, interval: interval)
         }
 
         // The daemon drains first; the token store (and its PostgreSQL client) stops after it, in reverse order.

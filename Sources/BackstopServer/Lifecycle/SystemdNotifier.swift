@@ -1,5 +1,6 @@
 import BackstopCore
 import NIOCore
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -57,12 +58,45 @@ public struct SystemdNotifier: Sendable {
         return .microseconds(Int64(usec / 2))
     }
 
-    /// Sends `WATCHDOG=1` every `interval` from an event loop, so a wedged loop stops the pings.
-    public func startWatchdog(on eventLoop: EventLoop, interval: Duration) -> RepeatedTask {
+    /// Sends `WATCHDOG=1` every `interval` from the first of `eventLoops` while every one of them answers: each
+    /// ping is sent only once every loop has run the check the previous ping started, so one wedged loop stops
+    /// the pings and systemd restarts the service (docs/reference/operations.md#systemd).
+    public func startWatchdog(on eventLoops: [EventLoop], interval: Duration) -> RepeatedTask {
+        precondition(!eventLoops.isEmpty, "a watchdog needs an event loop")
         let notifier = self
-        return eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .nanoseconds(interval.nanosecondsClamped)) {
-            _ in
+        let round = WatchdogRound(loops: eventLoops.count)
+        return eventLoops[0].scheduleRepeatedTask(
+            initialDelay: .zero, delay: .nanoseconds(interval.nanosecondsClamped)
+        ) { _ in
+            guard round.startIfAllAnswered() else { return }
             notifier.notify("WATCHDOG=1")
+            for loop in eventLoops { loop.execute { round.answer() } }
         }
+    }
+}
+
+/// Which event loops have answered the watchdog's last check. A new check starts only when every loop has answered
+/// the one before, so an answer that comes late (a loop stalled for longer than an interval) still counts for the
+/// check it belongs to, and a loop that never answers holds every later ping back.
+final class WatchdogRound: Sendable {
+    private let loops: Int
+    private let answered: Atomic<Int>
+
+    /// Before the first check every loop counts as having answered: the first ping goes out at once.
+    init(loops: Int) {
+        self.loops = loops
+        answered = Atomic(loops)
+    }
+
+    /// Whether every loop answered the last check; if so, a new one starts (no loop has answered it yet).
+    func startIfAllAnswered() -> Bool {
+        guard answered.load(ordering: .acquiring) >= loops else { return false }
+        answered.store(0, ordering: .releasing)
+        return true
+    }
+
+    /// A loop ran the current check.
+    func answer() {
+        answered.wrappingAdd(1, ordering: .acquiringAndReleasing)
     }
 }

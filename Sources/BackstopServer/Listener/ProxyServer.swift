@@ -156,8 +156,11 @@ public final class ProxyServer: Sendable {
         }
     }
 
-    /// An event loop of the server's group (for timers such as the systemd watchdog).
+    /// An event loop of the server's group (for timers).
     public var anyEventLoop: EventLoop { group.next() }
+
+    /// Every event loop of the server's group (the systemd watchdog checks that each one still runs).
+    public var eventLoops: [EventLoop] { Array(group.makeIterator()) }
 
     /// The addresses actually bound (ports resolved when the config said 0), in config order.
     public var boundAddresses: [SocketAddress] {

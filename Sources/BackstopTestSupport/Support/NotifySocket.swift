@@ -1,0 +1,52 @@
+import Foundation
+
+/// A bound AF_UNIX datagram socket standing in for systemd's notify socket.
+public final class NotifySocket {
+    public let path: String
+    private let fd: Int32
+    public private(set) var messages: [String] = []
+
+    public init(directory: String) throws {
+        path = directory + "/notify.sock"
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard result == 0 else { throw RawHTTPError.connectFailed("bind notify socket: errno \(errno)") }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+    }
+
+    deinit { close(fd) }
+
+    private func drain() {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n <= 0 { return }
+            messages.append(String(decoding: buffer[0..<n], as: UTF8.self))
+        }
+    }
+
+    /// Waits until some message satisfies `predicate`; returns its index.
+    @discardableResult
+    public func waitFor(
+        after start: Int = 0, timeout: Duration = .seconds(10), _ predicate: (String) -> Bool
+    ) async throws -> Int {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            drain()
+            if let index = messages.indices.first(where: { $0 >= start && predicate(messages[$0]) }) {
+                return index
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw RawHTTPError.timeout(timeout, waitingFor: "notify message; got \(messages)")
+    }
+}

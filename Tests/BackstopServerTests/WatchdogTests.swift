@@ -1,0 +1,73 @@
+import BackstopTestSupport
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import Testing
+
+@testable import BackstopServer
+
+/// The systemd watchdog over several event loops (docs/reference/operations.md#systemd): a ping goes out only once
+/// every loop has answered the check the previous ping started.
+@Suite("Systemd watchdog")
+struct WatchdogTests {
+    /// Checks start only when every loop answered the last one; a late answer counts for its own check.
+    @Test func aCheckStartsOnlyWhenEveryLoopAnswered() {
+        let round = WatchdogRound(loops: 3)
+        #expect(round.startIfAllAnswered())  // the first ping goes out at once
+        #expect(!round.startIfAllAnswered())  // nobody answered it yet
+        round.answer()
+        round.answer()
+        #expect(!round.startIfAllAnswered())  // one loop still silent: no ping, no new check
+        round.answer()  // it answers late
+        #expect(round.startIfAllAnswered())
+        #expect(!round.startIfAllAnswered())
+    }
+
+    /// A wedged loop holds the pings back for as long as it is wedged; they resume once it runs again.
+    @Test func aWedgedLoopStopsThePings() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let notify = try NotifySocket(directory: directory)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let release = NIOLockedValueBox(false)
+        do {
+            try await watchWedged(group: group, release: release, notify: notify)
+        } catch {
+            release.withLockedValue { $0 = true }
+            try? await group.shutdownGracefully()
+            throw error
+        }
+        try await group.shutdownGracefully()
+    }
+
+    private func watchWedged(
+        group: MultiThreadedEventLoopGroup, release: NIOLockedValueBox<Bool>, notify: NotifySocket
+    ) async throws {
+        let loops = Array(group.makeIterator())
+        let wedged = NIOLockedValueBox(false)
+        // The second loop spins until released (bounded: 20 s at most, whatever happens to the test).
+        loops[1].execute {
+            wedged.withLockedValue { $0 = true }
+            let until = NIODeadline.now() + .seconds(20)
+            while !release.withLockedValue({ $0 }), NIODeadline.now() < until { usleep(1000) }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !wedged.withLockedValue({ $0 }), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(wedged.withLockedValue { $0 })
+
+        let notifier = SystemdNotifier(environment: ["NOTIFY_SOCKET": notify.path])
+        let task = notifier.startWatchdog(on: loops, interval: .milliseconds(20))
+        defer { task.cancel() }
+        try await notify.waitFor { $0 == "WATCHDOG=1" }
+        // Ten intervals on the first loop: its own timer, after every watchdog tick due before it.
+        try await loops[0].scheduleTask(in: .milliseconds(200)) {}.futureResult.get()
+        try await notify.waitFor { _ in true }  // reads what arrived meanwhile
+        #expect(notify.messages.filter { $0 == "WATCHDOG=1" }.count == 1)
+
+        release.withLockedValue { $0 = true }
+        try await notify.waitFor(after: 1) { $0 == "WATCHDOG=1" }
+    }
+}
