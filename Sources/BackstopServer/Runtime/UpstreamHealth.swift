@@ -1,6 +1,6 @@
 import BackstopCore
 import Logging
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// What Backstop knows about one upstream's endpoints, shared by every request to it on every event loop: which
 /// endpoint an attempt goes to, which are ejected or being probed, how many requests are in progress
@@ -20,8 +20,8 @@ public final class UpstreamHealth: Sendable {
     /// `scheme://host:port` of each endpoint, in config order: metric labels and the access line's `endpoint=`.
     public let endpointKeys: [String]
     public let policy: EndpointPolicy
-    private let endpoints: Mutex<EndpointSet>
-    private let latency = Mutex(HeadLatencyWindow())
+    private let endpoints: NIOLockedValueBox<EndpointSet>
+    private let latency = NIOLockedValueBox(HeadLatencyWindow())
     private let clock: any BackstopClock
     private let metrics: OutageMetrics
     private let logger: Logger
@@ -30,7 +30,7 @@ public final class UpstreamHealth: Sendable {
         self.upstream = upstream.name
         self.endpointKeys = upstream.endpoints.map(\.endpointKey)
         self.policy = EndpointPolicy(upstream: upstream)
-        self.endpoints = Mutex(EndpointSet(upstream: upstream))
+        self.endpoints = NIOLockedValueBox(EndpointSet(upstream: upstream))
         self.clock = clock
         self.metrics = metrics
         self.logger = logger
@@ -56,15 +56,15 @@ public final class UpstreamHealth: Sendable {
 
     /// Takes a slot for a request about to be forwarded; `.admitted` must be followed by one `release()`.
     public func acquire() -> EndpointAdmission {
-        let admission = endpoints.withLock { $0.acquire() }
+        let admission = endpoints.withLockedValue { $0.acquire() }
         if admission == .overloaded { metrics.record(.upstreamOverloaded, upstream: upstream) }
         return admission
     }
 
-    public func release() { endpoints.withLock { $0.release() } }
+    public func release() { endpoints.withLockedValue { $0.release() } }
 
     /// Requests holding a slot now.
-    public var inflight: Int { endpoints.withLock { $0.inflight } }
+    public var inflight: Int { endpoints.withLockedValue { $0.inflight } }
 
     // MARK: endpoints
 
@@ -72,7 +72,7 @@ public final class UpstreamHealth: Sendable {
     /// `copy`: for a hedged copy, which goes without when there is none (not a fast failure: the request goes on).
     public func choose(avoiding: [Int] = [], copy: Bool = false) -> EndpointVerdict {
         let now = clock.monotonic()
-        let choice = endpoints.withLock { $0.choose(avoiding: avoiding, now: now) }
+        let choice = endpoints.withLockedValue { $0.choose(avoiding: avoiding, now: now) }
         record(choice.events, reason: nil)
         if !copy, case .circuitOpen = choice.verdict { metrics.record(.circuitOpen, upstream: upstream) }
         return choice.verdict
@@ -82,14 +82,14 @@ public final class UpstreamHealth: Sendable {
     /// goes on the `endpoint ejected` line when this ejects it.
     public func report(_ outcome: EndpointOutcome, ticket: EndpointTicket, reason: String?) {
         let now = clock.monotonic()
-        let events = endpoints.withLock { $0.report(outcome, ticket: ticket, now: now) }
+        let events = endpoints.withLockedValue { $0.report(outcome, ticket: ticket, now: now) }
         record(events, reason: reason)
     }
 
     /// Each endpoint's state now (an unanswered probe past its deadline counts as failed first).
     public var health: [EndpointHealth] {
         let now = clock.monotonic()
-        let (events, health) = endpoints.withLock { ($0.expirePermits(now: now), $0.health) }
+        let (events, health) = endpoints.withLockedValue { ($0.expirePermits(now: now), $0.health) }
         record(events, reason: "probe unanswered")
         return health
     }
@@ -98,7 +98,7 @@ public final class UpstreamHealth: Sendable {
     /// probed (ejected) or its probe counts as failed (probing).
     public var endpointDetails: [(health: EndpointHealth, failuresInARow: Int, nextProbeIn: Duration?)] {
         let now = clock.monotonic()
-        let (events, rows) = endpoints.withLock { set in
+        let (events, rows) = endpoints.withLockedValue { set in
             let events = set.expirePermits(now: now)
             let health = set.health
             let rows = health.indices.map { index in
@@ -147,13 +147,13 @@ public final class UpstreamHealth: Sendable {
     /// Counts one attempt's time from sending its request to its response head.
     public func recordHeadLatency(_ latency: Duration) {
         let now = clock.monotonic()
-        self.latency.withLock { $0.record(latency, now: now) }
+        self.latency.withLockedValue { $0.record(latency, now: now) }
     }
 
     /// How long an attempt may go without a head before a hedged copy is sent.
     public func hedgeDelay(_ after: HedgeAfter) -> Duration {
         if case .fixed(let delay) = after { return delay }
         let now = clock.monotonic()
-        return latency.withLock { $0.hedgeDelay(after, now: now) }
+        return latency.withLockedValue { $0.hedgeDelay(after, now: now) }
     }
 }
