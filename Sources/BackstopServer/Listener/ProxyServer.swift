@@ -51,7 +51,7 @@ public final class ProxyServer: Sendable {
     /// How many NIO event loops serve client connections: one per CPU this process may use (NIO's count, which
     /// follows cgroup quotas and cpusets, as nginx's `worker_processes auto` and HAProxy's and Envoy's defaults
     /// do), at most 4 — one transport thread serves them all, and beyond a few loops it is the limit. With one
-    /// loop on 2 cores, requests from 256 clients queued behind each other on it (docs/performance.md#threads-and-hops).
+    /// loop on 2 cores, requests from 256 clients queued behind each other on it (docs/performance.md#event-loops-per-cpu).
     public static var defaultEventLoopThreads: Int { min(max(System.coreCount, 1), 4) }
 
     /// Creates the runtime for `config` (transport thread included); call `start()` to bind. `keychain` is the
