@@ -62,16 +62,7 @@ struct PeerCredentialsTests {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         #expect(fd >= 0)
         let listener = Listener(fd: fd)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
+        let bound = bindUnixSocket(fd, path: path)
         #expect(bound == 0)
         #expect(chmod(path, 0o777) == 0)
         #expect(listen(fd, 4) == 0)

@@ -30,11 +30,13 @@ struct WatchdogTests {
         defer { TestFiles.remove(directory) }
         let notify = try NotifySocket(directory: directory)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
-        let release = NIOLockedValueBox(false)
+        // false while the second loop is to stay wedged.
+        let release = ConditionLock(value: false)
         do {
             try await watchWedged(group: group, release: release, notify: notify)
         } catch {
-            release.withLockedValue { $0 = true }
+            release.lock()
+            release.unlock(withValue: true)
             try? await group.shutdownGracefully()
             throw error
         }
@@ -42,21 +44,16 @@ struct WatchdogTests {
     }
 
     private func watchWedged(
-        group: MultiThreadedEventLoopGroup, release: NIOLockedValueBox<Bool>, notify: NotifySocket
+        group: MultiThreadedEventLoopGroup, release: ConditionLock<Bool>, notify: NotifySocket
     ) async throws {
         let loops = Array(group.makeIterator())
-        let wedged = NIOLockedValueBox(false)
-        // The second loop spins until released (bounded: 20 s at most, whatever happens to the test).
+        let wedged = loops[0].makePromise(of: Void.self)
+        // The second loop blocks until released (bounded: 20 s at most, whatever happens to the test).
         loops[1].execute {
-            wedged.withLockedValue { $0 = true }
-            let until = NIODeadline.now() + .seconds(20)
-            while !release.withLockedValue({ $0 }), NIODeadline.now() < until { usleep(1000) }
+            wedged.succeed()
+            if release.lock(whenValue: true, timeoutSeconds: 20) { release.unlock() }
         }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !wedged.withLockedValue({ $0 }), ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        #expect(wedged.withLockedValue { $0 })
+        try await wedged.futureResult.get()
 
         let notifier = SystemdNotifier(environment: ["NOTIFY_SOCKET": notify.path])
         let task = notifier.startWatchdog(on: loops, interval: .milliseconds(20))
@@ -67,7 +64,8 @@ struct WatchdogTests {
         try await notify.waitFor { _ in true }  // reads what arrived meanwhile
         #expect(notify.messages.filter { $0 == "WATCHDOG=1" }.count == 1)
 
-        release.withLockedValue { $0 = true }
+        release.lock()
+        release.unlock(withValue: true)
         try await notify.waitFor(after: 1) { $0 == "WATCHDOG=1" }
     }
 }

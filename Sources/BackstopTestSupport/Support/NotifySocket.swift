@@ -1,3 +1,4 @@
+import BackstopCore
 import Foundation
 
 /// A bound AF_UNIX datagram socket standing in for systemd's notify socket.
@@ -9,16 +10,7 @@ public final class NotifySocket {
     public init(directory: String) throws {
         path = directory + "/notify.sock"
         fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
-        }
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
+        let result = bindUnixSocket(fd, path: path)
         guard result == 0 else { throw RawHTTPError.connectFailed("bind notify socket: errno \(errno)") }
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
     }
@@ -34,7 +26,8 @@ public final class NotifySocket {
         }
     }
 
-    /// Waits until some message satisfies `predicate`; returns its index.
+    /// Waits until some message satisfies `predicate`; returns its index. A datagram's arrival is an event: the wait
+    /// is `poll(2)` on the socket, not a timer.
     @discardableResult
     public func waitFor(
         after start: Int = 0, timeout: Duration = .seconds(10), _ predicate: (String) -> Bool
@@ -45,7 +38,11 @@ public final class NotifySocket {
             if let index = messages.indices.first(where: { $0 >= start && predicate(messages[$0]) }) {
                 return index
             }
-            try await Task.sleep(for: .milliseconds(20))
+            // Until a datagram arrives or the deadline passes (in slices, so a cancelled test does not wait long).
+            let left = deadline - ContinuousClock.now
+            var readable = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&readable, 1, Int32(clamping: min(max(left.nanosecondsClamped / 1_000_000, 0), 100)))
+            try Task.checkCancellation()
         }
         throw RawHTTPError.timeout(timeout, waitingFor: "notify message; got \(messages)")
     }
