@@ -5,6 +5,16 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
 
     public init(seed: UInt64) { state = seed }
 
+    /// Seeded once from the system's generator: the daemon's jitter draws (backoff, token refresh, probes).
+    /// Their owners keep this rather than a `SystemRandomNumberGenerator`, which has no stored property: an empty
+    /// value handed `inout` through a generic has no meaningful address, and ThreadSanitizer's check of that
+    /// access crashes the process (swiftlang/swift#35579 skips only types known empty where the access is
+    /// compiled). Jitter needs spread, not secrecy; identifiers and assertion IDs still draw from the system.
+    public init() {
+        var system = SystemRandomNumberGenerator()
+        state = system.next()
+    }
+
     public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state

@@ -53,7 +53,7 @@ public actor TokenManager {
     private let background: BackgroundWork
     /// The per-request fast path, so a valid token costs a lock, not an actor hop (and never the store).
     private let fastPath = NIOLockedValueBox(FastPath())
-    private var random = SystemRandomNumberGenerator()
+    private var random = SplitMix64()
     /// The instant the proactive-refresh timer wakes at (nil: none armed). Each arming gets a new number; a timer
     /// job whose number is no longer current ends at once (`timerChanges`) and never fires.
     private var timerDue: Double?
@@ -511,7 +511,7 @@ struct TokenRefreshStep: Sendable {
         }
         var tls = self.tls
         tls.clientIdentity = credentials.tlsIdentity
-        var random = SystemRandomNumberGenerator()
+        var random = SplitMix64()
         var attempt = 1
         while true {
             let endpointRequest: TokenEndpointRequest

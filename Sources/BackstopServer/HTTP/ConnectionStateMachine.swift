@@ -691,7 +691,7 @@ extension ConnectionStateMachine {
     ) {
         guard !events.isEmpty else { return }
         // Failures while relaying end the response: no retry is considered, nothing is drawn.
-        var random = SystemRandomNumberGenerator()
+        var random = SplitMix64(seed: 0)
         for event in events {
             transportEvent(event, generation: generation, now: now, wall: 0, random: &random, into: &actions)
         }

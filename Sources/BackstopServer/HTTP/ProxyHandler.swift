@@ -53,7 +53,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Who the kernel says the client is, asked the first time a `clients` decision needs it (`groups`: with the
     /// user's groups, which only `unix_group` entries need).
     var peer: (connection: ClientConnection, groups: Bool)?
-    var random = SystemRandomNumberGenerator()
+    var random = SplitMix64()
     /// The channel's allocator, read once: `context.channel.allocator` retains the channel and checks the thread on
     /// every response (docs/performance.md#reference-counting-per-request).
     var allocator = ByteBufferAllocator()

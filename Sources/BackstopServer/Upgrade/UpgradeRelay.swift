@@ -82,7 +82,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     private var switchedAt: Duration?
     private var lastActivity: Duration
     private var endReason = RelayEnd.closed
-    private var random = SystemRandomNumberGenerator()
+    private var random = SplitMix64()
     private var ended = false
     /// The access line (and the server span) of the handshake was written.
     private var logged = false
