@@ -35,11 +35,11 @@ let package = Package(
         .systemLibrary(name: "CProcessControl"),
         .target(
             name: "BackstopCore",
-            dependencies: [.product(name: "Yams", package: "Yams")]
+            dependencies: [.product(name: "Yams", package: "Yams"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
         .target(
             name: "BackstopKeychain",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
         .target(
             name: "BackstopCA",
@@ -80,6 +80,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
@@ -99,11 +100,12 @@ let package = Package(
                 "BackstopCore",
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .target(
             name: "BackstopStatus",
-            dependencies: ["BackstopCore", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["BackstopCore", .product(name: "Crypto", package: "swift-crypto"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
         ),
         .target(
             name: "BackstopServer",
@@ -187,6 +189,7 @@ let package = Package(
                 "BackstopKeychain",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .target(name: "CFuzzing"),
@@ -244,6 +247,7 @@ let package = Package(
                 "BackstopTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .testTarget(

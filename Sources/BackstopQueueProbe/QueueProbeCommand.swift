@@ -4,7 +4,7 @@ import BackstopKeychain
 import BackstopQueue
 import Crypto
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -201,9 +201,9 @@ final class Tally: Sendable {
         var full = false
     }
 
-    private let state = Mutex(Totals())
+    private let state = NIOLockedValueBox(Totals())
 
-    func withLock<T>(_ body: (inout Totals) -> T) -> T { state.withLock { body(&$0) } }
+    func withLock<T>(_ body: (inout Totals) -> T) -> T { state.withLockedValue { body(&$0) } }
 }
 
 extension EnqueueCommand {

@@ -1,4 +1,4 @@
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The last `capacity` failures, oldest overwritten first: a fixed ring, so a failure storm costs no memory
 /// growth. Fed once per failed request at its end; read by the status page.
@@ -13,14 +13,14 @@ public final class FailureLog: Sendable {
         var total = 0
     }
 
-    private let ring = Mutex(Ring())
+    private let ring = NIOLockedValueBox(Ring())
 
     public init(capacity: Int = FailureLog.defaultCapacity) {
         self.capacity = max(1, capacity)
     }
 
     public func record(_ failure: FailureRecord) {
-        ring.withLock { r in
+        ring.withLockedValue { r in
             r.total += 1
             if r.slots.count < capacity {
                 r.slots.append(failure)
@@ -33,12 +33,12 @@ public final class FailureLog: Sendable {
 
     /// Newest first.
     public var recent: [FailureRecord] {
-        ring.withLock { r in
+        ring.withLockedValue { r in
             let ordered = r.slots.count < capacity ? r.slots : Array(r.slots[r.next...] + r.slots[..<r.next])
             return ordered.reversed()
         }
     }
 
     /// Failures recorded since start (including those overwritten).
-    public var total: Int { ring.withLock { $0.total } }
+    public var total: Int { ring.withLockedValue { $0.total } }
 }

@@ -1,6 +1,6 @@
 import BackstopCore
 import Logging
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Sends one encoded OTLP request to the collector. The daemon's implementation POSTs through the shared
 /// transport; tests may use any.
@@ -30,7 +30,7 @@ public final class SpanExportQueue: Sendable {
         var stopped = false
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     private let finished = OnceFlag()
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
@@ -50,7 +50,7 @@ public final class SpanExportQueue: Sendable {
 
     /// Queues a finished span; drops it (counted) when the queue is full or the exporter has stopped.
     public func submit(_ span: SpanRecord) {
-        let full = state.withLock { s in
+        let full = state.withLockedValue { s in
             guard !s.stopped, s.pending.count < capacity else {
                 s.droppedQueueFull += 1
                 return false
@@ -63,17 +63,17 @@ public final class SpanExportQueue: Sendable {
 
     /// Spans dropped because the queue was full, and because the collector did not take their batch.
     public var dropped: (queueFull: Int, exportFailed: Int) {
-        state.withLock { (queueFull: $0.droppedQueueFull, exportFailed: $0.droppedExportFailed) }
+        state.withLockedValue { (queueFull: $0.droppedQueueFull, exportFailed: $0.droppedExportFailed) }
     }
 
     /// Spans the collector accepted.
-    public var exported: Int { state.withLock { $0.exported } }
+    public var exported: Int { state.withLockedValue { $0.exported } }
 
     /// Spans waiting to be sent.
-    public var queued: Int { state.withLock { $0.pending.count } }
+    public var queued: Int { state.withLockedValue { $0.pending.count } }
 
     /// The spans waiting to be sent, oldest first (tests read what a trace recorded).
-    var pendingSpans: [SpanRecord] { state.withLock { $0.pending } }
+    var pendingSpans: [SpanRecord] { state.withLockedValue { $0.pending } }
 
     /// The export loop, until `shutdown` (then it sends what is left once and returns).
     public func run() async {
@@ -86,7 +86,7 @@ public final class SpanExportQueue: Sendable {
             }
             for await _ in wakes {
                 await exportPending()
-                if state.withLock({ $0.stopped }) { break }
+                if state.withLockedValue({ $0.stopped }) { break }
             }
             group.cancelAll()
         }
@@ -102,14 +102,14 @@ public final class SpanExportQueue: Sendable {
 
     /// Stops accepting spans and lets `run` send what is queued and return.
     public func shutdown() {
-        state.withLock { $0.stopped = true }
+        state.withLockedValue { $0.stopped = true }
         wake.yield()
         wake.finish()
     }
 
     /// Sends everything queued now, a batch at a time.
     func exportPending() async {
-        let taken = state.withLock { s in
+        let taken = state.withLockedValue { s in
             let all = s.pending
             s.pending.removeAll(keepingCapacity: true)
             return all
@@ -127,7 +127,7 @@ public final class SpanExportQueue: Sendable {
     /// Counts a batch's fate and logs only the changes between "exporting" and "failing" (a dead collector would
     /// otherwise log a line per batch).
     private func record(count: Int, failure: String?) {
-        let changed = state.withLock { s in
+        let changed = state.withLockedValue { s in
             if failure == nil { s.exported += count } else { s.droppedExportFailed += count }
             let was = s.failing
             s.failing = failure != nil

@@ -1,5 +1,5 @@
 import BackstopCore
-import Synchronization
+import NIOConcurrencyHelpers
 import W3CTraceContext
 
 /// Starts the traces of client requests and token refreshes and hands finished spans to the export queue. One per
@@ -10,14 +10,14 @@ public final class Tracer: Sendable {
     public let queue: SpanExportQueue
     let clock: any BackstopClock
     /// Seeds one small generator per trace; the only lock a request takes for its ids.
-    private let seeds: Mutex<SplitMix64>
+    private let seeds: NIOLockedValueBox<SplitMix64>
 
     /// `seed` makes every id and sampling draw repeatable in tests; the daemon passes a random one.
     public init(sampleRatio: Double, queue: SpanExportQueue, clock: any BackstopClock, seed: UInt64) {
         self.sampler = TraceSampler(ratio: sampleRatio)
         self.queue = queue
         self.clock = clock
-        self.seeds = Mutex(SplitMix64(seed: seed))
+        self.seeds = NIOLockedValueBox(SplitMix64(seed: seed))
     }
 
     /// The trace of a client request whose head arrived at `monotonic` (a `BackstopClock.monotonic()` reading):
@@ -29,7 +29,7 @@ public final class Tracer: Sendable {
 
     /// As `startRequest(headers:at:)`, from an already parsed context (nil: a new trace).
     public func startRequest(parent: IncomingTraceContext?, at monotonic: Duration) -> RequestTrace {
-        var random = SplitMix64(seed: seeds.withLock { $0.next() })
+        var random = SplitMix64(seed: seeds.withLockedValue { $0.next() })
         let traceID = parent?.traceID ?? TraceID.random(using: &random)
         let sampled = sampler.isSampled(parent: parent, traceID: traceID)
         let spanID = Self.spanID(&random)
@@ -42,12 +42,12 @@ public final class Tracer: Sendable {
     /// refresh that no request waited on (`refresh_ahead`).
     public func startRefresh(parent: RequestTrace?, at monotonic: Duration) -> SpanTimer {
         if let parent {
-            var random = SplitMix64(seed: seeds.withLock { $0.next() })
+            var random = SplitMix64(seed: seeds.withLockedValue { $0.next() })
             return SpanTimer(
                 tracer: parent.sampled ? self : nil, traceID: parent.traceID, spanID: Self.spanID(&random),
                 parentSpanID: parent.spanID, traceState: parent.traceState, epoch: parent.epoch, start: monotonic)
         }
-        var random = SplitMix64(seed: seeds.withLock { $0.next() })
+        var random = SplitMix64(seed: seeds.withLockedValue { $0.next() })
         let traceID = TraceID.random(using: &random)
         return SpanTimer(
             tracer: sampler.isSampled(newTrace: traceID) ? self : nil, traceID: traceID, spanID: Self.spanID(&random),

@@ -2,7 +2,7 @@ import BackstopCore
 import BackstopTestSupport
 import Crypto
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 import Testing
 
 @testable import BackstopQueue
@@ -75,20 +75,20 @@ struct SpoolTests {
     func readerFollowsWriter() throws {
         let dir = try Directory()
         let body = try SpooledBody(directory: dir.path, budget: SpoolBudget(limit: 1 << 20), chunkSize: 16)
-        let wakes = Mutex(0)
-        body.setWake { wakes.withLock { $0 += 1 } }
+        let wakes = NIOLockedValueBox(0)
+        body.setWake { wakes.withLockedValue { $0 += 1 } }
         var reader = body.makeReader()
         var scratch = [UInt8](repeating: 0, count: 64)
         #expect(try scratch.withUnsafeMutableBytes { try reader.read(into: $0) } == .pending)
         try body.append(Self.bytes(10))
-        #expect(wakes.withLock { $0 } == 0, "a partial chunk is not readable yet")
+        #expect(wakes.withLockedValue { $0 } == 0, "a partial chunk is not readable yet")
         try body.append(Self.bytes(30, seed: 2))
-        #expect(wakes.withLock { $0 } == 1, "woken once, when the first chunk was sealed")
+        #expect(wakes.withLockedValue { $0 } == 1, "woken once, when the first chunk was sealed")
         #expect(try scratch.withUnsafeMutableBytes { try reader.read(into: $0) } == .bytes(16))
         #expect(try scratch.withUnsafeMutableBytes { try reader.read(into: $0) } == .bytes(16))
         #expect(try scratch.withUnsafeMutableBytes { try reader.read(into: $0) } == .pending)
         try body.finish()
-        #expect(wakes.withLock { $0 } == 2)
+        #expect(wakes.withLockedValue { $0 } == 2)
         #expect(try scratch.withUnsafeMutableBytes { try reader.read(into: $0) } == .bytes(8))
         #expect(try scratch.withUnsafeMutableBytes { try reader.read(into: $0) } == .end)
         #expect(throws: SpoolError.unusable) { try body.append([1]) }

@@ -1,8 +1,8 @@
 import BackstopCore
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import Synchronization
 import Testing
 
 @testable import BackstopQueue
@@ -29,14 +29,14 @@ struct LoopbackDeliverySenderTests {
             /// (connection index, Idempotency-Key, X-Backstop-Delivery) per request.
             var requests: [(Int, String?, String?)] = []
         }
-        let record = Mutex(Record())
+        let record = NIOLockedValueBox(Record())
         let group = MultiThreadedEventLoopGroup.singleton
 
         var sender: LoopbackDeliverySender {
             LoopbackDeliverySender(group: group) { socket in
                 _ = try await ClientBootstrap(group: self.group).channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let index = self.record.withLock { record in
+                        let index = self.record.withLockedValue { record in
                             record.connections.append(channel)
                             return record.connections.count - 1
                         }
@@ -47,12 +47,12 @@ struct LoopbackDeliverySenderTests {
             }
         }
 
-        func set(_ mode: Mode) { record.withLock { $0.mode = mode } }
+        func set(_ mode: Mode) { record.withLockedValue { $0.mode = mode } }
 
         /// Closes every connection from this end, as a proxy that goes away would, and waits (at most 5 s) until
         /// they are closed.
         func closeAll() async throws {
-            let connections = record.withLock { $0.connections }
+            let connections = record.withLockedValue { $0.connections }
             let closed = await withTimeLimit(.seconds(5)) {
                 for connection in connections { try? await connection.close() }
             }
@@ -74,7 +74,7 @@ struct LoopbackDeliverySenderTests {
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             switch unwrapInboundIn(data) {
             case .head(let head):
-                end.record.withLock {
+                end.record.withLockedValue {
                     $0.requests.append(
                         (
                             connection, head.headers.first(name: "Idempotency-Key"),
@@ -84,7 +84,7 @@ struct LoopbackDeliverySenderTests {
             case .body:
                 break
             case .end:
-                let mode = end.record.withLock { $0.mode }
+                let mode = end.record.withLockedValue { $0.mode }
                 guard mode != .silent else { return }
                 var headers = HTTPHeaders([("Content-Length", "0")])
                 if mode == .answerThenClose { headers.add(name: "Connection", value: "close") }
@@ -116,7 +116,7 @@ struct LoopbackDeliverySenderTests {
             #expect(await sender.send(Self.delivery(n), settings: Self.settings) == Self.delivered)
         }
         #expect(sender.connectionsOpened == 1)
-        let requests = end.record.withLock { $0.requests }
+        let requests = end.record.withLockedValue { $0.requests }
         #expect(requests.count == 50)
         for (n, request) in requests.enumerated() {
             let id = Self.delivery(n).id.text
@@ -140,7 +140,7 @@ struct LoopbackDeliverySenderTests {
             #expect(results == Array(repeating: Self.delivered, count: 4))
         }
         #expect((1...4).contains(sender.connectionsOpened))
-        #expect(end.record.withLock { $0.requests.count } == 40)
+        #expect(end.record.withLockedValue { $0.requests.count } == 40)
     }
 
     @Test("a connection the proxy closed is replaced; the delivery goes out once on the new one")
@@ -151,7 +151,7 @@ struct LoopbackDeliverySenderTests {
         try await end.closeAll()
         #expect(await sender.send(Self.delivery(2), settings: Self.settings) == Self.delivered)
         #expect(sender.connectionsOpened == 2)
-        let requests = end.record.withLock { $0.requests.map { [String($0.0), $0.1 ?? "-"] } }
+        let requests = end.record.withLockedValue { $0.requests.map { [String($0.0), $0.1 ?? "-"] } }
         #expect(requests == [["0", Self.delivery(1).id.text], ["1", Self.delivery(2).id.text]])
     }
 
@@ -189,7 +189,7 @@ struct LoopbackDeliverySenderTests {
         var settings = Self.settings
         settings.connectionIdle = .milliseconds(50)
         #expect(await sender.send(Self.delivery(1), settings: settings) == Self.delivered)
-        let proxySide = try #require(end.record.withLock { $0.connections.first })
+        let proxySide = try #require(end.record.withLockedValue { $0.connections.first })
         let closed = await withTimeLimit(.seconds(5)) { try? await proxySide.closeFuture.get() }
         #expect(closed)
         #expect(await sender.send(Self.delivery(2), settings: settings) == Self.delivered)

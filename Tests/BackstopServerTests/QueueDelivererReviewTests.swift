@@ -3,6 +3,7 @@ import BackstopKeychain
 import BackstopTestSupport
 import Dispatch
 import Logging
+import NIOConcurrencyHelpers
 import Synchronization
 import Testing
 
@@ -82,14 +83,14 @@ struct QueueDelivererReviewTests {
             }
             try await Self.recorded(6, fixture)
         }
-        #expect(fixture.sender.record.withLock { $0.maxInFlight } == 2)
+        #expect(fixture.sender.record.withLockedValue { $0.maxInFlight } == 2)
         await fixture.close()
     }
 
     @Test("a try to be made again comes back at its backoff's end with nothing else waking the lane")
     func retryComesBack() async throws {
         let fixture = try await Fixture(concurrency: 1)
-        fixture.sender.record.withLock {
+        fixture.sender.record.withLockedValue {
             $0.answers[1] = [.response(status: 503, retryAfter: nil, rateLimitReset: nil)]
         }
         try await fixture.running {
@@ -157,11 +158,11 @@ struct QueueDelivererReviewTests {
 
     /// A wall clock the test sets to the exact value it needs.
     final class SetClock: BackstopClock {
-        let wallValue: Mutex<Double>
-        init(wall: Double) { wallValue = Mutex(wall) }
+        let wallValue: NIOLockedValueBox<Double>
+        init(wall: Double) { wallValue = NIOLockedValueBox(wall) }
         func monotonic() -> Duration { .seconds(1000) }
-        func wall() -> Double { wallValue.withLock { $0 } }
-        func set(_ wall: Double) { wallValue.withLock { $0 = wall } }
+        func wall() -> Double { wallValue.withLockedValue { $0 } }
+        func set(_ wall: Double) { wallValue.withLockedValue { $0 = wall } }
     }
 
     @Test("a failed try whose outcome could not be recorded is sent again when its time comes, with nothing to wake it")
@@ -176,7 +177,7 @@ struct QueueDelivererReviewTests {
             directory: directory, key: KeychainKey.generate(), budget: SpoolBudget(limit: 1 << 30), owner: true,
             clock: clock)
         let sender = QueueDelivererTests.ScriptedSender()
-        sender.record.withLock { $0.answers[1] = [.response(status: 503, retryAfter: nil, rateLimitReset: nil)] }
+        sender.record.withLockedValue { $0.answers[1] = [.response(status: 503, retryAfter: nil, rateLimitReset: nil)] }
         sender.setGate(open: false)
         let backoff = Duration.milliseconds(20)
         let policy = DeliveryPolicy(

@@ -2,7 +2,7 @@ import BackstopCore
 import BackstopKeychain
 import BackstopTestSupport
 import Logging
-import Synchronization
+import NIOConcurrencyHelpers
 import Testing
 
 @testable import BackstopQueue
@@ -116,19 +116,19 @@ struct QueueDelivererTests {
             var gateOpen = true
             var answers: [UInt8: [DeliveryResult]] = [:]
         }
-        let record = Mutex(Record())
+        let record = NIOLockedValueBox(Record())
         let changed = ConditionWaiters()
 
         func send(_ delivery: ClaimedDelivery, settings: DeliveryLaneSettings) async -> DeliveryResult {
             let marker = delivery.request.body.first ?? 0
-            record.withLock { record in
+            record.withLockedValue { record in
                 record.sent.append(marker)
                 record.inFlight += 1
                 record.maxInFlight = max(record.maxInFlight, record.inFlight)
             }
             changed.resumeAll()
-            await changed.wait { record.withLock { $0.gateOpen } }
-            let result = record.withLock { record -> DeliveryResult in
+            await changed.wait { record.withLockedValue { $0.gateOpen } }
+            let result = record.withLockedValue { record -> DeliveryResult in
                 record.inFlight -= 1
                 guard var queue = record.answers[marker], !queue.isEmpty else {
                     return .response(status: 204, retryAfter: nil, rateLimitReset: nil)
@@ -142,16 +142,18 @@ struct QueueDelivererTests {
         }
 
         func setGate(open: Bool) {
-            record.withLock { $0.gateOpen = open }
+            record.withLockedValue { $0.gateOpen = open }
             changed.resumeAll()
         }
 
         /// Waits (at most 10 s) until `condition` holds for the record.
         func wait(_ what: String, _ condition: @escaping @Sendable (Record) -> Bool) async throws {
             let held = await withTimeLimit(.seconds(10)) {
-                await self.changed.wait { self.record.withLock { condition($0) } }
+                await self.changed.wait { self.record.withLockedValue { condition($0) } }
             }
-            if !held { throw TestFailure("timed out waiting until \(what); sent \(self.record.withLock { $0.sent })") }
+            if !held {
+                throw TestFailure("timed out waiting until \(what); sent \(self.record.withLockedValue { $0.sent })")
+            }
         }
     }
 
@@ -232,7 +234,7 @@ struct QueueDelivererTests {
             try await fixture.sender.wait("five were sent") { $0.sent.count == 5 && $0.inFlight == 0 }
             try await Poll.until("five were recorded", every: .milliseconds(10)) { fixture.delivered() == 5 }
         }
-        let record = fixture.sender.record.withLock { $0 }
+        let record = fixture.sender.record.withLockedValue { $0 }
         #expect(record.sent == [1, 2, 3, 4, 5])
         #expect(record.maxInFlight == 1)
         #expect(try await fixture.store.list(.queued).isEmpty)
@@ -248,12 +250,12 @@ struct QueueDelivererTests {
         try await fixture.running {
             try await fixture.sender.wait("two are in flight") { $0.inFlight == 2 }
             // The first two in line; the two sends start concurrently, so in either order.
-            #expect(fixture.sender.record.withLock { $0.sent }.sorted() == [1, 2])
+            #expect(fixture.sender.record.withLockedValue { $0.sent }.sorted() == [1, 2])
             fixture.sender.setGate(open: true)
             try await fixture.sender.wait("six were sent") { $0.sent.count == 6 && $0.inFlight == 0 }
             try await Poll.until("six were recorded", every: .milliseconds(10)) { fixture.delivered() == 6 }
         }
-        #expect(fixture.sender.record.withLock { $0.maxInFlight } == 2)
+        #expect(fixture.sender.record.withLockedValue { $0.maxInFlight } == 2)
         #expect(fixture.delivered() == 6)
         await fixture.close()
     }
@@ -278,7 +280,7 @@ struct QueueDelivererTests {
     @Test("a 503 is tried again later with the same delivery, a 400 becomes a dead letter")
     func outcomesSettle() async throws {
         let fixture = try await Fixture(concurrency: 1)
-        fixture.sender.record.withLock {
+        fixture.sender.record.withLockedValue {
             $0.answers[1] = [
                 .response(status: 503, retryAfter: nil, rateLimitReset: nil), .noResponse("connect-failure"),
             ]
@@ -294,7 +296,7 @@ struct QueueDelivererTests {
                 fixture.delivered() == 1 && fixture.dead() == 1
             }
         }
-        #expect(fixture.sender.record.withLock { $0.sent.filter { $0 == 2 } } == [2])
+        #expect(fixture.sender.record.withLockedValue { $0.sent.filter { $0 == 2 } } == [2])
         #expect(try await fixture.store.list(.queued).isEmpty)
         let dead = try await fixture.store.list(.dead)
         #expect(dead.map(\.id) == [rejected])

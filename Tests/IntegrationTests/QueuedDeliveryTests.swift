@@ -1,6 +1,7 @@
 import BackstopKeychain
 import BackstopTestSupport
 import Foundation
+import NIOConcurrencyHelpers
 import Synchronization
 import Testing
 
@@ -65,10 +66,10 @@ struct QueuedDeliveryTests {
     /// of each request it answered.
     final class SwitchableOrigin: Sendable {
         final class Flag: Sendable {
-            let down: Atomic<Bool>
+            let down: Synchronization.Atomic<Bool>
             /// Requests answered with a reset (counted once the answer is decided, unlike `requests`).
             let resets = Atomic<Int>(0)
-            let answered = Mutex<[String]>([])
+            let answered = NIOLockedValueBox<[String]>([])
             init(_ down: Bool) { self.down = Atomic(down) }
         }
         let flag: Flag
@@ -82,13 +83,13 @@ struct QueuedDeliveryTests {
                     flag.resets.add(1, ordering: .relaxed)
                     return .reset
                 }
-                if let key = request.header("Idempotency-Key") { flag.answered.withLock { $0.append(key) } }
+                if let key = request.header("Idempotency-Key") { flag.answered.withLockedValue { $0.append(key) } }
                 return .respond(status: 204)
             }
         }
 
         /// The `Idempotency-Key`s of the requests answered `204`, in order.
-        var answered: [String] { flag.answered.withLock { $0 } }
+        var answered: [String] { flag.answered.withLockedValue { $0 } }
 
         func setDown(_ value: Bool) { flag.down.store(value, ordering: .releasing) }
 

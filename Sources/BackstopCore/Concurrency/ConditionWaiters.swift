@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// Tasks waiting for a condition that other code makes true (the last request of a drain finished, an exporter
@@ -9,7 +10,7 @@ public final class ConditionWaiters: Sendable {
         var waiting: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
 
     public init() {}
 
@@ -22,7 +23,7 @@ public final class ConditionWaiters: Sendable {
 
     /// Resumes every waiter; call it after making the condition true.
     public func resumeAll() {
-        let resumed = state.withLock { state in
+        let resumed = state.withLockedValue { state in
             defer { state.waiting = [:] }
             return Array(state.waiting.values)
         }
@@ -32,14 +33,14 @@ public final class ConditionWaiters: Sendable {
     /// Suspends until `resumeAll()` or cancellation; true when `condition` held before suspending. The condition is
     /// read under the lock `resumeAll()` takes, so a change made before `resumeAll()` is never missed.
     private func suspend(unless condition: () -> Bool) async -> Bool {
-        let id = state.withLock { state in
+        let id = state.withLockedValue { state in
             defer { state.nextID += 1 }
             return state.nextID
         }
         var held = false
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let resumeNow = state.withLock { state in
+                let resumeNow = state.withLockedValue { state in
                     if condition() {
                         held = true
                         return true
@@ -52,7 +53,7 @@ public final class ConditionWaiters: Sendable {
                 if resumeNow { continuation.resume() }
             }
         } onCancel: {
-            state.withLock { $0.waiting.removeValue(forKey: id) }?.resume()
+            state.withLockedValue { $0.waiting.removeValue(forKey: id) }?.resume()
         }
         return held
     }

@@ -1,4 +1,4 @@
-import Synchronization
+import NIOConcurrencyHelpers
 import Yams
 
 #if canImport(Glibc)
@@ -135,7 +135,9 @@ public enum ConfigLoader {
         let version = FileVersion(
             path: path, size: Int64(info.st_size),
             modified: Int64(modified.tv_sec) * 1_000_000_000 + Int64(modified.tv_nsec))
-        if let cached = parsedSuffixes.withLock({ $0 }), cached.version == version { return .success(cached.list) }
+        if let cached = parsedSuffixes.withLockedValue({ $0 }), cached.version == version {
+            return .success(cached.list)
+        }
         switch readFile(path) {
         case .failure(let reason):
             return .failure(PublicSuffixListUnavailable(path: path, reason: reason.description))
@@ -144,7 +146,7 @@ public enum ConfigLoader {
             guard list.count > 0 else {
                 return .failure(PublicSuffixListUnavailable(path: path, reason: "it holds no rules"))
             }
-            parsedSuffixes.withLock { $0 = (version, list) }
+            parsedSuffixes.withLockedValue { $0 = (version, list) }
             return .success(list)
         }
     }
@@ -155,7 +157,7 @@ public enum ConfigLoader {
         var modified: Int64
     }
 
-    private static let parsedSuffixes = Mutex<(version: FileVersion, list: PublicSuffixList)?>(nil)
+    private static let parsedSuffixes = NIOLockedValueBox<(version: FileVersion, list: PublicSuffixList)?>(nil)
 
     /// The file's text, or the reason it cannot be read (strerror, captured before anything can reset errno).
     private static func readFile(_ path: String) -> Result<String, ReadFailure> {

@@ -1,4 +1,4 @@
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Token store operations by store, operation and result, their time, and the time refreshes waited for the
 /// store's lock: `backstop_token_store_*` (docs/reference/operations.md#metrics). Recorded by the stores, a few
@@ -16,14 +16,14 @@ public final class TokenStoreMetrics: Sendable {
         var lockWaits: [String: (count: Int, seconds: Double)] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
 
     public init() {}
 
     public func record(store: String, operation: String, ok: Bool, seconds: Duration) {
         let key = Key(store: store, operation: operation, ok: ok)
         let value = seconds.seconds
-        state.withLock {
+        state.withLockedValue {
             $0.counts[key, default: 0] += 1
             $0.seconds[key, default: 0] += value
         }
@@ -31,7 +31,7 @@ public final class TokenStoreMetrics: Sendable {
 
     public func recordLockWait(store: String, seconds: Duration) {
         let value = seconds.seconds
-        state.withLock {
+        state.withLockedValue {
             let current = $0.lockWaits[store] ?? (0, 0)
             $0.lockWaits[store] = (current.count + 1, current.seconds + value)
         }
@@ -39,7 +39,7 @@ public final class TokenStoreMetrics: Sendable {
 
     /// Prometheus text for the three families (empty families are still described).
     public func render() -> String {
-        let snapshot = state.withLock { $0 }
+        let snapshot = state.withLockedValue { $0 }
         var out = PrometheusText()
         out.family(
             "backstop_token_store_operations_total", .counter, "Token store operations, by store, operation and result."

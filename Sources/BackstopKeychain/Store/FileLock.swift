@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -25,7 +25,7 @@ public final class FileLock: Sendable {
         case system(operation: String, errno: Int32)
     }
 
-    private let descriptor: Mutex<Int32>
+    private let descriptor: NIOLockedValueBox<Int32>
 
     /// Opens (creating) the lock file at `path` and locks it; without `wait`, throws `busy` when it is held.
     public init(path: String, wait: Bool) throws(Failure) {
@@ -40,7 +40,7 @@ public final class FileLock: Sendable {
             close(fd)
             throw code == EWOULDBLOCK ? .busy : .system(operation: "lock", errno: code)
         }
-        descriptor = Mutex(fd)
+        descriptor = NIOLockedValueBox(fd)
     }
 
     /// Waits for the lock on a thread of its own, so that a blocking `flock` never stalls the cooperative pool.
@@ -58,7 +58,7 @@ public final class FileLock: Sendable {
 
     /// Releases the lock (closing the descriptor); later calls do nothing.
     public func release() {
-        let held = descriptor.withLock { fd in
+        let held = descriptor.withLockedValue { fd in
             defer { fd = -1 }
             return fd
         }

@@ -1,4 +1,4 @@
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The disk budget `spool.max_bytes` that spooled bodies and queued deliveries share (docs/reference/config.md#spool):
 /// one accounting object, so a burst of large spooled bodies leaves no room for queued deliveries and the other way
@@ -11,7 +11,7 @@ import Synchronization
 public final class SpoolBudget: Sendable {
     /// The most bytes that may be reserved at once.
     public let limit: Int
-    private let reserved = Mutex<Int>(0)
+    private let reserved = NIOLockedValueBox<Int>(0)
 
     public init(limit: Int) {
         precondition(limit > 0, "a spool budget needs room for something")
@@ -21,7 +21,7 @@ public final class SpoolBudget: Sendable {
     /// Reserves `bytes`, or returns false (reserving nothing) when they do not fit.
     public func reserve(_ bytes: Int) -> Bool {
         precondition(bytes >= 0)
-        return reserved.withLock { used in
+        return reserved.withLockedValue { used in
             guard bytes <= limit - used else { return false }
             used += bytes
             return true
@@ -32,18 +32,18 @@ public final class SpoolBudget: Sendable {
     /// under an earlier, perhaps larger, limit and must still be counted).
     public func reserveUnconditionally(_ bytes: Int) {
         precondition(bytes >= 0)
-        reserved.withLock { $0 += bytes }
+        reserved.withLockedValue { $0 += bytes }
     }
 
     /// Gives back bytes reserved earlier.
     public func release(_ bytes: Int) {
         precondition(bytes >= 0)
-        reserved.withLock { used in
+        reserved.withLockedValue { used in
             precondition(bytes <= used, "released more spool bytes than were reserved")
             used -= bytes
         }
     }
 
     /// Bytes reserved now (`backstop_spool_bytes`).
-    public var used: Int { reserved.withLock { $0 } }
+    public var used: Int { reserved.withLockedValue { $0 } }
 }

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// A request body kept on disk while it streams upstream, so that it can be sent again for a retry
 /// (docs/reference/behaviour.md#spooled-bodies).
@@ -45,8 +45,8 @@ public final class SpooledBody: Sendable {
         var wake: (@Sendable () -> Void)?
     }
 
-    private let writer = Mutex(Writer())
-    private let published = Mutex(Published())
+    private let writer = NIOLockedValueBox(Writer())
+    private let published = NIOLockedValueBox(Published())
 
     /// A new, empty body in `directory`, sealed under a fresh random key.
     public init(
@@ -59,26 +59,26 @@ public final class SpooledBody: Sendable {
         self.key = SymmetricKey(size: .bits256)
         self.budget = budget
         self.chunkSize = chunkSize
-        writer.withLock { $0.buffer.reserveCapacity(chunkSize) }
+        writer.withLockedValue { $0.buffer.reserveCapacity(chunkSize) }
     }
 
     deinit {
-        let reserved = writer.withLock { $0.reserved }
+        let reserved = writer.withLockedValue { $0.reserved }
         if reserved > 0 { budget.release(reserved) }
     }
 
     /// Bytes appended so far.
-    public var length: Int { writer.withLock { $0.length } }
+    public var length: Int { writer.withLockedValue { $0.length } }
 
     /// The body's total length once `finish` returned, else nil.
     public var finishedLength: Int? {
-        published.withLock { p in p.finalLength.map { p.fullChunks * chunkSize + $0 } }
+        published.withLockedValue { p in p.finalLength.map { p.fullChunks * chunkSize + $0 } }
     }
 
     /// Adds body bytes. After an error the body is unusable (readers fail too) and the caller stops spooling:
     /// `isSpoolFull` errors answer a queued request 507, a direct request goes on without retries.
     public func append(_ bytes: UnsafeRawBufferPointer) throws(SpoolError) {
-        let outcome = writer.withLock { w -> SpoolError? in
+        let outcome = writer.withLockedValue { w -> SpoolError? in
             do throws(SpoolError) {
                 try checkUsable()
                 var rest = bytes[...]
@@ -112,7 +112,7 @@ public final class SpooledBody: Sendable {
 
     /// Seals what is buffered as the last chunk. Readers reach `.end` only after this.
     public func finish() throws(SpoolError) {
-        let outcome = writer.withLock { w -> SpoolError? in
+        let outcome = writer.withLockedValue { w -> SpoolError? in
             do throws(SpoolError) {
                 try checkUsable()
                 try sealAndWrite(&w, final: true)
@@ -128,7 +128,7 @@ public final class SpooledBody: Sendable {
     public func makeReader() -> SpoolReader { SpoolReader(body: self) }
 
     private func checkUsable() throws(SpoolError) {
-        if published.withLock({ $0.failure != nil || $0.finalLength != nil }) { throw .unusable }
+        if published.withLockedValue({ $0.failure != nil || $0.finalLength != nil }) { throw .unusable }
     }
 
     private func sealAndWrite(_ w: inout Writer, final: Bool) throws(SpoolError) {
@@ -169,7 +169,7 @@ public final class SpooledBody: Sendable {
     }
 
     private func publish(_ change: (inout Published) -> Void) {
-        let wake = published.withLock { p -> (@Sendable () -> Void)? in
+        let wake = published.withLockedValue { p -> (@Sendable () -> Void)? in
             change(&p)
             guard p.readerWaiting else { return nil }
             p.readerWaiting = false
@@ -182,7 +182,7 @@ public final class SpooledBody: Sendable {
 
     /// Sets what is called (on the producer's thread) when a reader that got `.pending` can read again.
     public func setWake(_ wake: @escaping @Sendable () -> Void) {
-        published.withLock { $0.wake = wake }
+        published.withLockedValue { $0.wake = wake }
     }
 
     enum ChunkAvailability {
@@ -194,7 +194,7 @@ public final class SpooledBody: Sendable {
 
     /// Whether chunk `index` can be read now; `.pending` registers the caller to be woken.
     func availability(of index: Int) -> ChunkAvailability {
-        published.withLock { p in
+        published.withLockedValue { p in
             if let failure = p.failure { return .failed(failure) }
             if index < p.fullChunks { return .chunk(plaintextLength: chunkSize, final: false) }
             if let finalLength = p.finalLength {

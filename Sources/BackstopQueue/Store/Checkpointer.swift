@@ -1,5 +1,5 @@
+import NIOConcurrencyHelpers
 import NIOPosix
-import Synchronization
 
 /// Copies the queue store's write-ahead log into its database file on a connection and a thread of its own, so that
 /// no group commit waits for a checkpoint (docs/performance.md#queued-delivery); `CheckpointSchedule` says when, and
@@ -20,14 +20,14 @@ final class Checkpointer: Sendable {
     /// `close` once none runs.
     private let connection: SQLiteHandle
     private let threadPool: NIOThreadPool
-    private let state: Mutex<State>
+    private let state: NIOLockedValueBox<State>
 
     /// `connection`: a second connection to the store's database; `threadPool`: one thread, started, shut down by
     /// the owner after `close`.
     init(connection: SQLiteHandle, threadPool: NIOThreadPool, schedule: CheckpointSchedule = CheckpointSchedule()) {
         self.connection = connection
         self.threadPool = threadPool
-        self.state = Mutex(State(schedule: schedule))
+        self.state = NIOLockedValueBox(State(schedule: schedule))
     }
 
     /// Opens the database on the checkpointer's connection, once the store's schema is in place: a connection that
@@ -39,7 +39,7 @@ final class Checkpointer: Sendable {
     /// The writer committed and the WAL holds `walFrames` frames: starts a background copy when due. Returns true
     /// when the writer must copy the rest itself now (`copyOnWriter`), before its next batch.
     func committed(walFrames: Int) -> Bool {
-        switch state.withLock({ $0.schedule.committed(walFrames: walFrames) }) {
+        switch state.withLockedValue({ $0.schedule.committed(walFrames: walFrames) }) {
         case .none: return false
         case .background:
             startCopy()
@@ -51,19 +51,19 @@ final class Checkpointer: Sendable {
     /// Copies what is left on the writer's connection (the caller's thread: the writer's).
     func copyOnWriter(_ writer: SQLiteHandle) {
         let result = (try? writer.checkpoint()) ?? nil
-        state.withLock {
+        state.withLockedValue {
             $0.foregroundCopies += 1
             $0.schedule.foregroundEnded(walFrames: result?.walFrames, copied: result?.copied)
         }
     }
 
     /// Background copies run so far, and copies the writer made itself (for tests).
-    var copies: (background: Int, foreground: Int) { state.withLock { ($0.copies, $0.foregroundCopies) } }
+    var copies: (background: Int, foreground: Int) { state.withLockedValue { ($0.copies, $0.foregroundCopies) } }
 
     /// Starts no copy any more, waits for the running one, and closes the connection.
     func close() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let idle = state.withLock { s -> Bool in
+            let idle = state.withLockedValue { s -> Bool in
                 if s.schedule.close() { return true }
                 s.drained.append(continuation)
                 return false
@@ -86,7 +86,7 @@ final class Checkpointer: Sendable {
     }
 
     private func ended(_ result: (walFrames: Int, copied: Int)?) {
-        let (again, waiters) = state.withLock { s -> (Bool, [CheckedContinuation<Void, Never>]) in
+        let (again, waiters) = state.withLockedValue { s -> (Bool, [CheckedContinuation<Void, Never>]) in
             s.copies += 1
             let again = s.schedule.backgroundEnded(walFrames: result?.walFrames, copied: result?.copied) == .background
             if again { return (true, []) }

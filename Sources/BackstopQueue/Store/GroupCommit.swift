@@ -1,5 +1,5 @@
+import NIOConcurrencyHelpers
 import NIOPosix
-import Synchronization
 
 /// Runs every operation of the queue store on its one SQLite connection, in batches: whatever arrived while the
 /// previous batch was committing (the `fsync` is most of a commit) goes into the next transaction together, so
@@ -42,7 +42,7 @@ final class GroupCommit: Sendable {
     private let threadPool: NIOThreadPool
     /// Copies the WAL into the database file off this thread; nil: SQLite does so at commit time, as by default.
     let checkpointer: Checkpointer?
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
 
     /// `threadPool`: one thread, the store's; started, and shut down by the owner after `close`. `checkpointer`:
     /// `database` reports its commits (`SQLiteHandle.reportCommits`) and no longer checkpoints by itself.
@@ -84,7 +84,7 @@ final class GroupCommit: Sendable {
                     finish(.failure(error))
                 }
             })
-        let start = state.withLock { s -> Bool? in
+        let start = state.withLockedValue { s -> Bool? in
             if s.closed { return nil }
             s.waiting.append(operation)
             if s.running { return false }
@@ -99,15 +99,15 @@ final class GroupCommit: Sendable {
     }
 
     /// Transactions committed so far (for tests: how many writes shared a commit).
-    var commits: Int { state.withLock { $0.commits } }
+    var commits: Int { state.withLockedValue { $0.commits } }
 
     /// Operations waiting for the next batch (for tests).
-    var waitingCount: Int { state.withLock { $0.waiting.count } }
+    var waitingCount: Int { state.withLockedValue { $0.waiting.count } }
 
     /// Refuses new operations, lets the waiting ones finish, and returns when the running job has stopped.
     func close() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let idle = state.withLock { s -> Bool in
+            let idle = state.withLockedValue { s -> Bool in
                 s.closed = true
                 if s.running {
                     s.drained.append(continuation)
@@ -122,7 +122,7 @@ final class GroupCommit: Sendable {
     /// Takes batch after batch until nothing waits; then stops (and, once closed, lets `close` return).
     private func drain(_ job: NIOThreadPool.WorkItemState) {
         while true {
-            let (batch, waiters) = state.withLock { s -> ([Operation], [CheckedContinuation<Void, Never>]) in
+            let (batch, waiters) = state.withLockedValue { s -> ([Operation], [CheckedContinuation<Void, Never>]) in
                 if !s.waiting.isEmpty {
                     defer { s.waiting.removeAll(keepingCapacity: true) }
                     return (s.waiting, [])
@@ -184,7 +184,7 @@ final class GroupCommit: Sendable {
             do {
                 for operation in writes { results.append(try operation.work(database)) }
                 try database.query("COMMIT")
-                state.withLock { $0.commits += 1 }
+                state.withLockedValue { $0.commits += 1 }
             } catch {
                 // After SQLITE_FULL SQLite may already have rolled back; a second rollback then fails harmlessly.
                 _ = try? database.query("ROLLBACK")

@@ -1,8 +1,8 @@
 import BackstopCore
 import BackstopKeychain
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -44,9 +44,9 @@ public final class QueueStore: Sendable {
     /// delivering the same rows.
     private let ownerLock: FileLock?
     /// Stored bytes currently reserved in `budget` for committed rows.
-    private let accounted = Mutex(0)
+    private let accounted = NIOLockedValueBox(0)
     /// Rows claimed and not yet settled.
-    private let claims = Mutex(ClaimTable())
+    private let claims = NIOLockedValueBox(ClaimTable())
 
     private init(
         path: String, database: GroupCommit, threadPool: NIOThreadPool, checkpointThread: NIOThreadPool,
@@ -125,7 +125,7 @@ public final class QueueStore: Sendable {
         ownerLock?.release()
         try? await threadPool.shutdownGracefully()
         try? await checkpointThread.shutdownGracefully()
-        let held = accounted.withLock { value in
+        let held = accounted.withLockedValue { value in
             defer { value = 0 }
             return value
         }
@@ -180,7 +180,7 @@ public final class QueueStore: Sendable {
                             .text(id.text), .text(upstream), .integer(acceptedAt), .integer(acceptedAt),
                             .integer(acceptedAt), .blob(head), .blob(body), .integer(size),
                         ])
-                }, then: { _ in self.accounted.withLock { $0 += size } },
+                }, then: { _ in self.accounted.withLockedValue { $0 += size } },
                 finish: { result in
                     switch result {
                     case .success: completion(.success(id))
@@ -216,7 +216,7 @@ public final class QueueStore: Sendable {
         let (rows, unreadable, expired) = try await run(
             writes: true,
             { connection -> ([Row], [(seq: Int, id: DeliveryID?)], [DeliveryID]) in
-                let (busy, sending) = self.claims.withLock {
+                let (busy, sending) = self.claims.withLockedValue {
                     ($0.held(upstream, at: Self.seconds(now)), $0.sendingCount(upstream))
                 }
                 // One statement text whatever is in flight, so it is prepared once.
@@ -253,7 +253,7 @@ public final class QueueStore: Sendable {
             },
             // Held only once the claim committed: a batch that fails (another write in it did not fit a full disk)
             // claims nothing, instead of leaving rows held that no delivery will ever settle.
-            then: { claimed in self.claims.withLock { $0.claimed(upstream, claimed.0.map(\.seq)) } })
+            then: { claimed in self.claims.withLockedValue { $0.claimed(upstream, claimed.0.map(\.seq)) } })
         var batch = ClaimBatch(
             expired: expired.sorted(), damaged: unreadable.compactMap(\.id),
             damagedWithoutID: unreadable.filter { $0.id == nil }.count)
@@ -305,7 +305,7 @@ public final class QueueStore: Sendable {
         do {
             try await settleRow(seq, decision)
         } catch {
-            claims.withLock { claims in
+            claims.withLockedValue { claims in
                 if case .retry(let at, _) = decision {
                     // In whole microseconds, as a recorded retry's `next_at` and the claim's clock: `nextDue` then
                     // never calls due a row the claim still skips (a lane told so and given nothing waits for a
@@ -345,7 +345,7 @@ public final class QueueStore: Sendable {
     /// Gives back the budget of rows this process deleted (`then` of a delete: runs as it commits).
     private func freed(_ bytes: Int) {
         guard bytes > 0 else { return }
-        accounted.withLock { $0 -= bytes }
+        accounted.withLockedValue { $0 -= bytes }
         budget.release(bytes)
     }
 
@@ -357,7 +357,7 @@ public final class QueueStore: Sendable {
 
     /// When `upstream`'s next queued delivery that is not in flight is due (wall-clock seconds), nil when none is.
     public func nextDue(upstream: String) async throws(QueueError) -> Double? {
-        let (held, deferredUntil) = claims.withLock { $0.allHeld(upstream) }
+        let (held, deferredUntil) = claims.withLockedValue { $0.allHeld(upstream) }
         let busyList = SQLiteHandle.Value.text(Self.jsonArray(held))
         let stored = try await run(writes: false) { connection in
             try connection.query(
@@ -370,7 +370,7 @@ public final class QueueStore: Sendable {
     }
 
     private func release(upstream: String, _ seqs: [Int]) {
-        claims.withLock { $0.release(upstream, seqs) }
+        claims.withLockedValue { $0.release(upstream, seqs) }
     }
 
     // MARK: operating
@@ -464,7 +464,7 @@ public final class QueueStore: Sendable {
     @discardableResult
     private func reconcile(_ connection: SQLiteHandle) throws -> Int {
         let total = try connection.query("SELECT bytes FROM totals WHERE id = 0").first?.integer(0) ?? 0
-        let delta = accounted.withLock { held in
+        let delta = accounted.withLockedValue { held in
             defer { held = total }
             return total - held
         }

@@ -1,5 +1,6 @@
 import BackstopCore
 import BackstopQueue
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -30,7 +31,7 @@ public final class LoopbackDeliverySender: DeliverySending {
     private let group: any EventLoopGroup
     private let serveProxyEnd: ServeProxyEnd
     /// Idle kept-alive connections by upstream; one in use is in no list.
-    private let idle = Mutex<[String: [DeliveryConnection]]>([:])
+    private let idle = NIOLockedValueBox<[String: [DeliveryConnection]]>([:])
     private let opened = Atomic<Int>(0)
 
     public init(group: any EventLoopGroup, serveProxyEnd: @escaping ServeProxyEnd) {
@@ -62,7 +63,7 @@ public final class LoopbackDeliverySender: DeliverySending {
                 continue
             }
             if answer.reusable && !Task.isCancelled {
-                idle.withLock { $0[delivery.upstream, default: []].append(connection) }
+                idle.withLockedValue { $0[delivery.upstream, default: []].append(connection) }
             }
             return answer.result
         }
@@ -70,7 +71,7 @@ public final class LoopbackDeliverySender: DeliverySending {
 
     /// The most recently used idle connection of `upstream` still open (the others closed are dropped).
     private func takeIdle(upstream: String) -> DeliveryConnection? {
-        idle.withLock { idle in
+        idle.withLockedValue { idle in
             while let connection = idle[upstream]?.popLast() {
                 if connection.channel.isActive { return connection }
             }

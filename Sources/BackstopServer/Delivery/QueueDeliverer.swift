@@ -1,7 +1,7 @@
 import BackstopCore
 import BackstopQueue
 import Logging
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Delivers what the queue store holds (docs/reference/behaviour.md#queued-delivery): one loop per upstream with
 /// `delivery: queue`, oldest due first, at most `queue.concurrency` in flight, each try settled in the store by
@@ -29,8 +29,8 @@ public final class QueueDeliverer: Sendable {
     private let metrics: QueueMetrics
     private let logger: Logger
     private let clock: any BackstopClock
-    private let random: Mutex<SplitMix64>
-    private let state: Mutex<State>
+    private let random: NIOLockedValueBox<SplitMix64>
+    private let state: NIOLockedValueBox<State>
     /// The lanes wait on these (a wake number moved, `stop()`); `run()` waits on `lanesChanged` (a reload, `stop()`),
     /// so waking a lane, up to twice per request accepted or delivered, resumes only the lanes' tasks
     /// (docs/performance.md#queued-delivery).
@@ -46,8 +46,8 @@ public final class QueueDeliverer: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.clock = clock
-        self.random = Mutex(SplitMix64(seed: seed))
-        self.state = Mutex(State(lanes: lanes))
+        self.random = NIOLockedValueBox(SplitMix64(seed: seed))
+        self.state = NIOLockedValueBox(State(lanes: lanes))
     }
 
     /// Stores `request` for delivery to `upstream` and wakes that upstream's loop, without a task (the caller is an
@@ -66,7 +66,7 @@ public final class QueueDeliverer: Sendable {
     /// A request for `upstream` was stored: its loop claims it now if it has a free slot. With every slot taken the
     /// loop is not woken: only a finishing delivery, which wakes it, lets it claim (docs/performance.md#queued-delivery).
     public func accepted(upstream: String) {
-        let woken = state.withLock { state in
+        let woken = state.withLockedValue { state in
             guard
                 DeliveryLaneStep.wakesOnAccept(
                     settings: state.lanes[upstream], inFlight: state.inFlight[upstream, default: 0])
@@ -82,19 +82,19 @@ public final class QueueDeliverer: Sendable {
 
     /// The queue's depth and oldest delivery per upstream as last read from the store: `/metrics` is rendered
     /// synchronously, so it reads this copy, which `run()` refreshes at most once a second while the queue changes.
-    public var snapshot: QueueSnapshot { counts.withLock { $0.snapshot } }
+    public var snapshot: QueueSnapshot { counts.withLockedValue { $0.snapshot } }
 
     private struct Counts {
         var snapshot = QueueSnapshot()
         var changed = true
     }
-    private let counts = Mutex(Counts())
+    private let counts = NIOLockedValueBox(Counts())
     private let countsWaiters = ConditionWaiters()
     /// The shortest time between two reads of the counts.
     static let countsInterval: Duration = .seconds(1)
 
     private func countsChanged() {
-        counts.withLock { $0.changed = true }
+        counts.withLockedValue { $0.changed = true }
         countsWaiters.resumeAll()
     }
 
@@ -102,12 +102,12 @@ public final class QueueDeliverer: Sendable {
     private func refreshCounts() async {
         while !Task.isCancelled {
             await countsWaiters.wait {
-                self.counts.withLock { $0.changed } || self.state.withLock { $0.stopped }
+                self.counts.withLockedValue { $0.changed } || self.state.withLockedValue { $0.stopped }
             }
-            if Task.isCancelled || state.withLock({ $0.stopped }) { return }
-            counts.withLock { $0.changed = false }
+            if Task.isCancelled || state.withLockedValue({ $0.stopped }) { return }
+            counts.withLockedValue { $0.changed = false }
             if let snapshot = try? await store.snapshot() {
-                counts.withLock { $0.snapshot = snapshot }
+                counts.withLockedValue { $0.snapshot = snapshot }
             }
             try? await Task.sleep(for: Self.countsInterval)
         }
@@ -116,7 +116,7 @@ public final class QueueDeliverer: Sendable {
     /// The upstreams with `delivery: queue` after a reload: new ones get a loop, changed settings apply from the
     /// next round, removed ones stop claiming (their deliveries stay queued).
     public func update(lanes: [String: DeliveryLaneSettings]) {
-        let names = state.withLock { state in
+        let names = state.withLockedValue { state in
             state.lanes = lanes
             return Array(state.wakes.keys) + Array(lanes.keys)
         }
@@ -126,7 +126,7 @@ public final class QueueDeliverer: Sendable {
 
     /// Ends `run()`: loops stop claiming, deliveries in flight are cancelled and given back untried.
     public func stop() {
-        state.withLock { $0.stopped = true }
+        state.withLockedValue { $0.stopped = true }
         wakeups.resumeAll()
         lanesChanged.resumeAll()
         countsWaiters.resumeAll()
@@ -137,7 +137,7 @@ public final class QueueDeliverer: Sendable {
         await withDiscardingTaskGroup { group in
             group.addTask { await self.refreshCounts() }
             while true {
-                let (newLanes, stopped) = state.withLock { state -> ([String], Bool) in
+                let (newLanes, stopped) = state.withLockedValue { state -> ([String], Bool) in
                     let new = state.lanes.keys.filter { !state.started.contains($0) }.sorted()
                     state.started.formUnion(new)
                     return (new, state.stopped)
@@ -146,9 +146,9 @@ public final class QueueDeliverer: Sendable {
                 for upstream in newLanes {
                     group.addTask { await self.lane(upstream) }
                 }
-                let started = state.withLock { $0.started }
+                let started = state.withLockedValue { $0.started }
                 await lanesChanged.wait {
-                    state.withLock { state in
+                    state.withLockedValue { state in
                         state.stopped || !Set(state.lanes.keys).isSubset(of: started)
                     }
                 }
@@ -162,7 +162,7 @@ public final class QueueDeliverer: Sendable {
     private func lane(_ upstream: String) async {
         await withDiscardingTaskGroup { deliveries in
             while !Task.isCancelled {
-                let (settings, observed, inFlight, stopped, unsettledDue) = state.withLock { state in
+                let (settings, observed, inFlight, stopped, unsettledDue) = state.withLockedValue { state in
                     (
                         state.lanes[upstream], state.wakes[upstream, default: 0], state.inFlight[upstream, default: 0],
                         state.stopped, state.unsettled[upstream]?.map(\.retryAt).min()
@@ -188,11 +188,11 @@ public final class QueueDeliverer: Sendable {
                             upstream: upstream, concurrency: settings.concurrency, policy: settings.policy)
                         recordSetAside(batch, upstream: upstream)
                         let claimed = batch.deliveries.count
-                        state.withLock { $0.inFlight[upstream, default: 0] += claimed }
+                        state.withLockedValue { $0.inFlight[upstream, default: 0] += claimed }
                         for delivery in batch.deliveries {
                             deliveries.addTask {
                                 await self.deliver(delivery, settings: settings)
-                                self.state.withLock { $0.inFlight[upstream, default: 0] -= 1 }
+                                self.state.withLockedValue { $0.inFlight[upstream, default: 0] -= 1 }
                                 self.wake([upstream])
                             }
                         }
@@ -225,7 +225,7 @@ public final class QueueDeliverer: Sendable {
     /// Waits until `upstream`'s wake number moves past `observed`, `stop()`, or the wall clock reaches `until`.
     private func waitForWake(_ upstream: String, after observed: UInt64, until: Double?) async {
         let woken: @Sendable () -> Bool = {
-            self.state.withLock { $0.stopped || $0.wakes[upstream, default: 0] != observed }
+            self.state.withLockedValue { $0.stopped || $0.wakes[upstream, default: 0] != observed }
         }
         guard let until else {
             await wakeups.wait(until: woken)
@@ -238,7 +238,7 @@ public final class QueueDeliverer: Sendable {
     }
 
     private func wake(_ upstreams: [String]) {
-        state.withLock { state in
+        state.withLockedValue { state in
             for upstream in upstreams { state.wakes[upstream, default: 0] &+= 1 }
         }
         wakeups.resumeAll()
@@ -253,7 +253,7 @@ public final class QueueDeliverer: Sendable {
             store.unclaim(delivery)
             return
         }
-        let decision = random.withLock { random in
+        let decision = random.withLockedValue { random in
             policy.decide(
                 result, attempts: delivery.attempts + 1, acceptedAt: delivery.clockStart, now: clock.wall(),
                 random: &random)
@@ -276,7 +276,7 @@ public final class QueueDeliverer: Sendable {
                 return
             }
             let unsettled = UnsettledDelivery(delivery, decision, failedAt: clock.wall())
-            state.withLock { $0.unsettled[delivery.upstream, default: []].append(unsettled) }
+            state.withLockedValue { $0.unsettled[delivery.upstream, default: []].append(unsettled) }
             logUnsettled(unsettled, error)
             return
         }
@@ -286,7 +286,7 @@ public final class QueueDeliverer: Sendable {
     /// Tries again to record the outcomes of `upstream` that are due; those that fail again wait longer.
     private func recordUnsettled(_ upstream: String) async {
         let now = clock.wall()
-        let due = state.withLock { state -> [UnsettledDelivery] in
+        let due = state.withLockedValue { state -> [UnsettledDelivery] in
             let all = state.unsettled[upstream, default: []]
             state.unsettled[upstream] = all.filter { $0.retryAt > now }
             if state.unsettled[upstream]?.isEmpty == true { state.unsettled[upstream] = nil }
@@ -298,7 +298,7 @@ public final class QueueDeliverer: Sendable {
                 recorded(unsettled.delivery, unsettled.decision)
             } catch {
                 unsettled.failedAgain(at: clock.wall())
-                state.withLock { $0.unsettled[upstream, default: []].append(unsettled) }
+                state.withLockedValue { $0.unsettled[upstream, default: []].append(unsettled) }
                 logUnsettled(unsettled, error)
             }
         }

@@ -1,5 +1,5 @@
 import BackstopCore
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -12,23 +12,23 @@ import Glibc
 /// The socket belongs to the network namespace of the thread that opens it.
 public final class NetlinkRouteSocket: Sendable {
     /// -1 once taken.
-    private let descriptor: Mutex<CInt>
+    private let descriptor: NIOLockedValueBox<CInt>
     /// The decoder as the initial dumps left it.
     public let decoder: NetlinkChangeDecoder
 
     private init(descriptor: CInt, decoder: NetlinkChangeDecoder) {
-        self.descriptor = Mutex(descriptor)
+        self.descriptor = NIOLockedValueBox(descriptor)
         self.decoder = decoder
     }
 
     deinit {
-        let fd = descriptor.withLock { $0 }
+        let fd = descriptor.withLockedValue { $0 }
         if fd >= 0 { _ = close(fd) }
     }
 
     /// The descriptor, once: its owner from now on must close it.
     public func takeDescriptor() -> CInt? {
-        descriptor.withLock { fd in
+        descriptor.withLockedValue { fd in
             defer { fd = -1 }
             return fd >= 0 ? fd : nil
         }

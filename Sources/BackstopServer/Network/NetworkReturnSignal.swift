@@ -1,5 +1,5 @@
+import NIOConcurrencyHelpers
 import NIOCore
-import Synchronization
 
 /// "The network may be back": fired by the `NetworkChangeMonitor` for every burst of changes, and awaited by
 /// attempts that failed for want of a usable network while they wait out their backoff, whichever comes first
@@ -25,22 +25,22 @@ public final class NetworkReturnSignal: Sendable {
         var waiters: [UInt64: Waiter] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
 
     public init() {}
 
     /// Changes signalled so far.
-    public var generation: UInt64 { state.withLock { $0.generation } }
+    public var generation: UInt64 { state.withLockedValue { $0.generation } }
 
     /// Waits registered and neither woken nor cancelled.
-    public var waiting: Int { state.withLock { $0.waiters.count } }
+    public var waiting: Int { state.withLockedValue { $0.waiters.count } }
 
     /// Calls `wake` on `loop` once, at the first change after generation `seen` (at once if one already came).
     /// `cancel` the returned wait when it is no longer wanted (the backoff ended first, the client left).
     public func wait(
         after seen: UInt64, on loop: any EventLoop, _ wake: @escaping @Sendable () -> Void
     ) -> Wait {
-        let (id, already) = state.withLock { state -> (UInt64, Bool) in
+        let (id, already) = state.withLockedValue { state -> (UInt64, Bool) in
             let id = state.nextID
             state.nextID += 1
             guard state.generation <= seen else { return (id, true) }
@@ -53,12 +53,12 @@ public final class NetworkReturnSignal: Sendable {
 
     /// Forgets `wait`; its `wake` is not called after this returns unless it was already scheduled.
     public func cancel(_ wait: Wait) {
-        _ = state.withLock { $0.waiters.removeValue(forKey: wait.id) }
+        _ = state.withLockedValue { $0.waiters.removeValue(forKey: wait.id) }
     }
 
     /// The network changed: every wait registered is woken (each on its loop) and forgotten.
     public func signal() {
-        let woken = state.withLock { state -> [Waiter] in
+        let woken = state.withLockedValue { state -> [Waiter] in
             state.generation += 1
             defer { state.waiters = [:] }
             return Array(state.waiters.values)

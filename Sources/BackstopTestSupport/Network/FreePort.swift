@@ -1,4 +1,4 @@
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -10,7 +10,7 @@ import Darwin
 
 /// Loopback ports for connect-failure tests.
 public enum FreePort {
-    private static let handedOut = Mutex(Set<Int>())
+    private static let handedOut = NIOLockedValueBox(Set<Int>())
 
     /// A 127.0.0.1 port that refuses connections, for connect-failure tests and for daemons under test to bind.
     ///
@@ -23,7 +23,7 @@ public enum FreePort {
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<200 {
             let port = Int.random(in: 20000..<32000, using: &generator)
-            guard handedOut.withLock({ $0.insert(port).inserted }) else { continue }
+            guard handedOut.withLockedValue({ $0.insert(port).inserted }) else { continue }
             if try isFree(port) { return port }
         }
         throw FreePortError.systemCall("bind (no free port found)", EADDRINUSE)

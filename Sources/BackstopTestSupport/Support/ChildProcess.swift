@@ -1,6 +1,6 @@
 import CProcessControl
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -42,13 +42,13 @@ public final class ChildProcess: Sendable {
 
     public let pid: pid_t
     /// The raw `waitpid` status once the child is reaped.
-    private let reaped = Mutex<Int32?>(nil)
+    private let reaped = NIOLockedValueBox<Int32?>(nil)
     /// This process's ends of the output pipes, closed once read to the end (or when the child goes).
-    private let pipes: Mutex<(output: Int32?, error: Int32?)>
+    private let pipes: NIOLockedValueBox<(output: Int32?, error: Int32?)>
 
     private init(pid: pid_t, output: Int32?, error: Int32?) {
         self.pid = pid
-        self.pipes = Mutex((output, error))
+        self.pipes = NIOLockedValueBox((output, error))
     }
 
     /// Starts `executable` with `arguments`. `standardError` nil: the same as stdout. `environment` nil: this
@@ -166,13 +166,13 @@ public final class ChildProcess: Sendable {
 
     /// This process's end of the stdout pipe (`.pipe` only), for reading line by line; still owned by the child
     /// value, which closes it.
-    public var standardOutputDescriptor: Int32? { pipes.withLock { $0.output } }
+    public var standardOutputDescriptor: Int32? { pipes.withLockedValue { $0.output } }
 
     /// Reads the output pipes until they end and the child exits, then reaps it; past `timeout` the child's process
     /// group is killed and what it wrote before is still returned (reading goes on 5 s more, for a grandchild holding a
     /// pipe).
     public func readOutputs(within timeout: Duration) -> Outputs {
-        var open = pipes.withLock { pipes -> [(fd: Int32, isError: Bool)] in
+        var open = pipes.withLockedValue { pipes -> [(fd: Int32, isError: Bool)] in
             defer { pipes = (nil, nil) }
             return [pipes.output.map { ($0, false) }, pipes.error.map { ($0, true) }].compactMap { $0 }
         }
@@ -222,7 +222,7 @@ public final class ChildProcess: Sendable {
 
     /// The raw status when the child has exited (reaping it), nil while it runs. Never blocks.
     private func poll() -> Int32? {
-        reaped.withLock { reaped in
+        reaped.withLockedValue { reaped in
             if let reaped { return reaped }
             var status: Int32 = 0
             let result = waitpid(pid, &status, WNOHANG)
@@ -256,7 +256,7 @@ public final class ChildProcess: Sendable {
 
     /// Blocks the calling thread until the child exits (for tools that depend on nothing in this process).
     public func waitUntilExit() {
-        reaped.withLock { reaped in
+        reaped.withLockedValue { reaped in
             guard reaped == nil else { return }
             var status: Int32 = 0
             while true {
@@ -277,7 +277,7 @@ public final class ChildProcess: Sendable {
             kill(pid, SIGKILL)
             waitUntilExit()
         }
-        let left = pipes.withLock { $0 }
+        let left = pipes.withLockedValue { $0 }
         for fd in [left.output, left.error].compactMap({ $0 }) { close(fd) }
     }
 
