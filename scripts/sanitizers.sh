@@ -36,7 +36,9 @@ for sanitizer in "${sanitizers[@]}"; do
   # kernel's limit, not the daemon's; the flood runs in the plain suite and under AddressSanitizer.
   skip=()
   [ "$sanitizer" = thread ] && skip=(--skip connectionFlood)
-  TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" ASAN_OPTIONS="detect_leaks=0 halt_on_error=0" \
+  # scripts/tsan-suppressions.txt lists the reports that are the Swift runtime's, each with why.
+  TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan-suppressions.txt" \
+    ASAN_OPTIONS="detect_leaks=0 halt_on_error=0" \
     swift test --no-parallel --sanitize="$sanitizer" --scratch-path "$scratch" "${skip[@]}" "${extra[@]}" >"$log" 2>&1
   rc=$?
   set -e

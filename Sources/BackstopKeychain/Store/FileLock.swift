@@ -28,7 +28,29 @@ public final class FileLock: Sendable {
     private let descriptor: NIOLockedValueBox<Int32>
 
     /// Opens (creating) the lock file at `path` and locks it; without `wait`, throws `busy` when it is held.
-    public init(path: String, wait: Bool) throws(Failure) {
+    public convenience init(path: String, wait: Bool) throws(Failure) {
+        self.init(locked: try Self.lock(path: path, wait: wait))
+    }
+
+    private init(locked fd: Int32) { descriptor = NIOLockedValueBox(fd) }
+
+    /// Waits for the lock on a thread of its own, so that a blocking `flock` never stalls the cooperative pool.
+    /// Not cancellable while waiting: the keychain holds it only for one read-modify-write. The thread hands back
+    /// the descriptor, and the lock object is made here: an object made on that thread and read after the
+    /// continuation resumed is a hand-over ThreadSanitizer does not see (it reported `release()` against `init`).
+    public static func acquire(path: String) async throws(Failure) -> FileLock {
+        let result: Result<Int32, Failure> = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(returning: Result { () throws(Failure) in try lock(path: path, wait: true) })
+            }
+            thread.name = "backstop-file-lock"
+            thread.start()
+        }
+        return FileLock(locked: try result.get())
+    }
+
+    /// The descriptor of the lock file at `path`, opened (created) and locked.
+    private static func lock(path: String, wait: Bool) throws(Failure) -> Int32 {
         var fd: Int32
         repeat {
             fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
@@ -40,20 +62,7 @@ public final class FileLock: Sendable {
             close(fd)
             throw code == EWOULDBLOCK ? .busy : .system(operation: "lock", errno: code)
         }
-        descriptor = NIOLockedValueBox(fd)
-    }
-
-    /// Waits for the lock on a thread of its own, so that a blocking `flock` never stalls the cooperative pool.
-    /// Not cancellable while waiting: the keychain holds it only for one read-modify-write.
-    public static func acquire(path: String) async throws(Failure) -> FileLock {
-        let result: Result<FileLock, Failure> = await withCheckedContinuation { continuation in
-            let thread = Thread {
-                continuation.resume(returning: Result { () throws(Failure) in try FileLock(path: path, wait: true) })
-            }
-            thread.name = "backstop-file-lock"
-            thread.start()
-        }
-        return try result.get()
+        return fd
     }
 
     /// Releases the lock (closing the descriptor); later calls do nothing.
