@@ -9,7 +9,7 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
     /// Their owners keep this rather than a `SystemRandomNumberGenerator`, which has no stored property: an empty
     /// value handed `inout` through a generic has no meaningful address, and ThreadSanitizer's check of that
     /// access crashes the process (swiftlang/swift#35579 skips only types known empty where the access is
-    /// compiled). Jitter needs spread, not secrecy; identifiers and assertion IDs still draw from the system.
+    /// compiled). Jitter needs spread, not secrecy: identifiers and assertion IDs (`jti`) draw from the system.
     public init() {
         var system = SystemRandomNumberGenerator()
         state = system.next()

@@ -511,6 +511,8 @@ struct TokenRefreshStep: Sendable {
         }
         var tls = self.tls
         tls.clientIdentity = credentials.tlsIdentity
+        // The assertion's `jti` must be unpredictable: the system generator; backoff jitter needs only spread.
+        var assertionRandom = SystemRandomNumberGenerator()
         var random = SplitMix64()
         var attempt = 1
         while true {
@@ -520,7 +522,7 @@ struct TokenRefreshStep: Sendable {
                 let assertion = try credentials.signer.map {
                     try $0.assertion(
                         clientID: config.clientID ?? "", audience: config.tokenURL, now: Int64(clock.wall()),
-                        random: &random)
+                        random: &assertionRandom)
                 }
                 endpointRequest = try TokenRequestBuilder.build(
                     config: config, refreshToken: stored.refreshToken, clientSecret: secret, clientAssertion: assertion)
