@@ -1,5 +1,6 @@
-/// A small seeded random number generator (SplitMix64): chaos scripts, load mixes and randomized tests replay
-/// exactly from a seed. The one seeded generator of the project.
+/// A small seeded random number generator (SplitMix64): the daemon's jitter (seeded from the system, `init()`),
+/// and chaos scripts, load mixes and randomized tests that replay exactly from a seed. The project's one seeded
+/// generator.
 public struct SplitMix64: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
