@@ -78,4 +78,10 @@ public struct ClientAssertionSigner: Sendable {
         for _ in 0..<2 { withUnsafeBytes(of: random.next().littleEndian) { bytes += $0 } }
         return try assertion(clientID: clientID, audience: audience, now: now, jti: Base64.encodeURL(bytes))
     }
+
+    /// As above with the `jti`'s 16 bytes from the system's generator: what the daemon sends, unpredictable so
+    /// that no one can pre-empt a `jti` a provider records against replays.
+    public func assertion(clientID: String, audience: String, now: Int64) throws(ClientIdentityError) -> String {
+        try assertion(clientID: clientID, audience: audience, now: now, jti: Base64.encodeURL(SystemRandom.bytes(16)))
+    }
 }

@@ -118,7 +118,7 @@ struct EnqueueCommand: AsyncParsableCommand {
             }
             if deliver {
                 group.addTask {
-                    var random = SystemRandomNumberGenerator()
+                    var random = SplitMix64()
                     let policy = DeliveryPolicy(maxAge: .seconds(86_400))
                     while ContinuousClock.now < deadline {
                         guard let batch = try? await store.claim(upstream: "events", concurrency: 8, policy: policy),

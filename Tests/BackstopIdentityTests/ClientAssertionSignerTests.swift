@@ -76,6 +76,22 @@ struct ClientAssertionSignerTests {
         #expect(seen.count == 200)
     }
 
+    @Test("the daemon's jti: 16 bytes from the system's generator, a new one on every call")
+    func systemJTI() throws {
+        let signer = try ClientAssertionSigner(pem: Array(P256.Signing.PrivateKey().pemRepresentation.utf8), keyID: nil)
+        var seen: Set<String> = []
+        for _ in 0..<100 {
+            let claims = String(
+                decoding: Self.decode(
+                    try signer.assertion(clientID: "c", audience: "a", now: 0).split(separator: ".")[1]),
+                as: UTF8.self)
+            let jti = try #require(claims.split(separator: "\"jti\":\"").last?.split(separator: "\"").first)
+            #expect(Self.decode(jti).count == 16, "\(claims)")
+            seen.insert(String(jti))
+        }
+        #expect(seen.count == 100)
+    }
+
     @Test("keys the algorithms cannot use are refused when the entry is read")
     func refused() throws {
         #expect(throws: ClientIdentityError.keyUnusableForAssertion("EC P-384")) {

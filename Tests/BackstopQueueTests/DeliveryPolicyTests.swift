@@ -159,6 +159,20 @@ struct DeliveryIDTests {
         #expect(DeliveryID(unixMillis: .max, random: &random).text.hasPrefix("ffffffff-ffff-7"))
     }
 
+    @Test("the store's ids: version 7 from the system's generator, the same millisecond never repeating")
+    func systemRandomIDs() throws {
+        let millis: Int64 = 1_764_230_400_123
+        let ids = (0..<1_000).map { _ in DeliveryID(unixMillis: millis) }
+        #expect(Set(ids).count == ids.count)
+        for id in ids.prefix(10) {
+            #expect(id.text.hasPrefix("019ac453-887b-7"), "\(id)")
+            #expect(
+                [UInt8(ascii: "8"), UInt8(ascii: "9"), UInt8(ascii: "a"), UInt8(ascii: "b")].contains(
+                    Array(id.text.utf8)[19]))
+            #expect(DeliveryID(id.text) == id)
+        }
+    }
+
     @Test(
         "the path shown by list: no query, no scheme or host",
         arguments: [

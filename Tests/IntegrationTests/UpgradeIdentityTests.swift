@@ -108,7 +108,8 @@ struct UpgradeIdentityTests {
             tls: certs.set.serverIdentity(requiringClientCertificatesFrom: certs.set.caCertPath))
         let (keychain, directory) = try TokenRefreshTests.makeKeychain([:])
         defer { TestFiles.remove(directory) }
-        let started = Date()
+        let marker = try UpstreamIdentityTests.makeScanMarker()
+        defer { try? FileManager.default.removeItem(atPath: marker) }
         try keychain.set("partner/client", value: try certs.client.bundle())
         let capture = LogCapture()
         let proxy = try await ProxyHarness.start(
@@ -143,7 +144,8 @@ struct UpgradeIdentityTests {
             _ = try await capture.waitFor("request", count: 2)
             await proxy.stop()
             try UpstreamIdentityTests.expectKeyNowhere(
-                certs.client.keyPEM, capture: capture, directories: [directory], since: started)
+                certs.client.keyPEM, capture: capture, directories: [directory], fixtures: [certs.directory],
+                marker: marker)
         } catch {
             failure = error
             await proxy.stop()

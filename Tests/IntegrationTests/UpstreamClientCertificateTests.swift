@@ -41,7 +41,8 @@ struct UpstreamClientCertificateTests {
         let (keychain, directory) = try TokenRefreshTests.makeKeychain([:])
         defer { TestFiles.remove(directory) }
         try keychain.set("partner/client", value: try certs.client.bundle())
-        let started = Date()
+        let marker = try UpstreamIdentityTests.makeScanMarker()
+        defer { try? FileManager.default.removeItem(atPath: marker) }
         let capture = LogCapture()
         var failure: (any Error)?
         do {
@@ -85,7 +86,8 @@ struct UpstreamClientCertificateTests {
             await proxy.stop()
             #expect(origin.requests.map(\.uri) == ["/a", "/c"])
             try UpstreamIdentityTests.expectKeyNowhere(
-                certs.client.keyPEM, capture: capture, directories: [directory], since: started)
+                certs.client.keyPEM, capture: capture, directories: [directory], fixtures: [certs.directory],
+                marker: marker)
         } catch {
             failure = error
         }

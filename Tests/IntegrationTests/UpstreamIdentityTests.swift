@@ -193,7 +193,8 @@ struct UpstreamIdentityTests {
             defer { TestFiles.remove(directory) }
             try keychain.set("idp/signing-key", value: pem)
             let capture = LogCapture()
-            let started = Date()
+            let marker = try Self.makeScanMarker()
+            defer { try? FileManager.default.removeItem(atPath: marker) }
             var failure: (any Error)?
             do {
                 let proxy = try await ProxyHarness.start(
@@ -216,7 +217,7 @@ struct UpstreamIdentityTests {
                 #expect(assertions.allSatisfy { $0.header["alg"] == algorithm && $0.header["kid"] == "key-1" })
                 #expect(assertions.allSatisfy { $0.audience == auth.tokenURL && $0.expiresAt - $0.issuedAt <= 300 })
                 #expect(auth.requestBodies.allSatisfy { !$0.contains("client_secret") })
-                try Self.expectKeyNowhere(pem, capture: capture, directories: [directory], since: started)
+                try Self.expectKeyNowhere(pem, capture: capture, directories: [directory], marker: marker)
             } catch {
                 failure = error
             }
@@ -246,9 +247,20 @@ struct UpstreamIdentityTests {
         #expect(auth.requestBodies == ["grant_type=client_credentials"])
     }
 
+    /// A file where temporary files go whose time is the floor of `expectKeyNowhere`'s scan there: file times come
+    /// from the kernel's coarse clock, up to a tick behind `Date()`, so the floor is a file time too. Remove it after.
+    static func makeScanMarker() throws -> String {
+        let marker = "/tmp/backstop-key-scan-\(UUID().uuidString)"
+        try #require(FileManager.default.createFile(atPath: marker, contents: Data("marker".utf8)))
+        return marker
+    }
+
     /// The key's PEM body lines (and its DER) appear in no log line, no file under the test's directories (its
-    /// keychain, encrypted, among them) and no file written since `since` where temporary files go.
-    static func expectKeyNowhere(_ pem: [UInt8], capture: LogCapture, directories: [String], since: Date) throws {
+    /// keychain, encrypted, among them) and no file written since `marker` (`makeScanMarker`, made before the daemon
+    /// started) where temporary files go, except under `fixtures`: where the test itself wrote the key.
+    static func expectKeyNowhere(
+        _ pem: [UInt8], capture: LogCapture, directories: [String], fixtures: [String] = [], marker: String
+    ) throws {
         let text = String(decoding: pem, as: UTF8.self)
         let allLines = text.split(separator: "\n").filter { !$0.hasPrefix("-----") }
         // The first line is mostly the algorithm's fixed header, the same in every key of its kind: not evidence.
@@ -260,13 +272,15 @@ struct UpstreamIdentityTests {
         let log = Array(capture.all.joined(separator: "\n").utf8)
         for needle in needles { #expect(!ByteSearch.contains(log, needle), "key material in a log line") }
         var scanned = 0
-        // The test's own directories are read whole. File times come from the kernel's coarse clock, up to a tick
-        // behind `Date()`, so a keychain written just after `since` could carry an earlier time and be skipped.
+        var markerRead = false
+        let since = try #require(try FileManager.default.attributesOfItem(atPath: marker)[.modificationDate] as? Date)
+        // The test's own directories are read whole.
         for root in directories + ["/tmp", "/var/tmp", "/dev/shm"] {
             let floor = directories.contains(root) ? Date.distantPast : since
             guard let walker = FileManager.default.enumerator(atPath: root) else { continue }
             for case let relative as String in walker {
                 let path = root + "/" + relative
+                if fixtures.contains(where: { path.hasPrefix($0 + "/") }) { continue }
                 guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
                     attributes[.type] as? FileAttributeType == .typeRegular,
                     let modified = attributes[.modificationDate] as? Date, modified >= floor,
@@ -274,10 +288,12 @@ struct UpstreamIdentityTests {
                     let contents = FileManager.default.contents(atPath: path)
                 else { continue }
                 scanned += 1
+                if path == marker { markerRead = true }
                 let bytes = Array(contents)
                 for needle in needles { #expect(!ByteSearch.contains(bytes, needle), "key material in \(path)") }
             }
         }
-        #expect(scanned > 0, "the keychain at least was read")
+        #expect(scanned > 1, "the keychain at least was read")
+        #expect(markerRead, "files where temporary files go were read from the marker's time on")
     }
 }

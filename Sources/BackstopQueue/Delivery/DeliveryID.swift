@@ -1,3 +1,5 @@
+import BackstopCore
+
 /// A queued delivery's identity: what `202 Accepted` returns in `X-Backstop-Delivery`, what `backstop deliveries`
 /// takes, and the `Idempotency-Key` sent when the client sent none. A UUID in its lowercase text form, so an
 /// upstream that validates idempotency keys as UUIDs accepts it.
@@ -20,7 +22,17 @@ public struct DeliveryID: Sendable, Hashable, Comparable, CustomStringConvertibl
     /// the 48 bits the format holds) in its first 48 bits, then 74 bits from `random`. Identifiers of later
     /// milliseconds sort after earlier ones, as text too.
     public init(unixMillis: Int64, random: inout some RandomNumberGenerator) {
-        var bytes = Self.randomBytes(&random)
+        self.init(unixMillis: unixMillis, bytes: Self.randomBytes(&random))
+    }
+
+    /// As above with the random bits from the system's generator: what the store assigns, unpredictable because
+    /// it is sent as an `Idempotency-Key`.
+    public init(unixMillis: Int64) {
+        self.init(unixMillis: unixMillis, bytes: SystemRandom.bytes(16))
+    }
+
+    private init(unixMillis: Int64, bytes random: [UInt8]) {
+        var bytes = random
         let millis = UInt64(clamping: min(max(unixMillis, 0), (1 << 48) - 1))
         for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: millis >> (8 * (5 - i))) }
         bytes[6] = (bytes[6] & 0x0F) | 0x70  // version 7

@@ -97,9 +97,8 @@ public final class QueueStore: Sendable {
             threadPool: threadPool, checkpointThread: checkpointThread,
             sealer: RecordSealer(keychainKey: key), budget: budget, clock: clock,
             newID: newID ?? {
-                var random = SystemRandomNumberGenerator()
                 // Time-ordered: the id index grows at its end (`DeliveryID`).
-                return DeliveryID(unixMillis: Int64(clamping: Self.micros(clock.wall()) / 1000), random: &random)
+                DeliveryID(unixMillis: Int64(clamping: Self.micros(clock.wall()) / 1000))
             }, ownerLock: ownerLock)
         do throws(QueueError) {
             try await store.run(writes: false) { try store.prepare($0) }

@@ -511,8 +511,6 @@ struct TokenRefreshStep: Sendable {
         }
         var tls = self.tls
         tls.clientIdentity = credentials.tlsIdentity
-        // The assertion's `jti` must be unpredictable: the system generator; backoff jitter needs only spread.
-        var assertionRandom = SystemRandomNumberGenerator()
         var random = SplitMix64()
         var attempt = 1
         while true {
@@ -521,8 +519,7 @@ struct TokenRefreshStep: Sendable {
                 // A new assertion (new `jti`, `iat`) for every call, retries included: providers refuse a replayed one.
                 let assertion = try credentials.signer.map {
                     try $0.assertion(
-                        clientID: config.clientID ?? "", audience: config.tokenURL, now: Int64(clock.wall()),
-                        random: &assertionRandom)
+                        clientID: config.clientID ?? "", audience: config.tokenURL, now: Int64(clock.wall()))
                 }
                 endpointRequest = try TokenRequestBuilder.build(
                     config: config, refreshToken: stored.refreshToken, clientSecret: secret, clientAssertion: assertion)
