@@ -49,10 +49,11 @@ enum DeliveriesCLI {
         }
     }
 
-    /// A delivery id argument, or exit status 2 with the reason.
+    /// A delivery id argument, or exit status 1 with the reason: bad input, like an id that names no delivery
+    /// (docs/reference/cli.md#exit-codes).
     static func id(_ text: String) throws -> DeliveryID {
         guard let id = DeliveryID(text) else {
-            throw ValidationError("'\(text)' is not a delivery id (as printed by 'backstop deliveries list')")
+            throw KeychainCLI.fail("'\(text)' is not a delivery id (as printed by 'backstop deliveries list')")
         }
         return id
     }
@@ -120,7 +121,6 @@ struct DeliveriesRetryCommand: AsyncParsableCommand {
         guard (id == nil) != !allDead else {
             throw ValidationError("give a delivery id or --all-dead, not both or neither")
         }
-        if let id { _ = try DeliveriesCLI.id(id) }
     }
 
     func run() async throws {
@@ -147,8 +147,6 @@ struct DeliveriesDropCommand: AsyncParsableCommand {
 
     @Argument(help: "A delivery's id.") var id: String
     @OptionGroup var options: ConfigOption
-
-    func validate() throws { _ = try DeliveriesCLI.id(id) }
 
     func run() async throws {
         let target = try DeliveriesCLI.id(id)

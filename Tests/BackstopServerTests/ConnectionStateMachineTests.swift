@@ -447,7 +447,7 @@ struct ConnectionStateMachineTests {
             ]),
         Row(
             name:
-                "a hedge race: the copy asks the budget; the first's head wins, the copy is cancelled before it is recorded",
+                "a hedge race: the copy asks the budget; the first's head wins, the copy is recorded as cancelled and cancelled",
             steps: [
                 (.part(.head(get)), [.admit(get)]),
                 (.admitted(.forward(hedgedConfiguration, expectsContinue: false)), [start()]),
@@ -463,7 +463,7 @@ struct ConnectionStateMachineTests {
                 (
                     .transport(.head(upstream(200))),
                     [
-                        .cancelAttempt(generation: 3),
+                        .attemptLeft(generation: 3, .failed(.cancelled)), .cancelAttempt(generation: 3),
                         .writeHead(upstream(200), headWrite(.contentLength(2), attempts: 3)),
                     ]
                 ),

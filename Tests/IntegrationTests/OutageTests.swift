@@ -244,8 +244,11 @@ struct OutageTests {
                 origins[0].openConnectionCount == 0
             }
             #expect(ContinuousClock.now - started < .seconds(4))
-            #expect(
-                proxy.server.metricsText().contains("backstop_hedges_total{upstream=\"app\",result=\"won\"} 1\n"))
+            let metrics = proxy.server.metricsText()
+            #expect(metrics.contains("backstop_hedges_total{upstream=\"app\",result=\"won\"} 1\n"))
+            // Both copies were sent, so both count as attempts: the winner by its status, the loser as cancelled.
+            #expect(metrics.contains("backstop_upstream_attempts_total{upstream=\"app\",outcome=\"2xx\"} 1\n"))
+            #expect(metrics.contains("backstop_upstream_attempts_total{upstream=\"app\",outcome=\"cancelled\"} 1\n"))
         }
     }
 

@@ -209,6 +209,15 @@ struct QueuedDeliveryTests {
         try await daemon.waitForOutput(timeout: .seconds(15)) { $0.contains("msg=delivered") }
         #expect(origin.requests.count == 2)
         #expect(try await setup.deliveries(["list", "--dead"]).isEmpty)
+        // Bad input is exit 1 (a usage error would be 2): an id that is not one, and one that names nothing.
+        for arguments in [
+            ["retry", "does-not-exist"], ["drop", "bogus"], ["drop", "00000000-0000-7000-8000-000000000000"],
+        ] {
+            let result = try await TestProcess.run(
+                DaemonProcess.binaryPath(), ["deliveries"] + arguments + ["--config", setup.config])
+            #expect(result.status == 1, "\(arguments): \(result.standardError)")
+            #expect(result.standardError.hasPrefix("error: "), "\(arguments): \(result.standardError)")
+        }
         await daemon.stop()
         try await origin.shutdown()
     }

@@ -645,7 +645,12 @@ extension ConnectionStateMachine {
     /// Attempts let go unanswered: their transfers cancelled (`cancel`), their endpoints told nothing was learned.
     private func letGo(_ attempts: [Exchange.LetGo], cancel: Bool, into actions: inout [Action]) {
         for attempt in attempts {
-            if cancel { actions.append(.cancelAttempt(generation: attempt.generation)) }
+            if cancel {
+                // A hedge race's losers: attempts sent, so counted (`backstop_upstream_attempts_total{outcome=
+                // "cancelled"}`) and their spans ended as such, then their transfers cancelled.
+                actions.append(.attemptLeft(generation: attempt.generation, .failed(.cancelled)))
+                actions.append(.cancelAttempt(generation: attempt.generation))
+            }
             if let endpoint = attempt.endpoint { actions.append(.endpointReport(endpoint, reason: nil)) }
         }
     }
