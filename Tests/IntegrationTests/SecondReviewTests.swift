@@ -89,7 +89,10 @@ struct SecondReviewTests {
             let answers = trickling.map { String(decoding: $0.readUntilClosed(timeout: .seconds(5)), as: UTF8.self) }
             return (answers, String(decoding: probe.readUntilClosed(timeout: .seconds(5)), as: UTF8.self))
         }()
-        for answer in trickled { #expect(answer.hasPrefix("HTTP/1.1 408 "), "\(answer)") }
+        for answer in trickled {
+            #expect(answer.hasPrefix("HTTP/1.1 408 "), "\(answer)")
+            #expect(answer.lowercased().contains("\r\nx-backstop-error: request-timeout\r\n"), "\(answer)")
+        }
         #expect(health.hasPrefix("HTTP/1.1 200 "), "\(health)")
         #expect(ContinuousClock.now - started < .seconds(4))
         await proxy.stop()

@@ -1,3 +1,4 @@
+import BackstopCore
 import BackstopStatus
 import NIOCore
 import NIOHTTP1
@@ -31,6 +32,8 @@ final class AdminHandler: ChannelInboundHandler {
             headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
             headers.add(name: "Content-Length", value: String(body.utf8.count))
             headers.add(name: "Connection", value: "close")
+            // Backstop's own answer, named as on a proxy listener (docs/reference/errors.md).
+            headers.add(name: "X-Backstop-Error", value: ProxyErrorReason.requestTimeout.rawValue)
             context.write(
                 wrapOutboundOut(
                     .head(
