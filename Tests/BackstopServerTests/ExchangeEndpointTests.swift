@@ -112,7 +112,39 @@ extension ExchangeStateMachineTests {
                 (.endpoint(.attempt(ticket(0))), .none),
             ], deadline: .some(nil)),
         Row(
-            name: "every endpoint ejected when the retry asks: circuit-open, the attempt made counted",
+            name: "the failure ejected the last endpoint: no retry, 502 as the attempt failed (not circuit-open)",
+            configuration: routed(),
+            steps: [
+                (.start(), .chooseEndpoint(avoiding: [])),
+                (.endpoint(.attempt(ticket(0))), startAt(0)),
+                (.failure(refused), .requestRetryPermit(report: .failed(refused), endpoint: ended(0, .failure))),
+                (
+                    .noEndpoint(),
+                    .end(
+                        .failedLocally(.upstreamUnreachable, requestComplete: true),
+                        routedRecord(
+                            502, giveUp: .circuitOpen, condition: .connectFailure, failure: refused, endpoint: 0),
+                        report: nil)
+                ),
+            ], deadline: .some(nil)),
+        Row(
+            name: "the 503 ejected the last endpoint: the upstream's 503 is delivered, with what came meanwhile",
+            configuration: routed(),
+            steps: [
+                (.start(), .chooseEndpoint(avoiding: [])),
+                (.endpoint(.attempt(ticket(0))), startAt(0)),
+                (.head(head(503)), .requestRetryPermit(report: report(503), endpoint: ended(0, .failure))),
+                (.responseBody(ok), .none),
+                (.noEndpoint(), deliver(head(503), reported: false, replay: [.body(ok)])),
+                (
+                    .end(),
+                    .end(
+                        .completed(requestComplete: true),
+                        routedRecord(503, giveUp: .circuitOpen, condition: .status(503), endpoint: 0), report: nil)
+                ),
+            ]),
+        Row(
+            name: "every endpoint ejected during the retry's backoff: it ends as the failed attempt did",
             configuration: routed(),
             steps: [
                 (.start(), .chooseEndpoint(avoiding: [])),
@@ -126,9 +158,10 @@ extension ExchangeStateMachineTests {
                 (
                     .endpoint(.circuitOpen(retryAfter: 2), ms: 100),
                     .end(
-                        .failedLocally(.circuitOpen, requestComplete: true),
+                        .failedLocally(.upstreamUnreachable, requestComplete: true),
                         routedRecord(
-                            503, retries: [.connectFailure], failure: refused, endpoint: 0, retryAfter: 2),
+                            502, retries: [.connectFailure], giveUp: .circuitOpen, condition: .connectFailure,
+                            failure: refused, endpoint: 0),
                         report: nil)
                 ),
             ]),

@@ -60,6 +60,8 @@ struct ExchangeStateMachineTests {
         case end(generation: Int = 1)
         case failure(TransportFailure, generation: Int = 1, ms: Int = 0)
         case permit(Bool, ms: Int = 0)
+        /// The answer to `.requestRetryPermit` when no endpoint may take the retry (every one ejected).
+        case noEndpoint(ms: Int = 0)
         case refreshed(ManagedToken?, ms: Int = 0)
         case timer(ms: Int)
         case writable(ms: Int)
@@ -593,6 +595,7 @@ struct ExchangeStateMachineTests {
         case .failure(let failure, let generation, let ms):
             m.transportFailed(failure, generation: generation, now: at(ms), wall: 0, random: &random)
         case .permit(let granted, let ms): m.retryPermit(granted: granted, now: at(ms))
+        case .noEndpoint(let ms): m.retryPermit(granted: false, endpointOpen: false, now: at(ms))
         case .refreshed(let token, let ms): m.refreshFinished(token, now: at(ms))
         case .timer(let ms): m.timerFired(now: at(ms), wall: 0, random: &random)
         case .writable(let ms): m.clientWritableAction(now: at(ms))

@@ -20,14 +20,18 @@ struct AccessTests {
     }
 
     @Test(
-        "a remote listener closes non-loopback clients outside allow_clients (default: none) and serves those inside",
+        "a remote listener serves exactly its allow_clients (default: loopback only) and closes the rest at accept",
         .enabled(if: NetworkNamespace.isAvailable, "needs CAP_NET_ADMIN to create a network namespace")
     )
     func allowClients() async throws {
         let namespace = try NetworkNamespace(index: 1)
         defer { namespace.remove() }
         let origin = try await TestOrigin.start { _ in .text(200, "ok") }
-        for (allow, expected) in [("[]", 0), ("[10.231.1.0/30]", 200), ("[10.9.0.0/16, \"fd00::/8\"]", 0)] {
+        let cases = [
+            ("[]", 0, true), ("[10.231.1.0/30]", 200, false), ("[10.9.0.0/16, \"fd00::/8\"]", 0, false),
+            ("[10.231.1.0/30, 127.0.0.0/8]", 200, true),
+        ]
+        for (allow, expected, loopbackServed) in cases {
             let proxy = try await ProxyHarness.start(
                 """
                 listen:
@@ -36,12 +40,18 @@ struct AccessTests {
                 """)
             let status = try await curlStatus(from: namespace, port: proxy.port)
             #expect(status == expected, "allow_clients \(allow): got \(status)")
-            // Loopback clients are always allowed.
-            let local = try await proxy.get("/", host: "app.test")
-            #expect(local.status == 200)
+            // A given list is the whole list: loopback is served only by default or when listed.
+            if loopbackServed {
+                let local = try await proxy.get("/", host: "app.test")
+                #expect(local.status == 200)
+            } else {
+                await #expect(throws: (any Error).self, "allow_clients \(allow): a loopback client") {
+                    _ = try await proxy.get("/", host: "app.test")
+                }
+            }
             await proxy.stop()
         }
-        // Only the allowed namespace client and the three loopback requests reached the origin.
+        // The two allowed namespace clients and the two served loopback requests reached the origin.
         #expect(origin.requestCount == 4)
         try await origin.shutdown()
     }

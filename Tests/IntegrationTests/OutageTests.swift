@@ -153,10 +153,12 @@ struct OutageTests {
                 Self.config(endpoints: [$0[0].baseURL], "circuit: {failures: 2, open_for: 1s}\n" + Self.quickRetry)
             }
         ) { origins, proxy in
-            // Attempts 1 and 2 get 503s, which eject the endpoint: the retry after them finds the circuit open.
+            // Attempts 1 and 2 get 503s, which eject the endpoint: no retry is left to make, and the request that
+            // reached the upstream gets the upstream's own 503 (circuit-open says nothing was sent).
             let first = try await Self.get(proxy)
             #expect(first.status == 503)
-            #expect(first.header("X-Backstop-Error") == "circuit-open")
+            #expect(first.header("X-Backstop-Error") == nil)
+            #expect(first.header("X-Backstop-Attempts") == "2")
             #expect(origins[0].requestCount == 2)
 
             var latencies: [Duration] = []
@@ -178,7 +180,7 @@ struct OutageTests {
             #expect(origins[0].requestCount == 2)
             #expect(
                 proxy.server.metricsText().contains(
-                    "backstop_fast_failures_total{upstream=\"app\",reason=\"circuit-open\"} 21\n"))
+                    "backstop_fast_failures_total{upstream=\"app\",reason=\"circuit-open\"} 20\n"))
 
             healthy.withLockedValue { $0 = true }
             // The condition here is time itself: `circuit.open_for` (1 s) on the daemon's real clock must pass
@@ -193,6 +195,30 @@ struct OutageTests {
                 proxy.server.metricsText().contains(
                     "backstop_endpoint_state{upstream=\"app\",endpoint=\"\(origins[0].baseURL)\"} 0\n"))
         }
+    }
+
+    @Test("the request whose failures eject the only endpoint gets 502 upstream-unreachable; the next circuit-open")
+    func ejectedByItsOwnFailures() async throws {
+        let closed = try FreePort.reserveClosedPort()
+        let proxy = try await ProxyHarness.start(
+            Self.config(
+                endpoints: ["http://127.0.0.1:\(closed)"], "circuit: {failures: 2, open_for: 5s}\n" + Self.quickRetry))
+        do {
+            let first = try await Self.get(proxy)
+            #expect(first.status == 502)
+            #expect(first.header("X-Backstop-Error") == "upstream-unreachable")
+            #expect(first.header("X-Backstop-Attempts") == "2")
+            let next = try await Self.get(proxy)
+            #expect(next.status == 503)
+            #expect(next.header("X-Backstop-Error") == "circuit-open")
+            #expect(
+                proxy.server.metricsText().contains(
+                    "backstop_fast_failures_total{upstream=\"app\",reason=\"circuit-open\"} 1\n"))
+        } catch {
+            await proxy.stop()
+            throw error
+        }
+        await proxy.stop()
     }
 
     @Test("max_inflight: the request beyond it gets 503 upstream-overloaded at once; later ones go through")

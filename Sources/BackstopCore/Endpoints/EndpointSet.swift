@@ -109,6 +109,11 @@ public struct EndpointSet: Sendable, Equatable {
         return EndpointChoice(verdict: .attempt(EndpointTicket(endpoint: index, probe: permit)), events: events)
     }
 
+    /// Whether `choose` would find an endpoint now (a probe past its deadline counts once `expirePermits` ran).
+    public func mayBeTried(now: Duration) -> Bool {
+        slots.indices.contains { isCandidate($0, now: now) }
+    }
+
     private func isCandidate(_ index: Int, now: Duration) -> Bool {
         switch slots[index].state {
         case .healthy: true

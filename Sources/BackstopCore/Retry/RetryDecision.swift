@@ -14,6 +14,9 @@ public enum GiveUpReason: String, Sendable, Equatable, CaseIterable {
     case deadlineExceeded = "deadline-exceeded"
     /// The upstream's retry budget has no room.
     case budgetExhausted = "budget-exhausted"
+    /// Every endpoint of the upstream is ejected (the failures of this request's attempts may have ejected the last):
+    /// no endpoint may take the retry.
+    case circuitOpen = "circuit-open"
 }
 
 /// The policy's verdict after an attempt.

@@ -876,6 +876,13 @@ struct ExchangeStateMachine: Equatable {
             return beginAttempt(
                 credential: pending.credential, replacing: pending.replacing, endpoint: ticket, now: now)
         case .circuitOpen(let retryAfter):
+            // A retry whose endpoints were all ejected during its backoff ends as its last attempt failed, when it
+            // failed without a response (that response, when there was one, is gone: `circuit-open` then).
+            if progress.attempts > 0, let failure = progress.lastFailure {
+                progress.giveUp = .circuitOpen
+                progress.giveUpCondition = progress.retryReasons.last
+                return endLocally(Self.classify(failure).1)
+            }
             progress.retryAfter = retryAfter
             return endLocally(.circuitOpen)
         }
@@ -1269,17 +1276,20 @@ struct ExchangeStateMachine: Equatable {
         return decision
     }
 
-    /// The upstream's retry budget answered `.requestRetryPermit`. Stale (ignored) when the exchange ended
-    /// meanwhile.
-    mutating func retryPermit(granted: Bool, now: Duration) -> Action {
+    /// The answer to `.requestRetryPermit`: whether an endpoint may take the retry now (`endpointOpen`: false when
+    /// every endpoint is ejected, this attempt's failure perhaps the one that ejected the last) and whether the
+    /// upstream's retry budget granted it. Without either the request ends as its last attempt did — the upstream's
+    /// response, or the failure's 502/504 — not with `circuit-open`: something was sent
+    /// (docs/reference/behaviour.md#failing-fast). Stale (ignored) when the exchange ended meanwhile.
+    mutating func retryPermit(granted: Bool, endpointOpen: Bool = true, now: Duration) -> Action {
         guard case .awaitingRetryPermit(let pending) = state else {
             guard case .attempting(let attempts) = state, case .askingBudget = attempts.nextCopy else {
                 return .none
             }
             return copyPermitted(granted, attempts, now: now)
         }
-        guard granted else {
-            progress.giveUp = .budgetExhausted
+        guard granted, endpointOpen else {
+            progress.giveUp = endpointOpen ? .budgetExhausted : .circuitOpen
             progress.giveUpCondition = pending.reason
             switch pending.fallback {
             case .deliver(let head):

@@ -508,8 +508,10 @@ extension ConnectionStateMachine {
         withExchange(now: now, into: &actions) { $0.refreshFinished(replacement, now: now) }
     }
 
-    mutating func retryPermit(granted: Bool, now: Duration, into actions: inout [Action]) {
-        withExchange(now: now, into: &actions) { $0.retryPermit(granted: granted, now: now) }
+    mutating func retryPermit(granted: Bool, endpointOpen: Bool = true, now: Duration, into actions: inout [Action]) {
+        withExchange(now: now, into: &actions) {
+            $0.retryPermit(granted: granted, endpointOpen: endpointOpen, now: now)
+        }
     }
 
     mutating func endpointChosen(_ verdict: EndpointVerdict, now: Duration, into actions: inout [Action]) {

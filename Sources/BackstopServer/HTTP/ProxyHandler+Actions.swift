@@ -89,9 +89,13 @@ extension ProxyHandler {
             exchange?.abandonAttempt(generation, within: within)
         case .requestRetryPermit:
             let now = self.now
-            let granted = exchange?.destination.upstream?.budget.withBudget { $0.tryAcquireRetry(now: now) } ?? false
-            if !granted { exchange?.metrics.recordBudgetExhausted() }
-            feed { $0.retryPermit(granted: granted, now: now, into: &$1) }
+            let upstream = exchange?.destination.upstream
+            // The facts a retry needs: an endpoint that may take it (after this attempt's report, which may have
+            // ejected the last), then the budget, not charged for a retry that could not go anywhere.
+            let endpointOpen = upstream?.health.mayBeTried ?? true
+            let granted = endpointOpen && (upstream?.budget.withBudget { $0.tryAcquireRetry(now: now) } ?? false)
+            if endpointOpen, !granted { exchange?.metrics.recordBudgetExhausted() }
+            feed { $0.retryPermit(granted: granted, endpointOpen: endpointOpen, now: now, into: &$1) }
 
         case .keepQueuedBody(let part):
             guard let intake else { return }

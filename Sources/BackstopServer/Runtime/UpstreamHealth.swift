@@ -78,6 +78,16 @@ public final class UpstreamHealth: Sendable {
         return choice.verdict
     }
 
+    /// Whether an attempt could be sent now (some endpoint healthy or due for its probe): a retry asks before it is
+    /// granted, so a request whose own failures ejected the last endpoint ends with its last outcome instead of
+    /// waiting a backoff for `circuit-open`.
+    public var mayBeTried: Bool {
+        let now = clock.monotonic()
+        let (events, open) = endpoints.withLockedValue { ($0.expirePermits(now: now), $0.mayBeTried(now: now)) }
+        record(events, reason: "probe unanswered")
+        return open
+    }
+
     /// How the attempt holding `ticket` ended; `reason` (the `retry.on` condition, `status-503`, `connect-failure`…)
     /// goes on the `endpoint ejected` line when this ejects it.
     public func report(_ outcome: EndpointOutcome, ticket: EndpointTicket, reason: String?) {

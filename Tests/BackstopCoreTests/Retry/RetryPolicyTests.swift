@@ -548,7 +548,7 @@ struct RetryPolicyTests {
         #expect(
             GiveUpReason.allCases.map(\.rawValue) == [
                 "not-retryable", "attempts-exhausted", "method-not-retryable", "body-not-replayable",
-                "retry-after-too-long", "deadline-exceeded", "budget-exhausted",
+                "retry-after-too-long", "deadline-exceeded", "budget-exhausted", "circuit-open",
             ])
     }
 
