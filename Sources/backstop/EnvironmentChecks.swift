@@ -11,14 +11,11 @@ import Glibc
 enum EnvironmentChecks {
     static func problems(in config: Config) -> [ConfigError] {
         var problems: [ConfigError] = []
-        for upstream in config.upstreams {
-            if let caFile = upstream.tls.caFile, access(caFile, R_OK) != 0 {
-                let location = upstream.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
-                problems.append(
-                    ConfigError(
-                        location: location,
-                        message: "upstream '\(upstream.name)': tls.ca_file \(caFile) is not readable: \(errnoText())"))
-            }
+        for reference in config.caFileReferences where access(reference.path, R_OK) != 0 {
+            problems.append(
+                ConfigError(
+                    location: reference.location,
+                    message: "\(reference.key) \(reference.path) is not readable: \(errnoText())"))
         }
         for client in config.clients ?? [] {
             let location = client.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)

@@ -87,6 +87,46 @@ struct CommandLineTests {
         #expect(first.lowercased().contains(word), "got: \(first)")
     }
 
+    @Test("check reports each unreadable CA bundle at its ca_file value: the upstream's and the token endpoint's")
+    func checkCAFiles() async throws {
+        let (directory, path) = try writeConfig(
+            """
+            version: 1
+            listen: [127.0.0.1:8080]
+            keychain: {path: kc.bkc, key_file: kc.key}
+            upstreams:
+              - name: a
+                match: {hosts: [a.test]}
+                url: https://a.test
+                tls: {ca_file: missing-upstream-ca.pem}
+                auth:
+                  type: oauth2
+                  token_url: https://auth.test/token
+                  grant: client_credentials
+                  client_id: backstop
+                  client_secret_entry: a/secret
+                  keychain_prefix: a
+                  tls:
+                    ca_file: missing-auth-ca.pem
+
+            """)
+        defer { TestFiles.remove(directory) }
+        let result = try await TestProcess.run(binary, ["check", "--config", path])
+        #expect(result.status == 1)
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        #expect(
+            lines.contains {
+                $0.hasPrefix(
+                    "\(path):8:20: upstream 'a': tls.ca_file \(directory)/missing-upstream-ca.pem is not readable")
+            }, "got: \(result.standardOutput)")
+        #expect(
+            lines.contains {
+                $0.hasPrefix(
+                    "\(path):17:18: upstream 'a': auth.tls.ca_file \(directory)/missing-auth-ca.pem is not readable")
+            }, "got: \(result.standardOutput)")
+        #expect(lines.count == 2, "got: \(result.standardOutput)")
+    }
+
     @Test("version prints the version; an unknown flag is a usage error (exit 2)")
     func versionAndUsage() async throws {
         let version = try await TestProcess.run(binary, ["version"])

@@ -127,7 +127,9 @@ extension ConfigBuilder {
         var clientCertNode: Node?
         if let n = map["tls"], let m = reader.mapping(n, "\(path).tls", allowed: ["ca_file", "client_cert_entry"]) {
             // Only a CA file and a client certificate: verification of the token endpoint cannot be turned off.
-            if let x = m["ca_file"], let v = reader.string(x, "\(path).tls.ca_file") { config.tls.caFile = resolve(v) }
+            if let x = m["ca_file"], let v = reader.string(x, "\(path).tls.ca_file") {
+                config.tls.caFile = caFile(x, v, key: "\(path).tls.ca_file")
+            }
             if let x = m["client_cert_entry"],
                 let v = entryName(x, "\(path).tls.client_cert_entry", content: .clientCertificate)
             {

@@ -47,7 +47,7 @@ extension ConfigBuilder {
             }
         }
         if let n = map["ca_file"], let v = reader.string(n, "token_store.ca_file") {
-            config.caFile = resolve(v)
+            config.caFile = caFile(n, v, key: "token_store.ca_file")
             if config.tls != .verifyFull {
                 reader.fail(n, "token_store.ca_file needs tls: verify-full (the other modes verify nothing)")
             }

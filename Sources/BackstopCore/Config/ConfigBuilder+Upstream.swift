@@ -314,7 +314,9 @@ extension ConfigBuilder {
         {
             config.clientCertEntry = v
         }
-        if let n = map["ca_file"], let v = reader.string(n, "\(label): tls.ca_file") { config.caFile = resolve(v) }
+        if let n = map["ca_file"], let v = reader.string(n, "\(label): tls.ca_file") {
+            config.caFile = caFile(n, v, key: "\(label): tls.ca_file")
+        }
         if let n = map["insecure_skip_verify"], let v = reader.bool(n, "\(label): tls.insecure_skip_verify") {
             config.insecureSkipVerify = v
         }

@@ -13,6 +13,8 @@ struct ConfigBuilder {
     var interceptLocation: SourceLocation?
     /// Keychain entries named by identity settings, in file order (`Config.keychainReferences`).
     var keychainReferences: [KeychainReference] = []
+    /// CA bundles the config names, in file order (`Config.caFileReferences`).
+    var caFileReferences: [FileReference] = []
     /// Where each `clients` entry's parts were written, for the checks against upstreams and listeners.
     var clientSites: [ClientSite] = []
 
@@ -28,6 +30,13 @@ struct ConfigBuilder {
         while relative.hasPrefix("./") { relative = relative.dropFirst(2) }
         if relative.isEmpty || relative == "." { return baseDirectory }
         return (baseDirectory.hasSuffix("/") ? String(baseDirectory.dropLast()) : baseDirectory) + "/" + relative
+    }
+
+    /// `path` (a config value) made absolute, and noted as a CA bundle named by `key` at `node` for `check`.
+    mutating func caFile(_ node: Node, _ path: String, key: String) -> String {
+        let absolute = resolve(path)
+        caFileReferences.append(FileReference(path: absolute, key: key, location: reader.location(node)))
+        return absolute
     }
 
     mutating func build(_ root: Node) -> Config? {
@@ -82,6 +91,7 @@ struct ConfigBuilder {
         }
         if let node = top["clients"] { config.clients = clients(node) }
         config.keychainReferences = keychainReferences
+        config.caFileReferences = caFileReferences
         return config
     }
 

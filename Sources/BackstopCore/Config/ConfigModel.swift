@@ -58,6 +58,9 @@ public struct Config: Sendable, Equatable {
     /// Every keychain entry the identity settings name (client certificates, signing keys, secrets, AWS keys,
     /// proxy credentials), with what it must hold and where it was written: what `check --online` reads.
     public var keychainReferences: [KeychainReference] = []
+    /// Every CA bundle the config names (upstream `tls.ca_file`, `auth.tls.ca_file`, `token_store.ca_file`), with
+    /// where its value was written: what `check` finds readable or not.
+    public var caFileReferences: [FileReference] = []
     /// Where spooled bodies and queued deliveries are kept; nil: no spool.
     public var spool: SpoolConfig?
 
@@ -782,6 +785,19 @@ public struct KeychainReference: Sendable, Equatable {
     public init(entry: String, content: Content, key: String, location: SourceLocation) {
         self.entry = entry
         self.content = content
+        self.key = key
+        self.location = location
+    }
+}
+
+/// A file the config names, for `check`: its absolute path, the key that names it (`upstream 'api': tls.ca_file`) and
+/// where its value was written.
+public struct FileReference: Sendable, Equatable {
+    public var path: String
+    public var key: String
+    public var location: SourceLocation
+    public init(path: String, key: String, location: SourceLocation) {
+        self.path = path
         self.key = key
         self.location = location
     }
