@@ -283,6 +283,37 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         await marks.raise(prefix, to: version)
     }
 
+    /// Notes a failed refresh in the row's `last_outcome`, after the last write's outcome:
+    /// `refreshed|failed SECONDS HOST:PID CAUSE` (docs/reference/token-store.md#the-table). The tokens, their
+    /// version and `updated_at` stay; the next write replaces the whole value. Inside the refresh's transaction; a
+    /// note that cannot be written is logged, not thrown (it would roll back nothing worth keeping, and the refresh's
+    /// own outcome is what the waiting requests need).
+    func record(_ failure: RefreshFailure, prefix: String, on connection: PostgresConnection) async {
+        let note = "failed \(Int64(failure.at.rounded(.down))) \(instanceID) \(failure.cause)"
+        do {
+            try await connection.queryIfOpen(
+                """
+                UPDATE \(unescaped: sqlTable) SET last_outcome = split_part(last_outcome, '|', 1) || '|' || \(note)
+                WHERE prefix = \(prefix)
+                """, logger: quiet)
+        } catch {
+            logger.warning(
+                "token store: cannot note the failed refresh",
+                metadata: ["store": .string(location), "problem": .string(Self.describe(error))])
+        }
+    }
+
+    /// `last_outcome` split into the last write's outcome (`refreshed`, `seeded`) and the failed refresh noted after
+    /// it, if any.
+    static func outcomes(_ value: String) -> (written: String, failure: RefreshFailure?) {
+        guard let bar = value.firstIndex(of: "|") else { return (value, nil) }
+        let written = String(value[..<bar])
+        // `failed SECONDS HOST:PID CAUSE`
+        let parts = value[value.index(after: bar)...].split(separator: " ", maxSplits: 3)
+        guard parts.count == 4, parts[0] == "failed", let seconds = Int64(parts[1]) else { return (written, nil) }
+        return (written, RefreshFailure(at: Double(seconds), cause: String(parts[3]), by: String(parts[2])))
+    }
+
     /// Upserts the row as version `version` and notifies the fleet, inside the caller's transaction (which holds the
     /// upstream's lock: the caller chose `version` from the row it read under it).
     func write(

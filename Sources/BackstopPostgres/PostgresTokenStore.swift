@@ -64,6 +64,9 @@ final class PostgresTokenStore: TokenStore {
                     let decision = await decide(stored)
                     guard let new = decision.store else {
                         decided.withLockedValue { $0 = (decision.result, nil) }
+                        if let failure = decision.failure, row != nil {
+                            await backend.record(failure, prefix: prefix, on: connection)
+                        }
                         return
                     }
                     let version = RowVersions.next(after: row?.version, highWater: backend.marks.mark(prefix))
@@ -140,9 +143,11 @@ final class PostgresTokenStore: TokenStore {
                     """)
                 for try await (sealed, updated, by, outcome) in rows.decode((ByteBuffer, Double, String, String).self) {
                     let tokens = try backend.open(sealed, prefix: prefix).tokens
+                    let (written, failure) = PostgresTokenBackend.outcomes(outcome)
                     return TokenStoreStatus(
                         hasAccessToken: tokens.accessToken != nil, hasRefreshToken: tokens.refreshToken != nil,
-                        expiresAt: tokens.expiresAt, updatedAt: updated, lastWrite: "\(outcome) by \(by)")
+                        expiresAt: tokens.expiresAt, updatedAt: updated, lastWrite: "\(written) by \(by)",
+                        failure: failure)
                 }
                 return TokenStoreStatus()
             }

@@ -53,9 +53,10 @@ struct TokensListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list",
         abstract:
-            "Print each oauth2 upstream: store, access token expiry, last write and what wrote it (never a token).",
+            "Print each oauth2 upstream: store, access token expiry, last write, last refresh and its outcome (never "
+            + "a token).",
         discussion: "Columns: UPSTREAM, STORE, ACCESS_TOKEN (present/none), REFRESH_TOKEN (present/none), EXPIRES "
-            + "(ISO 8601, UTC), LAST_WRITE, WRITTEN_BY."
+            + "(ISO 8601, UTC), LAST_WRITE, WRITTEN_BY, LAST_REFRESH, REFRESH_OUTCOME (ok, or failed: CAUSE)."
     )
 
     @OptionGroup var options: ConfigOption
@@ -67,11 +68,13 @@ struct TokensListCommand: AsyncParsableCommand {
                 let store = provider.store(forPrefix: prefix)
                 do throws(TokenStoreError) {
                     let status = try await store.status()
+                    let refresh = status.lastRefresh
                     Console.out(
                         [
                             name, store.location, status.hasAccessToken ? "present" : "none",
                             status.hasRefreshToken ? "present" : "none", TokensCLI.time(status.expiresAt),
-                            TokensCLI.time(status.updatedAt), status.lastWrite ?? "-",
+                            TokensCLI.time(status.updatedAt), status.lastWrite ?? "-", TokensCLI.time(refresh?.at),
+                            refresh?.outcome ?? "-",
                         ].joined(separator: "\t"))
                 } catch {
                     failed = true

@@ -270,7 +270,7 @@ struct QueueDelivererReviewTests {
             try await Self.promptly("the second") {
                 release.signal()
                 try await hold.value
-                try await accepted.value
+                _ = try await accepted.value
                 try await fixture.sender.wait("2 is in flight") { $0.inFlight == 2 }
             }
             fixture.sender.setGate(open: true)

@@ -92,6 +92,45 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test(
+        "a failed refresh is noted in the row (tokens, version untouched) and shown by status; the next write clears it"
+    )
+    func refreshFailureNoted() async throws {
+        try await Self.withCluster { pg in
+            let a = try Self.backend(pg, key: KeychainKey.generate(), instance: "web-1:42")
+            try await Self.running([a]) {
+                let store = a.store(forPrefix: "api")
+                let tokens = StoredTokens(accessToken: "x", refreshToken: "y", expiresAt: 2e9)
+                _ = try await store.withRefreshLock { _ in LockedDecision(result: 0, store: tokens) }
+                let written = try await store.status()
+                #expect(written.failure == nil)
+                #expect(written.lastRefresh?.outcome == "ok")
+
+                let failure = RefreshFailure(at: 1_900_000_000, cause: "invalid_grant")
+                _ = try await store.withRefreshLock { _ in LockedDecision(result: 0, failure: failure) }
+                let failed = try await store.status()
+                #expect(failed.failure == RefreshFailure(at: 1_900_000_000, cause: "invalid_grant", by: "web-1:42"))
+                #expect(failed.lastWrite == "refreshed by web-1:42")
+                #expect(failed.updatedAt == written.updatedAt)
+                #expect(failed.lastRefresh?.at == 1_900_000_000)
+                #expect(failed.lastRefresh?.outcome == "failed: invalid_grant (web-1:42)")
+                #expect(try await store.load() == tokens)
+                let version = try await pg.psql("SELECT version FROM backstop_tokens")
+                #expect(version.trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+
+                // A second failure replaces the first; a write replaces both.
+                _ = try await store.withRefreshLock { _ in
+                    LockedDecision(result: 0, failure: RefreshFailure(at: 1_900_000_100, cause: "status-503"))
+                }
+                #expect(try await store.status().failure?.cause == "status-503")
+                _ = try await store.withRefreshLock { _ in LockedDecision(result: 0, store: tokens) }
+                let rewritten = try await store.status()
+                #expect(rewritten.failure == nil)
+                #expect(rewritten.lastWrite == "refreshed by web-1:42")
+            }
+        }
+    }
+
     @Test("a row sealed under another key, or altered, is reported as unreadable with what to do; nothing crashes")
     func tamperedRow() async throws {
         try await Self.withCluster { pg in

@@ -126,6 +126,49 @@ struct TokenRefreshTests {
         }
     }
 
+    @Test("tokens list shows the last refresh and its outcome: failed with its cause, then ok; never a token")
+    func tokensListOutcome() async throws {
+        try await Self.withAuthProxy(entries: ["api/refresh_token": "refresh-stale"]) { auth, origin, keychain, proxy in
+            let binary = DaemonProcess.binaryPath()
+            // The proxy's own config, for the command line next to it.
+            let directory = (keychain.path as NSString).deletingLastPathComponent
+            let config = directory + "/backstop.yaml"
+            try
+                ("version: 1\nlisten: [\"127.0.0.1:0\"]\n"
+                + Self.config(origin: origin, auth: auth, directory: directory))
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            func listed() async throws -> [String] {
+                let list = try await SpawnedProcess.run(binary, ["tokens", "list", "--config", config])
+                #expect(list.status == 0, "\(list.standardError)")
+                for secret in auth.issuedSecrets + ["refresh-stale"] { #expect(!list.standardOutput.contains(secret)) }
+                return list.standardOutput.trimmingCharacters(in: .newlines).split(separator: "\t").map(String.init)
+            }
+            // Seeded only: no refresh yet.
+            var fields = try await listed()
+            #expect(fields.count == 9 && fields[6] == "seeded" && fields[7] == "-" && fields[8] == "-", "\(fields)")
+
+            // The stale refresh token is refused: invalid_grant.
+            #expect(try await proxy.get("http://api.test/a", host: "api.test").status == 502)
+            fields = try await listed()
+            #expect(fields.count == 9 && fields[8] == "failed: invalid_grant", "\(fields)")
+            #expect(fields.count == 9 && fields[7] != "-")
+            #expect(try keychain.entry("api/last_refresh_failure")?.stringValue?.hasSuffix(" invalid_grant") == true)
+
+            // Another process sharing the keychain notes its own failed refresh: the file changed, its tokens did
+            // not, so the hold-down stays (no second call; two processes must not lift each other's) …
+            try keychain.set("api/last_refresh_failure", value: Array("1900000000 status-503".utf8))
+            #expect(try await proxy.get("http://api.test/b", host: "api.test").status == 502)
+            #expect(auth.tokenCalls == 1)
+            // … until a new refresh token is stored; the refresh that follows clears the note.
+            try keychain.set("api/refresh_token", value: Array(auth.currentRefreshToken.utf8))
+            #expect(try await proxy.get("http://api.test/c", host: "api.test").status == 200)
+            fields = try await listed()
+            #expect(fields.count == 9 && fields[6] == "refreshed" && fields[8] == "ok", "\(fields)")
+            #expect(fields.count == 9 && fields[7] == fields[5])
+            #expect(try keychain.entry("api/last_refresh_failure") == nil)
+        }
+    }
+
     @Test("token endpoint 503, 503, 200 → the refresh succeeds")
     func endpointRetries() async throws {
         try await Self.withAuthProxy(

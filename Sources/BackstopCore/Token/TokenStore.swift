@@ -22,11 +22,49 @@ public struct LockedDecision<Result: Sendable>: Sendable {
     public var result: Result
     /// Written before the lock is released (and before any request uses them); nil leaves the store as it was.
     public var store: StoredTokens?
+    /// A refresh that failed, recorded under the same lock as the store's last refresh outcome (what
+    /// `backstop tokens list` shows); the tokens stay as they were. A later write of tokens supersedes it.
+    public var failure: RefreshFailure?
 
-    public init(result: Result, store: StoredTokens? = nil) {
+    public init(result: Result, store: StoredTokens? = nil, failure: RefreshFailure? = nil) {
         self.result = result
         self.store = store
+        self.failure = failure
     }
+}
+
+/// A failed refresh as a token store keeps it: when, and its cause — a short label (`invalid_grant`, `status-503`,
+/// `connect-failure`), never a token or an endpoint's free text.
+public struct RefreshFailure: Sendable, Equatable {
+    /// Wall-clock seconds since the epoch.
+    public var at: Double
+    public var cause: String
+    /// Which instance failed (`HOST:PID`), for a shared store; nil when the store does not say.
+    public var by: String?
+
+    /// `cause` is cut to 64 characters of `[A-Za-z0-9._-]` (others become `_`): it may come from the token
+    /// endpoint (its OAuth error code), and `tokens list` prints it in a tab-separated line.
+    public init(at: Double, cause: String, by: String? = nil) {
+        self.at = at
+        self.cause = String(
+            String.UnicodeScalarView(
+                cause.unicodeScalars.prefix(64).map { scalar in
+                    scalar.isASCII
+                        && (scalar.properties.isAlphabetic || ("0"..."9").contains(scalar)
+                            || "._-".unicodeScalars.contains(scalar))
+                        ? scalar : "_"
+                }))
+        self.by = by
+    }
+
+    /// `SECONDS CAUSE`: how the stores keep it (seconds whole, since the epoch); nil for anything else.
+    public init?(stored text: String, by: String? = nil) {
+        let parts = text.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, let seconds = Int64(parts[0]) else { return nil }
+        self.init(at: Double(seconds), cause: String(parts[1]), by: by)
+    }
+
+    public var stored: String { "\(Int64(at.rounded(.down))) \(cause)" }
 }
 
 /// A store's state, cheap to read and to compare: it changes whenever the store may hold other tokens than it did
@@ -112,16 +150,29 @@ public struct TokenStoreStatus: Sendable, Equatable {
     public var updatedAt: Double?
     /// What wrote them last: `refreshed` or `seeded` (and by whom, for a shared store); nil when unknown.
     public var lastWrite: String?
+    /// The last refresh that failed, when none succeeded after it (a write of tokens supersedes it).
+    public var failure: RefreshFailure?
 
     public init(
         hasAccessToken: Bool = false, hasRefreshToken: Bool = false, expiresAt: Double? = nil,
-        updatedAt: Double? = nil, lastWrite: String? = nil
+        updatedAt: Double? = nil, lastWrite: String? = nil, failure: RefreshFailure? = nil
     ) {
         self.hasAccessToken = hasAccessToken
         self.hasRefreshToken = hasRefreshToken
         self.expiresAt = expiresAt
         self.updatedAt = updatedAt
         self.lastWrite = lastWrite
+        self.failure = failure
+    }
+
+    /// The last refresh and its outcome, for `tokens list`: the failure unless a refresh wrote tokens after it
+    /// (`ok`, at that write); nil when no refresh is known (nothing stored, or only a seed).
+    public var lastRefresh: (at: Double, outcome: String)? {
+        let refreshedAt = lastWrite?.hasPrefix("refreshed") == true ? updatedAt : nil
+        if let failure, failure.at >= (refreshedAt ?? 0) {
+            return (failure.at, "failed: \(failure.cause)" + (failure.by.map { " (\($0))" } ?? ""))
+        }
+        return refreshedAt.map { ($0, "ok") }
     }
 }
 

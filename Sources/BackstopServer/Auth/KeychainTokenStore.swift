@@ -4,7 +4,7 @@ import Foundation
 import Logging
 
 /// The default token store: entries `<prefix>/access_token`, `<prefix>/refresh_token` and `<prefix>/expires_at` in
-/// the keychain file (docs/reference/token-store.md). The refresh lock is the keychain's own exclusive file lock, so
+/// the keychain file, and `<prefix>/last_refresh_failure` while the last refresh failed (docs/reference/token-store.md). The refresh lock is the keychain's own exclusive file lock, so
 /// single flight spans the processes that share the file; they see each other's tokens when they re-read under it.
 final class KeychainTokenStore: TokenStore {
     let keychain: FileKeychain
@@ -24,6 +24,8 @@ final class KeychainTokenStore: TokenStore {
     var accessEntry: String { "\(prefix)/access_token" }
     var refreshEntry: String { "\(prefix)/refresh_token" }
     var expiryEntry: String { "\(prefix)/expires_at" }
+    /// `SECONDS CAUSE` of the last failed refresh; removed by the next write of tokens.
+    var failureEntry: String { "\(prefix)/last_refresh_failure" }
 
     func tokens(in entries: [String: KeychainEntry]) -> StoredTokens {
         StoredTokens(
@@ -45,6 +47,7 @@ final class KeychainTokenStore: TokenStore {
         if let refresh = tokens.refreshToken, refresh != entries[refreshEntry]?.stringValue {
             updated[refreshEntry] = KeychainEntry(string: refresh, updated: stamp)
         }
+        updated[failureEntry] = nil
         return updated
     }
 
@@ -74,6 +77,7 @@ final class KeychainTokenStore: TokenStore {
                 let entries = session.entries
                 let decision = await decide(tokens(in: entries))
                 guard let new = decision.store else {
+                    if let failure = decision.failure { record(failure, over: entries, in: session) }
                     completed = true
                     return (decision.result, nil)
                 }
@@ -97,6 +101,24 @@ final class KeychainTokenStore: TokenStore {
             throw .unavailable(error.description)
         } catch {
             throw .unavailable(String(describing: type(of: error)))
+        }
+    }
+
+    /// Notes a failed refresh for `tokens list`, under the lock the refresh held. A note that cannot be written is
+    /// logged, not thrown: the refresh's own outcome is what the requests waiting on it need.
+    private func record(
+        _ failure: RefreshFailure, over entries: [String: KeychainEntry], in session: KeychainLockedSession
+    ) {
+        var updated = entries
+        updated[failureEntry] = KeychainEntry(string: failure.stored)
+        do throws(KeychainError) {
+            try session.write(updated)
+        } catch .durabilityUnconfirmed {
+            return  // written; its fsync unconfirmed: a note, not tokens
+        } catch {
+            logger.warning(
+                "cannot note the failed refresh in the keychain",
+                metadata: ["keychain": .string(keychain.path), "problem": .string(error.description)])
         }
     }
 
@@ -144,7 +166,8 @@ final class KeychainTokenStore: TokenStore {
         return TokenStoreStatus(
             hasAccessToken: tokens.accessToken != nil, hasRefreshToken: tokens.refreshToken != nil,
             expiresAt: tokens.expiresAt, updatedAt: updated?.timeIntervalSince1970,
-            lastWrite: entries[accessEntry] != nil ? "refreshed" : (entries[refreshEntry] != nil ? "seeded" : nil))
+            lastWrite: entries[accessEntry] != nil ? "refreshed" : (entries[refreshEntry] != nil ? "seeded" : nil),
+            failure: entries[failureEntry]?.stringValue.flatMap { RefreshFailure(stored: $0) })
     }
 
     func seed(refreshToken: String) async throws(TokenStoreError) {

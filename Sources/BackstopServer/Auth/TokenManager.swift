@@ -178,7 +178,7 @@ public actor TokenManager {
     /// waited on, for its server span to link to.
     public func tokenForRequest(trace: RequestTrace? = nil) async -> (token: ManagedToken?, refresh: SpanLink?) {
         noteUse()
-        liftHoldDownIfStoreChanged()
+        await liftHoldDownIfStoreChanged()
         let action = state.tokenForRequest(now: clock.wall())
         scheduleProactiveRefresh()
         return await resolve(action, trace: trace)
@@ -248,29 +248,44 @@ public actor TokenManager {
         scheduleProactiveRefresh()
     }
 
-    /// The store's revision when the last refresh failed.
+    /// The store's revision and its tokens when the last refresh failed.
     private var revisionAtFailure: TokenStoreRevision?
+    private var tokensAtFailure: StoredTokens?
 
     /// After a failed refresh, requests fail fast for `failureCooldown` (5 s) instead of hammering the token
-    /// endpoint; but when the store changed since (`backstop keychain set` or `tokens seed` of a new refresh
-    /// token), the new grant is tried at once. Only checked while a failure holds (one `stat` for the keychain).
-    private func liftHoldDownIfStoreChanged() {
+    /// endpoint; but when the stored tokens changed since (`backstop keychain set` or `tokens seed` of a new refresh
+    /// token, another process's refresh), the new ones are tried at once. A change of the store that leaves the
+    /// tokens as they were — another process sharing the keychain noting its own failed refresh — does not lift it:
+    /// two processes failing in turn would otherwise lift each other's hold-down and call the endpoint without
+    /// pause. Only checked while a failure holds: one `stat` for the keychain, a read only when that changed.
+    private func liftHoldDownIfStoreChanged() async {
         guard state.lastFailure != nil, let before = revisionAtFailure else { return }
-        if store.revision != before {
-            revisionAtFailure = nil
-            state.failureHoldDownLifted()
-            logger.notice(
-                "token store changed since the failed refresh; trying again now",
-                metadata: [
-                    "upstream": .string(upstreamName)
-                ])
+        let revision = store.revision
+        guard revision != before else { return }
+        if let baseline = tokensAtFailure, let current = try? await store.load(), current == baseline {
+            revisionAtFailure = revision
+            return
         }
+        // Another request may have lifted it (or refreshed) while the tokens were read.
+        guard state.lastFailure != nil, revisionAtFailure != nil else { return }
+        revisionAtFailure = nil
+        tokensAtFailure = nil
+        state.failureHoldDownLifted()
+        logger.notice(
+            "token store changed since the failed refresh; trying again now",
+            metadata: [
+                "upstream": .string(upstreamName)
+            ])
     }
 
-    private func noteRefreshFailure(final: Bool) {
+    private func noteRefreshFailure(final: Bool) async {
         counters.record(upstream: upstreamName, result: .failure)
         revisionAtFailure = store.revision
+        tokensAtFailure = nil
         state.refreshFailed(final: final, now: clock.wall())
+        // A change between reading the revision and the tokens goes unseen until the hold-down ends (5 s): late,
+        // never a storm.
+        tokensAtFailure = try? await store.load()
     }
 
     /// The upstream rejected `token` (a `refresh_on` status): returns the token to replay with, or nil when the
@@ -282,7 +297,7 @@ public actor TokenManager {
         -> (token: ManagedToken?, refresh: SpanLink?)
     {
         noteUse()
-        liftHoldDownIfStoreChanged()
+        await liftHoldDownIfStoreChanged()
         let action = state.markStale(token: token, now: clock.wall())
         scheduleProactiveRefresh()
         let (replacement, refresh) = await resolve(action, trace: trace)
@@ -364,7 +379,7 @@ public actor TokenManager {
                     "stored_version": .stringConvertible(stored), "seen_version": .stringConvertible(seen),
                     "fix": .string("store a new refresh token: backstop tokens seed \(upstreamName)"),
                 ])
-            noteRefreshFailure(final: true)
+            await noteRefreshFailure(final: true)
             return (.failure, "token-store-rolled-back")
         } catch {
             logger.error(
@@ -373,7 +388,7 @@ public actor TokenManager {
                     "upstream": .string(upstreamName), "store": .string(store.location),
                     "error": .string(error.description),
                 ])
-            noteRefreshFailure(final: false)
+            await noteRefreshFailure(final: false)
             return (.failure, "token-store-failed")
         }
         switch outcome {
@@ -411,7 +426,7 @@ public actor TokenManager {
                 ])
             return (.success, nil)
         case .failed(let final, let cause):
-            noteRefreshFailure(final: final)
+            await noteRefreshFailure(final: final)
             return (.failure, cause)
         }
     }
@@ -492,6 +507,12 @@ struct TokenRefreshStep: Sendable {
     static let endpointConnectTimeout = Duration.seconds(5)
     static let endpointCallTimeout = Duration.seconds(15)
 
+    /// A failed refresh: reported to the token manager, and recorded in the store as its last refresh outcome.
+    private func failed(final: Bool, cause: String) -> LockedDecision<Outcome> {
+        LockedDecision(
+            result: .failed(final: final, cause: cause), failure: RefreshFailure(at: clock.wall(), cause: cause))
+    }
+
     func decide(stored: StoredTokens, replacing staleValue: String?) async -> LockedDecision<Outcome> {
         // Another process (or an earlier run) already stored a token this one has not seen: adopt it.
         if let access = stored.accessToken, access != staleValue, stored.expiresAt.map({ $0 > clock.wall() }) ?? true {
@@ -507,7 +528,7 @@ struct TokenRefreshStep: Sendable {
                 metadata: [
                     "upstream": .string(upstreamName), "problem": .string(problem.description),
                 ])
-            return LockedDecision(result: .failed(final: false, cause: "client-credentials-unusable"))
+            return failed(final: false, cause: "client-credentials-unusable")
         }
         var tls = self.tls
         tls.clientIdentity = credentials.tlsIdentity
@@ -529,14 +550,14 @@ struct TokenRefreshStep: Sendable {
                     metadata: [
                         "upstream": .string(upstreamName), "entry": .string("\(config.keychainPrefix)/refresh_token"),
                     ])
-                return LockedDecision(result: .failed(final: true, cause: "no-refresh-token"))
+                return failed(final: true, cause: "no-refresh-token")
             } catch {
                 logger.error(
                     "token request cannot be made",
                     metadata: [
                         "upstream": .string(upstreamName), "problem": .string("\(error)"),
                     ])
-                return LockedDecision(result: .failed(final: false, cause: "token-request-unusable"))
+                return failed(final: false, cause: "token-request-unusable")
             }
             let result = await fetcher.fetch(
                 TransportRequest(
@@ -553,7 +574,7 @@ struct TokenRefreshStep: Sendable {
             switch endpointPolicy.decide(outcome, attempt: attempt, using: &random) {
             case .accept:
                 guard case .success(let response) = result else {
-                    return LockedDecision(result: .failed(final: false, cause: "token-endpoint-failed"))
+                    return failed(final: false, cause: "token-endpoint-failed")
                 }
                 return accept(response.body, stored: stored)
             case .retry(let delay):
@@ -583,7 +604,7 @@ struct TokenRefreshStep: Sendable {
                     metadata["next_try"] = .string("on the next request after 5s")
                     logger.error("token refresh failed", metadata: metadata)
                 }
-                return LockedDecision(result: .failed(final: final, cause: cause))
+                return failed(final: final, cause: cause)
             }
         }
     }
@@ -598,7 +619,7 @@ struct TokenRefreshStep: Sendable {
                 metadata: [
                     "upstream": .string(upstreamName), "problem": .string("\(error)"),
                 ])
-            return LockedDecision(result: .failed(final: false, cause: "token-response-unusable"))
+            return failed(final: false, cause: "token-response-unusable")
         }
         let tokens = StoredTokens(
             accessToken: parsed.accessToken, refreshToken: parsed.refreshToken ?? stored.refreshToken,

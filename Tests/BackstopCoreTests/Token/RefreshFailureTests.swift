@@ -1,0 +1,44 @@
+import BackstopCore
+import Testing
+
+/// A failed refresh as the token stores keep it, and what `backstop tokens list` makes of a store's status
+/// (docs/reference/cli.md#tokens-list).
+@Suite("Refresh failure record")
+struct RefreshFailureTests {
+    @Test("the cause is a short label: at most 64 of [A-Za-z0-9._-], anything else replaced")
+    func causeSanitized() {
+        #expect(RefreshFailure(at: 0, cause: "invalid_grant").cause == "invalid_grant")
+        #expect(RefreshFailure(at: 0, cause: "status-503").cause == "status-503")
+        #expect(RefreshFailure(at: 0, cause: "a b\tc\nd|e\u{00e9}").cause == "a_b_c_d_e_")
+        #expect(RefreshFailure(at: 0, cause: String(repeating: "x", count: 200)).cause.count == 64)
+    }
+
+    @Test("stored as `SECONDS CAUSE` and read back; anything else is not a record")
+    func storedForm() {
+        let failure = RefreshFailure(at: 1_900_000_000.75, cause: "connect-failure")
+        #expect(failure.stored == "1900000000 connect-failure")
+        #expect(RefreshFailure(stored: failure.stored) == RefreshFailure(at: 1_900_000_000, cause: "connect-failure"))
+        #expect(RefreshFailure(stored: "1900000000 a b")?.cause == "a_b")
+        #expect(RefreshFailure(stored: "x invalid_grant") == nil)
+        #expect(RefreshFailure(stored: "1900000000") == nil)
+        #expect(RefreshFailure(stored: "") == nil)
+    }
+
+    @Test("the last refresh: a failure unless a refresh wrote after it; a seed is no refresh")
+    func lastRefresh() {
+        let failure = RefreshFailure(at: 200, cause: "invalid_grant")
+        #expect(TokenStoreStatus().lastRefresh == nil)
+        #expect(TokenStoreStatus(updatedAt: 100, lastWrite: "seeded").lastRefresh == nil)
+        let ok = TokenStoreStatus(updatedAt: 100, lastWrite: "refreshed by h:1").lastRefresh
+        #expect(ok?.at == 100 && ok?.outcome == "ok")
+        let failedAfter = TokenStoreStatus(updatedAt: 100, lastWrite: "refreshed", failure: failure).lastRefresh
+        #expect(failedAfter?.at == 200 && failedAfter?.outcome == "failed: invalid_grant")
+        let refreshedAfter = TokenStoreStatus(updatedAt: 300, lastWrite: "refreshed", failure: failure).lastRefresh
+        #expect(refreshedAfter?.at == 300 && refreshedAfter?.outcome == "ok")
+        // Seeded after the failure: the failed refresh is still the last refresh.
+        let seededAfter = TokenStoreStatus(updatedAt: 300, lastWrite: "seeded", failure: failure).lastRefresh
+        #expect(seededAfter?.at == 200 && seededAfter?.outcome == "failed: invalid_grant")
+        let byHost = TokenStoreStatus(failure: RefreshFailure(at: 5, cause: "status-503", by: "web-3:4120"))
+        #expect(byHost.lastRefresh?.outcome == "failed: status-503 (web-3:4120)")
+    }
+}
