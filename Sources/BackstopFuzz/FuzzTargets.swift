@@ -38,7 +38,8 @@ import CFuzzing
 /// - `proxy-auth`: a `Proxy-Authorization` value → `ProxyAuthorization.basicCredentials` and the `clients` decision;
 ///   decoded credentials always hold a `:`, and only the exact credentials are allowed.
 /// - `sigv4`: a request line's path and query (the input split at its first `?`) → the SigV4 canonical URI and
-///   query, which must be plain ASCII of the unreserved set, `%XX`, and the separators.
+///   query, which must be plain ASCII of the unreserved set, `%XX`, and the separators; and the target sent
+///   upstream (`wireTarget`), which must be stable when encoded again and sign exactly as the input.
 /// - `netlink`: rtnetlink datagrams → `NetlinkChangeDecoder` (the first byte says where to split the rest into two
 ///   datagrams, decoded in turn by one decoder, then once more whole): every change must carry an IPv4 or IPv6
 ///   address with a prefix length that fits it.
@@ -157,9 +158,19 @@ enum FuzzTarget: String, CaseIterable {
         let path = String(parts[0])
         let query = parts.count > 1 ? String(parts[1]) : nil
         for signer in sigv4Signers {
+            // What is sent is canonical already: encoding it again changes nothing, and it signs as the original.
+            let wire = signer.wireTarget(text)
+            precondition(signer.wireTarget(wire) == wire, "wire target not stable")
+            let wireParts = wire.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+            let credentials = SigV4Credentials(accessKeyID: "a", secretAccessKey: "s")
+            let asSent = signer.sign(
+                SigV4Signer.Request(
+                    method: "GET", path: String(wireParts[0]), query: wireParts.count > 1 ? String(wireParts[1]) : nil,
+                    host: "h"), payload: .unsigned, credentials: credentials, date: 0)
             let signature = signer.sign(
                 SigV4Signer.Request(method: "GET", path: path, query: query, host: "h"), payload: .unsigned,
                 credentials: SigV4Credentials(accessKeyID: "a", secretAccessKey: "s"), date: 0)
+            precondition(asSent.signature == signature.signature, "the wire target signs differently")
             let lines = signature.canonicalRequest.split(separator: "\n", omittingEmptySubsequences: false)
             for line in lines.prefix(3).dropFirst() {
                 precondition(

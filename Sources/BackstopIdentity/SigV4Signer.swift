@@ -89,6 +89,30 @@ public struct SigV4Signer: Sendable, Equatable {
         public var value: String
     }
 
+    /// The target to send for `target` (`path[?query]`, as the client sent it): the query's names and values — and
+    /// for S3 the path's segments — decoded and encoded again the way AWS encodes them for signing, in the client's
+    /// order; a parameter without `=` stays without one, empty parameters (`&&`) are dropped. AWS decodes what it
+    /// receives before it computes the signature, so the meaning is the same; on the wire, the target is then the
+    /// canonical one, and a verifier that signs the raw target (botocore given a URL) computes what AWS computes
+    /// (docs/reference/aws-sigv4.md#what-is-signed).
+    public func wireTarget(_ target: String) -> String {
+        let mark = target.firstIndex(of: "?")
+        let path = mark.map { String(target[..<$0]) } ?? target
+        let wirePath = service == "s3" ? canonicalURI(path) : path
+        guard let mark else { return wirePath }
+        var query = ""
+        for item in target[target.index(after: mark)...].split(separator: "&", omittingEmptySubsequences: true) {
+            if !query.isEmpty { query += "&" }
+            if let equals = item.firstIndex(of: "=") {
+                query += Self.encode(Self.percentDecode(item[..<equals], plusIsSpace: true)) + "="
+                query += Self.encode(Self.percentDecode(item[item.index(after: equals)...], plusIsSpace: true))
+            } else {
+                query += Self.encode(Self.percentDecode(item, plusIsSpace: true))
+            }
+        }
+        return query.isEmpty ? wirePath : wirePath + "?" + query
+    }
+
     /// Signs `request` as of `date` (seconds since 1970; each attempt passes its own time).
     public func sign(_ request: Request, payload: Payload, credentials: SigV4Credentials, date: Int64) -> Signature {
         let amzDate = Self.amzDate(date)

@@ -239,6 +239,36 @@ struct SigV4SignerTests {
         #expect("\(withToken)" == "SigV4Credentials(<redacted>)")
     }
 
+    @Test("the wire target: query (and S3 path) in AWS's encoding, the client's order; stable; signs as the original")
+    func wireTarget() {
+        let api = SigV4Signer(region: "r", service: "execute-api")
+        let s3 = SigV4Signer(region: "r", service: "s3")
+        let cases: [(SigV4Signer, String, String)] = [
+            (api, "/a%20b?q=a/b:c&flag&&x=a+b&b=%2f", "/a%20b?q=a%2Fb%3Ac&flag&x=a%20b&b=%2F"),
+            (api, "/a!b/./c?", "/a!b/./c"),
+            (api, "/x?&&", "/x"),
+            (api, "/x", "/x"),
+            (api, "/x?%E2%98%83=%e2%98%83&bad=%zz", "/x?%E2%98%83=%E2%98%83&bad=%25zz"),
+            (s3, "/photos/a!b+c/%7e?prefix=photos/&acl", "/photos/a%21b%2Bc/~?prefix=photos%2F&acl"),
+            (s3, "/a%2Fb/c%20d", "/a%2Fb/c%20d"),
+        ]
+        for (signer, target, expected) in cases {
+            let wire = signer.wireTarget(target)
+            #expect(wire == expected, "\(target)")
+            #expect(signer.wireTarget(wire) == wire, "\(target): stable")
+            func signed(_ target: String) -> String {
+                let parts = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+                return signer.sign(
+                    SigV4Signer.Request(
+                        method: "GET", path: String(parts[0]), query: parts.count > 1 ? String(parts[1]) : nil,
+                        host: "h"), payload: .unsigned,
+                    credentials: SigV4Credentials(accessKeyID: "a", secretAccessKey: "s"), date: 0
+                ).canonicalRequest
+            }
+            #expect(signed(wire) == signed(target), "\(target): signs as the original")
+        }
+    }
+
     @Test("query and path canonicalisation, piece by piece")
     func canonicalisation() {
         #expect(

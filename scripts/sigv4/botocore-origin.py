@@ -4,7 +4,8 @@
 Usage: botocore-origin.py PORT ACCESS_KEY SECRET_KEY [SESSION_TOKEN]. Prints "listening" once bound. Answers 200
 with a JSON account of the check when the Authorization header's signature equals botocore's over the request as
 received (raw path, query, the signed headers' values, and, unless UNSIGNED-PAYLOAD, a body whose SHA-256 is the
-x-amz-content-sha256 value), and 403 with the same account otherwise. A request with `Upgrade` whose signature
+x-amz-content-sha256 value), and 403 with the same account otherwise; `raw_url_agrees` says whether botocore
+handed the raw URL (no decoded parameters) computes the same signature. A request with `Upgrade` whose signature
 botocore accepts is answered `101 Switching Protocols` instead, and every byte that follows is echoed back.
 """
 import hashlib
@@ -12,7 +13,7 @@ import http.server
 import json
 import sys
 
-from botocore_common import signature, signer
+from botocore_common import signature, signature_of_url, signer
 
 PORT, ACCESS_KEY, SECRET_KEY = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 TOKEN = sys.argv[4] if len(sys.argv) > 4 else None
@@ -43,6 +44,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             expected, canonical = signature(auth, self.command, self.headers.get("Host", ""), path, query, headers,
                                             amz_date)
             report["canonical_request"] = canonical
+            # Not a problem by itself (AWS decodes the query first): whether a verifier signing the raw URL agrees.
+            report["raw_url_agrees"] = signature_of_url(
+                auth, self.command, self.headers.get("Host", ""), path, query, headers, amz_date
+            ) == fields.get("Signature")
             if expected != fields.get("Signature"):
                 report["problems"].append("signature differs from botocore's")
             payload = self.headers.get("x-amz-content-sha256")

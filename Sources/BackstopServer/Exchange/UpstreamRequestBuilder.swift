@@ -49,8 +49,14 @@ enum UpstreamRequestBuilder {
         let hostHeader: String
         var tls = TransportTLSOptions()
         var passthrough = false
+        var signing: (source: SigV4Source, target: String)?
         switch destination {
-        case .upstream(let upstream, let path):
+        case .upstream(let upstream, var path):
+            if case .awsSigV4(let source) = upstream.auth {
+                // A signed request goes with its target in AWS's encoding: what is signed is then what is sent.
+                path = source.signer.wireTarget(path)
+                signing = (source, path)
+            }
             if let endpoint, upstream.endpointOrigins.indices.contains(endpoint) {
                 url = upstream.endpointOrigins[endpoint] + path
                 hostHeader = upstream.endpointHostHeaders[endpoint]
@@ -66,12 +72,10 @@ enum UpstreamRequestBuilder {
         }
         let injected = credential.secret.flatMap { destination.upstream?.credentialHeader?.header(for: $0) }
         var headers = HeaderRewriter.upstreamRequestHeaders(head.headers, upstreamHost: hostHeader, injecting: injected)
-        if case .aws(let credentials) = credential, case .upstream(let upstream, let path) = destination,
-            case .awsSigV4(let source) = upstream.auth
-        {
+        if case .aws(let credentials) = credential, let (source, target) = signing {
             sign(
                 &headers, signer: source.signer, payload: source.payload, credentials: credentials,
-                method: head.method.rawValue, path: path, host: hostHeader, body: body, wall: wall)
+                method: head.method.rawValue, path: target, host: hostHeader, body: body, wall: wall)
         }
         return TransportRequest(
             url: url, method: head.method.rawValue, headers: headers, body: body, connectTimeout: connectTimeout,
