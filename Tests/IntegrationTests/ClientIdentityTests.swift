@@ -78,7 +78,11 @@ struct ClientIdentityTests {
             #expect(lines.contains { $0.contains("path=/mine") && $0.contains("client_entry=me") }, "\(lines)")
             #expect(
                 lines.contains { $0.contains("path=/nobodys") && $0.contains("client_entry=nobody-app") }, "\(lines)")
-            #expect(lines.contains { $0.contains("path=/not-mine") && $0.contains("error=client-denied") })
+            // Refused after routing: the line names the upstream it was routed to.
+            #expect(
+                lines.contains {
+                    $0.contains("path=/not-mine") && $0.contains("error=client-denied") && $0.contains("upstream=other")
+                }, "\(lines)")
 
             // Only another user's entry: this client matches nothing.
             try await proxy.reload(

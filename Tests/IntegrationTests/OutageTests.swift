@@ -223,13 +223,14 @@ struct OutageTests {
 
     @Test("max_inflight: the request beyond it gets 503 upstream-overloaded at once; later ones go through")
     func maxInflight() async throws {
+        let capture = LogCapture()
         try await Self.with(
             origins: [
                 { request in
                     request.uri.hasSuffix("/slow") ? .delay(.seconds(1), then: .text(200, "slow")) : .text(200, "ok")
                 }
             ],
-            config: { Self.config(endpoints: [$0[0].baseURL], "circuit: {max_inflight: 2}") }
+            config: { Self.config(endpoints: [$0[0].baseURL], "circuit: {max_inflight: 2}") }, capture: capture
         ) { origins, proxy in
             let slow = (0..<2).map { _ in Task { try await Self.get(proxy, "/slow") } }
             _ = try await origins[0].waitForRequests(2, timeout: .seconds(3))
@@ -243,9 +244,18 @@ struct OutageTests {
             #expect(origins[0].requestCount == 2)
             for task in slow { #expect(try await task.value.status == 200) }
             #expect(try await Self.get(proxy).status == 200)
+            let metrics = proxy.server.metricsText()
             #expect(
-                proxy.server.metricsText().contains(
-                    "backstop_fast_failures_total{upstream=\"app\",reason=\"upstream-overloaded\"} 1\n"))
+                metrics.contains("backstop_fast_failures_total{upstream=\"app\",reason=\"upstream-overloaded\"} 1\n"))
+            // Refused after routing: its access line and request count name the upstream.
+            #expect(metrics.contains("backstop_requests_total{upstream=\"app\",code=\"503\"} 1\n"), "\(metrics)")
+            let refusedLines = try await capture.waitFor("request", count: 4).filter {
+                $0.contains("error=upstream-overloaded")
+            }
+            #expect(
+                refusedLines.count == 1
+                    && refusedLines.allSatisfy { $0.contains("upstream=app ") || $0.hasSuffix("upstream=app\n") },
+                "\(refusedLines)")
         }
     }
 

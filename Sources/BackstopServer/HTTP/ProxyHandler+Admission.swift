@@ -32,10 +32,12 @@ extension ProxyHandler {
                 case .allow(let entry): clientEntry = entry
                 case nil: clientEntry = nil
                 case .deny:
-                    refuse(.clientDenied, head: head, close: accepted.framing.hasBody)
+                    refuse(.clientDenied, head: head, close: accepted.framing.hasBody, upstream: accepted.destination)
                     return
                 case .challenge:
-                    refuse(.proxyAuthRequired, head: head, close: accepted.framing.hasBody)
+                    refuse(
+                        .proxyAuthRequired, head: head, close: accepted.framing.hasBody,
+                        upstream: accepted.destination)
                     return
                 }
                 if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
@@ -48,7 +50,8 @@ extension ProxyHandler {
             // (docs/reference/behaviour.md#endpoints-and-ejection).
             let slot = accepted.destination.upstream?.health
             if let slot, slot.acquire() == .overloaded {
-                refuse(.upstreamOverloaded, head: head, close: accepted.framing.hasBody)
+                refuse(
+                    .upstreamOverloaded, head: head, close: accepted.framing.hasBody, upstream: accepted.destination)
                 return
             }
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
@@ -79,7 +82,7 @@ extension ProxyHandler {
         let now = self.now
         let limits = runtime.snapshot.config.limits
         guard runtime.queue != nil else {
-            refuse(.spoolFull, head: head, close: accepted.framing.hasBody)
+            refuse(.spoolFull, head: head, close: accepted.framing.hasBody, upstream: accepted.destination)
             return
         }
         intake = QueueIntake(
@@ -122,8 +125,13 @@ extension ProxyHandler {
 
     /// Answers a request with a Backstop error before any exchange, and ignores its body (`close`: and closes, the
     /// machine adding the client's own `Connection: close`).
-    private func refuse(_ reason: ProxyErrorReason, head: ClientRequestHead, close: Bool) {
-        runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
+    /// `upstream`: where the request was routed, when it was refused after routing (its metrics and access line name
+    /// the upstream); nil before (`-`).
+    private func refuse(
+        _ reason: ProxyErrorReason, head: ClientRequestHead, close: Bool, upstream: ExchangeDestination? = nil
+    ) {
+        let upstreamName = upstream?.name ?? "-"
+        runtime.metrics.recordRequest(upstream: upstreamName, status: reason.status, seconds: 0)
         let target = RequestTarget.parse(head.uri)
         let host: String
         if let target, case .absolute(_, let urlHost, _) = target.form {
@@ -138,20 +146,22 @@ extension ProxyHandler {
             // A refused request is a request too: its server span, with the reason (docs/reference/operations.md#tracing).
             tracer.startRequest(headers: head.headers, at: now).finish(
                 RequestFacts(
-                    head, request, target: target, status: reason.status, upstream: nil, errorReason: reason.rawValue,
-                    attempts: 0), at: now)
+                    head, request, target: target, status: reason.status, upstream: upstream?.upstream?.config.name,
+                    errorReason: reason.rawValue, attempts: 0), at: now)
         }
-        logLocalAnswer(reason, method: request.method, host: request.host, path: request.path)
+        logLocalAnswer(reason, method: request.method, host: request.host, path: request.path, upstream: upstreamName)
         feed { $0.headAdmitted(.reject(reason, close: close), now: now, into: &$1) }
     }
 
     func logLocalAnswer(
-        _ reason: ProxyErrorReason, method: String, host: String, path: String, reason detail: String? = nil
+        _ reason: ProxyErrorReason, method: String, host: String, path: String, reason detail: String? = nil,
+        upstream: String = "-"
     ) {
         runtime.logAccess(
             AccessRecord(
                 request: AccessRecord.Request(client: clientAddress, method: method, host: host, path: path),
-                status: reason.status, error: reason.rawValue, reason: detail, upstream: "-", attempts: 0, retries: [],
+                status: reason.status, error: reason.rawValue, reason: detail, upstream: upstream, attempts: 0,
+                retries: [],
                 elapsed: .zero, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
     }
 }
