@@ -3,7 +3,7 @@ import Foundation
 
 /// `check --online` for the keychain entries the identity settings name (docs/reference/cli.md#check---online):
 /// each must exist and hold what its setting needs (a certificate chain with the key that belongs to it, a key the
-/// assertion algorithm can use, `user:password`, a non-empty secret). Pure: the keychain comes in as a lookup.
+/// assertion algorithm can use, `user:password`, a non-empty secret, a header-safe value). Pure: the keychain comes in as a lookup.
 public enum KeychainReferenceCheck {
     public static func problems(
         _ references: [KeychainReference], entry: (String) -> [UInt8]?, now: Date
@@ -40,6 +40,12 @@ public enum KeychainReferenceCheck {
                 if !value.contains(UInt8(ascii: ":")) { fail("does not hold user:password") }
             case .secret:
                 if value.isEmpty { fail("is empty") }
+            case .headerValue:
+                if value.isEmpty {
+                    fail("is empty")
+                } else if !HTTPSyntax.isFieldValue(value) {
+                    fail("holds a control character (CR, LF, …): it cannot go in a header, so nothing would be sent")
+                }
             }
         }
         // By position, as every other `check` error.

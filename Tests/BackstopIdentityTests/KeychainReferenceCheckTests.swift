@@ -56,6 +56,23 @@ struct KeychainReferenceCheckTests {
             ])
         #expect(found.last?.message.contains("expired") == true)
     }
+
+    @Test("a header value (static auth, AWS keys): present, non-empty, no control character")
+    func headerValues() {
+        let entries: [String: [UInt8]] = [
+            "h/good": Array("Bearer abc\tdef".utf8), "h/crlf": Array("abc\r\nX-Injected: 1".utf8),
+            "h/nul": [0x61, 0x00], "h/del": [0x61, 0x7F], "h/empty": [],
+        ]
+        let references = ["h/good", "h/crlf", "h/nul", "h/del", "h/empty", "h/gone"].enumerated().map {
+            Self.reference($0.element, .headerValue, line: $0.offset + 1)
+        }
+        let found = KeychainReferenceCheck.problems(references, entry: { entries[$0] }, now: Date())
+        #expect(found.map(\.location.line) == [2, 3, 4, 5, 6])
+        #expect(found.prefix(3).allSatisfy { $0.message.contains("holds a control character") }, "\(found)")
+        #expect(found.dropFirst(3).first?.message.hasSuffix("is empty") == true)
+        #expect(found.last?.message.contains("is missing") == true)
+        #expect(!found.contains { $0.description.contains("X-Injected") }, "never prints the value")
+    }
 }
 
 /// The client certificates a config names, for the expiry warning and metric.

@@ -1,3 +1,4 @@
+import BackstopKeychain
 import BackstopTestSupport
 import Foundation
 import Testing
@@ -125,6 +126,36 @@ struct CommandLineTests {
                     "\(path):17:18: upstream 'a': auth.tls.ca_file \(directory)/missing-auth-ca.pem is not readable")
             }, "got: \(result.standardOutput)")
         #expect(lines.count == 2, "got: \(result.standardOutput)")
+    }
+
+    @Test("check --online: a static auth entry with CR/LF is reported at its entry (never its value); fixed, ok")
+    func checkOnlineHeaderValue() async throws {
+        let (directory, path) = try writeConfig(
+            """
+            version: 1
+            listen: [127.0.0.1:8080]
+            keychain: {path: kc.bkc, key_file: kc.key}
+            upstreams:
+              - name: a
+                match: {hosts: [a.test]}
+                url: http://127.0.0.1:1
+                auth: {type: static, entry: a/token}
+
+            """)
+        defer { TestFiles.remove(directory) }
+        let opened = try KeychainBootstrap.open(path: directory + "/kc.bkc", key: .file(path: directory + "/kc.key"))
+        try opened.keychain.set("a/token", value: Array("abc\r\nX-Injected: yes".utf8))
+        let bad = try await TestProcess.run(binary, ["check", "--online", "--config", path])
+        #expect(bad.status == 1)
+        #expect(
+            bad.standardOutput.hasPrefix(
+                "\(path):8:33: upstream 'a': auth.entry: keychain entry 'a/token' holds a control character"),
+            "\(bad.standardOutput)")
+        #expect(!bad.standardOutput.contains("X-Injected"))
+        try opened.keychain.set("a/token", value: Array("abc".utf8))
+        let good = try await TestProcess.run(binary, ["check", "--online", "--config", path])
+        #expect(good.status == 0, "\(good.standardOutput)")
+        #expect(good.standardOutput == "ok\n")
     }
 
     @Test("version prints the version; an unknown flag is a usage error (exit 2)")

@@ -41,7 +41,7 @@ extension ConfigBuilder {
         guard let map = reader.mapping(node, path, allowed: Self.staticAuthKeys) else { return nil }
         var entry: String?
         if let n = map["entry"] {
-            entry = reader.string(n, "\(path).entry")
+            entry = entryName(n, "\(path).entry", content: .headerValue)
         } else {
             reader.fail(node, "\(path): static auth needs 'entry' (a keychain entry name)")
         }
@@ -236,7 +236,7 @@ extension ConfigBuilder {
         if map["service"] == nil { reader.fail(node, "\(path): aws_sigv4 needs 'service' (e.g. execute-api, s3)") }
         var entries: [String: String] = [:]
         for key in ["access_key_entry", "secret_key_entry", "session_token_entry"] {
-            if let n = map[key], let v = entryName(n, "\(path).\(key)", content: .secret) { entries[key] = v }
+            if let n = map[key], let v = entryName(n, "\(path).\(key)", content: .headerValue) { entries[key] = v }
         }
         for key in ["access_key_entry", "secret_key_entry"] where map[key] == nil {
             reader.fail(node, "\(path): aws_sigv4 needs '\(key)' (a keychain entry name)")

@@ -773,8 +773,12 @@ public struct KeychainReference: Sendable, Equatable {
         case assertionSigningKey
         /// `user:password` for `Proxy-Authorization: Basic`.
         case proxyCredentials
-        /// Any non-empty secret (client secret, AWS keys, session token).
+        /// Any non-empty secret (a client secret, sent in a form body).
         case secret
+        /// A value Backstop sends as (part of) a header value or signs with, read as the daemon reads it (static
+        /// auth's `entry`, the AWS keys and session token): non-empty, and no control character — a CR or LF would
+        /// inject header lines, so the daemon refuses it (502 `token-unavailable`).
+        case headerValue
     }
 
     public var entry: String

@@ -95,7 +95,7 @@ struct IdentityConfigTests {
             ])
         #expect(
             config.keychainReferences.map(\.content) == [
-                .clientCertificate, .clientCertificate, .assertionSigningKey, .secret, .secret, .secret,
+                .clientCertificate, .clientCertificate, .assertionSigningKey, .headerValue, .headerValue, .headerValue,
                 .proxyCredentials,
             ])
         let at = try #require(ConfigFixture.position(of: "idp/signing-key", in: yaml))
