@@ -181,6 +181,10 @@ struct OutageTests {
             #expect(
                 proxy.server.metricsText().contains(
                     "backstop_fast_failures_total{upstream=\"app\",reason=\"circuit-open\"} 20\n"))
+            // The status page's failures: a circuit-open answer tried no endpoint; the first request tried one.
+            let failures = proxy.server.statusSnapshot().failures
+            #expect(failures.first?.endpoint == "-" && failures.first?.cause.hasPrefix("circuit-open") == true)
+            #expect(failures.last?.endpoint == origins[0].baseURL, "\(failures.last.map { "\($0)" } ?? "none")")
 
             healthy.withLockedValue { $0 = true }
             // The condition here is time itself: `circuit.open_for` (1 s) on the daemon's real clock must pass

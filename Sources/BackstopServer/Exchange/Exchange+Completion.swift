@@ -31,9 +31,10 @@ extension Exchange {
         metrics.recordExchange(
             status: record.status, seconds: elapsed.seconds, attempts: record.attempts,
             second: now.secondsAndAttoseconds.seconds)
+        // A request that sent nothing (circuit-open, token-unavailable, …) names no endpoint: none was tried.
         environment.recordFailure(
-            upstream: destination.name, endpoint: attemptEndpoint, status: record.status, ending: ending,
-            detail: record.lastFailure?.detail)
+            upstream: destination.name, endpoint: record.attempts == 0 ? "-" : attemptEndpoint, status: record.status,
+            ending: ending, detail: record.lastFailure?.detail)
         environment.logAccess(
             AccessRecord(
                 request: self.record, status: record.status, error: note ?? record.headError?.rawValue,
