@@ -3,7 +3,8 @@ import Foundation
 
 /// `check --online` for the keychain entries the identity settings name (docs/reference/cli.md#check---online):
 /// each must exist and hold what its setting needs (a certificate chain with the key that belongs to it, a key the
-/// assertion algorithm can use, `user:password`, a non-empty secret, a header-safe value). Pure: the keychain comes in as a lookup.
+/// assertion algorithm can use, `user:password`, a non-empty secret, a value that can go in a header). Pure: the
+/// keychain comes in as a lookup.
 public enum KeychainReferenceCheck {
     public static func problems(
         _ references: [KeychainReference], entry: (String) -> [UInt8]?, now: Date

@@ -166,6 +166,33 @@ extension ExchangeStateMachineTests {
                 ),
             ]),
         Row(
+            name:
+                "a failure, then a retried 503, then every endpoint ejected in the backoff: circuit-open (the 503 is gone)",
+            configuration: routed(),
+            steps: [
+                (.start(), .chooseEndpoint(avoiding: [])),
+                (.endpoint(.attempt(ticket(0))), startAt(0)),
+                (.failure(refused), .requestRetryPermit(report: .failed(refused), endpoint: ended(0, .failure))),
+                (.permit(true), retry(.connectFailure, disposal: .none, failure: refused)),
+                (.timer(ms: 100), .chooseEndpoint(avoiding: [0])),
+                (.endpoint(.attempt(ticket(1)), ms: 100), startAt(1, 2)),
+                (
+                    .head(head(503), generation: 2, ms: 110),
+                    .requestRetryPermit(report: report(503), endpoint: ended(1, .failure))
+                ),
+                (.permit(true, ms: 110), retry(.status(503), attempt: 2, disposal: .abandon(within: .seconds(5)))),
+                (.timer(ms: 210), .chooseEndpoint(avoiding: [1])),
+                (
+                    .endpoint(.circuitOpen(retryAfter: 3), ms: 210),
+                    .end(
+                        .failedLocally(.circuitOpen, requestComplete: true),
+                        routedRecord(
+                            503, attempts: 2, retries: [.connectFailure, .status(503)], failure: refused,
+                            endpoint: 1, retryAfter: 3),
+                        report: nil)
+                ),
+            ]),
+        Row(
             name: "the client leaves while an attempt is in flight: its endpoint learns nothing (abandoned)",
             configuration: routed(),
             steps: [

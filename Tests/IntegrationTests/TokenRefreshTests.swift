@@ -159,8 +159,15 @@ struct TokenRefreshTests {
             try keychain.set("api/last_refresh_failure", value: Array("1900000000 status-503".utf8))
             #expect(try await proxy.get("http://api.test/b", host: "api.test").status == 502)
             #expect(auth.tokenCalls == 1)
-            // … until a new refresh token is stored; the refresh that follows clears the note.
-            try keychain.set("api/refresh_token", value: Array(auth.currentRefreshToken.utf8))
+            // … until a new refresh token is seeded: a new grant, so the note goes with it (no refresh of it yet) …
+            let seed = try await SpawnedProcess.run(
+                "/bin/sh",
+                ["-c", "printf %s '\(auth.currentRefreshToken)' | '\(binary)' tokens seed api --config '\(config)'"])
+            #expect(seed.status == 0, "\(seed.standardError)")
+            fields = try await listed()
+            #expect(fields.count == 9 && fields[6] == "seeded" && fields[7] == "-" && fields[8] == "-", "\(fields)")
+            #expect(try keychain.entry("api/last_refresh_failure") == nil)
+            // … and the proxy uses it at once (the hold-down lifted: the tokens changed).
             #expect(try await proxy.get("http://api.test/c", host: "api.test").status == 200)
             fields = try await listed()
             #expect(fields.count == 9 && fields[6] == "refreshed" && fields[8] == "ok", "\(fields)")

@@ -11,7 +11,8 @@ public struct SpoolConfig: Sendable, Equatable {
     /// Where `dir` was written, for errors found later (a directory that cannot be created).
     public var location: SourceLocation?
 
-    public static let defaultMaxBytes = 1 << 30
+    /// 10 GiB (docs/reference/config.md#spool): a budget, not a reservation; nothing is allocated up front.
+    public static let defaultMaxBytes = 10 << 30
 
     public init(directory: String, maxBytes: Int = SpoolConfig.defaultMaxBytes, location: SourceLocation? = nil) {
         self.directory = directory

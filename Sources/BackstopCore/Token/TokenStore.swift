@@ -42,19 +42,25 @@ public struct RefreshFailure: Sendable, Equatable {
     /// Which instance failed (`HOST:PID`), for a shared store; nil when the store does not say.
     public var by: String?
 
-    /// `cause` is cut to 64 characters of `[A-Za-z0-9._-]` (others become `_`): it may come from the token
-    /// endpoint (its OAuth error code), and `tokens list` prints it in a tab-separated line.
+    /// `cause` and `by` are cut to 64 characters of `[A-Za-z0-9._:-]` (others become `_`): the cause may come from
+    /// the token endpoint (its OAuth error code), `by` from a database row, and `tokens list` prints both in a
+    /// tab-separated line.
     public init(at: Double, cause: String, by: String? = nil) {
         self.at = at
-        self.cause = String(
+        self.cause = Self.label(cause)
+        self.by = by.map(Self.label)
+    }
+
+    /// At most 64 characters of `[A-Za-z0-9._:-]`, anything else `_`: safe in a tab-separated line and a log.
+    static func label(_ text: String) -> String {
+        String(
             String.UnicodeScalarView(
-                cause.unicodeScalars.prefix(64).map { scalar in
+                text.unicodeScalars.prefix(64).map { scalar in
                     scalar.isASCII
                         && (scalar.properties.isAlphabetic || ("0"..."9").contains(scalar)
-                            || "._-".unicodeScalars.contains(scalar))
+                            || "._:-".unicodeScalars.contains(scalar))
                         ? scalar : "_"
                 }))
-        self.by = by
     }
 
     /// `SECONDS CAUSE`: how the stores keep it (seconds whole, since the epoch); nil for anything else.
@@ -165,14 +171,15 @@ public struct TokenStoreStatus: Sendable, Equatable {
         self.failure = failure
     }
 
-    /// The last refresh and its outcome, for `tokens list`: the failure unless a refresh wrote tokens after it
-    /// (`ok`, at that write); nil when no refresh is known (nothing stored, or only a seed).
+    /// The last refresh and its outcome, for `tokens list`: the failure noted since the last write (every write of
+    /// tokens, a seed too, removes the note, so one that is there is newer: no clocks compared); else the last write
+    /// when a refresh made it (`ok`); nil when no refresh is known (nothing stored, or only a seed).
     public var lastRefresh: (at: Double, outcome: String)? {
-        let refreshedAt = lastWrite?.hasPrefix("refreshed") == true ? updatedAt : nil
-        if let failure, failure.at >= (refreshedAt ?? 0) {
+        if let failure {
             return (failure.at, "failed: \(failure.cause)" + (failure.by.map { " (\($0))" } ?? ""))
         }
-        return refreshedAt.map { ($0, "ok") }
+        guard lastWrite?.hasPrefix("refreshed") == true else { return nil }
+        return updatedAt.map { ($0, "ok") }
     }
 }
 

@@ -4,7 +4,8 @@ import Foundation
 import Logging
 
 /// The default token store: entries `<prefix>/access_token`, `<prefix>/refresh_token` and `<prefix>/expires_at` in
-/// the keychain file, and `<prefix>/last_refresh_failure` while the last refresh failed (docs/reference/token-store.md). The refresh lock is the keychain's own exclusive file lock, so
+/// the keychain file, and `<prefix>/last_refresh_failure` while the last refresh failed
+/// (docs/reference/token-store.md). The refresh lock is the keychain's own exclusive file lock, so
 /// single flight spans the processes that share the file; they see each other's tokens when they re-read under it.
 final class KeychainTokenStore: TokenStore {
     let keychain: FileKeychain
@@ -176,6 +177,7 @@ final class KeychainTokenStore: TokenStore {
                 var entries = session.entries
                 entries[accessEntry] = nil
                 entries[expiryEntry] = nil
+                entries[failureEntry] = nil  // a new grant: no refresh of it has failed
                 entries[refreshEntry] = KeychainEntry(string: refreshToken)
                 do throws(KeychainError) {
                     try session.write(entries)

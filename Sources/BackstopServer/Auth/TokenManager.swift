@@ -248,7 +248,7 @@ public actor TokenManager {
         scheduleProactiveRefresh()
     }
 
-    /// The store's revision and its tokens when the last refresh failed.
+    /// The store's revision and its tokens when the last refresh failed (tokens nil: unknown, the store failed).
     private var revisionAtFailure: TokenStoreRevision?
     private var tokensAtFailure: StoredTokens?
 
@@ -262,12 +262,15 @@ public actor TokenManager {
         guard state.lastFailure != nil, let before = revisionAtFailure else { return }
         let revision = store.revision
         guard revision != before else { return }
-        if let baseline = tokensAtFailure, let current = try? await store.load(), current == baseline {
-            revisionAtFailure = revision
-            return
+        if let baseline = tokensAtFailure {
+            let current = try? await store.load()
+            // Another failure, a lift or a refresh may have happened while the tokens were read: it decides then.
+            guard revisionAtFailure == before, state.lastFailure != nil else { return }
+            if current == baseline {
+                revisionAtFailure = revision
+                return
+            }
         }
-        // Another request may have lifted it (or refreshed) while the tokens were read.
-        guard state.lastFailure != nil, revisionAtFailure != nil else { return }
         revisionAtFailure = nil
         tokensAtFailure = nil
         state.failureHoldDownLifted()
@@ -278,14 +281,12 @@ public actor TokenManager {
             ])
     }
 
-    private func noteRefreshFailure(final: Bool) async {
+    /// `tokens`: what the refresh found in the store under its lock; nil when the store itself failed.
+    private func noteRefreshFailure(final: Bool, tokens: StoredTokens?) {
         counters.record(upstream: upstreamName, result: .failure)
         revisionAtFailure = store.revision
-        tokensAtFailure = nil
+        tokensAtFailure = tokens
         state.refreshFailed(final: final, now: clock.wall())
-        // A change between reading the revision and the tokens goes unseen until the hold-down ends (5 s): late,
-        // never a storm.
-        tokensAtFailure = try? await store.load()
     }
 
     /// The upstream rejected `token` (a `refresh_on` status): returns the token to replay with, or nil when the
@@ -379,7 +380,7 @@ public actor TokenManager {
                     "stored_version": .stringConvertible(stored), "seen_version": .stringConvertible(seen),
                     "fix": .string("store a new refresh token: backstop tokens seed \(upstreamName)"),
                 ])
-            await noteRefreshFailure(final: true)
+            noteRefreshFailure(final: true, tokens: nil)
             return (.failure, "token-store-rolled-back")
         } catch {
             logger.error(
@@ -388,7 +389,7 @@ public actor TokenManager {
                     "upstream": .string(upstreamName), "store": .string(store.location),
                     "error": .string(error.description),
                 ])
-            await noteRefreshFailure(final: false)
+            noteRefreshFailure(final: false, tokens: nil)
             return (.failure, "token-store-failed")
         }
         switch outcome {
@@ -425,8 +426,8 @@ public actor TokenManager {
                     "rotated": .stringConvertible(tokens.refreshToken != previousRefreshToken),
                 ])
             return (.success, nil)
-        case .failed(let final, let cause):
-            await noteRefreshFailure(final: final)
+        case .failed(let final, let cause, let stored):
+            noteRefreshFailure(final: final, tokens: stored)
             return (.failure, cause)
         }
     }
@@ -489,8 +490,9 @@ struct TokenRefreshStep: Sendable {
         /// Fresh tokens from the endpoint; `previousRefreshToken` is the one that was spent.
         case refreshed(StoredTokens, previousRefreshToken: String?)
         /// Logged already; `final`: only a human can fix it (400/401 from the endpoint, no refresh token). `cause`
-        /// names it for the refresh span (docs/reference/operations.md#tracing).
-        case failed(final: Bool, cause: String)
+        /// names it for the refresh span (docs/reference/operations.md#tracing); `stored`: the tokens the refresh
+        /// found under the lock, the hold-down's baseline.
+        case failed(final: Bool, cause: String, stored: StoredTokens)
     }
 
     let upstreamName: String
@@ -507,10 +509,12 @@ struct TokenRefreshStep: Sendable {
     static let endpointConnectTimeout = Duration.seconds(5)
     static let endpointCallTimeout = Duration.seconds(15)
 
-    /// A failed refresh: reported to the token manager, and recorded in the store as its last refresh outcome.
-    private func failed(final: Bool, cause: String) -> LockedDecision<Outcome> {
+    /// A failed refresh over `stored`: reported to the token manager, and recorded in the store as its last refresh
+    /// outcome.
+    private func failed(final: Bool, cause: String, stored: StoredTokens) -> LockedDecision<Outcome> {
         LockedDecision(
-            result: .failed(final: final, cause: cause), failure: RefreshFailure(at: clock.wall(), cause: cause))
+            result: .failed(final: final, cause: cause, stored: stored),
+            failure: RefreshFailure(at: clock.wall(), cause: cause))
     }
 
     func decide(stored: StoredTokens, replacing staleValue: String?) async -> LockedDecision<Outcome> {
@@ -528,7 +532,7 @@ struct TokenRefreshStep: Sendable {
                 metadata: [
                     "upstream": .string(upstreamName), "problem": .string(problem.description),
                 ])
-            return failed(final: false, cause: "client-credentials-unusable")
+            return failed(final: false, cause: "client-credentials-unusable", stored: stored)
         }
         var tls = self.tls
         tls.clientIdentity = credentials.tlsIdentity
@@ -550,14 +554,14 @@ struct TokenRefreshStep: Sendable {
                     metadata: [
                         "upstream": .string(upstreamName), "entry": .string("\(config.keychainPrefix)/refresh_token"),
                     ])
-                return failed(final: true, cause: "no-refresh-token")
+                return failed(final: true, cause: "no-refresh-token", stored: stored)
             } catch {
                 logger.error(
                     "token request cannot be made",
                     metadata: [
                         "upstream": .string(upstreamName), "problem": .string("\(error)"),
                     ])
-                return failed(final: false, cause: "token-request-unusable")
+                return failed(final: false, cause: "token-request-unusable", stored: stored)
             }
             let result = await fetcher.fetch(
                 TransportRequest(
@@ -574,7 +578,7 @@ struct TokenRefreshStep: Sendable {
             switch endpointPolicy.decide(outcome, attempt: attempt, using: &random) {
             case .accept:
                 guard case .success(let response) = result else {
-                    return failed(final: false, cause: "token-endpoint-failed")
+                    return failed(final: false, cause: "token-endpoint-failed", stored: stored)
                 }
                 return accept(response.body, stored: stored)
             case .retry(let delay):
@@ -604,7 +608,7 @@ struct TokenRefreshStep: Sendable {
                     metadata["next_try"] = .string("on the next request after 5s")
                     logger.error("token refresh failed", metadata: metadata)
                 }
-                return failed(final: final, cause: cause)
+                return failed(final: final, cause: cause, stored: stored)
             }
         }
     }
@@ -619,7 +623,7 @@ struct TokenRefreshStep: Sendable {
                 metadata: [
                     "upstream": .string(upstreamName), "problem": .string("\(error)"),
                 ])
-            return failed(final: false, cause: "token-response-unusable")
+            return failed(final: false, cause: "token-response-unusable", stored: stored)
         }
         let tokens = StoredTokens(
             accessToken: parsed.accessToken, refreshToken: parsed.refreshToken ?? stored.refreshToken,

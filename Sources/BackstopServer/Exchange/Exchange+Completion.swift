@@ -3,8 +3,8 @@ import BackstopTransport
 import Logging
 import NIOCore
 
-/// The end of an exchange as `.requestFinished` (or `.endResponse`) reports it: metrics, the access line, the status page, the spans,
-/// and the log lines of a failed attempt (docs/reference/operations.md).
+/// The end of an exchange as `.requestFinished` (or `.endResponse`) reports it: metrics, the access line, the status
+/// page, the spans, and the log lines of a failed attempt (docs/reference/operations.md).
 extension Exchange {
     /// The exchange is over: its transfers and kept body are let go, then everything that records it.
     func finish(_ finished: ConnectionStateMachine.Finished) {
@@ -17,6 +17,9 @@ extension Exchange {
             slot.release()
         }
         let note = ending.note
+        if case .failedLocally(.circuitOpen, _) = ending {
+            environment.runtime.outageMetrics.record(.circuitOpen, upstream: destination.name)
+        }
         if ending != .clientClosed {
             logNotRetried(record)
             if let failure = record.lastFailure, note != nil {

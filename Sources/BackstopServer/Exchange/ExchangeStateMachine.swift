@@ -601,6 +601,11 @@ struct ExchangeStateMachine: Equatable {
             get { rare?.value.lastFailure }
             set { modifyRare { $0.lastFailure = newValue } }
         }
+        /// The failure of the attempt the backoff under way retries; nil when it retries a response.
+        var retriedFailure: TransportFailure? {
+            get { rare?.value.retriedFailure }
+            set { modifyRare { $0.retriedFailure = newValue } }
+        }
         /// The endpoint whose attempt failed, which the retry passes over while another may be tried.
         var avoidEndpoint: Int? {
             get { rare?.value.avoidEndpoint }
@@ -644,6 +649,7 @@ struct ExchangeStateMachine: Equatable {
             var giveUp: GiveUpReason?
             var giveUpCondition: RetryCondition?
             var lastFailure: TransportFailure?
+            var retriedFailure: TransportFailure?
             var avoidEndpoint: Int?
             var retryAfter: Int?
             var wakesOnNetworkChange = false
@@ -876,9 +882,9 @@ struct ExchangeStateMachine: Equatable {
             return beginAttempt(
                 credential: pending.credential, replacing: pending.replacing, endpoint: ticket, now: now)
         case .circuitOpen(let retryAfter):
-            // A retry whose endpoints were all ejected during its backoff ends as its last attempt failed, when it
-            // failed without a response (that response, when there was one, is gone: `circuit-open` then).
-            if progress.attempts > 0, let failure = progress.lastFailure {
+            // A retry whose endpoints were all ejected during its backoff ends as the attempt it retries failed, when
+            // that failed without a response (a response retried is gone by now: `circuit-open` then).
+            if progress.attempts > 0, let failure = progress.retriedFailure {
                 progress.giveUp = .circuitOpen
                 progress.giveUpCondition = progress.retryReasons.last
                 return endLocally(Self.classify(failure).1)
@@ -1301,6 +1307,7 @@ struct ExchangeStateMachine: Equatable {
         }
         progress.previousDelay = pending.delay
         progress.retryReasons.append(pending.reason)
+        if pending.failure != progress.retriedFailure { progress.retriedFailure = pending.failure }
         var wakes = false
         if configuration.networkReturn, case .connectFailure(_, _?) = pending.failure { wakes = true }
         if wakes != progress.wakesOnNetworkChange { progress.wakesOnNetworkChange = wakes }
@@ -1332,6 +1339,8 @@ struct ExchangeStateMachine: Equatable {
                 now: now, replay: refresh.events)
         }
         progress.replayedAfterRefresh = true
+        // The replay follows a response, not the failure an earlier retry was for.
+        if progress.retriedFailure != nil { progress.retriedFailure = nil }
         return startAttempt(credential: .token(replacement), replacing: refresh.attempt.generation, now: now)
     }
 

@@ -73,10 +73,10 @@ extension ProxyHandler {
             exchange?.failBodyStream()
         case .acquireCredential:
             acquireCredential()
-        case .chooseEndpoint(let avoiding, let copy):
+        case .chooseEndpoint(let avoiding, _):
             let now = self.now
             let verdict =
-                exchange?.destination.upstream?.health.choose(avoiding: avoiding, copy: copy)
+                exchange?.destination.upstream?.health.choose(avoiding: avoiding)
                 ?? .attempt(EndpointTicket(endpoint: 0, probe: nil))
             feed { $0.endpointChosen(verdict, now: now, into: &$1) }
         case .refreshCredential(let rejected):

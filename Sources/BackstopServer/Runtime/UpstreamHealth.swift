@@ -69,12 +69,12 @@ public final class UpstreamHealth: Sendable {
     // MARK: endpoints
 
     /// The endpoint for the next attempt (passing over `avoiding` while another may be tried), or `circuitOpen`.
-    /// `copy`: for a hedged copy, which goes without when there is none (not a fast failure: the request goes on).
-    public func choose(avoiding: [Int] = [], copy: Bool = false) -> EndpointVerdict {
+    /// `circuit-open` is counted as a fast failure where a request ends with it (`Exchange.finish`), not here: a
+    /// hedged copy goes without, and a retry that finds no endpoint ends as its last attempt did.
+    public func choose(avoiding: [Int] = []) -> EndpointVerdict {
         let now = clock.monotonic()
         let choice = endpoints.withLockedValue { $0.choose(avoiding: avoiding, now: now) }
         record(choice.events, reason: nil)
-        if !copy, case .circuitOpen = choice.verdict { metrics.record(.circuitOpen, upstream: upstream) }
         return choice.verdict
     }
 

@@ -25,7 +25,7 @@ struct DeliveryConfigTests {
     func spoolValues() throws {
         let relative = try #require(try ConfigFixture.parse(H + S).spool)
         #expect(relative.directory == "/etc/backstop/spool")
-        #expect(relative.maxBytes == 1 << 30)
+        #expect(relative.maxBytes == 10 << 30)
         let at = try #require(ConfigFixture.position(of: "spool}", in: H + S))
         #expect(relative.location == SourceLocation(file: ConfigFixture.file, line: at.line, column: at.column))
         let absolute = try #require(
@@ -54,7 +54,7 @@ struct DeliveryConfigTests {
             ErrorCase(H + "spool: {dir: s, max_bytes: 100KiB}\n", at: "100KiB", "at least 1MiB"),
             ErrorCase(H + "spool: {dir: s, max_bytes: lots}\n", at: "lots", "not a size"),
             ErrorCase(H + "spool: {dir: s, max_bytes: 4MiB}\n", at: "4MiB", "max_request_body"),
-            ErrorCase(H + "limits: {max_request_body: 2GiB}\nspool: {dir: s}\n", at: "{dir", "max_request_body"),
+            ErrorCase(H + "limits: {max_request_body: 11GiB}\nspool: {dir: s}\n", at: "{dir", "max_request_body"),
             ErrorCase(H + "spool: {dir: \"\"}\n", at: "\"\"", "must not be empty"),
             ErrorCase(H + "spool: {dir: s, maxbytes: 1GiB}\n", at: "maxbytes", "did you mean 'max_bytes'"),
             ErrorCase(H + K + S + upstream(", delivery: later"), at: "later", "direct | queue"),
