@@ -158,6 +158,23 @@ struct CommandLineTests {
         #expect(good.standardOutput == "ok\n")
     }
 
+    @Test("check prints one line per error whatever a value holds: line breaks and terminal escapes are escaped")
+    func checkEscapesValues() async throws {
+        let (directory, path) = try writeConfig(
+            "version: 1\nlisten: [\"127.0.0.1:${EVIL}\"]\nupstreams:\n  - {name: \"a\\nb\\e[31mX\", match: {hosts: [a.test]}, url: http://127.0.0.1:1}\n"
+        )
+        defer { TestFiles.remove(directory) }
+        let result = try await TestProcess.run(
+            "/usr/bin/env", ["EVIL=1\ntime=2026 level=error msg=forged", binary, "check", "--config", path])
+        #expect(result.status == 1)
+        let lines = result.standardOutput.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+        #expect(lines.count == 2, "\(result.standardOutput)")
+        #expect(lines.allSatisfy { $0.hasPrefix(path + ":") }, "\(result.standardOutput)")
+        #expect(result.standardOutput.contains("1\\ntime=2026 level=error msg=forged"))
+        #expect(result.standardOutput.contains("a\\nb\\u001b[31mX"))
+        #expect(!result.standardOutput.unicodeScalars.contains { $0.value == 0x1B })
+    }
+
     @Test("version prints the version; an unknown flag is a usage error (exit 2)")
     func versionAndUsage() async throws {
         let version = try await TestProcess.run(binary, ["version"])

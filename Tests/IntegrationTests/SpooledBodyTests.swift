@@ -156,6 +156,11 @@ struct SpooledBodyTests {
         // While the first body holds 6 MiB of the 8 MiB budget, a second one of 6 MiB cannot be spooled: it
         // streams, the origin resets it (the first request it reads whole), and it is not sent again.
         let (first, sent) = try await Self.put(size, port: setup.port) {
+            // The first body's reservation exists once its spool file does (the half sent so far may still be in
+            // the socket's buffer, not yet read by the daemon).
+            try await Poll.until("the first body is being spooled", within: .seconds(10)) {
+                try Self.scanSpool(setup, sentSoFar: size / 2).files == 1
+            }
             refused = try await Self.put(size, port: setup.port).0
         }
         let second = try #require(refused)

@@ -22,7 +22,9 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
         self.location = location
         self.message = message
     }
-    public var description: String { "\(location): \(message)" }
+    /// One line whatever the message quotes: a value with a line break or a terminal escape (written in the file, or
+    /// from a `${NAME}` expansion) is shown escaped (`DisplayText`).
+    public var description: String { DisplayText.oneLine("\(location): \(message)") }
 }
 
 /// Every problem found in one config file (parsing and validation report all of them, not just the first).

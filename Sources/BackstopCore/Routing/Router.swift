@@ -18,7 +18,8 @@
 ///   appended byte for byte when the request had a `?` (even an empty query).
 /// - No match: `noRoute`; with `unmatched: passthrough`, the request's own URL for `http` absolute form
 ///   (`https` → `noRoute`: a proxy cannot forward TLS it never saw), or `http://<Host><path>?query` for origin
-///   form (`noRoute` without a valid `Host`). Asterisk and authority forms never route.
+///   form (`noRoute` without a valid `Host`, or for a host no resolver takes: `isForwardableHost`). Asterisk and
+///   authority forms never route.
 public struct Router: Sendable {
     /// What routing needs of each upstream, in config order: only these fields, so a lookup never copies a whole
     /// `UpstreamConfig` (one retain per string and array in it) for every request.
@@ -47,7 +48,7 @@ public struct Router: Sendable {
             if let index = bestHostMatch(host: host) {
                 return .upstream(index: index, path: upstreamPath(index, target, strip: false))
             }
-            guard unmatched == .passthrough, scheme == "http" else { return .noRoute }
+            guard unmatched == .passthrough, scheme == "http", Self.isForwardableHost(host) else { return .noRoute }
             let authority = (host.contains(":") ? "[\(host)]" : host) + (port.map { ":\($0)" } ?? "")
             return .passthrough(url: "http://\(authority)\(target.path)\(Self.querySuffix(target.query))")
         case .origin:
@@ -58,11 +59,24 @@ public struct Router: Sendable {
             if let host, let index = bestHostMatch(host: host) {
                 return .upstream(index: index, path: upstreamPath(index, target, strip: false))
             }
-            guard unmatched == .passthrough, let hostHeader, host != nil else { return .noRoute }
+            guard unmatched == .passthrough, let hostHeader, let host, Self.isForwardableHost(host) else {
+                return .noRoute
+            }
             return .passthrough(url: "http://\(hostHeader)\(target.path)\(Self.querySuffix(target.query))")
         case .asterisk, .authority:
             return .noRoute
         }
+    }
+
+    /// Whether a passthrough may go to `host`: an IP literal, or a name of letters, digits, `-`, `.` and `_`. A host
+    /// RFC 3986 allows but no resolver does (`a%0ab`, `a'b`, `a=b`) is no route (403), not an attempt that fails.
+    static func isForwardableHost(_ host: String) -> Bool {
+        if host.contains(":") { return IPAddressParser.parse(host) != nil }
+        return !host.isEmpty
+            && host.utf8.allSatisfy {
+                (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0)
+                    || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_")
+            }
     }
 
     /// The upstream a request for `host` (lowercased, no port) goes to by `match.hosts`, as for absolute form.

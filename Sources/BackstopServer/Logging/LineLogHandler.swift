@@ -97,7 +97,7 @@ public struct LineLogHandler: LogHandler {
     }
 
     /// A logfmt value: bare when it holds only visible characters other than `=` and `"`, else quoted with every
-    /// character of `mustEscape` escaped, so a client's SNI, path or header never starts a line of its own
+    /// character of `DisplayText.mustEscape` escaped, so a client's SNI, path or header never starts a line of its own
     /// (docs/reference/operations.md#logs).
     static func logfmtQuote(_ value: String) -> String {
         var needsQuotes = value.isEmpty
@@ -109,7 +109,7 @@ public struct LineLogHandler: LogHandler {
             }
             if byte >= 0x80 { ascii = false }
         }
-        if !needsQuotes && !ascii { needsQuotes = value.unicodeScalars.contains(where: mustEscape) }
+        if !needsQuotes && !ascii { needsQuotes = value.unicodeScalars.contains(where: DisplayText.mustEscape) }
         guard needsQuotes else { return value }
         var out = "\""
         out.reserveCapacity(value.utf8.count + 2)
@@ -125,33 +125,17 @@ public struct LineLogHandler: LogHandler {
         return out + "\""
     }
 
-    /// Whether a scalar is written as an escape rather than as itself, by Unicode scalar (never by `Character`:
-    /// `"\r\n"` is one `Character`): every C0 and C1 control and DEL (line breaks, NEL, escape sequences a terminal
-    /// would act on), the line and paragraph separators U+2028/U+2029, and the bidirectional formatting controls,
-    /// which make a terminal show a line in another order than it was written.
-    static func mustEscape(_ scalar: Unicode.Scalar) -> Bool {
-        switch scalar.value {
-        case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029: true
-        case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
-        default: false
-        }
-    }
-
     /// Appends `scalar`, escaped as logfmt and JSON both read it: `\"`, `\\`, `\n`, `\r`, `\t`, else `\uXXXX`.
     private static func appendEscaped(_ scalar: Unicode.Scalar, to out: inout String) {
         switch scalar {
         case "\"": out += "\\\""
         case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
         default:
-            guard mustEscape(scalar) else {
+            if DisplayText.mustEscape(scalar) {
+                DisplayText.escape(scalar, to: &out)
+            } else {
                 out.unicodeScalars.append(scalar)
-                return
             }
-            let hex = String(scalar.value, radix: 16)
-            out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
         }
     }
 

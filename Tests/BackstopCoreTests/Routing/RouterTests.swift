@@ -200,6 +200,13 @@ struct RouterTests {
         #expect(route(router, "*") == .noRoute)
         #expect(route(router, "h.test:443") == .noRoute)
         #expect(route(router, "http://a.test/x") == .upstream(index: 0, path: "/x"))
+        // A host RFC 3986 allows but no resolver takes: no route, not an attempt that fails.
+        for host in ["a%0ab.invalid", "a'b.invalid", "a=b.invalid", "a!b", "a~b"] {
+            #expect(route(router, "/zz", host: host) == .noRoute, "\(host)")
+            #expect(route(router, "http://\(host)/zz") == .noRoute, "\(host)")
+        }
+        #expect(route(router, "/x", host: "h_1.test") == .passthrough(url: "http://h_1.test/x"))
+        #expect(route(router, "/x", host: "10.0.0.1:81") == .passthrough(url: "http://10.0.0.1:81/x"))
     }
 
     @Test("reject never passes through; asterisk and authority forms never route")
