@@ -638,6 +638,12 @@ final class HTTP1Connections {
                 transfer.emit(.head(head))
                 perform(connection.machine.handle(.headArrived), on: connection)
             case let event:
+                if case .end = event, offset < bytes.count, connection.reader.bodyFramedByLength {
+                    // Bytes right after a body framed by its length: a longer body than the head announced. Handed
+                    // on as body, so the client's framing counter closes the client's connection after the
+                    // announced bytes; none of them is written (docs/reference/behaviour.md#untrusted-upstream-responses).
+                    emitBody(UnsafeRawBufferPointer(rebasing: bytes[offset...]), to: transfer)
+                }
                 handle(event, range: offset..<bytes.count, last: offset == bytes.count, on: connection)
                 return
             }

@@ -105,8 +105,9 @@ struct UpstreamFramingTests {
             #expect(output.hasPrefix("HTTP/1.1 200 "))
             #expect(output.contains("\r\nContent-Length: 5\r\n"))
             let body = output.components(separatedBy: "\r\n\r\n").dropFirst().first ?? ""
-            #expect(body.hasPrefix("HELLO"))
-            if statusLines.count == 2 { #expect(output.hasSuffix("real-answer")) }
+            #expect(body == "HELLO", "\(output.debugDescription)")
+            // A longer body closes the client connection: the next request on it is not answered.
+            #expect(statusLines.count == 1, "\(output.debugDescription)")
         }
     }
 

@@ -81,6 +81,9 @@ public struct HTTP1ResponseReader: Sendable {
     private var keepAliveLost = false
     /// Whether any byte of the response arrived.
     public private(set) var started = false
+    /// The response's body is framed by its `Content-Length` (a response that has a body): bytes after its end are
+    /// a longer body than the head announced.
+    public private(set) var bodyFramedByLength = false
 
     /// `requestIsHEAD`: the request was `HEAD`, so the response has no body whatever its head says.
     public init(requestIsHEAD: Bool) {
@@ -102,6 +105,7 @@ public struct HTTP1ResponseReader: Sendable {
         http11 = false
         keepAliveLost = false
         started = false
+        bodyFramedByLength = false
     }
 
     /// Whether the final head was read.
@@ -207,6 +211,7 @@ public struct HTTP1ResponseReader: Sendable {
             // Only needs to be present: the parser refuses any coding but a lone `chunked`.
             state = .body(.chunkSize(size: 0, digits: 0, inExtension: false, lineBytes: 0))
         } else if let length = head.contentLength {
+            bodyFramedByLength = true
             state = length == 0 ? .complete(reusable: keepAlive) : .body(.fixed(remaining: length))
         } else {
             state = .body(.untilClose)
