@@ -96,6 +96,15 @@ enum Main {
     static func main() async {
         do {
             var command = try BackstopCommand.parseAsRoot()
+            let parsed = type(of: command)
+            if !parsed.configuration.subcommands.isEmpty {
+                // `backstop` or a group (`backstop keychain`) without its subcommand: a usage error, as any other
+                // incomplete command line (docs/reference/cli.md#exit-codes); its help goes to stderr.
+                Console.error(BackstopCommand.helpMessage(for: parsed))
+                let names = parsed.configuration.subcommands.map { $0.configuration.commandName ?? "" }
+                Console.error("error: missing subcommand: one of \(names.joined(separator: ", "))")
+                exit(2)
+            }
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

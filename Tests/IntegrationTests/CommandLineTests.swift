@@ -175,6 +175,21 @@ struct CommandLineTests {
         #expect(!result.standardOutput.unicodeScalars.contains { $0.value == 0x1B })
     }
 
+    @Test("a command without its subcommand is a usage error (exit 2), its help on stderr; --help is not (exit 0)")
+    func missingSubcommand() async throws {
+        for arguments in [[], ["keychain"], ["tokens"], ["ca"], ["deliveries"]] {
+            let result = try await TestProcess.run(binary, arguments)
+            #expect(result.status == 2, "\(arguments)")
+            #expect(result.standardOutput.isEmpty, "\(arguments): \(result.standardOutput)")
+            #expect(result.standardError.contains("SUBCOMMANDS"), "\(arguments): \(result.standardError)")
+            #expect(result.standardError.contains("error: missing subcommand: one of "), "\(arguments)")
+        }
+        let help = try await TestProcess.run(binary, ["--help"])
+        #expect(help.status == 0)
+        #expect(help.standardOutput.contains("SUBCOMMANDS"))
+        #expect(try await TestProcess.run(binary, ["keychain", "--help"]).status == 0)
+    }
+
     @Test("version prints the version; an unknown flag is a usage error (exit 2)")
     func versionAndUsage() async throws {
         let version = try await TestProcess.run(binary, ["version"])
