@@ -50,9 +50,6 @@ public enum KeychainReferenceCheck {
             }
         }
         // By position, as every other `check` error.
-        return problems.enumerated().sorted {
-            ($0.element.location.line, $0.element.location.column, $0.offset)
-                < ($1.element.location.line, $1.element.location.column, $1.offset)
-        }.map(\.element)
+        return problems.inFileOrder()
     }
 }

@@ -84,7 +84,9 @@ struct CheckCommand: AsyncParsableCommand {
             }
             print("ok")
         } catch let errors as ConfigErrors {
-            for error in errors.errors { print(error.description) }
+            // The files the readable part names are checked too: every problem in one run, in file order.
+            let found = errors.errors + (errors.partial.map(EnvironmentChecks.problems(in:)) ?? [])
+            for error in found.inFileOrder() { print(error.description) }
             throw ExitCode(1)
         }
     }

@@ -128,6 +128,29 @@ struct CommandLineTests {
         #expect(lines.count == 2, "got: \(result.standardOutput)")
     }
 
+    @Test("check reports file problems beside schema errors, in file order: every problem in one run")
+    func checkFilesBesideSchemaErrors() async throws {
+        let (directory, path) = try writeConfig(
+            """
+            version: 1
+            listen: [127.0.0.1:8080]
+            upstreams:
+              - name: a
+                match: {hosts: [a.test]}
+                url: https://a.test
+                tls: {ca_file: missing-ca.pem}
+                retyr: {}
+
+            """)
+        defer { TestFiles.remove(directory) }
+        let result = try await TestProcess.run(binary, ["check", "--config", path])
+        #expect(result.status == 1)
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2, "\(result.standardOutput)")
+        #expect(lines.first?.hasPrefix("\(path):7:20: upstream 'a': tls.ca_file ") == true, "\(lines)")
+        #expect(lines.last?.hasPrefix("\(path):8:5: ") == true && lines.last?.contains("retyr") == true, "\(lines)")
+    }
+
     @Test("check --online: a static auth entry with CR/LF is reported at its entry (never its value); fixed, ok")
     func checkOnlineHeaderValue() async throws {
         let (directory, path) = try writeConfig(

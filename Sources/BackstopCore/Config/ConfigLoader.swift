@@ -65,11 +65,12 @@ public enum ConfigLoader {
                 upstreams: builder.checkedUpstreams, sites: builder.upstreamSites, config: config)
         }
         // Stable by position; errors at the same node keep the order they were found in.
-        errors = errors.enumerated().sorted {
-            ($0.element.location.line, $0.element.location.column, $0.offset)
-                < ($1.element.location.line, $1.element.location.column, $1.offset)
-        }.map(\.element)
-        guard errors.isEmpty, var result = config else { throw ConfigErrors(errors) }
+        errors = errors.inFileOrder()
+        guard errors.isEmpty, var result = config else {
+            var partial = config
+            partial?.sourceFile = file
+            throw ConfigErrors(errors, partial: partial)
+        }
         result.sourceFile = file
         return result
     }

@@ -27,10 +27,26 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { DisplayText.oneLine("\(location): \(message)") }
 }
 
+extension [ConfigError] {
+    /// By position in the file (line, then column); problems at the same node keep the order they were found in.
+    public func inFileOrder() -> [ConfigError] {
+        enumerated().sorted {
+            ($0.element.location.line, $0.element.location.column, $0.offset)
+                < ($1.element.location.line, $1.element.location.column, $1.offset)
+        }.map(\.element)
+    }
+}
+
 /// Every problem found in one config file (parsing and validation report all of them, not just the first).
 public struct ConfigErrors: Error, Sendable, Equatable, CustomStringConvertible {
     public var errors: [ConfigError]
-    public init(_ errors: [ConfigError]) { self.errors = errors }
+    /// What could be read of the config despite the errors (sections that failed keep their defaults), when the file
+    /// parsed as YAML at all: `check` also looks at the files it names, so one run reports every problem.
+    public var partial: Config?
+    public init(_ errors: [ConfigError], partial: Config? = nil) {
+        self.errors = errors
+        self.partial = partial
+    }
     public var description: String { errors.map(\.description).joined(separator: "\n") }
 }
 
