@@ -184,15 +184,27 @@ struct DeliveryIDTests {
         #expect(QueuedRequest(method: "POST", target: target, headers: [], body: []).path == path)
     }
 
-    @Test("the client's idempotency key is kept; without one, the delivery id is added")
+    @Test("always an Idempotency-Key: the client's, else its custom key header's value, else the delivery id")
     func idempotencyKey() throws {
         var random = SplitMix64(seed: 1)
         let id = DeliveryID(random: &random)
         let own = QueuedRequest(method: "POST", target: "/", headers: [.init("idempotency-KEY", "abc")], body: [])
         #expect(own.headersForDelivery(id: id) == own.headers)
+        #expect(
+            own.headersForDelivery(id: id, headerName: "X-Request-Key") == own.headers + [.init("X-Request-Key", "abc")]
+        )
         let none = QueuedRequest(method: "POST", target: "/", headers: [.init("Content-Type", "text/plain")], body: [])
         #expect(none.headersForDelivery(id: id) == none.headers + [.init("Idempotency-Key", id.text)])
-        #expect(none.headersForDelivery(id: id, headerName: "X-Request-Key").last == .init("X-Request-Key", id.text))
+        #expect(
+            none.headersForDelivery(id: id, headerName: "X-Request-Key")
+                == none.headers + [.init("Idempotency-Key", id.text), .init("X-Request-Key", id.text)])
+        let custom = QueuedRequest(method: "POST", target: "/", headers: [.init("x-request-key", "k1")], body: [])
+        #expect(
+            custom.headersForDelivery(id: id, headerName: "X-Request-Key")
+                == custom.headers + [.init("Idempotency-Key", "k1")])
+        #expect(
+            custom.headersForDelivery(id: id, headerName: "idempotency-key")
+                == custom.headers + [.init("Idempotency-Key", id.text)])
     }
 
     @Test("the head codec round-trips and refuses anything else")

@@ -37,12 +37,20 @@ public struct QueuedRequest: Sendable, Equatable {
         return rest.isEmpty ? "/" : String(rest)
     }
 
-    /// The headers to send for delivery `id`: the client's own idempotency key header (`headerName`, compared
-    /// case-insensitively) when it sent one, else one added with the delivery's id, so every try of this delivery
-    /// carries the same key and the upstream can deduplicate.
+    /// The headers to send for delivery `id`, so every try of it carries the same key and the upstream can
+    /// deduplicate: always an `Idempotency-Key` — the client's own, else the value of the upstream's key header
+    /// (`headerName`, `retry.retry_non_idempotent_with_key`) when the client sent that, else the delivery's id — and,
+    /// when `headerName` is another header, that one too, with the same value. Names compare case-insensitively.
     public func headersForDelivery(id: DeliveryID, headerName: String = "Idempotency-Key") -> [Header] {
-        if headers.contains(where: { $0.name.caseInsensitiveEquals(headerName) }) { return headers }
-        return headers + [Header(headerName, id.text)]
+        func value(_ name: String) -> String? {
+            headers.first(where: { $0.name.caseInsensitiveEquals(name) })?.value
+        }
+        let standard = "Idempotency-Key"
+        let key = value(standard) ?? value(headerName) ?? id.text
+        var out = headers
+        if value(standard) == nil { out.append(Header(standard, key)) }
+        if !headerName.caseInsensitiveEquals(standard), value(headerName) == nil { out.append(Header(headerName, key)) }
+        return out
     }
 }
 
