@@ -61,7 +61,7 @@ struct HeaderFieldsPathReviewTests {
         let head = try Self.head("POST /p HTTP/1.1\r\nHost: open.test\r\n\(c.fields)\r\n\r\n")
         let outcome: RequestAdmissionTests.Outcome
         switch RequestAdmission.decide(head, snapshot: try RequestAdmissionTests.snapshot(), draining: false) {
-        case .reject(let reason, _): outcome = .reject(reason)
+        case .reject(let reason, _, _): outcome = .reject(reason)
         case .connect: outcome = .reject(.badRequest)
         case .accept(let accepted):
             outcome = .accept(

@@ -37,7 +37,7 @@ struct RequestAdmissionTests {
         }
         let head = ClientRequestHead(version: version, method: .GET, uri: uri, headers: headers)
         switch RequestAdmission.decide(head, snapshot: try snapshot(), draining: false) {
-        case .reject(let reason, _): return .reject(reason)
+        case .reject(let reason, _, _): return .reject(reason)
         case .connect: return .reject(.badRequest)
         case .accept(let accepted):
             return .accept(

@@ -260,6 +260,12 @@ struct OutageTests {
                 refusedLines.count == 1
                     && refusedLines.allSatisfy { $0.contains("upstream=app ") || $0.hasSuffix("upstream=app\n") },
                 "\(refusedLines)")
+            // The status page counts it as the upstream's answer, and lists it among the failures (no endpoint).
+            let snapshot = proxy.server.statusSnapshot()
+            #expect(
+                snapshot.failures.contains {
+                    $0.upstream == "app" && $0.endpoint == "-" && $0.status == 503 && $0.cause == "upstream-overloaded"
+                }, "\(snapshot.failures)")
         }
     }
 

@@ -114,7 +114,9 @@ struct QueuedDeliveryTests {
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
         try await daemon.waitUntilListening(port: setup.port)
 
-        let response = try await setup.post("/events?sig=abc", body: #"{"n":1}"#)
+        let response = try await setup.post(
+            "/events?sig=abc", body: #"{"n":1}"#,
+            headers: [("Connection", "keep-alive, X-Hop"), ("X-Hop", "hop-secret"), ("X-Kept", "yes")])
         #expect(response.status == 202)
         let id = try #require(response.header("X-Backstop-Delivery"))
         #expect(!id.isEmpty)
@@ -127,6 +129,9 @@ struct QueuedDeliveryTests {
         #expect(request.header("Authorization") == "Bearer queue-t0ken")
         #expect(request.header("Idempotency-Key") == id)
         #expect(request.header("X-Backstop-Delivery") == nil, "the private delivery header never leaves")
+        // A field the client's `Connection` names is hop-by-hop: never stored, never delivered.
+        #expect(request.header("X-Hop") == nil)
+        #expect(request.header("X-Kept") == "yes")
 
         // Delivered: nothing left to list.
         try await daemon.waitForOutput(timeout: .seconds(10)) { $0.contains("msg=delivered") }

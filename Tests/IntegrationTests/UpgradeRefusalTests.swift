@@ -30,6 +30,9 @@ struct UpgradeRefusalTests {
             let other = try await proxy.get("http://live.test/ws", host: "live.test", headers: handshake)
             #expect(other.header("X-Backstop-Error") != "upgrade-not-allowed")
             #expect(origin.requests.map(\.uri) == ["/plain", "/ws"])
+            // Refused after routing: counted as the upstream's answer.
+            #expect(
+                proxy.server.metricsText().contains("backstop_requests_total{upstream=\"reports\",code=\"400\"} 1\n"))
         }
     }
 }

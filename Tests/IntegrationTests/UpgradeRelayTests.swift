@@ -100,6 +100,7 @@ struct UpgradeRelayTests {
         let request = try #require(try await capture.waitFor("request", count: 1).first)
         #expect(request.contains("status=101"), "\(request)")
         #expect(request.contains("upstream=api"))
+        #expect(request.contains("endpoint=http://127.0.0.1:\(origin.port)"), "the endpoint that answered: \(request)")
         let line = try #require(try await capture.waitFor("upgrade", count: 1).first)
         #expect(line.contains("protocol=websocket"), "\(line)")
         #expect(line.contains("end=client-closed"), "\(line)")

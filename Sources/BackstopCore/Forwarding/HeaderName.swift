@@ -142,7 +142,7 @@ public enum HeaderName: Equatable {
     /// Adds the comma-separated tokens of a `Connection` value, trimmed and lowercased, that name a field still to
     /// be removed: `close` names none, and hop-by-hop fields (`keep-alive`, `upgrade`…) go anyway. A set: a value
     /// can list thousands, each looked up once per field (an array made both quadratic).
-    static func appendTokens(of value: UnsafeRawBufferPointer, to names: inout Set<String>) {
+    public static func appendTokens(of value: UnsafeRawBufferPointer, to names: inout Set<String>) {
         var start = 0
         while start <= value.count {
             var end = start

@@ -31,9 +31,15 @@ final class QueueIntake {
         self.started = now
         self.method = head.method.rawValue
         self.target = head.uri
-        // Hop-by-hop fields and the client's proxy credentials are never stored; the body is stored whole.
+        // Hop-by-hop fields (those a `Connection` field lists too, as for a forwarded request) and the client's proxy
+        // credentials are never stored; the body is stored whole.
+        var listed = Set<String>()
+        for (name, value) in head.headers where name.caseInsensitiveEquals("connection") {
+            Array(value.utf8).withUnsafeBytes { HeaderName.appendTokens(of: $0, to: &listed) }
+        }
         self.headers = head.headers.compactMap { name, value in
-            LoopbackDeliverySender.droppedHeaders.contains(name.lowercased())
+            let lower = name.lowercased()
+            return LoopbackDeliverySender.droppedHeaders.contains(lower) || listed.contains(lower)
                 ? nil : QueuedRequest.Header(name, value)
         }
         self.runtime = runtime

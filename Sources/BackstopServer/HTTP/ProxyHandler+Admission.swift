@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopStatus
 import BackstopTracing
 import NIOCore
 import NIOHTTP1
@@ -14,8 +15,8 @@ extension ProxyHandler {
         let now = self.now
         switch RequestAdmission.decide(head, snapshot: snapshot, draining: runtime.isDraining, intercepted: intercepted)
         {
-        case .reject(let reason, let close):
-            refuse(reason, head: head, close: close)
+        case .reject(let reason, let close, let upstream):
+            refuse(reason, head: head, close: close, upstream: upstream)
         case .connect:
             handleConnect(head, snapshot: snapshot, context: context)
         case .accept(let accepted):
@@ -32,12 +33,14 @@ extension ProxyHandler {
                 case .allow(let entry): clientEntry = entry
                 case nil: clientEntry = nil
                 case .deny:
-                    refuse(.clientDenied, head: head, close: accepted.framing.hasBody, upstream: accepted.destination)
+                    refuse(
+                        .clientDenied, head: head, close: accepted.framing.hasBody,
+                        upstream: accepted.destination.upstream?.config.name)
                     return
                 case .challenge:
                     refuse(
                         .proxyAuthRequired, head: head, close: accepted.framing.hasBody,
-                        upstream: accepted.destination)
+                        upstream: accepted.destination.upstream?.config.name)
                     return
                 }
                 if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
@@ -51,7 +54,8 @@ extension ProxyHandler {
             let slot = accepted.destination.upstream?.health
             if let slot, slot.acquire() == .overloaded {
                 refuse(
-                    .upstreamOverloaded, head: head, close: accepted.framing.hasBody, upstream: accepted.destination)
+                    .upstreamOverloaded, head: head, close: accepted.framing.hasBody,
+                    upstream: accepted.destination.upstream?.config.name)
                 return
             }
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
@@ -82,7 +86,9 @@ extension ProxyHandler {
         let now = self.now
         let limits = runtime.snapshot.config.limits
         guard runtime.queue != nil else {
-            refuse(.spoolFull, head: head, close: accepted.framing.hasBody, upstream: accepted.destination)
+            refuse(
+                .spoolFull, head: head, close: accepted.framing.hasBody,
+                upstream: accepted.destination.upstream?.config.name)
             return
         }
         intake = QueueIntake(
@@ -125,13 +131,25 @@ extension ProxyHandler {
 
     /// Answers a request with a Backstop error before any exchange, and ignores its body (`close`: and closes, the
     /// machine adding the client's own `Connection: close`).
-    /// `upstream`: where the request was routed, when it was refused after routing (its metrics and access line name
-    /// the upstream); nil before (`-`).
-    private func refuse(
-        _ reason: ProxyErrorReason, head: ClientRequestHead, close: Bool, upstream: ExchangeDestination? = nil
-    ) {
-        let upstreamName = upstream?.name ?? "-"
-        runtime.metrics.recordRequest(upstream: upstreamName, status: reason.status, seconds: 0)
+    /// `upstream`: the upstream the request was routed to, when it was refused after routing (its metrics, access
+    /// line and status page name it); nil before routing or for passthrough (`-`).
+    private func refuse(_ reason: ProxyErrorReason, head: ClientRequestHead, close: Bool, upstream: String? = nil) {
+        let upstreamName = upstream ?? "-"
+        if let upstream {
+            // Refused after routing: an answer of that upstream's, on the status page too (its activity window, and
+            // its failures when it is a 5xx: `upstream-overloaded`, `spool-full`), as an exchange's would be.
+            let second = now.secondsAndAttoseconds.seconds
+            runtime.metrics.upstream(upstream).recordExchange(
+                status: reason.status, seconds: 0, attempts: 0, second: second)
+            if reason.status >= 500 {
+                runtime.failures.record(
+                    FailureRecord(
+                        at: runtime.clock.wall(), upstream: upstream, endpoint: "-", status: reason.status,
+                        cause: reason.rawValue))
+            }
+        } else {
+            runtime.metrics.recordRequest(upstream: upstreamName, status: reason.status, seconds: 0)
+        }
         let target = RequestTarget.parse(head.uri)
         let host: String
         if let target, case .absolute(_, let urlHost, _) = target.form {
@@ -146,7 +164,7 @@ extension ProxyHandler {
             // A refused request is a request too: its server span, with the reason (docs/reference/operations.md#tracing).
             tracer.startRequest(headers: head.headers, at: now).finish(
                 RequestFacts(
-                    head, request, target: target, status: reason.status, upstream: upstream?.upstream?.config.name,
+                    head, request, target: target, status: reason.status, upstream: upstream,
                     errorReason: reason.rawValue, attempts: 0), at: now)
         }
         logLocalAnswer(reason, method: request.method, host: request.host, path: request.path, upstream: upstreamName)

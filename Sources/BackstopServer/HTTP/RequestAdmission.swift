@@ -19,8 +19,9 @@ enum RequestAdmission {
 
     enum Decision {
         case accept(Accepted)
-        /// Answer with this error; `close` when the rest of the request cannot be trusted or is not read.
-        case reject(ProxyErrorReason, close: Bool)
+        /// Answer with this error; `close` when the rest of the request cannot be trusted or is not read; `upstream`:
+        /// the upstream it was routed to, when it was refused after routing (its metrics and access line name it).
+        case reject(ProxyErrorReason, close: Bool, upstream: String? = nil)
         /// `CONNECT`: a connection-level event, decided by `ConnectPolicy` (docs/reference/https-clients.md).
         case connect
     }
@@ -101,13 +102,15 @@ enum RequestAdmission {
             if intercepted != nil, !upstream.config.intercept { return .reject(.noRoute, close: framing.hasBody) }
             // Without the configured client certificate the request would go out as someone else, or be refused in
             // the handshake after its retries: nothing is sent (docs/reference/config.md#client-certificates).
-            if upstream.clientCertificateUnusable { return .reject(.tokenUnavailable, close: framing.hasBody) }
+            if upstream.clientCertificateUnusable {
+                return .reject(.tokenUnavailable, close: framing.hasBody, upstream: upstream.config.name)
+            }
             // TRACE echoes the request, injected credential included, back to the client.
             if head.method.isTRACE, upstream.config.auth != .none {
-                return .reject(.methodNotAllowed, close: framing.hasBody)
+                return .reject(.methodNotAllowed, close: framing.hasBody, upstream: upstream.config.name)
             }
             if !upstream.config.upgrades, upgrade != nil {
-                return .reject(.upgradeNotAllowed, close: framing.hasBody)
+                return .reject(.upgradeNotAllowed, close: framing.hasBody, upstream: upstream.config.name)
             }
             destination = .upstream(upstream, path: path)
         case .passthrough(let url):

@@ -590,7 +590,9 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             AccessRecord(
                 request: request.record, status: status, error: error, reason: reason,
                 upstream: request.upstream.config.name, attempts: attempts,
-                retries: machine.retryReasons.map(\.description), elapsed: elapsed, bytes: bytes),
+                retries: machine.retryReasons.map(\.description), elapsed: elapsed, bytes: bytes,
+                // Upgrades go to the first endpoint (docs/reference/behaviour.md#endpoints-and-ejection).
+                endpoint: attempts > 0 ? request.upstream.health.key(0) : nil),
             enabled: accessLog)
     }
 
