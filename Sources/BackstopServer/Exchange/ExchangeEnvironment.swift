@@ -1,5 +1,4 @@
 import BackstopCore
-import BackstopStatus
 import BackstopTransport
 import Logging
 
@@ -36,8 +35,6 @@ struct ExchangeEnvironment {
             guard status >= 500 else { return }
             cause = "upstream answered \(status)"
         }
-        runtime.failures.record(
-            FailureRecord(
-                at: clock.wall(), upstream: upstream(), endpoint: endpoint(), status: status, cause: cause))
+        runtime.recordFailure(upstream: upstream(), endpoint: endpoint(), status: status, cause: cause)
     }
 }

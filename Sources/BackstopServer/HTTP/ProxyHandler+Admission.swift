@@ -1,5 +1,4 @@
 import BackstopCore
-import BackstopStatus
 import BackstopTracing
 import NIOCore
 import NIOHTTP1
@@ -142,10 +141,7 @@ extension ProxyHandler {
             runtime.metrics.upstream(upstream).recordExchange(
                 status: reason.status, seconds: 0, attempts: 0, second: second)
             if reason.status >= 500 {
-                runtime.failures.record(
-                    FailureRecord(
-                        at: runtime.clock.wall(), upstream: upstream, endpoint: "-", status: reason.status,
-                        cause: reason.rawValue))
+                runtime.recordFailure(upstream: upstream, endpoint: "-", status: reason.status, cause: reason.rawValue)
             }
         } else {
             runtime.metrics.recordRequest(upstream: upstreamName, status: reason.status, seconds: 0)

@@ -128,3 +128,12 @@ public final class ProxyRuntime: Sendable {
     /// waits for (docs/reference/operations.md#signals-reload-and-drain).
     public func waitUntilNoRequests() async { await idle.wait { inflightRequests == 0 } }
 }
+
+extension ProxyRuntime {
+    /// One failure in the status page's log (docs/reference/operations.md#status-page), stamped now: an exchange's
+    /// end, or a request refused after routing.
+    func recordFailure(upstream: String, endpoint: String, status: Int, cause: String) {
+        failures.record(
+            FailureRecord(at: clock.wall(), upstream: upstream, endpoint: endpoint, status: status, cause: cause))
+    }
+}
