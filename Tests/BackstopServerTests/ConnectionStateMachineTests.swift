@@ -61,11 +61,12 @@ struct ConnectionStateMachineTests {
     }
 
     static func errorWrite(
-        close: Bool, http10: Bool = false, omitBody: Bool = false, attempts: Int? = nil, message: String? = nil
+        close: Bool, http10: Bool = false, omitBody: Bool = false, attempts: Int? = nil, message: String? = nil,
+        retryAfter: Int? = nil
     ) -> Machine.ErrorWrite {
         Machine.ErrorWrite(
             clientIsHTTP10: http10, connection: close ? .close : (http10 ? .keepAlive : .none), omitBody: omitBody,
-            attempts: attempts, message: message, close: close)
+            attempts: attempts, message: message, retryAfter: retryAfter, close: close)
     }
 
     static func finished(
@@ -347,6 +348,16 @@ struct ConnectionStateMachineTests {
                 (.part(.body(ok)), []), (.part(.end(nil)), []),
             ],
             state: .closing),
+        Row(
+            name: "a circuit-open refusal carries its Retry-After; the connection stays usable",
+            steps: [
+                (.part(.head(get)), [.admit(get)]),
+                (.part(.end(nil)), []),
+                (
+                    .admitted(.reject(.circuitOpen, close: false, retryAfter: 7)),
+                    [.writeError(.circuitOpen, errorWrite(close: false, retryAfter: 7)), .awaitNextHead]
+                ),
+            ]),
         Row(
             name: "a client asking to close is answered with Connection: close",
             steps: [

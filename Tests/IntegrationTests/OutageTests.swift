@@ -1,3 +1,4 @@
+import BackstopKeychain
 import BackstopServer
 import BackstopTestSupport
 import Foundation
@@ -223,6 +224,64 @@ struct OutageTests {
             throw error
         }
         await proxy.stop()
+    }
+
+    @Test("every endpoint ejected: circuit-open at admission, with no body read and no token asked for")
+    func circuitOpenAtAdmission() async throws {
+        let auth = try await TestAuthServer.start()
+        let origin = try await TestOrigin.start { _ in .respond(status: 503) }
+        let (keychain, directory) = try TokenRefreshTests.makeKeychain(["api/refresh_token": "refresh-0"])
+        defer { TestFiles.remove(directory) }
+        let proxy: ProxyHarness
+        do {
+            proxy = try await ProxyHarness.start(
+                """
+                \(keychainSection(directory: directory))
+                upstreams:
+                  - name: api
+                    match: {hosts: [api.test]}
+                    endpoints: [\(origin.baseURL)]
+                    circuit: {failures: 1, open_for: 60s}
+                    retry: {attempts: 3, on: [503], backoff: {base: 10ms, max: 10ms, jitter: none}}
+                    auth: {type: oauth2, token_url: \(auth.tokenURL), keychain_prefix: api}
+                """, keychain: keychain)
+        } catch {
+            try? await origin.shutdown()
+            try? await auth.origin.shutdown()
+            throw error
+        }
+        var failure: (any Error)?
+        do {
+            // The first request fetches a token, and its 503 ejects the only endpoint.
+            let first = try await proxy.get("http://api.test/a", host: "api.test")
+            #expect(first.status == 503 && first.header("X-Backstop-Error") == nil)
+            #expect(auth.tokenCalls == 1)
+            for _ in 0..<3 {
+                let response = try await proxy.get("http://api.test/b", host: "api.test")
+                #expect(response.status == 503)
+                #expect(response.header("X-Backstop-Error") == "circuit-open")
+                #expect(response.header("Retry-After").flatMap { Int($0) }.map { (59...60).contains($0) } == true)
+                #expect(response.header("X-Backstop-Attempts") == nil)
+            }
+            #expect(auth.tokenCalls == 1, "a request failing fast asked the token endpoint")
+            // A body is not read (a request admitted to an exchange would wait for it): the answer comes without it,
+            // and the connection closes after it.
+            let post = try await RawHTTP.exchange(
+                port: proxy.port,
+                request: "POST http://api.test/c HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\n\r\n",
+                timeout: .seconds(5))
+            #expect(post.status == 503 && post.header("X-Backstop-Error") == "circuit-open")
+            #expect(post.header("Connection") == "close")
+            #expect(auth.tokenCalls == 1)
+            #expect(origin.requestCount == 1)
+            #expect(
+                proxy.server.metricsText().contains(
+                    "backstop_fast_failures_total{upstream=\"api\",reason=\"circuit-open\"} 4\n"))
+        } catch { failure = error }
+        await proxy.stop()
+        try? await origin.shutdown()
+        try? await auth.origin.shutdown()
+        if let failure { throw failure }
     }
 
     @Test("max_inflight: the request beyond it gets 503 upstream-overloaded at once; later ones go through")

@@ -57,9 +57,12 @@ public struct EndpointSet: Sendable, Equatable {
 
     // MARK: admission
 
-    /// Takes one of `circuit.max_inflight` slots for a request, before anything else is decided for it; every
-    /// `.admitted` must be followed by exactly one `release()` when the request ends.
-    public mutating func acquire() -> EndpointAdmission {
+    /// Takes one of `circuit.max_inflight` slots for a request, before anything else is decided for it (its
+    /// credential, its body); every `.admitted` must be followed by exactly one `release()` when the request ends.
+    /// With no endpoint that may be tried now the request is `circuitOpen` instead and takes no slot: failing fast
+    /// means nothing is sent anywhere, a token endpoint included.
+    public mutating func acquire(now: Duration) -> EndpointAdmission {
+        guard mayBeTried(now: now) else { return .circuitOpen(retryAfter: retryAfterSeconds(now: now)) }
         guard inflight < policy.maxInflight else { return .overloaded }
         inflight += 1
         return .admitted
@@ -273,11 +276,14 @@ public struct EndpointPolicy: Sendable, Equatable {
     }
 }
 
-/// Whether a request may start (`circuit.max_inflight`).
+/// Whether a request may start (`circuit.max_inflight`, and some endpoint not ejected).
 public enum EndpointAdmission: Sendable, Equatable {
     case admitted
     /// 503 `upstream-overloaded` at once; not an attempt.
     case overloaded
+    /// Every endpoint is ejected or being probed: 503 `circuit-open` at once with `Retry-After: retryAfter`, as
+    /// `EndpointVerdict.circuitOpen`; not an attempt.
+    case circuitOpen(retryAfter: Int)
 }
 
 /// The endpoint an attempt was given, and its probe permit when the attempt is the endpoint's half-open probe.

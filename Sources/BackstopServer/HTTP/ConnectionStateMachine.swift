@@ -157,8 +157,8 @@ struct ConnectionStateMachine {
     /// How an admitted head is handled: `RequestAdmission`'s decision, with what the exchange needs.
     enum Admission: Equatable {
         /// Answer with this error and ignore the rest of the request; `close` when the rest cannot be trusted.
-        /// `message` replaces the reason's usual one-line body.
-        case reject(ProxyErrorReason, close: Bool, message: String? = nil)
+        /// `message` replaces the reason's usual one-line body; `retryAfter` (whole seconds) for `circuit-open`.
+        case reject(ProxyErrorReason, close: Bool, message: String? = nil, retryAfter: Int? = nil)
         /// Forward it with an exchange of this configuration; `expectsContinue`: write `100 Continue` first.
         case forward(Exchange.Configuration, expectsContinue: Bool)
         /// `CONNECT` accepted: the handler sets up a tunnel or interception, or answers (`answerLocally`).
@@ -369,11 +369,11 @@ extension ConnectionStateMachine {
             return
         }
         switch admission {
-        case .reject(let reason, let close, let message):
+        case .reject(let reason, let close, let message, let retryAfter):
             active.request = .discarding(lastPart: now)
             answer(
-                reason, close: close || active.facts.closeAfterResponse, attempts: nil, message: message, now: now,
-                into: &actions)
+                reason, close: close || active.facts.closeAfterResponse, attempts: nil, message: message,
+                retryAfter: retryAfter, now: now, into: &actions)
         case .upgrade:
             state = .upgrading
             queued.removeAll()

@@ -48,14 +48,23 @@ extension ProxyHandler {
                     return
                 }
             }
-            // `circuit.max_inflight`: one more request than the upstream may have in progress is answered at once
-            // (docs/reference/behaviour.md#endpoints-and-ejection).
+            // Every endpoint ejected, or `circuit.max_inflight` requests already in progress: answered at once,
+            // before a credential is asked for or the body read (docs/reference/behaviour.md#failing-fast).
             let slot = accepted.destination.upstream?.health
-            if let slot, slot.acquire() == .overloaded {
-                refuse(
-                    .upstreamOverloaded, head: head, close: accepted.framing.hasBody,
-                    upstream: accepted.destination.upstream?.config.name)
-                return
+            if let slot {
+                switch slot.acquire() {
+                case .admitted: break
+                case .overloaded:
+                    refuse(
+                        .upstreamOverloaded, head: head, close: accepted.framing.hasBody,
+                        upstream: accepted.destination.upstream?.config.name)
+                    return
+                case .circuitOpen(let retryAfter):
+                    refuse(
+                        .circuitOpen, head: head, close: accepted.framing.hasBody,
+                        upstream: accepted.destination.upstream?.config.name, retryAfter: retryAfter)
+                    return
+                }
             }
             let configuration = RequestAdmission.exchangeConfiguration(head, accepted, snapshot: snapshot)
             let metrics = runtime.metrics.upstream(accepted.destination.name, known: lastUpstreamMetrics)
@@ -132,7 +141,10 @@ extension ProxyHandler {
     /// machine adding the client's own `Connection: close`).
     /// `upstream`: the upstream the request was routed to, when it was refused after routing (its metrics, access
     /// line and status page name it); nil before routing or for passthrough (`-`).
-    private func refuse(_ reason: ProxyErrorReason, head: ClientRequestHead, close: Bool, upstream: String? = nil) {
+    private func refuse(
+        _ reason: ProxyErrorReason, head: ClientRequestHead, close: Bool, upstream: String? = nil,
+        retryAfter: Int? = nil
+    ) {
         let upstreamName = upstream ?? "-"
         if let upstream {
             // Refused after routing: an answer of that upstream's, on the status page too (its activity window, and
@@ -164,7 +176,7 @@ extension ProxyHandler {
                     errorReason: reason.rawValue, attempts: 0), at: now)
         }
         logLocalAnswer(reason, method: request.method, host: request.host, path: request.path, upstream: upstreamName)
-        feed { $0.headAdmitted(.reject(reason, close: close), now: now, into: &$1) }
+        feed { $0.headAdmitted(.reject(reason, close: close, retryAfter: retryAfter), now: now, into: &$1) }
     }
 
     func logLocalAnswer(

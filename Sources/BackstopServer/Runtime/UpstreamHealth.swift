@@ -54,10 +54,16 @@ public final class UpstreamHealth: Sendable {
 
     // MARK: admission (`circuit.max_inflight`)
 
-    /// Takes a slot for a request about to be forwarded; `.admitted` must be followed by one `release()`.
+    /// Takes a slot for a request about to be forwarded; `.admitted` must be followed by one `release()`. A refusal
+    /// is counted as a fast failure here: the request ends with it.
     public func acquire() -> EndpointAdmission {
-        let admission = endpoints.withLockedValue { $0.acquire() }
-        if admission == .overloaded { metrics.record(.upstreamOverloaded, upstream: upstream) }
+        let now = clock.monotonic()
+        let admission = endpoints.withLockedValue { $0.acquire(now: now) }
+        switch admission {
+        case .admitted: break
+        case .overloaded: metrics.record(.upstreamOverloaded, upstream: upstream)
+        case .circuitOpen: metrics.record(.circuitOpen, upstream: upstream)
+        }
         return admission
     }
 

@@ -299,14 +299,39 @@ struct EndpointSetTests {
     @Test("max_inflight: one request beyond it is overloaded until a slot is released")
     func inflight() {
         var set = EndpointSet(endpointCount: 1, policy: Self.policy(maxInflight: 2))
-        #expect([set.acquire(), set.acquire(), set.acquire()] == [.admitted, .admitted, .overloaded])
+        #expect(
+            [set.acquire(now: .zero), set.acquire(now: .zero), set.acquire(now: .zero)] == [
+                .admitted, .admitted, .overloaded,
+            ])
         #expect(set.inflight == 2)
         set.release()
         #expect(set.inflight == 1)
-        #expect([set.acquire(), set.acquire()] == [.admitted, .overloaded])
+        #expect([set.acquire(now: .zero), set.acquire(now: .zero)] == [.admitted, .overloaded])
         set.release()
         set.release()
         #expect(set.inflight == 0)
+    }
+
+    @Test(
+        "admission: circuit-open, taking no slot, while every endpoint is ejected or probed; admitted once one is due")
+    func admissionWhileEjected() {
+        var set = EndpointSet(endpointCount: 2, policy: Self.policy(maxInflight: 1))
+        for (endpoint, at) in [(0, 0.0), (0, 0), (1, 0.5), (1, 0.5)] {
+            _ = set.report(.failure, ticket: Self.ticket(endpoint), now: Self.t(at))
+        }
+        #expect(set.health == [.ejected, .ejected])
+        // Before the overload check: a full upstream whose endpoints are all ejected says when to come back.
+        #expect(set.acquire(now: Self.t(3.2)) == .circuitOpen(retryAfter: 7))
+        #expect(set.inflight == 0)
+        // Endpoint 0 due for its probe: admitted; while the probe is out, endpoint 1 is not due yet.
+        #expect(set.acquire(now: Self.t(10)) == .admitted)
+        #expect(set.choose(now: Self.t(10)) == Self.attempt(0, probe: 1, events: [.probing(endpoint: 0)]))
+        #expect(set.acquire(now: Self.t(10)) == .circuitOpen(retryAfter: 1))
+        #expect(set.acquire(now: Self.t(10.4)) == .circuitOpen(retryAfter: 1))
+        // Endpoint 1 due as well: the next request is admitted only as far as max_inflight allows.
+        #expect(set.acquire(now: Self.t(10.5)) == .overloaded)
+        set.release()
+        #expect(set.acquire(now: Self.t(10.5)) == .admitted)
     }
 
     @Test("the policy comes from the upstream's balance, circuit and per_try")
