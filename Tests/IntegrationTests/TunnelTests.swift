@@ -66,6 +66,11 @@ struct TunnelTests {
         #expect(text.contains("backstop_tunnels_total{result=\"bad-request\"} 3\n"))
         #expect(text.contains("backstop_tunnels_total{result=\"unreachable\"} 1\n"))
         #expect(text.contains("backstop_tunnels_open 0\n"))
+        // Only the tunnel that could not be opened is a failure on the status page (the refusals are the client's).
+        let failures = proxy.server.statusSnapshot().failures
+        #expect(failures.count == 1, "\(failures)")
+        #expect(failures.first?.upstream == "-" && failures.first?.endpoint == "nothing-here.invalid:443")
+        #expect(failures.first?.status == 502 && failures.first?.cause.hasPrefix("tunnel-unreachable") == true)
         await proxy.stop()
         try await origin.shutdown()
     }

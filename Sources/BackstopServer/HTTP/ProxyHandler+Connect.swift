@@ -108,6 +108,13 @@ extension ProxyHandler {
                     case .loop: .loopDetected
                     case .unreachable: .unreachable
                     }
+                if failure.reason.status >= 500 {
+                    // A tunnel that could not be opened is a failure of its target's: on the status page with no
+                    // upstream, the target as its endpoint (docs/reference/operations.md#status-page).
+                    handler.runtime.recordFailure(
+                        upstream: "-", endpoint: target.authority, status: failure.reason.status,
+                        cause: "\(failure.reason.rawValue): \(failure.detail)")
+                }
                 handler.refuseConnect(
                     failure.reason, host: target.host, tunnelResult: result, detail: failure.detail,
                     body: failure.reason == .tunnelDenied ? Self.deniedAddressBody : nil, afterUpgrade: true)
