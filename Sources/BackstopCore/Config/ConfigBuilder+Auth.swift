@@ -15,7 +15,7 @@ extension ConfigBuilder {
     mutating func auth(_ node: Node, _ label: String) -> AuthConfig {
         let path = "\(label): auth"
         guard case .mapping(let raw) = node else {
-            reader.fail(node, "'\(path)' must be a mapping, not \(NodeReader.kind(node))")
+            reader.fail(node, "\(NodeReader.quoted(path)) must be a mapping, not \(NodeReader.kind(node))")
             return .none
         }
         var type = "none"
@@ -261,7 +261,9 @@ extension ConfigBuilder {
                 $0.properties.isWhitespace || $0.properties.generalCategory == .control
             })
         else {
-            reader.fail(node, "'\(path)': '\(v)' is not a keychain entry name (no spaces or control characters)")
+            reader.fail(
+                node,
+                "\(NodeReader.quoted(path)): '\(v)' is not a keychain entry name (no spaces or control characters)")
             return nil
         }
         keychainReferences.append(

@@ -104,35 +104,37 @@ struct ConfigBuilder {
         if text.hasPrefix("unix:") {
             let socketPath = String(text.dropFirst(5))
             guard !socketPath.isEmpty else {
-                reader.fail(node, "'\(path)': 'unix:' needs a socket path (unix:/run/backstop/proxy.sock)")
+                reader.fail(
+                    node, "\(NodeReader.quoted(path)): 'unix:' needs a socket path (unix:/run/backstop/proxy.sock)")
                 return nil
             }
             return .unix(path: resolve(socketPath))
         }
         guard let colon = text.lastIndex(of: ":") else {
-            reader.fail(node, "'\(path)': '\(text)' is not HOST:PORT, [IPV6]:PORT or unix:PATH")
+            reader.fail(node, "\(NodeReader.quoted(path)): '\(text)' is not HOST:PORT, [IPV6]:PORT or unix:PATH")
             return nil
         }
         let portText = text[text.index(after: colon)...]
         guard !portText.isEmpty, portText.count <= 5, portText.allSatisfy(\.isASCIIDigit), let port = Int(portText),
             port <= 65535
         else {
-            reader.fail(node, "'\(path)': '\(text)' needs a port from 0 to 65535 (HOST:PORT)")
+            reader.fail(node, "\(NodeReader.quoted(path)): '\(text)' needs a port from 0 to 65535 (HOST:PORT)")
             return nil
         }
         var host = String(text[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") {
             host = String(host.dropFirst().dropLast())
             guard IPAddressParser.parse(host)?.count == 16 else {
-                reader.fail(node, "'\(path)': '\(host)' is not an IPv6 address")
+                reader.fail(node, "\(NodeReader.quoted(path)): '\(host)' is not an IPv6 address")
                 return nil
             }
         } else if host.contains(":") || host.isEmpty {
-            reader.fail(node, "'\(path)': '\(text)' is not HOST:PORT (write IPv6 addresses as [::1]:8080)")
+            reader.fail(
+                node, "\(NodeReader.quoted(path)): '\(text)' is not HOST:PORT (write IPv6 addresses as [::1]:8080)")
             return nil
         } else if IPAddressParser.parse(host) == nil {
             guard host.asciiLowercased() == "localhost" else {
-                reader.fail(node, "'\(path)': '\(host)' is not an IP address or localhost")
+                reader.fail(node, "\(NodeReader.quoted(path)): '\(host)' is not an IP address or localhost")
                 return nil
             }
             host = "localhost"
@@ -190,7 +192,7 @@ struct ConfigBuilder {
             if let cidr = CIDRParser.parse(text) {
                 clients.append(cidr)
             } else {
-                reader.fail(itemNode, "'\(path)': '\(text)' is not a CIDR (10.0.0.0/8, fd00::/8)")
+                reader.fail(itemNode, "\(NodeReader.quoted(path)): '\(text)' is not a CIDR (10.0.0.0/8, fd00::/8)")
             }
         }
         return clients

@@ -31,25 +31,25 @@ struct NodeReader {
     /// The entries of a mapping, reporting keys not in `allowed` (with a suggestion) and duplicate keys.
     mutating func mapping(_ node: Node, _ path: String, allowed: [String]) -> MappingView? {
         guard case .mapping(let mapping) = node else {
-            fail(node, "'\(path)' must be a mapping, not \(Self.kind(node))")
+            fail(node, "\(NodeReader.quoted(path)) must be a mapping, not \(Self.kind(node))")
             return nil
         }
         var view = MappingView()
         for (key, value) in mapping {
             guard case .scalar(let scalar) = key else {
-                fail(key, "keys in '\(path)' must be plain strings")
+                fail(key, "keys in \(NodeReader.quoted(path)) must be plain strings")
                 continue
             }
             let name = scalar.string
             guard allowed.contains(name) else {
-                var message = "unknown key '\(name)' in '\(path)'"
+                var message = "unknown key '\(name)' in \(NodeReader.quoted(path))"
                 if let suggestion = Self.closest(name, allowed) { message += "; did you mean '\(suggestion)'?" }
                 message += " (allowed: \(allowed.joined(separator: ", ")))"
                 fail(key, message)
                 continue
             }
             if view.entries[name] != nil {
-                fail(key, "duplicate key '\(name)' in '\(path)'")
+                fail(key, "duplicate key '\(name)' in \(NodeReader.quoted(path))")
                 continue
             }
             view.entries[name] = (key, value)
@@ -60,14 +60,14 @@ struct NodeReader {
     /// A scalar's text with its `${NAME}` references expanded; every typed reader below goes through here.
     mutating func scalar(_ node: Node, _ path: String) -> String? {
         guard case .scalar(let scalar) = node else {
-            fail(node, "'\(path)' must be a single value, not \(Self.kind(node))")
+            fail(node, "\(NodeReader.quoted(path)) must be a single value, not \(Self.kind(node))")
             return nil
         }
         switch VariableExpansion.expand(scalar.string, environment.value) {
         case .success(let text):
             return text
         case .failure(let problem):
-            if unexpandable.insert(location(node)).inserted { fail(node, "'\(path)': \(problem)") }
+            if unexpandable.insert(location(node)).inserted { fail(node, "\(NodeReader.quoted(path)): \(problem)") }
             return nil
         }
     }
@@ -75,11 +75,11 @@ struct NodeReader {
     mutating func string(_ node: Node, _ path: String, allowEmpty: Bool = false) -> String? {
         guard let text = scalar(node, path) else { return nil }
         if NodeReader.isNull(node) && !text.isEmpty {
-            fail(node, "'\(path)' must not be null")
+            fail(node, "\(NodeReader.quoted(path)) must not be null")
             return nil
         }
         if !allowEmpty && text.isEmpty {
-            fail(node, "'\(path)' must not be empty")
+            fail(node, "\(NodeReader.quoted(path)) must not be empty")
             return nil
         }
         return text
@@ -91,7 +91,7 @@ struct NodeReader {
         case "true", "True", "TRUE", "yes", "on": return true
         case "false", "False", "FALSE", "no", "off": return false
         default:
-            fail(node, "'\(path)' must be true or false, not '\(text)'")
+            fail(node, "\(NodeReader.quoted(path)) must be true or false, not '\(text)'")
             return nil
         }
     }
@@ -99,11 +99,13 @@ struct NodeReader {
     mutating func int(_ node: Node, _ path: String, range: ClosedRange<Int>) -> Int? {
         guard let text = scalar(node, path) else { return nil }
         guard let value = Int(text) else {
-            fail(node, "'\(path)' must be a whole number, not '\(text)'")
+            fail(node, "\(NodeReader.quoted(path)) must be a whole number, not '\(text)'")
             return nil
         }
         guard range.contains(value) else {
-            fail(node, "'\(path)' must be between \(range.lowerBound) and \(range.upperBound), not \(value)")
+            fail(
+                node,
+                "\(NodeReader.quoted(path)) must be between \(range.lowerBound) and \(range.upperBound), not \(value)")
             return nil
         }
         return value
@@ -112,11 +114,11 @@ struct NodeReader {
     mutating func double(_ node: Node, _ path: String, minimum: Double) -> Double? {
         guard let text = scalar(node, path) else { return nil }
         guard let value = Double(text), value.isFinite else {
-            fail(node, "'\(path)' must be a number, not '\(text)'")
+            fail(node, "\(NodeReader.quoted(path)) must be a number, not '\(text)'")
             return nil
         }
         guard value >= minimum else {
-            fail(node, "'\(path)' must be at least \(minimum), not \(text)")
+            fail(node, "\(NodeReader.quoted(path)) must be at least \(minimum), not \(text)")
             return nil
         }
         return value
@@ -125,7 +127,9 @@ struct NodeReader {
     mutating func duration(_ node: Node, _ path: String) -> Duration? {
         guard let text = scalar(node, path) else { return nil }
         guard let value = DurationParser.parse(text) else {
-            fail(node, "'\(path)': '\(text)' is not a duration (use a number with a unit: 250ms, 2s, 5m, 1h)")
+            fail(
+                node,
+                "\(NodeReader.quoted(path)): '\(text)' is not a duration (use a number with a unit: 250ms, 2s, 5m, 1h)")
             return nil
         }
         return value
@@ -134,7 +138,7 @@ struct NodeReader {
     mutating func size(_ node: Node, _ path: String) -> Int? {
         guard let text = scalar(node, path) else { return nil }
         guard let value = SizeParser.parse(text) else {
-            fail(node, "'\(path)': '\(text)' is not a size (use bytes or a unit: 512KiB, 8MiB, 1GiB)")
+            fail(node, "\(NodeReader.quoted(path)): '\(text)' is not a size (use bytes or a unit: 512KiB, 8MiB, 1GiB)")
             return nil
         }
         return value
@@ -142,7 +146,7 @@ struct NodeReader {
 
     mutating func sequence(_ node: Node, _ path: String) -> [Node]? {
         if case .sequence(let sequence) = node { return Array(sequence) }
-        fail(node, "'\(path)' must be a list, not \(Self.kind(node))")
+        fail(node, "\(NodeReader.quoted(path)) must be a list, not \(Self.kind(node))")
         return nil
     }
 
@@ -159,7 +163,10 @@ struct NodeReader {
     where T.RawValue == String {
         guard let text = scalar(node, path) else { return nil }
         if let value = cases.first(where: { $0.rawValue == text }) { return value }
-        fail(node, "'\(path)' must be one of \(cases.map(\.rawValue).joined(separator: " | ")), not '\(text)'")
+        fail(
+            node,
+            "\(NodeReader.quoted(path)) must be one of \(cases.map(\.rawValue).joined(separator: " | ")), not '\(text)'"
+        )
         return nil
     }
 
@@ -173,6 +180,13 @@ struct NodeReader {
     static func isEmptyString(_ node: Node) -> Bool {
         if case .scalar(let s) = node { return s.string.isEmpty }
         return false
+    }
+
+    /// `path` quoted for a message: `'retry.attempts'`; under a named upstream only the key part is, since the
+    /// label carries its own quotes (`upstream 'a': 'circuit.max_inflight'`).
+    static func quoted(_ path: String) -> String {
+        guard let separator = path.range(of: "': ") else { return "'\(path)'" }
+        return "\(path[..<separator.lowerBound])': '\(path[separator.upperBound...])'"
     }
 
     static func kind(_ node: Node) -> String {

@@ -96,7 +96,9 @@ struct EndpointsConfigTests {
             ErrorCase(E("url: http://a.test\ncircuit: {failures: -1}"), at: "-1", "between 0 and 1000"),
             ErrorCase(E("url: http://a.test\ncircuit: {open_for: 6m}"), at: "6m", "at most 5m"),
             ErrorCase(E("url: http://a.test\ncircuit: {open_for: 0s}"), at: "0s", "above 0"),
-            ErrorCase(E("url: http://a.test\ncircuit: {max_inflight: 0}"), at: "0}", "between 1 and 1000000"),
+            ErrorCase(
+                E("url: http://a.test\ncircuit: {max_inflight: 0}"), at: "0}",
+                "upstream 'a': 'circuit.max_inflight' must be between 1 and 1000000"),
             ErrorCase(E("url: http://a.test\ncircuit: {failure: 3}"), at: "failure", "did you mean 'failures'"),
             ErrorCase(E("url: http://a.test\nhedge: {methods: [GET, POST]}"), at: "POST", "not idempotent"),
             ErrorCase(E("url: http://a.test\nhedge: {methods: [patch]}"), at: "patch", "PATCH is not idempotent"),
