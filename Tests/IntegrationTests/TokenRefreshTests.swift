@@ -199,6 +199,23 @@ struct TokenRefreshTests {
         }
     }
 
+    @Test("a token announced with expires_in 0 is used until rejected, not refreshed again and again")
+    func zeroLifetimeToken() async throws {
+        try await Self.withAuthProxy(prepare: { auth in auth.update { $0.expiresIn = 0 } }) {
+            auth, origin, keychain, proxy in
+            for index in 0..<3 {
+                let response = try await proxy.get("http://api.test/z\(index)", host: "api.test")
+                #expect(response.status == 200, "\(response.bodyString)")
+            }
+            #expect(auth.tokenCalls == 1)
+            #expect(origin.requestCount == 3)
+            // The upstream rejecting it is what ends it: one refresh, one replay.
+            auth.revokeAllAccessTokens()
+            #expect(try await proxy.get("http://api.test/after", host: "api.test").status == 200)
+            #expect(auth.tokenCalls == 2)
+        }
+    }
+
     @Test("client_credentials with JSON and camelCase fields; the client's own Authorization is replaced")
     func clientCredentialsJSON() async throws {
         let prepare: (TestAuthServer) -> Void = { auth in

@@ -8,8 +8,10 @@ public enum TokenResponseParser {
     ///
     /// - Access token: required, a non-empty string without control characters.
     /// - Refresh token: optional; null or empty counts as absent (no rotation); any other non-string is an error.
-    /// - Expires-in: a JSON number or a string holding a JSON number literal (`"3600"`); negative → 0 (expired
-    ///   now), above `maxExpiresIn` → `maxExpiresIn`; anything else (bool, null, `"soon"`) → nil (unknown).
+    /// - Expires-in: a JSON number or a string holding a JSON number literal (`"3600"`); above `maxExpiresIn` →
+    ///   `maxExpiresIn`; 0 or less, and anything else (bool, null, `"soon"`) → nil (unknown: the token is used until
+    ///   the upstream rejects it). A token announced as expired on arrival would otherwise be refreshed again at once,
+    ///   in a loop, for as long as the endpoint answers so.
     /// - An object without the access token but with a well-formed `error` → `.errorResponse(code:)`.
     public static func parse(
         _ body: [UInt8], fields: TokenFields = TokenFields()
@@ -72,7 +74,7 @@ public enum TokenResponseParser {
             seconds = number
         default: return nil
         }
-        if seconds.isNaN { return nil }
-        return min(max(seconds, 0), maxExpiresIn)
+        guard seconds > 0 else { return nil }  // NaN too
+        return min(seconds, maxExpiresIn)
     }
 }

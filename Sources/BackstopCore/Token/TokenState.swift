@@ -51,7 +51,9 @@
 /// Proactive refresh: for a token with an expiry, at `expiry − refreshAhead − jitter`, where jitter is drawn once
 /// per token, uniformly from [0, min(refreshAhead / 5, 30 s)], so a fleet does not refresh in lockstep. The point
 /// is never earlier than halfway through the token's remaining lifetime when it was obtained: otherwise a token
-/// that lives shorter than `refreshAhead` would be refreshed again immediately, forever.
+/// that lives shorter than `refreshAhead` would be refreshed again immediately, forever. Nor is it sooner than
+/// `minimumProactiveInterval` after that: a token endpoint handing out tokens that live a fraction of a second
+/// gets at most one proactive call a second (requests that find such a token expired refresh it as usual).
 ///
 /// The owner runs a timer for it (`proactiveTimer(now:lastUsed:)`), so the first request after the point does not
 /// pay for the refresh; but only while the upstream is in use: once it has not been used for `idleAfter`
@@ -115,6 +117,9 @@ public struct TokenState: Sendable {
     public private(set) var lastFailure: Failure?
     /// When the current token enters its proactive window (nil when it has no expiry).
     public private(set) var proactiveRefreshAt: Double?
+
+    /// The least time from a token's arrival to its proactive refresh.
+    public static let minimumProactiveInterval: Duration = .seconds(1)
     private var lastGeneration: UInt64 = 0
 
     public init(configuration: Configuration = Configuration()) {
@@ -294,7 +299,8 @@ public struct TokenState: Sendable {
         if let expiry {
             let jitter = unitInterval(&rng) * configuration.maxJitter.seconds
             let windowStart = expiry - configuration.refreshAhead.seconds - jitter
-            proactiveRefreshAt = max(windowStart, now + max(expiry - now, 0) / 2)
+            proactiveRefreshAt = max(
+                windowStart, now + max(expiry - now, 0) / 2, now + Self.minimumProactiveInterval.seconds)
         } else {
             proactiveRefreshAt = nil
         }

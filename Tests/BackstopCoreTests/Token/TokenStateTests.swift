@@ -223,6 +223,16 @@ struct TokenStateTests {
         #expect(state.shouldRefreshProactively(now: 1015))
     }
 
+    @Test("a token living less than 2 s is refreshed proactively no sooner than 1 s after it arrived")
+    func subSecondTokenIsNotRefreshedInALoop() {
+        var rng = ScriptedRandom(UInt64.max)
+        for (lifetime, expected) in [(0.4, 1001.0), (1.0, 1001), (2.0, 1001), (3.0, 1001.5)] {
+            var state = TokenState(configuration: Self.configuration)
+            state.refreshSucceeded(token: "t", expiry: 1000 + lifetime, now: 1000, using: &rng)
+            #expect(state.proactiveRefreshAt == expected, "lifetime \(lifetime)")
+        }
+    }
+
     @Test func requestInWindowUsesTokenAndStartsOneBackgroundRefresh() {
         var (state, t1) = Self.validState(expiry: 3600)
         var rng = ScriptedRandom(0)
