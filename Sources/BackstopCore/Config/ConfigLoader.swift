@@ -32,9 +32,11 @@ public enum ConfigLoader {
     public static func parse(
         yaml: String, file: String, baseDirectory: String, environment: ConfigEnvironment = .process
     ) throws(ConfigErrors) -> Config {
-        let root: Node?
+        var root: Node?
         do {
-            root = try Yams.compose(yaml: yaml)
+            let protected = FlowColonScalars.protect(yaml)
+            root = try Yams.compose(yaml: protected ?? yaml)
+            if protected != nil { root = root.map(FlowColonScalars.restore) }
         } catch {
             throw ConfigErrors([syntaxError(error, yaml: yaml, file: file)])
         }

@@ -1,5 +1,6 @@
-import BackstopCore
 import Testing
+
+@testable import BackstopCore
 
 private let H = ConfigFixture.head
 private let K = "keychain: {path: k.bkc, key_file: k.key}\n"
@@ -35,6 +36,37 @@ struct TunnelConfigTests {
             H + "tunnels:\n  allow: [a.test]\n  deny_addresses: [127.0.0.0/8]\n  idle_timeout: 30s\n")
         #expect(config.tunnels?.denyAddresses.map(\.description) == ["127.0.0.0/8"])
         #expect(config.tunnels?.idleTimeout == .seconds(30))
+    }
+
+    @Test("IPv6 values unquoted in flow lists, as the docs write the default, read as YAML 1.2 reads them")
+    func unquotedIPv6InFlowLists() throws {
+        let config = try ConfigFixture.parse(
+            H + "tunnels:\n  allow: [a.test, ::1, \"[::1]:22\"]   # a comment: [::2]\n"
+                + "  deny_addresses: [127.0.0.0/8, ::1/128, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 169.254.0.0/16,\n"
+                + "    fe80::/10, fc00::/7, 100.64.0.0/10, 0.0.0.0/8, ::/128]\n")
+        let tunnels = try #require(config.tunnels)
+        #expect(tunnels.denyAddresses == TunnelsConfig.defaultDenyAddresses)
+        #expect(tunnels.allow.map(\.host) == ["a.test", "::1", "::1"])
+        // Values that are not addresses are left to the YAML parser, which reports them where they are.
+        let errors = ConfigFixture.errors(H + "tunnels:\n  allow: [a.test, ::x y]\n")
+        #expect(errors.first?.location.line == 4, "\(errors)")
+    }
+
+    @Test("the placeholder swap keeps every position, skips quotes, comments and block scalars, and undoes itself")
+    func flowColonScalars() {
+        let text = "a: [::1, 'x, ::2', \"::3\", {k: ::4}]  # [::5\nb: |\n  [::6]\nc:\n  - ::7\nd: [fe80::1, :x:]\n"
+        let protected = FlowColonScalars.protect(text)
+        let placeholder = FlowColonScalars.placeholder
+        #expect(protected?.unicodeScalars.count == text.unicodeScalars.count)
+        let swapped = protected.map { Array($0.unicodeScalars) } ?? []
+        let original = Array(text.unicodeScalars)
+        let at = swapped.indices.filter { swapped[$0] != original[$0] }
+        #expect(at.allSatisfy { swapped[$0] == placeholder && original[$0] == ":" })
+        // `::1`, `::4` in the flow mapping, and `:x:`; not inside quotes, the comment, the block scalar, the block
+        // value, nor the colons inside `fe80::1`.
+        #expect(at.map { String(String.UnicodeScalarView(original[$0..<$0 + 3])) } == ["::1", "::4", ":x:"])
+        #expect(FlowColonScalars.protect("a: [b, c]\n") == nil)
+        #expect(FlowColonScalars.protect("a: [::1, \u{E000}]\n") == nil)
     }
 
     @Test("intercept: defaults and values")
