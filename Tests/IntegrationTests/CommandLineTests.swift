@@ -151,6 +151,34 @@ struct CommandLineTests {
         #expect(lines.last?.hasPrefix("\(path):8:5: ") == true && lines.last?.contains("retyr") == true, "\(lines)")
     }
 
+    @Test("check reports a clients entry's unknown user and group at the value that names them")
+    func checkUnknownUnixAccounts() async throws {
+        let (directory, path) = try writeConfig(
+            """
+            version: 1
+            listen: [127.0.0.1:8080]
+            upstreams:
+              - {name: a, match: {hosts: [a.test]}, url: http://a.test}
+            clients:
+              - name: x
+                match:
+                  unix_user: no-such-user-zz
+                upstreams: [a]
+              - name: y
+                match: {unix_group: no-such-group-zz}
+                upstreams: "*"
+
+            """)
+        defer { TestFiles.remove(directory) }
+        let result = try await TestProcess.run(binary, ["check", "--config", path])
+        #expect(result.status == 1)
+        #expect(
+            result.standardOutput.split(separator: "\n").map(String.init) == [
+                "\(path):8:18: client 'x': unix_user 'no-such-user-zz' is not a user on this host",
+                "\(path):11:25: client 'y': unix_group 'no-such-group-zz' is not a group on this host",
+            ])
+    }
+
     @Test("check --online: a static auth entry with CR/LF is reported at its entry (never its value); fixed, ok")
     func checkOnlineHeaderValue() async throws {
         let (directory, path) = try writeConfig(

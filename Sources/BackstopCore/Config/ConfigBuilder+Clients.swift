@@ -62,7 +62,7 @@ extension ConfigBuilder {
         let site = ClientSite(
             name: reader.location(nameNode), match: match.1,
             upstreams: upstreams.1.map { (name: $0.0, location: $0.1) })
-        return (ClientConfig(name: name, match: match.0, upstreams: upstreams.0, location: reader.location(node)), site)
+        return (ClientConfig(name: name, match: match.0, upstreams: upstreams.0, location: match.1), site)
     }
 
     /// Exactly one of `unix_user`, `unix_group`, `proxy_auth`.

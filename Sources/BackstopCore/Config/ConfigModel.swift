@@ -735,6 +735,7 @@ public struct ClientConfig: Sendable, Equatable {
     public var name: String
     public var match: ClientMatch
     public var upstreams: ClientUpstreams
+    /// Where its `match` value was written: what a problem found on the host (a user that does not exist) names.
     public var location: SourceLocation?
     public init(name: String, match: ClientMatch, upstreams: ClientUpstreams, location: SourceLocation? = nil) {
         self.name = name
