@@ -217,3 +217,20 @@ struct UpgradeHandshakeTests {
         #expect(m.timerFired(now: Self.t0 + .seconds(5), wall: 0, random: &random) == .none)
     }
 }
+
+/// Which `101` answers may be relayed: the upstream must switch to a protocol the client offered.
+@Suite("Upgrade protocol offered")
+struct UpgradeOfferedTests {
+    @Test(
+        "the upstream's Upgrade names only offered protocols (case aside; a version only when it gives one)",
+        arguments: [
+            ("websocket", "websocket", true), ("WebSocket", "websocket", true), ("websocket", "h2c, websocket", true),
+            ("websocket/13", "websocket/13", true), ("websocket", "websocket/13", true),
+            ("websocket/14", "websocket/13", false), ("h2c", "websocket", false),
+            ("websocket, h2c", "websocket", false),
+            ("", "websocket", false), (" , ", "websocket", false), ("websocketx", "websocket", false),
+        ])
+    func offered(chosen: String, offer: String, expected: Bool) {
+        #expect(UpgradeRelay.offered(chosen, in: offer) == expected)
+    }
+}

@@ -52,6 +52,13 @@ struct UpstreamFramingTests {
             name: "gzip, chunked", raw: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + chunkedForgery,
             refused: true),
         Case(
+            name: "space before the colon of CL",
+            raw: "HTTP/1.1 200 OK\r\nContent-Length : 5\r\n\r\n" + bodyWithForgery, refused: true),
+        Case(
+            name: "TE in an HTTP/1.0 response",
+            raw: "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunkedForgery, refused: true),
+        Case(name: "status 099", raw: "HTTP/1.1 099 Odd\r\n\r\n" + forged, refused: true),
+        Case(
             name: "body longer than CL", raw: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n" + bodyWithForgery,
             refused: false),
     ]
@@ -109,6 +116,27 @@ struct UpstreamFramingTests {
             // A longer body closes the client connection: the next request on it is not answered.
             #expect(statusLines.count == 1, "\(output.debugDescription)")
         }
+    }
+
+    @Test("a 204 reaches the client without the Content-Length its upstream gave it; a 304 keeps it")
+    func noLengthOn204() async throws {
+        let origin = try await TestOrigin.start { request in
+            let status = request.uri == "/nc" ? "204 No Content" : "304 Not Modified"
+            return .raw(Array("HTTP/1.1 \(status)\r\nContent-Length: 5\r\nX-Kept: yes\r\n\r\n".utf8), close: false)
+        }
+        let proxy = try await ProxyHarness.start(
+            "upstreams:\n  - {name: a, match: {hosts: [a.test]}, url: \(origin.baseURL), retry: {attempts: 1}}\n")
+        var failure: (any Error)?
+        do {
+            let noContent = try await proxy.get("http://a.test/nc", host: "a.test")
+            #expect(noContent.status == 204 && noContent.header("X-Kept") == "yes")
+            #expect(noContent.header("Content-Length") == nil)
+            let notModified = try await proxy.get("http://a.test/nm", host: "a.test")
+            #expect(notModified.status == 304 && notModified.header("Content-Length") == "5")
+        } catch { failure = error }
+        await proxy.stop()
+        try? await origin.shutdown()
+        if let failure { throw failure }
     }
 
     @Test("untrustworthy framing counts as a reset: retried, and the client sees the good second answer")

@@ -324,6 +324,8 @@ public struct HTTP1ResponseReader: Sendable {
             line[6] == UInt8(ascii: "."), line[7] == UInt8(ascii: "0") || line[7] == UInt8(ascii: "1"),
             line[8] == 0x20
         else { return false }
+        // Three digits, the first 1–9: a status below 100 is neither interim nor final (nginx refuses it too).
+        guard line[9] != UInt8(ascii: "0") else { return false }
         for i in 9..<12 where !(line[i] >= 0x30 && line[i] <= 0x39) { return false }
         return line.count == 12 || line[12] == 0x20 || line[12] == 0x0D || line[12] == 0x0A
     }

@@ -3,7 +3,7 @@
 /// HTTP/1.1 client, closing the connection for an HTTP/1.0 client.
 public enum ResponseFraming: Sendable, Equatable {
     /// No body: `HEAD`, `1xx`, `204`, `304`. A `Content-Length` from the upstream still describes the
-    /// representation and is passed on.
+    /// representation and is passed on for `HEAD` and `304`; never on a `204` or `1xx`, which must not carry one.
     case bodyless
     case contentLength(Int)
     case chunked

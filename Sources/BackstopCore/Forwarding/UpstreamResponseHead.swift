@@ -282,6 +282,16 @@ public struct UpstreamHeadParser: Sendable {
         lastLine = .none
     }
 
+    /// `Content-Length : 5`: RFC 9112 §5.1 forbids the space, and parsers differ on it. An ordinary field written so
+    /// is dropped; a framing field makes the framing untrustworthy (nginx refuses such a response too).
+    private mutating func spaceBeforeColon(_ line: UnsafeRawBufferPointer, nameEnd: Int, end: Int) {
+        var colon = nameEnd
+        while colon < end, line[colon] == 0x20 || line[colon] == 0x09 { colon &+= 1 }
+        guard colon < end, line[colon] == 0x3A else { return }
+        let kind = HeaderName.classify(UnsafeRawBufferPointer(rebasing: line[0..<nameEnd]))
+        if kind == .contentLength || (kind == .hopByHop && nameEnd == 17) { framing.malformedLength = true }
+    }
+
     /// The version as `Via` writes it: the three an upstream speaks are literals, anything else is decoded (making
     /// a string of `1.1` cost ~150 instructions a response).
     private static func version(_ bytes: UnsafeRawBufferPointer) -> String {
@@ -294,6 +304,12 @@ public struct UpstreamHeadParser: Sendable {
     }
 
     private mutating func headEnded() -> UpstreamResponseHead? {
+        if status < 100 {
+            // No status, or one below 100 (`HTTP/1.1 099`): neither an interim head nor a final one. Ended here, as
+            // a head nobody can frame, rather than waited past.
+            finished = true
+            return UpstreamResponseHead(status: 0, version: version, framingProblem: "no valid status code")
+        }
         // 1xx interim heads (100 Continue, 103 Early Hints) are not forwarded; 101 is final.
         guard status >= 200 || status == 101 else {
             status = 0
@@ -313,7 +329,11 @@ public struct UpstreamHeadParser: Sendable {
     /// RFC 9112 §6.3 read as a proxy must: anything two parsers could frame differently is refused. Identical
     /// repeated lengths are accepted (RFC 9110 §8.6); the only transfer coding accepted is one `chunked`, as
     /// nginx does (curl decodes nothing else, so another coding would reach the client undeclared).
-    private func framingProblem() -> String? { framing.problem }
+    private func framingProblem() -> String? {
+        // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing, whatever else it says.
+        if framing.codings > 0, version == "1.0" { return "Transfer-Encoding in an HTTP/1.0 response" }
+        return framing.problem
+    }
 
     private mutating func fieldLine(_ line: UnsafeRawBufferPointer, end: Int) {
         // The name is checked while the colon is looked for (one pass over it): a byte that is not a token byte
@@ -321,6 +341,7 @@ public struct UpstreamHeadParser: Sendable {
         var colon = 0
         while colon < end, line[colon] != 0x3A {
             guard HTTPSyntax.isTokenByte(line[colon]) else {
+                if line[colon] == 0x20 || line[colon] == 0x09 { spaceBeforeColon(line, nameEnd: colon, end: end) }
                 lastLine = .dropped
                 return
             }

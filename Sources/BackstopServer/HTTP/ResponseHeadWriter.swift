@@ -120,7 +120,9 @@ enum ResponseHeadWriter {
             case .chunked:
                 out.append("Transfer-Encoding: chunked\r\n")
             case .bodyless:
-                if let length = head.contentLength {
+                // A HEAD's or a 304's length describes the representation; a 204 or 1xx must not carry one (RFC 9110
+                // §8.6), whatever the upstream sent.
+                if let length = head.contentLength, head.status != 204, head.status >= 200 {
                     out.append("Content-Length: ")
                     out.appendDecimal(length)
                     out.append("\r\n")

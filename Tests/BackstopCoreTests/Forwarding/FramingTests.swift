@@ -212,12 +212,33 @@ struct UpstreamHeadParserTests {
         #expect(head.framingProblem == nil)
     }
 
-    @Test func aBadStatusLineGivesStatusZero() throws {
-        #expect(parse(["HTTP/1.1 2x0 Odd\r\n", "\r\n"]).isEmpty)
-        #expect(parse(["HTTP/1.1 20\r\n", "\r\n"]).isEmpty)
+    @Test(
+        "no status code, or one below 100, ends the head as one nobody can frame (not an interim head to wait past)",
+        arguments: [
+            ["HTTP/1.1 2x0 Odd\r\n", "\r\n"], ["HTTP/1.1 20\r\n", "\r\n"], ["HTTP/1.1 099 Odd\r\n", "\r\n"],
+            ["HTTP/1.1 000\r\n", "\r\n"], ["X-A: b\r\n", "\r\n"],
+        ])
+    func noValidStatus(lines: [String]) throws {
+        let heads = parse(lines)
+        #expect(heads.count == 1)
+        #expect(heads.first?.framingProblem == "no valid status code")
+        #expect(heads.first?.status == 0)
     }
 
-    @Test func headersWithoutAStatusLineProduceNothing() {
-        #expect(parse(["X-A: b\r\n", "\r\n"]).isEmpty)
+    @Test(
+        "a framing field with a space before its colon, or Transfer-Encoding in HTTP/1.0, is untrustworthy framing",
+        arguments: [
+            ("HTTP/1.1 200 OK", ["Content-Length : 5"], "malformed Content-Length"),
+            ("HTTP/1.1 200 OK", ["content-length\t: 5"], "malformed Content-Length"),
+            ("HTTP/1.1 200 OK", ["Transfer-Encoding : chunked"], "malformed Content-Length"),
+            ("HTTP/1.0 200 OK", ["Transfer-Encoding: chunked"], "Transfer-Encoding in an HTTP/1.0 response"),
+            ("HTTP/1.1 200 OK", ["X-Other : 5", "Content-Length: 2"], nil),
+            ("HTTP/1.1 200 OK", ["Content-Length x: 5"], nil),
+            ("HTTP/1.0 200 OK", ["Content-Length: 5"], nil),
+        ] as [(String, [String], String?)])
+    func spacesAndVersions(status: String, lines: [String], problem: String?) throws {
+        let head = try #require(parse([status + "\r\n"] + lines.map { $0 + "\r\n" } + ["\r\n"]).first)
+        #expect(head.framingProblem == problem)
+        #expect(!String(decoding: head.fields, as: UTF8.self).contains("X-Other"))
     }
 }

@@ -197,6 +197,7 @@ struct HTTP1ResponseReaderTests {
         #expect(Self.transcript("SSH-2.0-OpenSSH_9\r\n") == [.invalid("not an HTTP/1.x status line")])
         #expect(Self.transcript("HTTP/2 200\r\n\r\n") == [.invalid("not an HTTP/1.x status line")])
         #expect(Self.transcript("HTTP/1.1 20 OK\r\n\r\n") == [.invalid("not an HTTP/1.x status line")])
+        #expect(Self.transcript("HTTP/1.1 099 Odd\r\n\r\n") == [.invalid("not an HTTP/1.x status line")])
         #expect(Self.transcript("HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n") == [.head(200, []), .end(reusable: true)])
         let huge = "HTTP/1.1 200 OK\r\n" + String(repeating: "X-Filler: 0123456789\r\n", count: 5000)
         #expect(Self.read(huge) == [.invalid("response head larger than 100 KiB")])
