@@ -365,6 +365,25 @@ struct ClientRequestDecoderTests {
         #expect(open.refused == .headerOverflow)
     }
 
+    @Test(
+        "A request line without its version is refused when it ends, not after the empty line that never comes",
+        arguments: ["GET /\r\n", "GET /index.html\r\n", "GET / HTTP/1\r\n", "GET / HTTPS/1.1\r\n", "GET\r\n"])
+    func versionlessLineRefusedAtOnce(line: String) {
+        var reader = HTTP1RequestReader(maxHeadBytes: 1024)
+        let event = Array(line.utf8).withUnsafeBytes { input in
+            var offset = 0
+            return reader.next(input, at: &offset)
+        }
+        #expect(event == .invalid(.version))
+        // A request line with its version still waits for the rest of the head.
+        var waiting = HTTP1RequestReader(maxHeadBytes: 1024)
+        let partial = Array("GET / HTTP/1.1\r\nHost: a\r\n".utf8).withUnsafeBytes { input in
+            var offset = 0
+            return waiting.next(input, at: &offset)
+        }
+        #expect(partial == .needMore)
+    }
+
     @Test("The reader's events for a pipelined pair, whole")
     func readerEvents() {
         var reader = HTTP1RequestReader(maxHeadBytes: 1024)

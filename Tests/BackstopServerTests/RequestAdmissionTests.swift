@@ -96,7 +96,8 @@ struct RequestAdmissionTests {
             [("Host", "closed.test"), ("Upgrade", "websocket")], .reject(.upgradeNotAllowed)),
         Row("two Host fields are refused", [("Host", "open.test"), ("Host", "closed.test")], .reject(.badRequest)),
         Row("even the same twice", [("Host", "open.test"), ("host", "open.test")], .reject(.badRequest)),
-        Row("no Host, no route", [("Accept", "*/*")], .reject(.noRoute)),
+        Row("HTTP/1.1 to a base URL without Host is malformed", [("Accept", "*/*")], .reject(.badRequest)),
+        Row("HTTP/1.0 without Host, no route", [("Accept", "*/*")], version: .http1_0, .reject(.noRoute)),
         Row("a length", [("Host", "open.test"), ("Content-Length", "5")], accepted(length: 5)),
         Row(
             "repeated equal lengths", [("Host", "open.test"), ("content-length", "5"), ("Content-Length", "5, 5")],

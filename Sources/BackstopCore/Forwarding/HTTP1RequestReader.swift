@@ -274,7 +274,8 @@ public struct HTTP1RequestReader: Sendable {
     }
 
     /// Searches `section` for its empty line, resuming where `scan` stopped: every line must end in CRLF.
-    private func sectionEnd(_ section: UnsafeRawBufferPointer, scan: Scan) -> SectionEnd {
+    /// `head`: the section starts with a request line (not a trailer section).
+    private func sectionEnd(_ section: UnsafeRawBufferPointer, scan: Scan, head: Bool) -> SectionEnd {
         var lineStart = scan.lineStart
         var from = scan.scanned
         while from < section.count {
@@ -287,11 +288,24 @@ public struct HTTP1RequestReader: Sendable {
             if lf - 1 == lineStart { return lf + 1 > maxHeadBytes ? .invalid(.headTooLarge) : .at(lf + 1) }
             // A line that starts with a CR is the empty line or no line at all: `\r\r\n` does not end a head.
             if section[lineStart] == 0x0D { return .invalid(.lineEnding) }
+            // A request line without ` HTTP/x.y` (HTTP/0.9's `GET /`) is refused as soon as it ends: no empty line
+            // will follow it, so waiting for one would only wait out header_timeout.
+            if head, lineStart == 0, !Self.endsWithVersion(section, lineEnd: lf - 1) { return .invalid(.version) }
             lineStart = lf + 1
             from = lineStart
         }
         return section.count > maxHeadBytes
             ? .invalid(.headTooLarge) : .notYet(Scan(scanned: section.count, lineStart: lineStart))
+    }
+
+    /// Whether the line ending at `lineEnd` (its CR) ends in ` HTTP/` and a digit, a dot and a digit.
+    private static func endsWithVersion(_ section: UnsafeRawBufferPointer, lineEnd: Int) -> Bool {
+        guard lineEnd >= 9 else { return false }
+        let v = lineEnd - 9
+        return section[v] == 0x20 && section[v + 1] == UInt8(ascii: "H") && section[v + 2] == UInt8(ascii: "T")
+            && section[v + 3] == UInt8(ascii: "T") && section[v + 4] == UInt8(ascii: "P")
+            && section[v + 5] == UInt8(ascii: "/") && (0x30...0x39).contains(section[v + 6])
+            && section[v + 7] == UInt8(ascii: ".") && (0x30...0x39).contains(section[v + 8])
     }
 
     private mutating func readHead(_ input: UnsafeRawBufferPointer, at offset: inout Int, scan: Scan) -> Event {
@@ -302,7 +316,7 @@ public struct HTTP1RequestReader: Sendable {
         }
         guard offset < input.count else { return .needMore }
         let section = UnsafeRawBufferPointer(rebasing: input[offset...])
-        switch sectionEnd(section, scan: scan) {
+        switch sectionEnd(section, scan: scan, head: true) {
         case .notYet(let scan):
             state = .head(scan)
             return .needMore
@@ -588,7 +602,7 @@ public struct HTTP1RequestReader: Sendable {
             state = .complete(trailers: nil)
             return next(input, at: &offset)
         }
-        switch sectionEnd(section, scan: scan) {
+        switch sectionEnd(section, scan: scan, head: false) {
         case .notYet(let scan):
             state = .trailers(scan)
             return .needMore

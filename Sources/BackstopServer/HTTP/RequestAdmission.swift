@@ -85,6 +85,11 @@ enum RequestAdmission {
         guard var target = RequestTarget.parse(head.uri), !target.hasDotSegment else {
             return .reject(.badRequest, close: true)
         }
+        // An HTTP/1.1 request must name its host (RFC 9112 §3.2): one sent to an API base URL without `Host` is
+        // malformed, not merely unrouted. (An absolute-form target names it; HTTP/1.0 had no `Host`.)
+        if hostFields == 0, target.form == .origin, head.version.minor >= 1 {
+            return .reject(.badRequest, close: framing.hasBody)
+        }
         if let intercepted {
             guard let inside = interceptedTarget(target, intercepted) else {
                 return .reject(.noRoute, close: framing.hasBody)
