@@ -532,7 +532,8 @@ struct ConnectionStateMachineTests {
                     .headTimedOut,
                     [
                         .logLocalAnswer(
-                            .requestTimeout, detail: "request head not complete within limits.header_timeout"),
+                            .requestTimeout, detail: "request head not complete within limits.header_timeout",
+                            elapsed: .seconds(10)),
                         .writeError(.requestTimeout, errorWrite(close: true)),
                     ]
                 ),
@@ -610,7 +611,7 @@ struct ConnectionStateMachineTests {
         case .permit(let granted): m.retryPermit(granted: granted, now: t0, into: &actions)
         case .refreshed(let token): m.refreshFinished(token, now: t0, into: &actions)
         case .timer(let ms): m.timerFired(now: at(ms), wall: 0, random: &random, into: &actions)
-        case .headTimedOut: m.headTimedOut(now: t0, into: &actions)
+        case .headTimedOut: m.headTimedOut(now: t0, waited: .seconds(10), into: &actions)
         case .parseFailed(let reason): m.parseFailed(reason, now: t0, into: &actions)
         case .closed: m.connectionClosed(into: &actions)
         case .failed: m.connectionFailed(into: &actions)

@@ -120,6 +120,9 @@ struct SecondReviewTests {
         let line = try #require(try await capture.waitFor("request", count: 1).first)
         #expect(line.contains("status=408"))
         #expect(line.contains("error=request-timeout"))
+        // Its time is the head's: from its first byte to the answer, at least header_timeout.
+        let ms = line.split(separator: " ").first { $0.hasPrefix("ms=") }.flatMap { Double($0.dropFirst(3)) }
+        #expect(ms.map { $0 >= 300 && $0 < 3000 } == true, "\(line)")
         await proxy.stop()
     }
 

@@ -226,7 +226,8 @@ struct ConnectionStateMachine {
         /// `202 Accepted` with `X-Backstop-Delivery`: a queued request was stored (its access line with it).
         case writeAccepted(delivery: String, ErrorWrite)
         /// The access line of a local answer that no exchange records (`detail`: its `reason=`).
-        case logLocalAnswer(ProxyErrorReason, detail: String?)
+        /// `elapsed`: from the request's first byte to the answer, when that is known (a head that timed out).
+        case logLocalAnswer(ProxyErrorReason, detail: String?, elapsed: Duration = .zero)
         /// A response whose head went out is cut: flush what was written, then close.
         case abortResponse
         /// Close the connection now (idle too long, or broken).
@@ -813,7 +814,7 @@ extension ConnectionStateMachine {
 
     /// A request head did not complete within `limits.header_timeout`: 408, and the connection closes — unless a
     /// response is under way: the client reads it first.
-    mutating func headTimedOut(now: Duration, into actions: inout [Action]) {
+    mutating func headTimedOut(now: Duration, waited: Duration = .zero, into actions: inout [Action]) {
         switch state {
         case .closing: return
         case .active(let active) where active.response != .pending: return
@@ -821,8 +822,8 @@ extension ConnectionStateMachine {
         }
         endExchange(into: &actions)
         answerUnreadable(
-            .requestTimeout, detail: "request head not complete within limits.header_timeout", now: now,
-            into: &actions)
+            .requestTimeout, detail: "request head not complete within limits.header_timeout", elapsed: waited,
+            now: now, into: &actions)
     }
 
     /// The decoder could not parse what the client sent: `reason` (400, or 431 for a head too large), and the
@@ -842,10 +843,11 @@ extension ConnectionStateMachine {
 
     /// Answers what could not be read: nothing of the request is known, and the connection closes.
     private mutating func answerUnreadable(
-        _ reason: ProxyErrorReason, detail: String?, now: Duration, into actions: inout [Action]
+        _ reason: ProxyErrorReason, detail: String?, elapsed: Duration = .zero, now: Duration,
+        into actions: inout [Action]
     ) {
         state = .active(Active(facts: .unknown, request: .discarding(lastPart: nil), response: .pending, exchange: nil))
-        actions.append(.logLocalAnswer(reason, detail: detail))
+        actions.append(.logLocalAnswer(reason, detail: detail, elapsed: elapsed))
         answer(reason, close: true, attempts: nil, message: nil, now: now, into: &actions)
     }
 

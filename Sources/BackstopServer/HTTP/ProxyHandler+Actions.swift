@@ -52,8 +52,8 @@ extension ProxyHandler {
             writeError(reason, write)
         case .writeAccepted(let delivery, let write):
             writeAccepted(delivery: delivery, write)
-        case .logLocalAnswer(let reason, let detail):
-            logLocalAnswer(reason, method: "-", host: "-", path: "-", reason: detail)
+        case .logLocalAnswer(let reason, let detail, let elapsed):
+            logLocalAnswer(reason, method: "-", host: "-", path: "-", reason: detail, elapsed: elapsed)
         case .abortResponse:
             // What was written goes out; then the only honest signal left is closing the connection.
             flush()

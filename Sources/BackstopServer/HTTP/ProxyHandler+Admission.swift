@@ -179,15 +179,17 @@ extension ProxyHandler {
         feed { $0.headAdmitted(.reject(reason, close: close, retryAfter: retryAfter), now: now, into: &$1) }
     }
 
+    /// `elapsed`: the request's time, when Backstop waited on it before answering (a head that never completed);
+    /// other local answers are given as the head is read.
     func logLocalAnswer(
         _ reason: ProxyErrorReason, method: String, host: String, path: String, reason detail: String? = nil,
-        upstream: String = "-"
+        upstream: String = "-", elapsed: Duration = .zero
     ) {
         runtime.logAccess(
             AccessRecord(
                 request: AccessRecord.Request(client: clientAddress, method: method, host: host, path: path),
                 status: reason.status, error: reason.rawValue, reason: detail, upstream: upstream, attempts: 0,
                 retries: [],
-                elapsed: .zero, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
+                elapsed: elapsed, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)
     }
 }

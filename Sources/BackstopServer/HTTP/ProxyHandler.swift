@@ -177,12 +177,12 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// A request head that did not complete within `limits.header_timeout` (`HeadTimeoutHandler`): 408, closed.
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        guard event is HeadTimeoutHandler.Expired else {
+        guard let expired = event as? HeadTimeoutHandler.Expired else {
             context.fireUserInboundEventTriggered(event)
             return
         }
         let now = self.now
-        feed { $0.headTimedOut(now: now, into: &$1) }
+        feed { $0.headTimedOut(now: now, waited: expired.waited, into: &$1) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {

@@ -69,7 +69,10 @@ final class HeadTimeoutHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundOut = ByteBuffer
 
     /// The user event that tells the HTTP handler the head did not complete in time.
-    struct Expired: Sendable {}
+    struct Expired: Sendable {
+        /// How long the head had been arriving: the request's time on its access line.
+        var waited: Duration
+    }
 
     private var deadline: HeadDeadline
     private let now: () -> Duration
@@ -115,9 +118,12 @@ final class HeadTimeoutHandler: ChannelInboundHandler, RemovableChannelHandler {
     private func timerFired() {
         timer = nil
         timerFiresAt = nil
-        switch deadline.timerFired(now: now()) {
+        let now = now()
+        var started = now
+        if case .receiving(let due) = deadline.state { started = due - deadline.timeout }
+        switch deadline.timerFired(now: now) {
         case .expired:
-            context?.fireUserInboundEventTriggered(Expired())
+            context?.fireUserInboundEventTriggered(Expired(waited: now - started))
         case .wait(let next):
             if let next { arm(at: next) }
         }
