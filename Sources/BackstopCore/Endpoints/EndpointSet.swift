@@ -61,8 +61,12 @@ public struct EndpointSet: Sendable, Equatable {
     /// credential, its body); every `.admitted` must be followed by exactly one `release()` when the request ends.
     /// With no endpoint that may be tried now the request is `circuitOpen` instead and takes no slot: failing fast
     /// means nothing is sent anywhere, a token endpoint included.
-    public mutating func acquire(now: Duration) -> EndpointAdmission {
-        guard mayBeTried(now: now) else { return .circuitOpen(retryAfter: retryAfterSeconds(now: now)) }
+    /// `now` is read only when the first endpoint is not healthy (a request of a healthy upstream reads no clock).
+    public mutating func acquire(now: @autoclosure () -> Duration) -> EndpointAdmission {
+        if slots[0].state != .healthy {
+            let now = now()
+            guard mayBeTried(now: now) else { return .circuitOpen(retryAfter: retryAfterSeconds(now: now)) }
+        }
         guard inflight < policy.maxInflight else { return .overloaded }
         inflight += 1
         return .admitted

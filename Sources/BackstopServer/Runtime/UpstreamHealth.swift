@@ -57,8 +57,8 @@ public final class UpstreamHealth: Sendable {
     /// Takes a slot for a request about to be forwarded; `.admitted` must be followed by one `release()`. A refusal
     /// is counted as a fast failure here: the request ends with it.
     public func acquire() -> EndpointAdmission {
-        let now = clock.monotonic()
-        let admission = endpoints.withLockedValue { $0.acquire(now: now) }
+        let clock = self.clock
+        let admission = endpoints.withLockedValue { $0.acquire(now: clock.monotonic()) }
         switch admission {
         case .admitted: break
         case .overloaded: metrics.record(.upstreamOverloaded, upstream: upstream)
