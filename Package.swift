@@ -202,7 +202,9 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]),
-        .testTarget(name: "BackstopCoreTests", dependencies: ["BackstopCore", "BackstopTestSupport"]),
+        .testTarget(
+            name: "BackstopCoreTests",
+            dependencies: ["BackstopCore", "BackstopTestSupport", .product(name: "Yams", package: "Yams")]),
         .testTarget(name: "BackstopKeychainTests", dependencies: ["BackstopKeychain", "BackstopCore", "BackstopTestSupport"]),
         .testTarget(
             name: "BackstopCATests",

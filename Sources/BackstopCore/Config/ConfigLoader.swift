@@ -33,12 +33,14 @@ public enum ConfigLoader {
         yaml: String, file: String, baseDirectory: String, environment: ConfigEnvironment = .process
     ) throws(ConfigErrors) -> Config {
         var root: Node?
+        // Positions in the protected text are those of `yaml` (one character for one); byte offsets and key text
+        // are read in it.
+        let protected = FlowColonScalars.protect(yaml)
         do {
-            let protected = FlowColonScalars.protect(yaml)
             root = try Yams.compose(yaml: protected ?? yaml)
             if protected != nil { root = root.map(FlowColonScalars.restore) }
         } catch {
-            throw ConfigErrors([syntaxError(error, yaml: yaml, file: file)])
+            throw ConfigErrors([syntaxError(error, yaml: protected ?? yaml, file: file)])
         }
         guard let root else {
             throw ConfigErrors([
@@ -99,7 +101,10 @@ public enum ConfigLoader {
             let key = duplicates.first ?? "?"
             let first = TextPosition(line: context.mark.line, column: context.mark.column)
             let later = DuplicateKeyLocator.laterOccurrence(of: key, after: first, in: yaml) ?? first
-            return at(later, "duplicate key '\(key)' (first at line \(first.line), column \(first.column))")
+            return at(
+                later,
+                "duplicate key '\(FlowColonScalars.restored(key))' (first at line \(first.line), column \(first.column))"
+            )
         default:
             return at(TextPosition(line: 1, column: 1), "YAML error: \(error)")
         }

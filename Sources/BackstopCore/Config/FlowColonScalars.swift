@@ -27,13 +27,15 @@ enum FlowColonScalars {
         return String(result)
     }
 
-    /// `node` with the placeholder turned back into `:` wherever `protect` put it (at the start of a scalar).
+    /// `node` with every placeholder turned back into `:`, in every scalar, keys included: `protect` refuses text
+    /// that already holds one, so each is one it put there, and the round trip is exact wherever the scanner took a
+    /// character for structure that was not (a value is never changed, only a parse error turned into a value).
     static func restore(_ node: Node) -> Node {
         switch node {
         case .scalar(var scalar):
-            guard scalar.string.unicodeScalars.first == placeholder else { return node }
+            guard scalar.string.unicodeScalars.contains(placeholder) else { return node }
             let tag = scalar.tag
-            scalar.string = ":" + String(scalar.string.unicodeScalars.dropFirst())
+            scalar.string = restored(scalar.string)
             scalar.tag = tag
             return .scalar(scalar)
         case .mapping(var mapping):
@@ -48,6 +50,13 @@ enum FlowColonScalars {
         case .alias:
             return node
         }
+    }
+
+    /// `text` with every placeholder turned back into `:`.
+    static func restored(_ text: String) -> String {
+        var out = String.UnicodeScalarView()
+        for c in text.unicodeScalars { out.append(c == placeholder ? ":" : c) }
+        return String(out)
     }
 
     /// A small reader of YAML's structure: enough to know where a node starts inside a flow collection, while
@@ -145,6 +154,9 @@ enum FlowColonScalars {
                         nodeStart = false
                         index += 1
                     }
+                case "&" where nodeStart, "!" where nodeStart:
+                    // An anchor or a tag: the node it belongs to starts after it.
+                    while let c = at(0), !Self.isBlank(c) { index += 1 }
                 default:
                     nodeStart = false
                     index += 1

@@ -61,15 +61,19 @@ public struct EndpointSet: Sendable, Equatable {
     /// credential, its body); every `.admitted` must be followed by exactly one `release()` when the request ends.
     /// With no endpoint that may be tried now the request is `circuitOpen` instead and takes no slot: failing fast
     /// means nothing is sent anywhere, a token endpoint included.
-    /// `now` is read only when the first endpoint is not healthy (a request of a healthy upstream reads no clock).
-    public mutating func acquire(now: @autoclosure () -> Duration) -> EndpointAdmission {
+    /// `now` is read only when the first endpoint is not healthy (a request of a healthy upstream reads no clock);
+    /// then a probe past its deadline counts as failed first, as in `choose` (the events say so), so that an upstream
+    /// whose probe was never answered is not refused for ever.
+    public mutating func acquire(now: @autoclosure () -> Duration) -> (EndpointAdmission, [EndpointEvent]) {
+        var events: [EndpointEvent] = []
         if slots[0].state != .healthy {
             let now = now()
-            guard mayBeTried(now: now) else { return .circuitOpen(retryAfter: retryAfterSeconds(now: now)) }
+            events = expirePermits(now: now)
+            guard mayBeTried(now: now) else { return (.circuitOpen(retryAfter: retryAfterSeconds(now: now)), events) }
         }
-        guard inflight < policy.maxInflight else { return .overloaded }
+        guard inflight < policy.maxInflight else { return (.overloaded, events) }
         inflight += 1
-        return .admitted
+        return (.admitted, events)
     }
 
     /// Gives back the slot an `.admitted` request held.

@@ -58,7 +58,8 @@ public final class UpstreamHealth: Sendable {
     /// is counted as a fast failure here: the request ends with it.
     public func acquire() -> EndpointAdmission {
         let clock = self.clock
-        let admission = endpoints.withLockedValue { $0.acquire(now: clock.monotonic()) }
+        let (admission, events) = endpoints.withLockedValue { $0.acquire(now: clock.monotonic()) }
+        if !events.isEmpty { record(events, reason: "probe unanswered") }
         switch admission {
         case .admitted: break
         case .overloaded: metrics.record(.upstreamOverloaded, upstream: upstream)

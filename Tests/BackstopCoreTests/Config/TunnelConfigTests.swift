@@ -1,4 +1,5 @@
 import Testing
+import Yams
 
 @testable import BackstopCore
 
@@ -67,6 +68,35 @@ struct TunnelConfigTests {
         #expect(at.map { String(String.UnicodeScalarView(original[$0..<$0 + 3])) } == ["::1", "::4", ":x:"])
         #expect(FlowColonScalars.protect("a: [b, c]\n") == nil)
         #expect(FlowColonScalars.protect("a: [::1, \u{E000}]\n") == nil)
+    }
+
+    @Test(
+        "whatever the pre-pass takes for structure, a document libyaml reads is read the same",
+        arguments: [
+            "desc: see\n  [a, ::1 b]\n", "note: &n |\n  [a, ::1 b]\n", "note: !!str >\n  [a, ::1 b]\n",
+            "a: [!!str \"x, ::1 y\"]\n", "a: &x \"k: [z, ::1 w]\"\n", "desc: see\n  [notes\nb: x, ::1\n",
+            "a: 'it''s [::1'\nb: [c]\n", "a: \"\\\" [\"\nb: x, ::1\n", "a: [fe80::1, \"::2\"]\n", "? [a]\n: b\n",
+        ])
+    func preservesWhatLibyamlReads(text: String) throws {
+        let plain = try Yams.compose(yaml: text)
+        let protected = FlowColonScalars.protect(text)
+        let viaProtection = try protected.map { try Yams.compose(yaml: $0).map(FlowColonScalars.restore) } ?? plain
+        #expect(viaProtection == plain)
+    }
+
+    @Test("anchored and tagged flow lists are read too; a trailing colon still needs quotes")
+    func anchoredAndTagged() throws {
+        for (text, quoted) in [
+            ("a: &l [::1, ::2]\n", "a: &l [\"::1\", \"::2\"]\n"), ("a: !!seq [::1]\n", "a: !!seq [\"::1\"]\n"),
+            ("a: [!!str ::1]\n", "a: [!!str \"::1\"]\n"), ("- &e [::1]\n", "- &e [\"::1\"]\n"),
+        ] {
+            let protected = try #require(FlowColonScalars.protect(text), "\(text)")
+            let node = try Yams.compose(yaml: protected).map(FlowColonScalars.restore)
+            #expect(node == (try Yams.compose(yaml: quoted)), "\(text)")
+        }
+        #expect(throws: (any Error).self) {
+            try Yams.compose(yaml: FlowColonScalars.protect("a: [0.0.0.0/8, ::]\n") ?? "")
+        }
     }
 
     @Test("intercept: defaults and values")

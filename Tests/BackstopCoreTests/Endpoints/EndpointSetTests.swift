@@ -300,13 +300,13 @@ struct EndpointSetTests {
     func inflight() {
         var set = EndpointSet(endpointCount: 1, policy: Self.policy(maxInflight: 2))
         #expect(
-            [set.acquire(now: .zero), set.acquire(now: .zero), set.acquire(now: .zero)] == [
+            [set.acquire(now: .zero).0, set.acquire(now: .zero).0, set.acquire(now: .zero).0] == [
                 .admitted, .admitted, .overloaded,
             ])
         #expect(set.inflight == 2)
         set.release()
         #expect(set.inflight == 1)
-        #expect([set.acquire(now: .zero), set.acquire(now: .zero)] == [.admitted, .overloaded])
+        #expect([set.acquire(now: .zero).0, set.acquire(now: .zero).0] == [.admitted, .overloaded])
         set.release()
         set.release()
         #expect(set.inflight == 0)
@@ -321,17 +321,31 @@ struct EndpointSetTests {
         }
         #expect(set.health == [.ejected, .ejected])
         // Before the overload check: a full upstream whose endpoints are all ejected says when to come back.
-        #expect(set.acquire(now: Self.t(3.2)) == .circuitOpen(retryAfter: 7))
+        #expect(set.acquire(now: Self.t(3.2)).0 == .circuitOpen(retryAfter: 7))
         #expect(set.inflight == 0)
         // Endpoint 0 due for its probe: admitted; while the probe is out, endpoint 1 is not due yet.
-        #expect(set.acquire(now: Self.t(10)) == .admitted)
+        #expect(set.acquire(now: Self.t(10)).0 == .admitted)
         #expect(set.choose(now: Self.t(10)) == Self.attempt(0, probe: 1, events: [.probing(endpoint: 0)]))
-        #expect(set.acquire(now: Self.t(10)) == .circuitOpen(retryAfter: 1))
-        #expect(set.acquire(now: Self.t(10.4)) == .circuitOpen(retryAfter: 1))
+        #expect(set.acquire(now: Self.t(10)).0 == .circuitOpen(retryAfter: 1))
+        #expect(set.acquire(now: Self.t(10.4)).0 == .circuitOpen(retryAfter: 1))
         // Endpoint 1 due as well: the next request is admitted only as far as max_inflight allows.
-        #expect(set.acquire(now: Self.t(10.5)) == .overloaded)
+        #expect(set.acquire(now: Self.t(10.5)).0 == .overloaded)
         set.release()
-        #expect(set.acquire(now: Self.t(10.5)) == .admitted)
+        #expect(set.acquire(now: Self.t(10.5)).0 == .admitted)
+    }
+
+    @Test("admission: a probe past its deadline counts as failed, so an unanswered probe cannot keep the circuit open")
+    func admissionExpiresAnUnansweredProbe() {
+        var set = EndpointSet(endpointCount: 1, policy: Self.policy())
+        for _ in 0..<2 { _ = set.report(.failure, ticket: Self.ticket(0), now: .zero) }
+        #expect(set.choose(now: Self.t(10)) == Self.attempt(0, probe: 1, events: [.probing(endpoint: 0)]))
+        // The probe is never reported. Until its 5-s deadline the circuit is open, answered "come back in 1 s".
+        #expect(set.acquire(now: Self.t(14)).0 == .circuitOpen(retryAfter: 1))
+        // At the deadline admission itself ejects it again (doubled), and says when the next probe may go.
+        let (admission, events) = set.acquire(now: Self.t(15))
+        #expect(events == [Self.ejected(0, 20, 2)])
+        #expect(admission == .circuitOpen(retryAfter: 20))
+        #expect(set.acquire(now: Self.t(35)).0 == .admitted)
     }
 
     @Test("the policy comes from the upstream's balance, circuit and per_try")
