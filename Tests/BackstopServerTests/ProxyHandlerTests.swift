@@ -140,7 +140,7 @@ struct ProxyHandlerTests {
         #expect(d.timerFired(now: .seconds(30)) == .wait(next: nil))
         d.awaitNextHead()
         #expect(d.bytesArrived(now: .seconds(40)) == .seconds(50))
-        #expect(d.timerFired(now: .seconds(50)) == .expired)
+        #expect(d.timerFired(now: .seconds(50.5)) == .expired(waited: .seconds(10.5)))
         #expect(d.state == .expired)
         d.awaitNextHead()
         d.headReceived()

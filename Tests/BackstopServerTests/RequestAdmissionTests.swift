@@ -28,7 +28,7 @@ struct RequestAdmissionTests {
     }
 
     static func decide(
-        _ fields: [(String, String)], uri: String = "/p", version: HTTPVersion = .http1_1
+        _ fields: [(String, String)], uri: String = "/p", version: HTTPVersion = .http1_1, replay: Bool = false
     ) throws -> Outcome {
         var headers = HeaderFields()
         for (name, value) in fields {
@@ -36,7 +36,7 @@ struct RequestAdmissionTests {
             try #require(appended, "\(name) is not a field HeaderFields holds")
         }
         let head = ClientRequestHead(version: version, method: .GET, uri: uri, headers: headers)
-        switch RequestAdmission.decide(head, snapshot: try snapshot(), draining: false) {
+        switch RequestAdmission.decide(head, snapshot: try snapshot(), draining: false, replay: replay) {
         case .reject(let reason, _, _): return .reject(reason)
         case .connect: return .reject(.badRequest)
         case .accept(let accepted):
@@ -127,6 +127,12 @@ struct RequestAdmissionTests {
     @Test(arguments: rows)
     func decision(row: Row) throws {
         #expect(try Self.decide(row.fields, version: row.version) == row.expected)
+    }
+
+    @Test("a replayed delivery without Host is routed as when it was stored, not refused as malformed")
+    func replayWithoutHost() throws {
+        #expect(try Self.decide([("Accept", "*/*")], replay: true) == .reject(.noRoute))
+        #expect(try Self.decide([("Accept", "*/*")]) == .reject(.badRequest))
     }
 
     @Test func headersOverTheLimitAreRefused() throws {

@@ -66,6 +66,16 @@ struct ResponseHeadWriterTests {
         return head + "\r\n"
     }
 
+    @Test("a 204 or 1xx never carries the upstream's Content-Length; a 304 keeps it", arguments: [204, 101, 304])
+    func bodylessLength(status: Int) {
+        var buffer = ByteBuffer()
+        ResponseHeadWriter.upstreamHead(
+            UpstreamResponseHead(status: status, contentLength: 5), into: &buffer, clientIsHTTP10: false, attempts: 1,
+            error: nil, framing: .bodyless, connection: .none)
+        let head = buffer.readString(length: buffer.readableBytes) ?? ""
+        #expect(head.contains("\r\nContent-Length: 5\r\n") == (status == 304), "\(head)")
+    }
+
     @Test(
         "a relayed head is the status line, the upstream's fields and Backstop's own, at every size and framing",
         arguments: [200, 204, 304, 302, 404, 418, 503, 599, 42, 101])

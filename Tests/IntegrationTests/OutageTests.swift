@@ -229,6 +229,9 @@ struct OutageTests {
     @Test("every endpoint ejected: circuit-open at admission, with no body read and no token asked for")
     func circuitOpenAtAdmission() async throws {
         let auth = try await TestAuthServer.start()
+        // Tokens living 1 s: by the time the circuit-open requests come, the only token has expired and cannot be
+        // renewed, so a request that reached its credential would end 502 token-unavailable instead.
+        auth.update { $0.expiresIn = 1 }
         let origin = try await TestOrigin.start { _ in .respond(status: 503) }
         let (keychain, directory) = try TokenRefreshTests.makeKeychain(["api/refresh_token": "refresh-0"])
         defer { TestFiles.remove(directory) }
@@ -256,6 +259,9 @@ struct OutageTests {
             let first = try await proxy.get("http://api.test/a", host: "api.test")
             #expect(first.status == 503 && first.header("X-Backstop-Error") == nil)
             #expect(auth.tokenCalls == 1)
+            // The grant dies; the proactive refresh a second after the token arrived fails, and the token expires.
+            auth.update { $0.invalidGrant = true }
+            try await Poll.until("the proactive refresh was tried") { auth.tokenCalls >= 2 }
             for _ in 0..<3 {
                 let response = try await proxy.get("http://api.test/b", host: "api.test")
                 #expect(response.status == 503)
@@ -263,7 +269,7 @@ struct OutageTests {
                 #expect(response.header("Retry-After").flatMap { Int($0) }.map { (59...60).contains($0) } == true)
                 #expect(response.header("X-Backstop-Attempts") == nil)
             }
-            #expect(auth.tokenCalls == 1, "a request failing fast asked the token endpoint")
+            #expect(auth.tokenCalls == 2, "a request failing fast asked the token endpoint")
             // A body is not read (a request admitted to an exchange would wait for it): the answer comes without it,
             // and the connection closes after it.
             let post = try await RawHTTP.exchange(
@@ -272,7 +278,7 @@ struct OutageTests {
                 timeout: .seconds(5))
             #expect(post.status == 503 && post.header("X-Backstop-Error") == "circuit-open")
             #expect(post.header("Connection") == "close")
-            #expect(auth.tokenCalls == 1)
+            #expect(auth.tokenCalls == 2)
             #expect(origin.requestCount == 1)
             #expect(
                 proxy.server.metricsText().contains(

@@ -298,14 +298,19 @@ public struct HTTP1RequestReader: Sendable {
             ? .invalid(.headTooLarge) : .notYet(Scan(scanned: section.count, lineStart: lineStart))
     }
 
-    /// Whether the line ending at `lineEnd` (its CR) ends in ` HTTP/` and a digit, a dot and a digit.
+    /// Whether the line ending at `lineEnd` (its CR) ends in a space and a version this reader takes.
     private static func endsWithVersion(_ section: UnsafeRawBufferPointer, lineEnd: Int) -> Bool {
-        guard lineEnd >= 9 else { return false }
-        let v = lineEnd - 9
-        return section[v] == 0x20 && section[v + 1] == UInt8(ascii: "H") && section[v + 2] == UInt8(ascii: "T")
-            && section[v + 3] == UInt8(ascii: "T") && section[v + 4] == UInt8(ascii: "P")
-            && section[v + 5] == UInt8(ascii: "/") && (0x30...0x39).contains(section[v + 6])
-            && section[v + 7] == UInt8(ascii: ".") && (0x30...0x39).contains(section[v + 8])
+        lineEnd >= 9 && section[lineEnd - 9] == 0x20 && minorVersion(section, at: lineEnd - 8) != nil
+    }
+
+    /// The minor version of the `HTTP/1.0` or `HTTP/1.1` at `i` (8 bytes), else nil: the only versions read.
+    private static func minorVersion(_ p: UnsafeRawBufferPointer, at i: Int) -> Int? {
+        guard p.count - i >= 8, p[i] == UInt8(ascii: "H"), p[i + 1] == UInt8(ascii: "T"),
+            p[i + 2] == UInt8(ascii: "T"), p[i + 3] == UInt8(ascii: "P"), p[i + 4] == UInt8(ascii: "/"),
+            p[i + 5] == UInt8(ascii: "1"), p[i + 6] == UInt8(ascii: "."),
+            p[i + 7] == UInt8(ascii: "0") || p[i + 7] == UInt8(ascii: "1")
+        else { return nil }
+        return Int(p[i + 7] - 0x30)
     }
 
     private mutating func readHead(_ input: UnsafeRawBufferPointer, at offset: inout Int, scan: Scan) -> Event {
@@ -350,13 +355,10 @@ public struct HTTP1RequestReader: Sendable {
         else { return .failure(.target) }
         let target = String(decoding: UnsafeRawBufferPointer(rebasing: p[targetStart..<i]), as: UTF8.self)
         i += 1
-        guard p.count - i >= 10, p[i] == UInt8(ascii: "H"), p[i + 1] == UInt8(ascii: "T"),
-            p[i + 2] == UInt8(ascii: "T"), p[i + 3] == UInt8(ascii: "P"), p[i + 4] == UInt8(ascii: "/"),
-            p[i + 5] == UInt8(ascii: "1"), p[i + 6] == UInt8(ascii: "."),
-            p[i + 7] == UInt8(ascii: "0") || p[i + 7] == UInt8(ascii: "1"), p[i + 8] == 0x0D
-        else { return .failure(.version) }
+        guard p.count - i >= 10, let minorVersion = Self.minorVersion(p, at: i), p[i + 8] == 0x0D else {
+            return .failure(.version)
+        }
         guard p[i + 9] == 0x0A else { return .failure(.lineEnding) }
-        let minorVersion = Int(p[i + 7] - 0x30)
         i += 10
 
         // The field section is kept as one copy of its bytes; each field is ranges of it (no string per field).

@@ -289,7 +289,7 @@ public struct UpstreamHeadParser: Sendable {
         while colon < end, line[colon] == 0x20 || line[colon] == 0x09 { colon &+= 1 }
         guard colon < end, line[colon] == 0x3A else { return }
         let kind = HeaderName.classify(UnsafeRawBufferPointer(rebasing: line[0..<nameEnd]))
-        if kind == .contentLength || (kind == .hopByHop && nameEnd == 17) { framing.malformedLength = true }
+        if kind == .contentLength || (kind == .hopByHop && nameEnd == 17) { framing.spaceBeforeColon = true }
     }
 
     /// The version as `Via` writes it: the three an upstream speaks are literals, anything else is decoded (making
@@ -528,6 +528,8 @@ struct FramingTally {
     var sawLength = false
     var differingLengths = false
     var malformedLength = false
+    /// A `Content-Length` or `Transfer-Encoding` line with a space before its colon.
+    var spaceBeforeColon = false
     /// `Transfer-Encoding` codings seen, and whether they were exactly one `chunked`.
     var codings = 0
     var onlyChunked = true
@@ -565,6 +567,7 @@ struct FramingTally {
     }
 
     var problem: String? {
+        if spaceBeforeColon { return "a space before the colon of a framing field" }
         if (sawLength || malformedLength) && codings > 0 { return "both Content-Length and Transfer-Encoding" }
         if malformedLength { return "malformed Content-Length" }
         if differingLengths { return "differing Content-Length values" }

@@ -12,7 +12,8 @@ extension ProxyHandler {
         guard let context, !machine.isClosing else { return }
         let snapshot = runtime.snapshot
         let now = self.now
-        switch RequestAdmission.decide(head, snapshot: snapshot, draining: runtime.isDraining, intercepted: intercepted)
+        switch RequestAdmission.decide(
+            head, snapshot: snapshot, draining: runtime.isDraining, intercepted: intercepted, replay: delivery)
         {
         case .reject(let reason, let close, let upstream):
             refuse(reason, head: head, close: close, upstream: upstream)

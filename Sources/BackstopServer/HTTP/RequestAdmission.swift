@@ -27,8 +27,10 @@ enum RequestAdmission {
     }
 
     /// `intercepted`: the request came inside an intercepted `CONNECT`, and is for that host only.
+    /// `replay`: the request is a queued delivery's, replayed by the deliverer as it was stored (admitted then).
     static func decide(
-        _ head: ClientRequestHead, snapshot: ConfigSnapshot, draining: Bool, intercepted: InterceptedConnection? = nil
+        _ head: ClientRequestHead, snapshot: ConfigSnapshot, draining: Bool, intercepted: InterceptedConnection? = nil,
+        replay: Bool = false
     ) -> Decision {
         let limits = snapshot.config.limits
         if draining { return .reject(.shuttingDown, close: true) }
@@ -86,9 +88,10 @@ enum RequestAdmission {
             return .reject(.badRequest, close: true)
         }
         // An HTTP/1.1 request must name its host (RFC 9112 §3.2): one sent to an API base URL without `Host` is
-        // malformed, not merely unrouted. (An absolute-form target names it; HTTP/1.0 had no `Host`.)
-        if hostFields == 0, target.form == .origin, head.version.minor >= 1 {
-            return .reject(.badRequest, close: framing.hasBody)
+        // malformed, not merely unrouted. (An absolute-form target names it; HTTP/1.0 had no `Host`; inside an
+        // interception the CONNECT named it; a replayed delivery was admitted when it was stored.)
+        if hostFields == 0, target.form == .origin, head.version.minor >= 1, intercepted == nil, !replay {
+            return .reject(.badRequest, close: true)
         }
         if let intercepted {
             guard let inside = interceptedTarget(target, intercepted) else {

@@ -22,7 +22,8 @@ struct HeadDeadline: Equatable {
     enum TimerOutcome: Equatable {
         /// Nothing is due now; fire again at this deadline (nil: no head is being received).
         case wait(next: Duration?)
-        case expired
+        /// The head's deadline passed; `waited`: since its first byte.
+        case expired(waited: Duration)
     }
 
     let timeout: Duration
@@ -53,7 +54,7 @@ struct HeadDeadline: Equatable {
         guard case .receiving(let deadline) = state else { return .wait(next: nil) }
         guard now >= deadline else { return .wait(next: deadline) }
         state = .expired
-        return .expired
+        return .expired(waited: now - (deadline - timeout))
     }
 }
 
@@ -118,12 +119,9 @@ final class HeadTimeoutHandler: ChannelInboundHandler, RemovableChannelHandler {
     private func timerFired() {
         timer = nil
         timerFiresAt = nil
-        let now = now()
-        var started = now
-        if case .receiving(let due) = deadline.state { started = due - deadline.timeout }
-        switch deadline.timerFired(now: now) {
-        case .expired:
-            context?.fireUserInboundEventTriggered(Expired(waited: now - started))
+        switch deadline.timerFired(now: now()) {
+        case .expired(let waited):
+            context?.fireUserInboundEventTriggered(Expired(waited: waited))
         case .wait(let next):
             if let next { arm(at: next) }
         }
