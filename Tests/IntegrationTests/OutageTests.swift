@@ -270,19 +270,29 @@ struct OutageTests {
                 #expect(response.header("X-Backstop-Attempts") == nil)
             }
             #expect(auth.tokenCalls == 2, "a request failing fast asked the token endpoint")
-            // A body is not read (a request admitted to an exchange would wait for it): the answer comes without it,
-            // and the connection closes after it.
-            let post = try await RawHTTP.exchange(
-                port: proxy.port,
-                request: "POST http://api.test/c HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\n\r\n",
-                timeout: .seconds(5))
+            // A body is not waited for (a request admitted to an exchange would wait for it): the answer comes before
+            // it; a small one is then read and dropped, and the connection kept.
+            let connection = try await RawHTTPConnection.connect(port: proxy.port)
+            let post = try await connection.exchange(
+                "POST http://api.test/c HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\n\r\n", timeout: .seconds(5))
             #expect(post.status == 503 && post.header("X-Backstop-Error") == "circuit-open")
-            #expect(post.header("Connection") == "close")
+            #expect(post.header("Connection") == nil)
+            // The body, sent after the answer, is dropped; the next request on the connection is answered.
+            try await connection.send("hello", startsRequest: false)
+            let next = try await connection.exchange(
+                "GET http://api.test/d HTTP/1.1\r\nHost: api.test\r\n\r\n", timeout: .seconds(5))
+            #expect(next.status == 503 && next.header("X-Backstop-Error") == "circuit-open")
+            // A body larger than is worth reading closes the connection after the answer.
+            let large = try await connection.exchange(
+                "POST http://api.test/e HTTP/1.1\r\nHost: api.test\r\nContent-Length: 1000000\r\n\r\n",
+                timeout: .seconds(5))
+            #expect(large.status == 503 && large.header("Connection") == "close")
+            await connection.close()
             #expect(auth.tokenCalls == 2)
             #expect(origin.requestCount == 1)
             #expect(
                 proxy.server.metricsText().contains(
-                    "backstop_fast_failures_total{upstream=\"api\",reason=\"circuit-open\"} 4\n"))
+                    "backstop_fast_failures_total{upstream=\"api\",reason=\"circuit-open\"} 6\n"))
         } catch { failure = error }
         await proxy.stop()
         try? await origin.shutdown()

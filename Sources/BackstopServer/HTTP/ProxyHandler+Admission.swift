@@ -53,16 +53,19 @@ extension ProxyHandler {
             // before a credential is asked for or the body read (docs/reference/behaviour.md#failing-fast).
             let slot = accepted.destination.upstream?.health
             if let slot {
+                // Refusals of an outage: a client that keeps its connection keeps it through them when the body is
+                // small enough to read and drop (as nginx discards one); a larger or chunked one closes it.
+                let close = accepted.framing.chunked || (accepted.framing.contentLength ?? 0) > Self.discardedBodyLimit
                 switch slot.acquire() {
                 case .admitted: break
                 case .overloaded:
                     refuse(
-                        .upstreamOverloaded, head: head, close: accepted.framing.hasBody,
+                        .upstreamOverloaded, head: head, close: close,
                         upstream: accepted.destination.upstream?.config.name)
                     return
                 case .circuitOpen(let retryAfter):
                     refuse(
-                        .circuitOpen, head: head, close: accepted.framing.hasBody,
+                        .circuitOpen, head: head, close: close,
                         upstream: accepted.destination.upstream?.config.name, retryAfter: retryAfter)
                     return
                 }
@@ -86,6 +89,10 @@ extension ProxyHandler {
             feed { $0.headAdmitted(.forward(configuration, expectsContinue: expectsContinue), now: now, into: &$1) }
         }
     }
+
+    /// The largest declared body a `circuit-open` or `upstream-overloaded` refusal reads and drops to keep the
+    /// connection (docs/reference/behaviour.md#failing-fast).
+    static let discardedBodyLimit = 64 << 10
 
     /// A request to a `delivery: queue` upstream: read whole, stored, answered `202`
     /// (docs/reference/behaviour.md#queued-delivery). Without a queue (no spool could be opened) it cannot be stored.
