@@ -231,6 +231,6 @@ struct UpgradeOfferedTests {
             ("", "websocket", false), (" , ", "websocket", false), ("websocketx", "websocket", false),
         ])
     func offered(chosen: String, offer: String, expected: Bool) {
-        #expect(UpgradeRelay.offered(chosen, in: offer) == expected)
+        #expect(UpgradeResponseReader.isOffered(chosen, in: offer) == expected)
     }
 }

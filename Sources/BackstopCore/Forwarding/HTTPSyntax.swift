@@ -76,6 +76,14 @@ public enum HTTPSyntax {
 
     public static func isFieldValue(_ text: String) -> Bool { isFieldValue(text.utf8) }
 
+    /// `text` without leading and trailing spaces and tabs (optional whitespace, RFC 9110 §5.6.3).
+    public static func trimmingOWS(_ text: some StringProtocol) -> Substring {
+        var trimmed = Substring(text)
+        while let first = trimmed.first, first == " " || first == "\t" { trimmed.removeFirst() }
+        while let last = trimmed.last, last == " " || last == "\t" { trimmed.removeLast() }
+        return trimmed
+    }
+
     /// 1 to `maxDigits` (at most 18, so the value fits an `Int`) ASCII digits as an `Int`; nil for anything else
     /// (signs, spaces, hex, an empty value).
     public static func decimal(_ bytes: some Collection<UInt8>, maxDigits: Int = 18) -> Int? {

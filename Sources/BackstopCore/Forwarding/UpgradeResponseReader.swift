@@ -7,6 +7,25 @@ public struct UpgradeResponseReader: Sendable {
     /// A head larger than this is refused (curl's own limit for a header block is of the same order).
     public static let maxHeadBytes = 64 << 10
 
+    /// Whether a `101`'s `Upgrade` (`chosen`) names only protocols the client's `Upgrade` offered (RFC 9110 §7.8):
+    /// names compared without case, a version (`/13`) only when the upstream gave one.
+    public static func isOffered(_ chosen: String, in offer: String) -> Bool {
+        func protocols(_ text: String) -> [(name: Substring, version: Substring?)] {
+            text.split(separator: ",").compactMap { element in
+                let token = HTTPSyntax.trimmingOWS(element)
+                guard !token.isEmpty else { return nil }
+                let parts = token.split(separator: "/", maxSplits: 1)
+                return (Substring(parts[0].lowercased()), parts.count > 1 ? parts[1] : nil)
+            }
+        }
+        let offers = protocols(offer)
+        let chosen = protocols(chosen)
+        return !chosen.isEmpty
+            && chosen.allSatisfy { pick in
+                offers.contains { $0.name == pick.name && (pick.version == nil || $0.version == pick.version) }
+            }
+    }
+
     /// The head, and what followed it in the same reads.
     public struct Response: Sendable, Equatable {
         public var head: UpstreamResponseHead
@@ -84,7 +103,7 @@ public struct UpgradeResponseReader: Sendable {
             upgrade = control ? nil : String(decoding: value, as: UTF8.self)
         } else if Self.equalsIgnoringCase(name, "transfer-encoding") {
             let text = String(decoding: value, as: UTF8.self).lowercased()
-            chunked = text.split(separator: ",").last.map { $0.trimmingSpaces == "chunked" } ?? false
+            chunked = text.split(separator: ",").last.map { HTTPSyntax.trimmingOWS($0) == "chunked" } ?? false
         }
     }
 
@@ -100,14 +119,5 @@ public struct UpgradeResponseReader: Sendable {
     private static func equalsIgnoringCase(_ bytes: ArraySlice<UInt8>, _ lowercase: String) -> Bool {
         bytes.count == lowercase.utf8.count
             && zip(bytes, lowercase.utf8).allSatisfy { ($0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0) == $1 }
-    }
-}
-
-extension Substring {
-    fileprivate var trimmingSpaces: Substring {
-        var text = self
-        while text.first == " " || text.first == "\t" { text = text.dropFirst() }
-        while text.last == " " || text.last == "\t" { text = text.dropLast() }
-        return text
     }
 }

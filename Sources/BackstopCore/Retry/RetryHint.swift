@@ -36,7 +36,7 @@ public enum RetryHint: Sendable, Equatable {
     }
 
     public static func parseRetryAfter(_ value: String, nowWall: Double) -> RetryHint {
-        let text = trimmed(value)
+        let text = HTTPSyntax.trimmingOWS(value)
         guard !text.isEmpty else { return .none }
         if let seconds = saturatingInteger(text) {
             return seconds > longestWaitSeconds ? .none : .wait(.seconds(seconds))
@@ -46,7 +46,7 @@ public enum RetryHint: Sendable, Equatable {
     }
 
     public static func parseRateLimitReset(_ value: String, nowWall: Double) -> RetryHint {
-        let text = trimmed(value)
+        let text = HTTPSyntax.trimmingOWS(value)
         let dot = text.firstIndex(of: ".") ?? text.endIndex
         guard let whole = saturatingInteger(text[..<dot]) else { return .none }
         var fraction = 0.0
@@ -88,11 +88,4 @@ public enum RetryHint: Sendable, Equatable {
 
     private static func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
 
-    /// Drops leading and trailing spaces and tabs (optional whitespace, RFC 9110 §5.6.3).
-    private static func trimmed(_ value: String) -> Substring {
-        var text = Substring(value)
-        while let first = text.first, first == " " || first == "\t" { text.removeFirst() }
-        while let last = text.last, last == " " || last == "\t" { text.removeLast() }
-        return text
-    }
 }

@@ -35,12 +35,12 @@ extension ProxyHandler {
                 case .deny:
                     refuse(
                         .clientDenied, head: head, close: accepted.framing.hasBody,
-                        upstream: accepted.destination.upstream?.config.name)
+                        upstream: accepted.upstreamName)
                     return
                 case .challenge:
                     refuse(
                         .proxyAuthRequired, head: head, close: accepted.framing.hasBody,
-                        upstream: accepted.destination.upstream?.config.name)
+                        upstream: accepted.upstreamName)
                     return
                 }
                 if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
@@ -53,20 +53,13 @@ extension ProxyHandler {
             // before a credential is asked for or the body read (docs/reference/behaviour.md#failing-fast).
             let slot = accepted.destination.upstream?.health
             if let slot {
-                // Refusals of an outage: a client that keeps its connection keeps it through them when the body is
-                // small enough to read and drop (as nginx discards one); a larger or chunked one closes it.
-                let close = accepted.framing.chunked || (accepted.framing.contentLength ?? 0) > Self.discardedBodyLimit
                 switch slot.acquire() {
                 case .admitted: break
                 case .overloaded:
-                    refuse(
-                        .upstreamOverloaded, head: head, close: close,
-                        upstream: accepted.destination.upstream?.config.name)
+                    refuseInOutage(.upstreamOverloaded, head: head, accepted, retryAfter: nil)
                     return
                 case .circuitOpen(let retryAfter):
-                    refuse(
-                        .circuitOpen, head: head, close: close,
-                        upstream: accepted.destination.upstream?.config.name, retryAfter: retryAfter)
+                    refuseInOutage(.circuitOpen, head: head, accepted, retryAfter: retryAfter)
                     return
                 }
             }
@@ -94,6 +87,17 @@ extension ProxyHandler {
     /// connection (docs/reference/behaviour.md#failing-fast).
     static let discardedBodyLimit = 64 << 10
 
+    /// A refusal of an outage (`circuit-open`, `upstream-overloaded`): a client that keeps its connection keeps it
+    /// through them when the body is small enough to read and drop (as nginx discards one); a larger or chunked one
+    /// closes it.
+    private func refuseInOutage(
+        _ reason: ProxyErrorReason, head: ClientRequestHead, _ accepted: RequestAdmission.Accepted, retryAfter: Int?
+    ) {
+        let framing = accepted.framing
+        let close = framing.chunked || (framing.contentLength ?? 0) > Self.discardedBodyLimit
+        refuse(reason, head: head, close: close, upstream: accepted.upstreamName, retryAfter: retryAfter)
+    }
+
     /// A request to a `delivery: queue` upstream: read whole, stored, answered `202`
     /// (docs/reference/behaviour.md#queued-delivery). Without a queue (no spool could be opened) it cannot be stored.
     private func admitQueued(
@@ -104,7 +108,7 @@ extension ProxyHandler {
         guard runtime.queue != nil else {
             refuse(
                 .spoolFull, head: head, close: accepted.framing.hasBody,
-                upstream: accepted.destination.upstream?.config.name)
+                upstream: accepted.upstreamName)
             return
         }
         intake = QueueIntake(

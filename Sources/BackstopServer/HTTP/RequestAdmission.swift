@@ -15,6 +15,9 @@ enum RequestAdmission {
         /// `Upgrade` and `upgrade` listed in `Connection` (RFC 9110 §7.8; docs/reference/behaviour.md#upgrades). Nil
         /// for any other request, which is forwarded as usual (`Upgrade` is hop-by-hop and dropped).
         var upgrade: String? = nil
+
+        /// The upstream it was routed to (nil for passthrough): what a refusal after routing names.
+        var upstreamName: String? { destination.upstream?.config.name }
     }
 
     enum Decision {

@@ -245,7 +245,7 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
                 answerLocally(.badUpstreamResponse, detail: "101 Switching Protocols without an Upgrade field")
                 return
             }
-            guard Self.offered(upgrade, in: request.upgrade) else {
+            guard UpgradeResponseReader.isOffered(upgrade, in: request.upgrade) else {
                 // The client would be handed a protocol it did not ask for (RFC 9110 §7.8).
                 traceAttemptEnded(failure: "bad-response")
                 dropConnection()
@@ -368,27 +368,6 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             machine.responseHead(
                 status: head.status, retryAfter: head.retryAfter, rateLimitReset: head.rateLimitReset, now: now,
                 wall: runtime.clock.wall(), random: &random))
-    }
-
-    /// Whether every protocol the upstream's `Upgrade` names is one the client's `Upgrade` offered: names compared
-    /// without case, a version (`/13`) only when the upstream gave one.
-    static func offered(_ chosen: String, in offer: String) -> Bool {
-        func protocols(_ text: String) -> [(name: Substring, version: Substring?)] {
-            text.split(separator: ",").compactMap { element in
-                var token = element
-                while let first = token.first, first == " " || first == "\t" { token.removeFirst() }
-                while let last = token.last, last == " " || last == "\t" { token.removeLast() }
-                guard !token.isEmpty else { return nil }
-                let parts = token.split(separator: "/", maxSplits: 1)
-                return (Substring(parts[0].lowercased()), parts.count > 1 ? parts[1] : nil)
-            }
-        }
-        let offers = protocols(offer)
-        let chosen = protocols(chosen)
-        return !chosen.isEmpty
-            && chosen.allSatisfy { pick in
-                offers.contains { $0.name == pick.name && (pick.version == nil || $0.version == pick.version) }
-            }
     }
 
     private func switchProtocols(_ head: UpstreamResponseHead, upgrade: String, rest: [UInt8]) {
