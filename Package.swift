@@ -196,7 +196,8 @@ let package = Package(
         .executableTarget(
             name: "BackstopFuzz",
             dependencies: [
-                "BackstopCore", "BackstopKeychain", "BackstopCA", "BackstopTracing", "BackstopIdentity", "CFuzzing",
+                "BackstopCore", "BackstopKeychain", "BackstopCA", "BackstopTracing", "BackstopIdentity", "BackstopQueue",
+                "CFuzzing",
                 // NIO's HTTPRequestDecoder (llhttp): the reference the `request-decoder` target compares against.
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

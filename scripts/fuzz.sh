@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libFuzzer runs of the parsers that face hostile input (Sources/BackstopFuzz): config, retry-hint, token, upgrade-response, request-decoder,
-# keychain, request, response-head, http1-response, connect, ca-bundle, path, ... (every folder of fuzz/corpus is a target). Builds backstop-fuzz with -sanitize=fuzzer,address in its own scratch path (.build-fuzz),
+# keychain, request, response-head, http1-response, connect, ca-bundle, path, queued-head, key-file, ... (every folder of fuzz/corpus is a target). Builds backstop-fuzz with -sanitize=fuzzer,address in its own scratch path (.build-fuzz),
 # then runs each target for a bounded time, starting from the seeds in fuzz/corpus/<target> (the grown corpus
 # stays in .build-fuzz/corpus, out of git). A crash is saved to fuzz/crashes/<target>-*, the run stops, and the
 # script exits 1: turn the input into a unit test, fix, re-run.

@@ -2,6 +2,7 @@ import BackstopCA
 import BackstopCore
 import BackstopIdentity
 import BackstopKeychain
+import BackstopQueue
 import BackstopTracing
 import Foundation
 import NIOCore
@@ -54,6 +55,10 @@ import CFuzzing
 ///   two reads) and, as the reference, NIO's `HTTPRequestDecoder` (llhttp, the decoder it replaced): the reader's
 ///   heads, bodies and ends must be llhttp's, or a prefix of them when the reader refuses the bytes (it is stricter
 ///   in places, docs/reference/behaviour.md#request-syntax) or llhttp did; it never accepts what llhttp refuses.
+/// - `queued-head`: a queue entry's head as it is after opening → `QueuedRequestCodec.decodeHead`; a head that decodes
+///   must encode back to exactly the input (every length checked against what is left, nothing read past the end).
+/// - `key-file`: a key file's contents → `KeychainKey.parse`; a key that parses must parse again, to the same key,
+///   from the key file `writeNewKeyFile` would write for it.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
@@ -69,6 +74,8 @@ enum FuzzTarget: String, CaseIterable {
     case upgradeResponse = "upgrade-response"
     case http1Response = "http1-response"
     case requestDecoder = "request-decoder"
+    case queuedHead = "queued-head"
+    case keyFile = "key-file"
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -100,6 +107,8 @@ enum FuzzTarget: String, CaseIterable {
         case .upgradeResponse: Self.upgradeResponse(bytes)
         case .http1Response: Self.http1Response(bytes)
         case .requestDecoder: Self.requestDecoder(bytes)
+        case .queuedHead: Self.queuedHead(bytes)
+        case .keyFile: Self.keyFile(bytes)
         }
     }
 
@@ -285,6 +294,18 @@ enum FuzzTarget: String, CaseIterable {
         // Whatever decodes must survive a round trip unchanged.
         let again = try? KeychainCodec.decode(KeychainCodec.encode(entries, key: fixedKey), key: fixedKey)
         precondition(again == entries, "keychain round trip changed the entries")
+    }
+
+    static func queuedHead(_ bytes: [UInt8]) {
+        guard let head = QueuedRequestCodec.decodeHead(bytes) else { return }
+        let request = QueuedRequest(method: head.method, target: head.target, headers: head.headers, body: [])
+        precondition(QueuedRequestCodec.encodeHead(request) == bytes, "queued head round trip changed the bytes")
+    }
+
+    static func keyFile(_ bytes: [UInt8]) {
+        guard let key = try? KeychainKey.parse(bytes, path: "fuzz.key") else { return }
+        let again = try? KeychainKey.parse(Array((key.base64 + "\n").utf8), path: "fuzz.key")
+        precondition(again.map(key.matches) == true, "key file round trip changed the key")
     }
 
     static let router: Router = {

@@ -286,7 +286,7 @@ struct QueueStoreTests {
     /// Runs `sql` on the store's connection between batches (a setting for what follows: `query_only`,
     /// `max_page_count`).
     static func set(_ store: QueueStore, _ sql: String) async throws {
-        try await store.database.perform(writes: false) { try $0.query(sql) }
+        _ = try await store.database.perform(writes: false) { try $0.query(sql) }
     }
 
     @Test("a claim that fails (its transaction does not commit) holds nothing: the rows are claimed next time")

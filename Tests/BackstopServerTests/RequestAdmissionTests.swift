@@ -30,12 +30,7 @@ struct RequestAdmissionTests {
     static func decide(
         _ fields: [(String, String)], uri: String = "/p", version: HTTPVersion = .http1_1, replay: Bool = false
     ) throws -> Outcome {
-        var headers = HeaderFields()
-        for (name, value) in fields {
-            let appended = headers.append(name: name, value: value)
-            try #require(appended, "\(name) is not a field HeaderFields holds")
-        }
-        let head = ClientRequestHead(version: version, method: .GET, uri: uri, headers: headers)
+        let head = try head(fields, uri: uri, version: version)
         switch RequestAdmission.decide(head, snapshot: try snapshot(), draining: false, replay: replay) {
         case .reject(let reason, _, _): return .reject(reason)
         case .connect: return .reject(.badRequest)
@@ -44,6 +39,17 @@ struct RequestAdmissionTests {
                 upgrade: accepted.upgrade, clientHost: accepted.clientHost,
                 contentLength: accepted.framing.contentLength, chunked: accepted.framing.chunked)
         }
+    }
+
+    static func head(
+        _ fields: [(String, String)], uri: String = "/p", version: HTTPVersion = .http1_1
+    ) throws -> ClientRequestHead {
+        var headers = HeaderFields()
+        for (name, value) in fields {
+            let appended = headers.append(name: name, value: value)
+            try #require(appended, "\(name) is not a field HeaderFields holds")
+        }
+        return ClientRequestHead(version: version, method: .GET, uri: uri, headers: headers)
     }
 
     static func accepted(
@@ -133,6 +139,66 @@ struct RequestAdmissionTests {
     func replayWithoutHost() throws {
         #expect(try Self.decide([("Accept", "*/*")], replay: true) == .reject(.noRoute))
         #expect(try Self.decide([("Accept", "*/*")]) == .reject(.badRequest))
+    }
+
+    /// A refusal decided from the head keeps a kept-alive connection when the body can be read and dropped: none, or
+    /// one declared with `Content-Length` up to `RequestFraming.discardableBodyLimit`. A larger or chunked body, or
+    /// one the client asked `Expect: 100-continue` for (it may never come), closes; a malformed head always does
+    /// (docs/reference/errors.md#connection-handling-after-an-error).
+    @Test("a refusal before the body closes only when the body cannot be read and dropped")
+    func refusalClosing() throws {
+        let limit = RequestFraming.discardableBodyLimit
+        let cases: [(fields: [(String, String)], reason: ProxyErrorReason, close: Bool)] = [
+            ([("Host", "nowhere.test")], .noRoute, false),
+            ([("Host", "nowhere.test"), ("Content-Length", "5")], .noRoute, false),
+            ([("Host", "nowhere.test"), ("Content-Length", "\(limit)")], .noRoute, false),
+            ([("Host", "nowhere.test"), ("Content-Length", "\(limit + 1)")], .noRoute, true),
+            ([("Host", "nowhere.test"), ("Transfer-Encoding", "chunked")], .noRoute, true),
+            ([("Host", "nowhere.test"), ("Content-Length", "5"), ("EXPECT", "100-Continue")], .noRoute, true),
+            ([("Host", "nowhere.test"), ("Transfer-Encoding", "chunked"), ("Expect", "100-continue")], .noRoute, true),
+            // No body to hold back.
+            ([("Host", "nowhere.test"), ("Expect", "100-continue")], .noRoute, false),
+            ([("Host", "nowhere.test"), ("Content-Length", "0"), ("Expect", "100-continue")], .noRoute, false),
+            ([("Host", "closed.test"), ("Upgrade", "websocket"), ("Content-Length", "5")], .upgradeNotAllowed, false),
+            ([("Host", "open.test"), ("Host", "open.test")], .badRequest, true),
+            ([("Host", "open.test"), ("Content-Length", "5"), ("Content-Length", "6")], .badRequest, true),
+        ]
+        for (fields, reason, close) in cases {
+            let decision = RequestAdmission.decide(
+                try Self.head(fields), snapshot: try Self.snapshot(), draining: false)
+            guard case .reject(let got, let closes, _) = decision else {
+                Issue.record("\(fields): not refused")
+                continue
+            }
+            #expect(got == reason, "\(fields)")
+            #expect(closes == close, "\(fields)")
+        }
+    }
+
+    /// An accepted request carries the same rule for the refusals decided after admission (`clients`,
+    /// `circuit-open`, `upstream-overloaded`, `spool-full`), and whether a body waits for `100 Continue`.
+    @Test("an accepted request knows whether it expects 100 Continue and whether a refusal would close")
+    func acceptedExpectations() throws {
+        let limit = RequestFraming.discardableBodyLimit
+        let cases: [(fields: [(String, String)], expectsContinue: Bool, refusalCloses: Bool)] = [
+            ([("Host", "open.test")], false, false),
+            ([("Host", "open.test"), ("Expect", "100-continue")], false, false),
+            ([("Host", "open.test"), ("Content-Length", "5")], false, false),
+            ([("Host", "open.test"), ("Content-Length", "5"), ("Expect", "100-continue")], true, true),
+            ([("Host", "open.test"), ("Content-Length", "5"), ("Expect", "something-else")], false, false),
+            ([("Host", "open.test"), ("Content-Length", "\(limit + 1)")], false, true),
+            ([("Host", "open.test"), ("Transfer-Encoding", "chunked")], false, true),
+        ]
+        for (fields, expectsContinue, refusalCloses) in cases {
+            let decision = RequestAdmission.decide(
+                try Self.head(fields), snapshot: try Self.snapshot(), draining: false)
+            guard case .accept(let accepted) = decision else {
+                Issue.record("\(fields): not accepted")
+                continue
+            }
+            #expect(accepted.expectsContinue == expectsContinue, "\(fields)")
+            #expect(accepted.refusalCloses == refusalCloses, "\(fields)")
+        }
     }
 
     @Test func headersOverTheLimitAreRefused() throws {

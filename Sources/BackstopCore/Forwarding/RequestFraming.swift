@@ -10,6 +10,20 @@ public struct RequestFraming: Sendable, Equatable {
     public var chunked: Bool
     public var hasBody: Bool { chunked || (contentLength ?? 0) > 0 }
 
+    /// The largest declared body a refusal reads and drops to keep a kept-alive connection open (as nginx discards
+    /// the body of a request it answers itself).
+    public static let discardableBodyLimit = 64 << 10
+
+    /// Whether Backstop, refusing this request before reading its body, must close the connection after the answer
+    /// (docs/reference/errors.md#connection-handling-after-an-error): a chunked body or one declared larger than
+    /// `discardableBodyLimit` is not read to its end; nor is the body of a client that asked `Expect: 100-continue`
+    /// (`expectsContinue`), which, given a final answer instead of `100 Continue`, may never send it and go on to its
+    /// next request, whose bytes would be taken for the body.
+    public func refusalCloses(expectsContinue: Bool) -> Bool {
+        guard hasBody else { return false }
+        return chunked || expectsContinue || (contentLength ?? 0) > Self.discardableBodyLimit
+    }
+
     /// Only the scan over the fields is inlined into the caller, so it is specialized for the caller's header
     /// collection (`HTTPHeaders`) instead of iterating through protocol witnesses for every request.
     @inlinable

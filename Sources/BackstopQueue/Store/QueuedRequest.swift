@@ -57,11 +57,12 @@ public struct QueuedRequest: Sendable, Equatable {
 /// The binary form of a sealed queue entry's parts (before sealing, after opening). Length-prefixed fields with
 /// a format byte in front; decoding checks every length against what is left, so a damaged entry that somehow
 /// opened cannot make it read out of bounds.
-enum QueuedRequestCodec {
+/// Package-visible for the `queued-head` fuzz target.
+package enum QueuedRequestCodec {
     static let headFormat: UInt8 = 1
 
     /// `format ‖ method ‖ target ‖ count ‖ (name ‖ value)*`, each string as a 4-byte big-endian length and UTF-8.
-    static func encodeHead(_ request: QueuedRequest) -> [UInt8] {
+    package static func encodeHead(_ request: QueuedRequest) -> [UInt8] {
         var out: [UInt8] = [headFormat]
         func put(_ value: Int) { withUnsafeBytes(of: UInt32(value).bigEndian) { out.append(contentsOf: $0) } }
         func put(_ text: String) {
@@ -79,7 +80,9 @@ enum QueuedRequestCodec {
     }
 
     /// The method, target and headers, or nil when `bytes` is not a head this version wrote.
-    static func decodeHead(_ bytes: [UInt8]) -> (method: String, target: String, headers: [QueuedRequest.Header])? {
+    package static func decodeHead(
+        _ bytes: [UInt8]
+    ) -> (method: String, target: String, headers: [QueuedRequest.Header])? {
         var reader = ByteReader(bytes: bytes[...])
         guard reader.byte() == headFormat, let method = reader.string(), let target = reader.string(),
             let count = reader.length(), count <= reader.remaining / 8

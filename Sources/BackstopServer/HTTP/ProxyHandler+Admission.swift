@@ -33,14 +33,11 @@ extension ProxyHandler {
                 case .allow(let entry): clientEntry = entry
                 case nil: clientEntry = nil
                 case .deny:
-                    refuse(
-                        .clientDenied, head: head, close: accepted.framing.hasBody,
-                        upstream: accepted.upstreamName)
+                    refuse(.clientDenied, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName)
                     return
                 case .challenge:
                     refuse(
-                        .proxyAuthRequired, head: head, close: accepted.framing.hasBody,
-                        upstream: accepted.upstreamName)
+                        .proxyAuthRequired, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName)
                     return
                 }
                 if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
@@ -56,10 +53,13 @@ extension ProxyHandler {
                 switch slot.acquire() {
                 case .admitted: break
                 case .overloaded:
-                    refuseInOutage(.upstreamOverloaded, head: head, accepted, retryAfter: nil)
+                    refuse(
+                        .upstreamOverloaded, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName)
                     return
                 case .circuitOpen(let retryAfter):
-                    refuseInOutage(.circuitOpen, head: head, accepted, retryAfter: retryAfter)
+                    refuse(
+                        .circuitOpen, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName,
+                        retryAfter: retryAfter)
                     return
                 }
             }
@@ -76,26 +76,10 @@ extension ProxyHandler {
                     path: accepted.target.path, clientEntry: clientEntry, delivery: deliveryID),
                 metrics: metrics, now: now)
             exchange?.inflightSlot = slot
-            let expectsContinue =
-                accepted.framing.hasBody
-                && head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true
-            feed { $0.headAdmitted(.forward(configuration, expectsContinue: expectsContinue), now: now, into: &$1) }
+            feed {
+                $0.headAdmitted(.forward(configuration, expectsContinue: accepted.expectsContinue), now: now, into: &$1)
+            }
         }
-    }
-
-    /// The largest declared body a `circuit-open` or `upstream-overloaded` refusal reads and drops to keep the
-    /// connection (docs/reference/behaviour.md#failing-fast).
-    static let discardedBodyLimit = 64 << 10
-
-    /// A refusal of an outage (`circuit-open`, `upstream-overloaded`): a client that keeps its connection keeps it
-    /// through them when the body is small enough to read and drop (as nginx discards one); a larger or chunked one
-    /// closes it.
-    private func refuseInOutage(
-        _ reason: ProxyErrorReason, head: ClientRequestHead, _ accepted: RequestAdmission.Accepted, retryAfter: Int?
-    ) {
-        let framing = accepted.framing
-        let close = framing.chunked || (framing.contentLength ?? 0) > Self.discardedBodyLimit
-        refuse(reason, head: head, close: close, upstream: accepted.upstreamName, retryAfter: retryAfter)
     }
 
     /// A request to a `delivery: queue` upstream: read whole, stored, answered `202`
@@ -106,9 +90,7 @@ extension ProxyHandler {
         let now = self.now
         let limits = runtime.snapshot.config.limits
         guard runtime.queue != nil else {
-            refuse(
-                .spoolFull, head: head, close: accepted.framing.hasBody,
-                upstream: accepted.upstreamName)
+            refuse(.spoolFull, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName)
             return
         }
         intake = QueueIntake(
@@ -117,12 +99,9 @@ extension ProxyHandler {
                 client: clientAddress, method: head.method.rawValue, host: accepted.clientHost,
                 path: accepted.target.path, clientEntry: clientEntry),
             runtime: runtime, bufferMemory: limits.bufferMemory, now: now)
-        let expectsContinue =
-            accepted.framing.hasBody
-            && head.headers.first(name: "expect")?.caseInsensitiveEquals("100-continue") == true
         feed {
             $0.headAdmitted(
-                .queue(maxBody: limits.maxRequestBody, expectsContinue: expectsContinue), now: now, into: &$1)
+                .queue(maxBody: limits.maxRequestBody, expectsContinue: accepted.expectsContinue), now: now, into: &$1)
         }
     }
 

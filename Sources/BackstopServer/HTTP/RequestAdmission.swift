@@ -15,6 +15,11 @@ enum RequestAdmission {
         /// `Upgrade` and `upgrade` listed in `Connection` (RFC 9110 §7.8; docs/reference/behaviour.md#upgrades). Nil
         /// for any other request, which is forwarded as usual (`Upgrade` is hop-by-hop and dropped).
         var upgrade: String? = nil
+        /// It has a body and asks `Expect: 100-continue` for it.
+        var expectsContinue = false
+
+        /// Whether a refusal before the body is read closes the connection (`RequestFraming.refusalCloses`).
+        var refusalCloses: Bool { framing.refusalCloses(expectsContinue: expectsContinue) }
 
         /// The upstream it was routed to (nil for passthrough): what a refusal after routing names.
         var upstreamName: String? { destination.upstream?.config.name }
@@ -45,6 +50,7 @@ enum RequestAdmission {
         var hostFields = 0
         var upgrade: String?
         var connectionListsUpgrade = false
+        var expectContinue = false
         var lengthFields: [String] = []
         var codingFields: [String] = []
         // On the bytes: a string only for the few fields admission reads.
@@ -54,6 +60,7 @@ enum RequestAdmission {
                 switch name.count {
                 case 3 where HeaderName.equals(name, "via"): .via
                 case 4 where HeaderName.equals(name, "host"): .host
+                case 6 where HeaderName.equals(name, "expect"): .expect
                 case 7 where HeaderName.equals(name, "upgrade"): .upgrade
                 case 10 where HeaderName.equals(name, "connection"): .connection
                 case 14 where HeaderName.equals(name, "content-length"): .contentLength
@@ -69,6 +76,7 @@ enum RequestAdmission {
                 hostFields += 1
                 if hostHeader == nil { hostHeader = value }
             case .upgrade: if upgrade == nil { upgrade = value }
+            case .expect: expectContinue = expectContinue || value.caseInsensitiveEquals("100-continue")
             case .connection:
                 connectionListsUpgrade = connectionListsUpgrade || HeaderRewriter.value(value, lists: "upgrade")
             case .contentLength: lengthFields.append(value)
@@ -84,6 +92,8 @@ enum RequestAdmission {
                 ? RequestFraming(contentLength: nil, chunked: false)
                 : RequestFraming(contentLengthFields: lengthFields, transferEncodingFields: codingFields)
         else { return .reject(.badRequest, close: true) }
+        let expectsContinue = expectContinue && framing.hasBody
+        let refusalCloses = framing.refusalCloses(expectsContinue: expectsContinue)
         if let length = framing.contentLength, length > limits.maxRequestBody {
             return .reject(.bodyTooLarge, close: true)
         }
@@ -98,7 +108,7 @@ enum RequestAdmission {
         }
         if let intercepted {
             guard let inside = interceptedTarget(target, intercepted) else {
-                return .reject(.noRoute, close: framing.hasBody)
+                return .reject(.noRoute, close: refusalCloses)
             }
             target = inside
         }
@@ -106,22 +116,22 @@ enum RequestAdmission {
         let destination: ExchangeDestination
         switch snapshot.router.route(target: target, hostHeader: hostHeader) {
         case .noRoute:
-            return .reject(.noRoute, close: framing.hasBody)
+            return .reject(.noRoute, close: refusalCloses)
         case .upstream(let index, let path):
             let upstream = snapshot.upstreams[index]
             // After a reload, the host may no longer belong to an intercepting upstream.
-            if intercepted != nil, !upstream.config.intercept { return .reject(.noRoute, close: framing.hasBody) }
+            if intercepted != nil, !upstream.config.intercept { return .reject(.noRoute, close: refusalCloses) }
             // Without the configured client certificate the request would go out as someone else, or be refused in
             // the handshake after its retries: nothing is sent (docs/reference/config.md#client-certificates).
             if upstream.clientCertificateUnusable {
-                return .reject(.tokenUnavailable, close: framing.hasBody, upstream: upstream.config.name)
+                return .reject(.tokenUnavailable, close: refusalCloses, upstream: upstream.config.name)
             }
             // TRACE echoes the request, injected credential included, back to the client.
             if head.method.isTRACE, upstream.config.auth != .none {
-                return .reject(.methodNotAllowed, close: framing.hasBody, upstream: upstream.config.name)
+                return .reject(.methodNotAllowed, close: refusalCloses, upstream: upstream.config.name)
             }
             if !upstream.config.upgrades, upgrade != nil {
-                return .reject(.upgradeNotAllowed, close: framing.hasBody, upstream: upstream.config.name)
+                return .reject(.upgradeNotAllowed, close: refusalCloses, upstream: upstream.config.name)
             }
             destination = .upstream(upstream, path: path)
         case .passthrough(let url):
@@ -133,7 +143,7 @@ enum RequestAdmission {
         return .accept(
             Accepted(
                 framing: framing, target: target, destination: destination, clientHost: clientHost,
-                upgrade: requested ? upgrade : nil))
+                upgrade: requested ? upgrade : nil, expectsContinue: expectsContinue))
     }
 
     /// A request inside an intercepted connection as the absolute-form `https://host[:port]/…` request it stands for;
@@ -192,5 +202,5 @@ enum RequestAdmission {
 
 /// The fields admission reads, by name.
 private enum AdmissionField {
-    case via, host, upgrade, connection, contentLength, transferEncoding
+    case via, host, expect, upgrade, connection, contentLength, transferEncoding
 }
