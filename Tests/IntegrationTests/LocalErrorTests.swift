@@ -41,6 +41,34 @@ struct LocalErrorTests {
         }
     }
 
+    /// docs/reference/errors.md#connection-handling-after-an-error: a small declared body is read and dropped.
+    @Test("403 no-route with a small body keeps the connection; with Expect: 100-continue it closes")
+    func noRouteWithBody() async throws {
+        try await withOriginAndProxy(origin: { _ in .text(200, "yes") }, config: { singleUpstreamConfig($0) }) {
+            origin, proxy in
+            let connection = try await RawHTTPConnection.connect(port: proxy.port)
+            // The refused request and the next one in one write: exactly the 5 body bytes are dropped.
+            try await connection.sendPipelined([
+                Array("POST http://other.test/x HTTP/1.1\r\nHost: other.test\r\nContent-Length: 5\r\n\r\nhello".utf8),
+                Array("GET http://app.test/y HTTP/1.1\r\nHost: app.test\r\n\r\n".utf8),
+            ])
+            let refused = try await connection.nextResponse(timeout: .seconds(5))
+            expectLocalError(refused, status: 403, reason: "no-route")
+            #expect(refused.header("Connection") == nil)
+            let next = try await connection.nextResponse(timeout: .seconds(5))
+            #expect(next.status == 200 && next.bodyString == "yes")
+            await connection.close()
+            #expect(origin.requestCount == 1)
+            let expecting = try await RawHTTP.exchange(
+                port: proxy.port,
+                request:
+                    "POST http://other.test/x HTTP/1.1\r\nHost: other.test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+                timeout: .seconds(5))
+            expectLocalError(expecting, status: 403, reason: "no-route")
+            #expect(expecting.header("Connection") == "close")
+        }
+    }
+
     @Test("body above max_request_body → 413 body-too-large, nothing sent upstream")
     func bodyTooLarge() async throws {
         try await withOriginAndProxy(
