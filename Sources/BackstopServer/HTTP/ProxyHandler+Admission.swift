@@ -76,9 +76,9 @@ extension ProxyHandler {
                     path: accepted.target.path, clientEntry: clientEntry, delivery: deliveryID),
                 metrics: metrics, now: now)
             exchange?.inflightSlot = slot
-            feed {
-                $0.headAdmitted(.forward(configuration, expectsContinue: accepted.expectsContinue), now: now, into: &$1)
-            }
+            // A local, so the closure does not capture (and retain) the whole `accepted`.
+            let expectsContinue = accepted.expectsContinue
+            feed { $0.headAdmitted(.forward(configuration, expectsContinue: expectsContinue), now: now, into: &$1) }
         }
     }
 
@@ -99,9 +99,10 @@ extension ProxyHandler {
                 client: clientAddress, method: head.method.rawValue, host: accepted.clientHost,
                 path: accepted.target.path, clientEntry: clientEntry),
             runtime: runtime, bufferMemory: limits.bufferMemory, now: now)
+        let expectsContinue = accepted.expectsContinue
         feed {
             $0.headAdmitted(
-                .queue(maxBody: limits.maxRequestBody, expectsContinue: accepted.expectsContinue), now: now, into: &$1)
+                .queue(maxBody: limits.maxRequestBody, expectsContinue: expectsContinue), now: now, into: &$1)
         }
     }
 
