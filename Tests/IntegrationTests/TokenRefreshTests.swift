@@ -199,6 +199,57 @@ struct TokenRefreshTests {
         }
     }
 
+    /// A request that ran out of `timeouts.total` while its token was fetched leaves the fetch running; the
+    /// connection's next request, to another upstream whose token is being fetched too, must not take the first
+    /// fetch's token when it arrives (it would send upstream a's token to b).
+    @Test("a token fetched for a request that already ended is not given to the connection's next request")
+    func lateTokenNotGivenToNextRequest() async throws {
+        let authA = try await TestAuthServer.start(initialRefreshToken: "refresh-a")
+        let authB = try await TestAuthServer.start(initialRefreshToken: "refresh-b")
+        authA.update {
+            $0.tokenSalt = "a"
+            $0.answerDelay = .milliseconds(2500)
+        }
+        authB.update {
+            $0.tokenSalt = "b"
+            $0.answerDelay = .milliseconds(4000)
+        }
+        let origin = try await TestOrigin.start { _ in .text(200, "ok") }
+        let (keychain, directory) = try Self.makeKeychain([
+            "a/refresh_token": "refresh-a", "b/refresh_token": "refresh-b",
+        ])
+        defer { TestFiles.remove(directory) }
+        func upstream(_ name: String, _ auth: TestAuthServer, total: String) -> String {
+            "  - name: \(name)\n    match: {hosts: [\(name).test]}\n    url: \(origin.baseURL)\n"
+                + "    retry: {attempts: 1}\n    timeouts: {connect: 1s, per_try: \(total), total: \(total)}\n"
+                + "    auth: {type: oauth2, token_url: \"\(auth.tokenURL)\", keychain_prefix: \(name)}\n"
+        }
+        let yaml =
+            keychainSection(directory: directory) + "\nupstreams:\n" + upstream("a", authA, total: "1s")
+            + upstream("b", authB, total: "10s")
+        let proxy = try await ProxyHarness.start(yaml, keychain: keychain)
+        var failure: (any Error)?
+        do {
+            let connection = try await RawHTTPConnection.connect(port: proxy.port)
+            let first = try await connection.exchange(
+                "GET http://a.test/1 HTTP/1.1\r\nHost: a.test\r\n\r\n", timeout: .seconds(5))
+            #expect(first.status == 502 && first.header("X-Backstop-Error") == "token-unavailable")
+            #expect(first.header("Connection") == nil)
+            // a's token arrives while this one waits for b's.
+            let second = try await connection.exchange(
+                "GET http://b.test/2 HTTP/1.1\r\nHost: b.test\r\n\r\n", timeout: .seconds(10))
+            #expect(second.status == 200, "\(second.bodyString)")
+            await connection.close()
+            #expect(authA.tokenCalls == 1 && authB.tokenCalls == 1)
+            #expect(origin.requests.map { $0.header("Authorization") } == ["Bearer access-b-1"])
+        } catch { failure = error }
+        await proxy.stop()
+        try? await origin.shutdown()
+        try? await authA.origin.shutdown()
+        try? await authB.origin.shutdown()
+        if let failure { throw failure }
+    }
+
     @Test("a token announced with expires_in 0 is used until rejected, not refreshed again and again")
     func zeroLifetimeToken() async throws {
         try await Self.withAuthProxy(prepare: { auth in auth.update { $0.expiresIn = 0 } }) {

@@ -226,6 +226,9 @@ extension ProxyHandler {
                     let (token, refresh) = await manager.tokenForRequest(trace: trace)
                     loop.execute {
                         let (handler, exchange) = bound.value
+                        // The request may have ended (its `timeouts.total`) and the connection's next one be waiting
+                        // for a token of its own, maybe another upstream's: this one is not its answer.
+                        guard handler.exchange === exchange else { return }
                         exchange.traceWaited(on: refresh)
                         let now = handler.now
                         handler.feed { $0.credentialAcquired(token.map { .token($0) }, now: now, into: &$1) }
@@ -254,6 +257,8 @@ extension ProxyHandler {
             let (replacement, refresh) = await manager.tokenRejected(rejected, trace: trace)
             loop.execute {
                 let (handler, exchange) = bound.value
+                // As in `acquireCredential`: only the request that asked takes the replacement.
+                guard handler.exchange === exchange else { return }
                 exchange.traceWaited(on: refresh)
                 let now = handler.now
                 handler.feed { $0.refreshFinished(replacement, now: now, into: &$1) }
