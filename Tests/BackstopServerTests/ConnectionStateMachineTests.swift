@@ -208,22 +208,32 @@ struct ConnectionStateMachineTests {
             ],
             state: .closing),
         Row(
-            name: "the client gone while its body is read: nothing is stored",
+            name: "the client gone while its body is read: nothing is stored, the intake ends",
             steps: [
                 (.part(.head(post)), [.admit(post)]),
                 (.admitted(queue()), []),
                 (.part(.body(ok)), [.keepQueuedBody(ok)]),
-                (.closed, [.discardQueued]),
+                (.closed, [.queuedUnanswered(delivery: nil)]),
             ],
             state: .closing),
         Row(
-            name: "the client gone while its request is stored: the store goes on, nobody is answered",
+            name: "the client gone while its request is stored: the store goes on, nobody is answered, the intake ends",
             steps: [
                 (.part(.head(post)), [.admit(post)]),
                 (.admitted(queue()), []),
                 (.part(.end(nil)), [.storeQueued]),
                 (.closed, []),
-                (.intakeEnded(.stored(delivery: "d3")), []),
+                (.intakeEnded(.stored(delivery: "d3")), [.queuedUnanswered(delivery: "d3")]),
+            ],
+            state: .closing),
+        Row(
+            name: "the client gone while its request is stored, and the store refused: the intake ends unstored",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue()), []),
+                (.part(.end(nil)), [.storeQueued]),
+                (.closed, []),
+                (.intakeEnded(.refused(.spoolFull)), [.queuedUnanswered(delivery: nil)]),
             ],
             state: .closing),
         Row(

@@ -260,6 +260,9 @@ struct ConnectionStateMachine {
         case storeQueued
         /// The request will not be stored: let go of what was kept of it.
         case discardQueued
+        /// The store ended after the client went away: nobody hears the answer, but the request is recorded (stored
+        /// as `delivery`, or not stored: nil) and its intake let go.
+        case queuedUnanswered(delivery: String?)
 
         // What metrics, logs and spans record.
         /// An attempt ended as `report` (`backstop_upstream_attempts_total`).
@@ -284,6 +287,8 @@ struct ConnectionStateMachine {
     private var uploadHold = false
     private var queueHold = false
     private var pendingRead = false
+    /// A queued request was being stored when the client went away: the store's end still ends its intake.
+    private var storeOutlivedClient = false
     /// The generation the next exchange's first attempt gets: above every attempt this connection started.
     private var nextGeneration = 1
     /// The last finished request's box, which the next request takes when nothing else holds it: one allocation
@@ -469,9 +474,19 @@ extension ConnectionStateMachine {
 extension ConnectionStateMachine {
     /// Storing the queued request (after `.storeQueued`) ended: `202` once stored, else the refusal; a refusal can
     /// also come while the body is read (`limits.buffer_memory` spent). A store that ends after the client went away
-    /// answers nobody (what was stored is delivered all the same).
+    /// answers nobody (what was stored is delivered all the same), but still ends the intake.
     mutating func intakeEnded(_ outcome: IntakeOutcome, now: Duration, into actions: inout [Action]) {
-        guard case .active(let active) = state, let intake = active.intake else { return }
+        guard case .active(let active) = state, let intake = active.intake else {
+            guard storeOutlivedClient else { return }
+            storeOutlivedClient = false
+            let delivery: String? =
+                switch outcome {
+                case .stored(let delivery): delivery
+                case .refused: nil
+                }
+            actions.append(.queuedUnanswered(delivery: delivery))
+            return
+        }
         let facts = active.facts
         switch outcome {
         case .stored(let delivery):
@@ -1004,12 +1019,16 @@ extension ConnectionStateMachine {
     /// The channel was handed to a tunnel or an intercepted TLS session: this machine is done.
     mutating func handedOver() { close() }
 
-    /// The client went away while a queued request was read: it is not stored. One being stored goes on (it is
-    /// delivered; nobody hears the `202`).
+    /// The client went away while a queued request was read: it is not stored (recorded as the client's leaving).
+    /// One being stored goes on (it is delivered; nobody hears the `202`): `intakeEnded` records it.
     private mutating func endIntake(into actions: inout [Action]) {
-        guard case .active(let active) = state, let intake = active.intake, !intake.storing else { return }
+        guard case .active(let active) = state, let intake = active.intake else { return }
+        guard !intake.storing else {
+            storeOutlivedClient = true
+            return
+        }
         active.intake = nil
-        actions.append(.discardQueued)
+        actions.append(.queuedUnanswered(delivery: nil))
     }
 
     /// Ends the active exchange as the client going away (`client-closed`).

@@ -118,6 +118,12 @@ extension ProxyHandler {
         case .discardQueued:
             // The intake stays until its answer is written (which records it), or the connection closes.
             intake?.finish()
+        case .queuedUnanswered(let delivery):
+            guard let intake else { return }
+            // Counted as every request whose client left before its answer (docs/reference/errors.md#metrics-for-errors).
+            logQueued(intake, status: 499, error: "client-closed", delivery: delivery)
+            intake.finish()
+            self.intake = nil
 
         case .attemptEnded(let report):
             recordAttempt(report)
