@@ -12,8 +12,10 @@ final class StaticTokenSource: Sendable {
     private struct Cache {
         var value: String?
         var modified: timespec = timespec()
+        /// -1: not read yet, or the last look failed: read at the next look.
         var size: Int = -1
-        var checkedAt: Int64 = 0
+        /// The second of the last look (nil: none yet).
+        var checkedAt: Int64?
     }
 
     private let keychain: FileKeychain
@@ -32,10 +34,12 @@ final class StaticTokenSource: Sendable {
     func value() -> String? {
         let now = clock.monotonic().secondsAndAttoseconds.seconds
         return cache.withLockedValue { cache in
-            if cache.checkedAt == now, cache.size >= 0 { return cache.value }
+            if cache.checkedAt == now { return cache.value }
             cache.checkedAt = now
             var info = stat()
             guard stat(keychain.path, &info) == 0 else {
+                // Looked at again next second, whatever the file's times are then.
+                cache.size = -1
                 cache.value = nil
                 return nil
             }
@@ -46,8 +50,15 @@ final class StaticTokenSource: Sendable {
             }
             cache.modified = info.st_mtim
             cache.size = Int(info.st_size)
-            let stored = (try? keychain.entry(entry))??.stringValue
-            cache.value = stored.flatMap { HTTPSyntax.isFieldValue($0) ? $0 : nil }
+            do {
+                let stored = try keychain.entry(entry)?.stringValue
+                cache.value = stored.flatMap { HTTPSyntax.isFieldValue($0) ? $0 : nil }
+            } catch {
+                // A read that failed (descriptors exhausted, an I/O error, a file caught mid-replace) is tried again
+                // next second: the file's times and size alone would keep the failure until the file changed.
+                cache.size = -1
+                cache.value = nil
+            }
             return cache.value
         }
     }
