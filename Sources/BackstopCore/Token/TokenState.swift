@@ -277,7 +277,9 @@ public struct TokenState: Sendable {
 
     private func refreshAllowed(now: Double) -> Bool {
         guard let lastFailure else { return true }
-        return now >= lastFailure.at + configuration.failureCooldown.seconds
+        // A wall clock stepped back past the failure (NTP, a resumed VM) cannot measure the cooldown: it is over,
+        // rather than stretched by the size of the step.
+        return now >= lastFailure.at + configuration.failureCooldown.seconds || now < lastFailure.at
     }
 
     private mutating func beginFetch(now: Double) -> TokenAction {

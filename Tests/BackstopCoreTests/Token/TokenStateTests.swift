@@ -42,6 +42,22 @@ struct TokenStateTests {
         expectValue(valid.tokenForRequest(now: 5), .use(current))
     }
 
+    @Test("a wall clock stepped back after a failure ends the cooldown instead of stretching it by the step")
+    func clockSteppedBackAfterAFailure() {
+        var state = TokenState(configuration: Self.configuration)
+        expectValue(state.tokenForRequest(now: 10_000), .startRefresh)
+        state.refreshFailed(final: false, now: 10_000)
+        expectValue(state.tokenForRequest(now: 10_004), .fail)
+        // An hour back: 6 s of real time later the cooldown (5 s) has passed.
+        expectValue(state.tokenForRequest(now: 10_000 - 3600 + 6), .startRefresh)
+        // Forward, as ever: within the cooldown no refresh, after it one.
+        var forward = TokenState(configuration: Self.configuration)
+        expectValue(forward.tokenForRequest(now: 100), .startRefresh)
+        forward.refreshFailed(final: false, now: 100)
+        expectValue(forward.tokenForRequest(now: 100), .fail)
+        expectValue(forward.tokenForRequest(now: 105), .startRefresh)
+    }
+
     // MARK: First fetch and single flight
 
     @Test func firstRequestFetchesAndOthersWait() {
