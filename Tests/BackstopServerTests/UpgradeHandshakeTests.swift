@@ -165,6 +165,18 @@ struct UpgradeHandshakeTests {
         #expect(m.deadline == nil)
     }
 
+    @Test mutating func aTokenFetchThatOutlivesTheTotalTimeoutIsTokenUnavailable() {
+        var m = Self.machine(credential: .oauth2(refreshOn: [401]))
+        #expect(m.deadline == Self.t0 + .seconds(10))
+        #expect(m.timerFired(now: Self.t0 + .seconds(9), wall: 0, random: &random) == .none)
+        #expect(
+            m.timerFired(now: Self.t0 + .seconds(10), wall: 0, random: &random)
+                == .failLocally(.tokenUnavailable, attempts: 0))
+        #expect(m.state == .ended && m.deadline == nil)
+        // The token arriving later changes nothing.
+        #expect(m.credentialAcquired(.token(Self.token1), now: Self.t0 + .seconds(11)) == .none)
+    }
+
     @Test mutating func aRefreshThatOutlivesTheTotalTimeoutRelaysTheHeldAnswer() {
         var m = Self.machine(credential: .oauth2(refreshOn: [401]))
         _ = m.credentialAcquired(.token(Self.token1), now: Self.t0)

@@ -7,7 +7,7 @@ import BackstopTransport
 /// `auth.refresh_on`, as for any request), and how the handshake ends: a `101` (the relay starts, nothing is retried
 /// after it), another answer (relayed to the client), or a local error. `UpgradeRelay` performs the actions.
 ///
-///     awaitingCredential  credential → attempting;  (nil) → ended (token-unavailable)
+///     awaitingCredential  credential → attempting;  (nil) or total deadline → ended (token-unavailable)
 ///     attempting          101 → ended (switch);  refresh_on status, first time → awaitingRefresh;  retry.on status
 ///                         or failure with a retry left → backingOff;  else → ended;  deadline → as a timeout
 ///     awaitingRefresh     refreshFinished(token) → attempting (the replay);  (nil) or total deadline → ended
@@ -79,7 +79,9 @@ struct UpgradeHandshake {
         switch state {
         case .attempting(_, let deadline), .awaitingRefresh(_, let deadline): deadline
         case .backingOff(_, let until): until
-        case .awaitingCredential, .ended: nil
+        // A token being fetched is waited for within `timeouts.total`, as for any request.
+        case .awaitingCredential: startedAt + timeouts.total
+        case .ended: nil
         }
     }
 
@@ -159,6 +161,9 @@ struct UpgradeHandshake {
     /// of a backoff.
     mutating func timerFired(now: Duration, wall: Double, random: inout some RandomNumberGenerator) -> Action {
         switch state {
+        case .awaitingCredential where now >= startedAt + timeouts.total:
+            state = .ended
+            return .failLocally(.tokenUnavailable, attempts: 0)
         case .attempting(_, let deadline) where now >= deadline:
             return attemptFailed(
                 .timeout(detail: "no response head within the attempt's deadline"), now: now, wall: wall,

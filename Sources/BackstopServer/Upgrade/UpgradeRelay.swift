@@ -185,6 +185,8 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
                         relay.perform(relay.machine.credentialAcquired(token.map { .token($0) }, now: relay.now))
                     }
                 }
+                // The wait is bounded by `timeouts.total` (the machine's deadline while it awaits the credential).
+                armTimer()
                 return
             }
         case .awsSigV4(let source):
