@@ -169,6 +169,16 @@ extension ExchangeStateMachineTests {
                 (.head(head(200), ms: 900), deliver(head(200))),
             ]),
         Row(
+            name: "after the budget refused a copy, none is asked for again, not when a place opens nor after a retry",
+            configuration: hedged(max: 2, attempts: 5),
+            steps: race + [
+                (.timer(ms: 100), .requestHedgePermit),
+                (.permit(false, ms: 100), .none),
+                (.failure(reset, generation: 2, ms: 110), left(2, .failed(reset))),
+                (.timer(ms: 160), .none),
+                (.timer(ms: 500), .none),
+            ], deadline: .some(at(2000))),
+        Row(
             name: "the budget's late answer after the head won is stale",
             configuration: hedged(),
             steps: [

@@ -624,6 +624,11 @@ struct ExchangeStateMachine: Equatable {
             get { rare?.value.hedges ?? HedgeTally() }
             set { modifyRare { $0.hedges = newValue } }
         }
+        /// The retry budget refused a copy: no further copy is asked for this request (behaviour.md#hedging).
+        var copyRefused: Bool {
+            get { rare?.value.copyRefused ?? false }
+            set { modifyRare { $0.copyRefused = newValue } }
+        }
 
         private mutating func modifyRare(_ change: (inout Rare) -> Void) {
             if rare == nil {
@@ -654,6 +659,7 @@ struct ExchangeStateMachine: Equatable {
             var retryAfter: Int?
             var wakesOnNetworkChange = false
             var hedges = HedgeTally()
+            var copyRefused = false
         }
 
         private final class RareBox {
@@ -940,9 +946,8 @@ struct ExchangeStateMachine: Equatable {
 
     /// The hedge timer for a set of `inFlight` attempts, one of them sent `now`.
     private func nextCopy(inFlight: Int, now: Duration) -> NextCopy {
-        guard let plan = configuration.hedge, mayCopy(inFlight: inFlight, now: now + plan.after) else {
-            return .none
-        }
+        guard let plan = configuration.hedge, !progress.copyRefused, mayCopy(inFlight: inFlight, now: now + plan.after)
+        else { return .none }
         return .due(now + plan.after)
     }
 
@@ -964,6 +969,7 @@ struct ExchangeStateMachine: Equatable {
         var attempts = attempts
         guard granted else {
             attempts.nextCopy = .none
+            progress.copyRefused = true
             state = .attempting(attempts)
             return .none
         }
