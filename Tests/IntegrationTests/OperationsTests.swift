@@ -72,6 +72,46 @@ struct OperationsTests {
     }
 
     @Test(
+        "a reload of a file whose keychain and spool sections only moved down applies; one that changes the spool is refused"
+    )
+    func reloadWithMovedSections() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let origin = try await TestOrigin.start { _ in .text(200, "ok") }
+        let port = try FreePort.reserveClosedPort()
+        let adminPort = try FreePort.reserveClosedPort()
+        let path = directory + "/backstop.yaml"
+        func writeConfig(header: String, spool: String = "spool") throws {
+            let sections =
+                "keychain: {path: \(directory)/k.bkc, key_file: \(directory)/k.key}\n"
+                + "spool: {dir: \(directory)/\(spool)}\n"
+            try
+                (header + sections
+                + config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin)))
+                .write(toFile: path, atomically: true, encoding: .utf8)
+        }
+        try writeConfig(header: "")
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
+        defer { Task { await daemon.stop() } }
+        try await daemon.waitUntilListening(port: port)
+        // Every line moves down two; nothing in force changes.
+        try writeConfig(header: "# moved\n# down\n")
+        daemon.send(signal: SIGHUP)
+        try await daemon.waitForOutput(timeout: .seconds(5)) {
+            $0.contains("config reloaded") || $0.contains("reload rejected")
+        }
+        #expect(daemon.output.contains("config reloaded"), "\(daemon.output)")
+        #expect(!daemon.output.contains("reload rejected"))
+        // Another spool directory needs a restart.
+        try writeConfig(header: "# moved\n# down\n", spool: "elsewhere")
+        daemon.send(signal: SIGHUP)
+        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("the spool section changed") }
+        let response = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://one.test/x", host: "one.test"), timeout: .seconds(5))
+        #expect(response.status == 200)
+    }
+
+    @Test(
         "sd_notify READY, RELOADING/READY around SIGHUP, WATCHDOG, STOPPING; reload adds a route; a bad reload keeps the old config; drain finishes in-flight requests"
     )
     func lifecycle() async throws {

@@ -2,6 +2,15 @@
 // ConfigLoader / ConfigValidator; everything downstream reads only these values.
 
 /// A place in a config file, for error messages (1-based line and column).
+/// A value kept beside a config setting for messages only (where it was written): two configs that differ only in it
+/// are equal, so a reload of a file whose lines merely moved changes nothing (docs/reference/operations.md#signals).
+@propertyWrapper
+public struct NotCompared<Value: Sendable>: Sendable, Equatable {
+    public var wrappedValue: Value
+    public init(wrappedValue: Value) { self.wrappedValue = wrappedValue }
+    public static func == (lhs: Self, rhs: Self) -> Bool { true }
+}
+
 public struct SourceLocation: Sendable, Equatable, Hashable, CustomStringConvertible {
     public var file: String
     public var line: Int
@@ -208,7 +217,7 @@ public struct KeychainConfig: Sendable, Equatable {
     public var path: String
     public var key: KeySource
     /// Where `key_file`/`key_credential` was written, for errors found later (unreadable key file, bad mode).
-    public var keyLocation: SourceLocation?
+    @NotCompared public var keyLocation: SourceLocation?
     public init(path: String, key: KeySource, keyLocation: SourceLocation? = nil) {
         self.path = path
         self.key = key
@@ -278,7 +287,7 @@ public struct UpstreamConfig: Sendable, Equatable {
     /// How queued deliveries to this upstream are paced and when they give up (`delivery: queue` only).
     public var queue = QueueConfig()
     /// Where this upstream's entry starts in the file.
-    public var location: SourceLocation?
+    @NotCompared public var location: SourceLocation?
 
     /// The first endpoint: all of them for an upstream written with `url`. Everything that does not choose an
     /// endpoint per attempt (routing, redirect rewriting, the base path, the scheme) may read it, since every
@@ -384,8 +393,8 @@ public struct MatchConfig: Sendable, Equatable {
     /// Whether the prefix is removed before joining with the upstream base path (default true when a prefix is set).
     public var stripPrefix: Bool
     /// Where each of `hosts` (same order) and `pathPrefix` were written, for overlap errors.
-    public var hostLocations: [SourceLocation] = []
-    public var pathPrefixLocation: SourceLocation?
+    @NotCompared public var hostLocations: [SourceLocation] = []
+    @NotCompared public var pathPrefixLocation: SourceLocation?
     public init(hosts: [String] = [], pathPrefix: String? = nil, stripPrefix: Bool = true) {
         self.hosts = hosts
         self.pathPrefix = pathPrefix
@@ -736,7 +745,7 @@ public struct ClientConfig: Sendable, Equatable {
     public var match: ClientMatch
     public var upstreams: ClientUpstreams
     /// Where its `match` value was written: what a problem found on the host (a user that does not exist) names.
-    public var location: SourceLocation?
+    @NotCompared public var location: SourceLocation?
     public init(name: String, match: ClientMatch, upstreams: ClientUpstreams, location: SourceLocation? = nil) {
         self.name = name
         self.match = match

@@ -9,7 +9,7 @@ public struct SpoolConfig: Sendable, Equatable {
     /// Bytes that spooled bodies and queued deliveries may take together.
     public var maxBytes: Int
     /// Where `dir` was written, for errors found later (a directory that cannot be created).
-    public var location: SourceLocation?
+    @NotCompared public var location: SourceLocation?
 
     /// 10 GiB (docs/reference/config.md#spool): a budget, not a reservation; nothing is allocated up front.
     public static let defaultMaxBytes = 10 << 30
