@@ -551,7 +551,7 @@ struct ConnectionStateMachineTests {
             ],
             state: .closing),
         Row(
-            name: "a head timing out while a response is written is left alone; a parse error then cuts it",
+            name: "a head timing out while a response is written is left alone; so is a parse error after its end",
             steps: [
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]), (.part(.end(nil)), []),
                 (
@@ -559,6 +559,26 @@ struct ConnectionStateMachineTests {
                     [.writeHead(upstream(200), headWrite(.contentLength(2)))]
                 ),
                 (.headTimedOut, []),
+                // Bytes after the complete request that are no request: refused once its response is whole.
+                (.parseFailed(.badRequest), []),
+                (.transport(.body(ok)), [.writeBody(ok, chunk: nil)]),
+                (
+                    .transport(.end, ms: 10),
+                    [
+                        completed(bytes: 2), .logLocalAnswer(.badRequest, detail: nil),
+                        .writeError(.badRequest, errorWrite(close: true)),
+                    ]
+                ),
+            ],
+            state: .closing),
+        Row(
+            name: "a parse error before the request's end is its own: the exchange ends, the response is cut",
+            steps: [
+                (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]),
+                (
+                    .transport(.head(upstream(200))),
+                    [.writeHead(upstream(200), headWrite(.contentLength(2)))]
+                ),
                 (
                     .parseFailed(.badRequest),
                     [finished(.clientClosed, ExchangeStateMachineTests.record(499)), .closeConnection]
@@ -721,6 +741,9 @@ struct ConnectionStateMachineTests {
                 case .startAttempt(let start):
                     if start.generation <= generation { violation = violation ?? "a generation was reused" }
                     generation = start.generation
+                case .logLocalAnswer:
+                    // What could not be read is answered as a request of its own (after the requests before it).
+                    (responses, finishes) = (0, 0)
                 case .writeHead, .writeError, .writeAccepted:
                     responses += 1
                     if responses > 1 { violation = violation ?? "two responses to one request" }

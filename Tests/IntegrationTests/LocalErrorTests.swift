@@ -69,6 +69,59 @@ struct LocalErrorTests {
         }
     }
 
+    /// docs/reference/behaviour.md#request-syntax: bytes after complete requests that are no request cost those
+    /// requests nothing; they are refused (400) after their answers, or never answered when a request before them
+    /// closes the connection.
+    @Test("bytes after complete requests: the requests are answered first, then 400 (or nothing, after a close)")
+    func bytesAfterCompleteRequests() async throws {
+        try await withOriginAndProxy(
+            origin: { request in .text(200, "ok \(request.uri)") }, config: { singleUpstreamConfig($0) }
+        ) { origin, proxy in
+            let port = proxy.port
+            let cases: [(String, [String], Bool)] = [
+                // A request that closes the connection, then another: its answer, and the connection closes.
+                (
+                    "POST http://app.test/a HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello"
+                        + "GET http://app.test/b HTTP/1.1\r\nHost: app.test\r\n\r\n", ["ok /a"], false
+                ),
+                (
+                    "GET http://app.test/c HTTP/1.0\r\nHost: app.test\r\n\r\nGET http://app.test/d HTTP/1.0\r\n\r\n",
+                    ["ok /c"], false
+                ),
+                // Two kept-alive requests, then bytes that are no request: both answers, then 400 and close.
+                (
+                    "GET http://app.test/e HTTP/1.1\r\nHost: app.test\r\n\r\n"
+                        + "GET http://app.test/f HTTP/1.1\r\nHost: app.test\r\n\r\n" + "\u{1}garbage\r\n\r\n",
+                    ["ok /e", "ok /f"], true
+                ),
+            ]
+            for (request, answers, refused) in cases {
+                let received = try await BlockingSocket.onThread { () throws -> String in
+                    let socket = try BlockingSocket(port: port)
+                    _ = socket.send(request)
+                    return String(decoding: socket.readUntilClosed(timeout: .seconds(5)), as: UTF8.self)
+                }()
+                var rest = Substring(received)
+                for answer in answers {
+                    #expect(rest.hasPrefix("HTTP/1.1 200 ") || rest.hasPrefix("HTTP/1.0 200 "), "\(received)")
+                    guard let end = rest.range(of: answer) else {
+                        Issue.record("no \(answer) in \(received)")
+                        break
+                    }
+                    rest = rest[end.upperBound...]
+                }
+                if refused {
+                    #expect(
+                        rest.hasPrefix("HTTP/1.1 400 ") && rest.contains("X-Backstop-Error: bad-request"), "\(received)"
+                    )
+                } else {
+                    #expect(rest.isEmpty, "\(received)")
+                }
+            }
+            #expect(origin.requestCount == 4)
+        }
+    }
+
     @Test("body above max_request_body → 413 body-too-large, nothing sent upstream")
     func bodyTooLarge() async throws {
         try await withOriginAndProxy(

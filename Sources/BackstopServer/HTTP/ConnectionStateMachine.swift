@@ -289,6 +289,9 @@ struct ConnectionStateMachine {
     private var pendingRead = false
     /// A queued request was being stored when the client went away: the store's end still ends its intake.
     private var storeOutlivedClient = false
+    /// What the client sent after its last complete request could not be read: refused (and the connection closed)
+    /// once every request before it is answered, in order.
+    private var refusalAfterQueue: ProxyErrorReason?
     /// The generation the next exchange's first attempt gets: above every attempt this connection started.
     private var nextGeneration = 1
     /// The last finished request's box, which the next request takes when nothing else holds it: one allocation
@@ -842,8 +845,22 @@ extension ConnectionStateMachine {
     }
 
     /// The decoder could not parse what the client sent: `reason` (400, or 431 for a head too large), and the
-    /// connection closes; a response under way is cut instead.
+    /// connection closes; a response under way is cut instead. Bytes that follow complete requests (pipelined, or
+    /// after a request that closes the connection) do not cost those requests their answers: the refusal waits for
+    /// them (docs/reference/behaviour.md#request-syntax), and is never sent when one of them closes the connection.
     mutating func parseFailed(_ reason: ProxyErrorReason, now: Duration, into actions: inout [Action]) {
+        if case .active(let active) = state, active.request != .admitting {
+            let complete: Bool
+            if let last = queued.last {
+                if case .end = last { complete = true } else { complete = false }
+            } else {
+                complete = active.request == .ended
+            }
+            if complete {
+                refusalAfterQueue = reason
+                return
+            }
+        }
         endExchange(into: &actions)
         switch state {
         case .closing:
@@ -905,6 +922,11 @@ extension ConnectionStateMachine {
         guard case .active(let active) = state, active.request == .ended, active.response == .ended else { return }
         state = .idle(deadline: now + idleTimeout)
         spare = active
+        if queued.isEmpty, let reason = refusalAfterQueue {
+            refusalAfterQueue = nil
+            answerUnreadable(reason, detail: nil, now: now, into: &actions)
+            return
+        }
         if queueHold && queued.count < Self.maxQueuedParts / 2 {
             queueHold = false
             resumeReadsIfHeld(into: &actions)
