@@ -323,6 +323,7 @@ public final class ProxyServer: Sendable {
             case .tcp(let host, let port):
                 return try await bootstrap.bind(host: host, port: port).get()
             case .unix(let path):
+                try UnixListenerPath.ensureNotInUse(path)
                 let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
                     .get()
                 chmod(path, 0o660)
@@ -438,6 +439,7 @@ public final class ProxyServer: Sendable {
             switch address {
             case .tcp(let host, let port): return try await bootstrap.bind(host: host, port: port).get()
             case .unix(let path):
+                try UnixListenerPath.ensureNotInUse(path)
                 let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
                     .get()
                 chmod(path, 0o660)
@@ -463,6 +465,8 @@ public struct ListenerError: Error, CustomStringConvertible {
         // NIO's own text (`bind(descriptor:ptr:bytes:): Address already in use) (errno: 98)`) names its internals.
         if let io = error as? IOError {
             underlying = "\(String(cString: strerror(io.errnoCode))) (errno \(io.errnoCode))"
+        } else if error is UnixDomainSocketPathWrongType {
+            underlying = "the path exists and is not a socket (left as it is)"
         } else {
             underlying = "\(error)"
         }
