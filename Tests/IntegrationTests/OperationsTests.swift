@@ -111,6 +111,59 @@ struct OperationsTests {
         #expect(response.status == 200)
     }
 
+    /// CPU seconds (user + system) the process has used, from `/proc/PID/stat`.
+    private func cpuSeconds(_ pid: Int32) -> Double? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let end = text.lastIndex(of: ")")
+        else { return nil }
+        let fields = text[text.index(after: end)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    @Test("out of file descriptors: said once in the log, no core spun on accept, served again once connections close")
+    func outOfDescriptors() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let origin = try await TestOrigin.start { _ in .text(200, "ok") }
+        let port = try FreePort.reserveClosedPort()
+        let adminPort = try FreePort.reserveClosedPort()
+        let path = directory + "/backstop.yaml"
+        try config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin))
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        // prlimit execs the daemon: the same process, with 64 descriptors at most.
+        let daemon = try DaemonProcess.start(
+            binary: "/usr/bin/prlimit", arguments: ["--nofile=64", binary, "run", "--config", path])
+        defer { Task { await daemon.stop() } }
+        try await daemon.waitUntilListening(port: port)
+        let pid = daemon.pid
+        let (spent, served) = try await BlockingSocket.onThread { () throws -> (Double, Int) in
+            var sockets: [BlockingSocket] = []
+            for _ in 0..<100 { if let socket = try? BlockingSocket(port: port) { sockets.append(socket) } }
+            let before = self.cpuSeconds(pid) ?? 0
+            Thread.sleep(forTimeInterval: 2)  // a measuring window, not a wait for a condition
+            let spent = (self.cpuSeconds(pid) ?? 0) - before
+            let connected = sockets.count
+            sockets.removeAll()
+            return (spent, connected)
+        }()
+        #expect(served == 100)
+        #expect(spent < 0.5, "CPU seconds in 2 s at the descriptor limit: \(spent)")
+        try await daemon.waitForOutput(timeout: .seconds(5)) {
+            $0.contains("cannot accept connections; pausing accept") && $0.contains("errno 24")
+        }
+        // Descriptors back: requests are served again (bounded retries while the closed connections drain).
+        var status = 0
+        for _ in 0..<50 where status != 200 {
+            status =
+                (try? await RawHTTP.exchange(
+                    port: port, request: RawHTTP.request("GET", "http://one.test/x", host: "one.test"),
+                    timeout: .seconds(2)))?.status ?? 0
+            if status != 200 { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(status == 200)
+    }
+
     @Test(
         "sd_notify READY, RELOADING/READY around SIGHUP, WATCHDOG, STOPPING; reload adds a route; a bad reload keeps the old config; drain finishes in-flight requests"
     )

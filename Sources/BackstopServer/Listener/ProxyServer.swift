@@ -300,17 +300,22 @@ public final class ProxyServer: Sendable {
         let runtime = self.runtime
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
         let maxConnections = limits.maxConnections
+        // One per listener: each holds its own descriptor in reserve.
+        let acceptFailures = AcceptFailures(logger: runtime.logger)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelInitializer { channel in
+            .serverChannelInitializer { [acceptFailures] channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ConnectionLimiter(limit: maxConnections))
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(acceptFailures.backoffHandler(listener: "\(listener.address)"))
+                    try pipeline.addHandler(ConnectionLimiter(limit: maxConnections))
                 }
             }
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(.maxMessagesPerRead, value: 16)
-            .childChannelInitializer { channel in
+            .childChannelInitializer { [acceptFailures] channel in
+                if let shed = acceptFailures.shed(channel) { return shed }
                 guard filter.allows(channel.remoteAddress) else {
                     return channel.close()
                 }
@@ -412,14 +417,18 @@ public final class ProxyServer: Sendable {
             isReady: { [weak self] in self?.isReady ?? false },
             metricsText: { [weak self] in self?.metricsText() ?? "" },
             statusSnapshot: { [weak self] in self?.statusSnapshot() })
+        let acceptFailures = AcceptFailures(logger: runtime.logger)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelInitializer { channel in
+            .serverChannelInitializer { [acceptFailures] channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ConnectionLimiter(limit: maxConnections))
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(acceptFailures.backoffHandler(listener: "\(address)"))
+                    try pipeline.addHandler(ConnectionLimiter(limit: maxConnections))
                 }
             }
-            .childChannelInitializer { channel in
+            .childChannelInitializer { [acceptFailures] channel in
+                if let shed = acceptFailures.shed(channel) { return shed }
                 guard filter.allows(channel.remoteAddress) else {
                     return channel.close()
                 }
