@@ -123,6 +123,10 @@ struct SecondReviewTests {
         // Its time is the head's: from its first byte to the answer, at least header_timeout.
         let ms = line.split(separator: " ").first { $0.hasPrefix("ms=") }.flatMap { Double($0.dropFirst(3)) }
         #expect(ms.map { $0 >= 300 && $0 < 3000 } == true, "\(line)")
+        // Counted as every answer made before routing.
+        #expect(
+            proxy.server.metricsText().contains("backstop_requests_total{upstream=\"-\",code=\"408\"} 1\n"),
+            "\(proxy.server.metricsText())")
         await proxy.stop()
     }
 

@@ -53,6 +53,9 @@ extension ProxyHandler {
         case .writeAccepted(let delivery, let write):
             writeAccepted(delivery: delivery, write)
         case .logLocalAnswer(let reason, let detail, let elapsed):
+            // An answer to what could not be read (400, 431, a 408 for a head never completed): counted as every
+            // answer made before routing is (docs/reference/operations.md#metrics).
+            runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: elapsed.seconds)
             logLocalAnswer(reason, method: "-", host: "-", path: "-", reason: detail, elapsed: elapsed)
         case .abortResponse:
             // What was written goes out; then the only honest signal left is closing the connection.
