@@ -537,4 +537,32 @@ struct NetworkReturnTests {
             await proxy.stop()
         }
     }
+
+    @Test(
+        "a reload that removes an upstream takes its endpoint state series away (an ejected one would alert for good)")
+    func removedUpstreamLosesItsStateSeries() async throws {
+        let origin = try await TestOrigin.start { _ in .text(200, "ok") }
+        let closed = try FreePort.reserveClosedPort()
+        let live = "  - {name: live, match: {hosts: [live.test]}, url: \"\(origin.baseURL)\"}\n"
+        let dead =
+            "  - {name: dead, match: {hosts: [dead.test]}, url: \"http://127.0.0.1:\(closed)\", retry: {attempts: 1},"
+            + " circuit: {failures: 1, open_for: 60s}}\n"
+        let proxy = try await ProxyHarness.start("upstreams:\n" + live + dead)
+        var failure: (any Error)?
+        do {
+            #expect(try await proxy.get("http://dead.test/x", host: "dead.test").status == 502)
+            #expect(proxy.server.metricsText().contains("backstop_endpoint_state{upstream=\"dead\",endpoint="))
+            #expect(proxy.server.metricsText().contains(" 1\n"))
+            try await proxy.reload("upstreams:\n" + live)
+            let text = proxy.server.metricsText()
+            #expect(!text.contains("backstop_endpoint_state{upstream=\"dead\""), "\(text)")
+            #expect(text.contains("backstop_endpoint_state{upstream=\"live\""))
+            // The counters stay: they only ever rise.
+            #expect(text.contains("backstop_ejections_total{upstream=\"dead\""))
+        } catch { failure = error }
+        await proxy.stop()
+        try? await origin.shutdown()
+        if let failure { throw failure }
+    }
+
 }

@@ -496,6 +496,7 @@ extension ProxyServer {
             fetcher: TransportFetcher(transport: runtime.transport, eventLoop: group.next()), logger: runtime.logger,
             counters: tokenRefreshes, tracer: runtime.tracer, background: background, clock: runtime.clock,
             outage: runtime.outageMetrics)
+        runtime.outageMetrics.keepStates(of: Set(config.upstreams.map(\.name)))
         runtime.swap(
             to: ConfigSnapshot(
                 config: config, upstreams: upstreams, intercept: intercept,
