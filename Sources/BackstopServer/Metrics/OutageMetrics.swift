@@ -53,7 +53,8 @@ public final class OutageMetrics: Sendable {
     /// A reload left only `upstreams`: the state series of the others go (an ejected endpoint of a removed upstream
     /// would otherwise read as ejected for good, and its alert fire until a restart); counters stay.
     public func keepStates(of upstreams: Set<String>) {
-        counts.withLockedValue { counts in counts.states = counts.states.filter { upstreams.contains($0.key.upstream) } }
+        counts.withLockedValue { counts in counts.states = counts.states.filter { upstreams.contains($0.key.upstream) }
+        }
     }
 
     public func record(_ events: [EndpointEvent], upstream: String, endpoints: [String]) {
