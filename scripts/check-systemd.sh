@@ -149,10 +149,10 @@ YAML
     first=none second=none status=none
     if [ "$ready" = yes ]; then
         first=$(proxied)
-        kill -HUP "$daemon_pid"
+        kill -HUP "$daemon_pid" 2> /dev/null || true
         for _ in $(seq 50); do grep -q 'config reloaded' "$run/daemon.log" && break; sleep 0.1; done
         second=$(proxied)
-        kill -TERM "$daemon_pid"
+        kill -TERM "$daemon_pid" 2> /dev/null || true
     else
         kill -KILL "$daemon_pid" 2> /dev/null || true
     fi

@@ -15,15 +15,7 @@ struct UnixListenerPathTests {
     static func bound(_ path: String, listening: Bool) throws -> Int32 {
         let descriptor = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
         try #require(descriptor >= 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        try #require(result == 0)
+        try #require(bindUnixSocket(descriptor, path: path) == 0)
         if listening { try #require(listen(descriptor, 4) == 0) }
         return descriptor
     }

@@ -75,7 +75,11 @@ struct LocalErrorTests {
     @Test("bytes after complete requests: the requests are answered first, then 400 (or nothing, after a close)")
     func bytesAfterCompleteRequests() async throws {
         try await withOriginAndProxy(
-            origin: { request in .text(200, "ok \(request.uri)") }, config: { singleUpstreamConfig($0) }
+            origin: { request in
+                request.uri.hasSuffix("/slow")
+                    ? .delay(.milliseconds(400), then: .text(200, "ok \(request.uri)"))
+                    : .text(200, "ok \(request.uri)")
+            }, config: { singleUpstreamConfig($0) }
         ) { origin, proxy in
             let port = proxy.port
             let cases: [(String, [String], Bool)] = [
@@ -118,7 +122,19 @@ struct LocalErrorTests {
                     #expect(rest.isEmpty, "\(received)")
                 }
             }
-            #expect(origin.requestCount == 4)
+            // The bytes in a later read, while the request is still answered, and more after them: the same.
+            let split = try await BlockingSocket.onThread { () throws -> String in
+                let socket = try BlockingSocket(port: port)
+                _ = socket.send("GET http://app.test/slow HTTP/1.1\r\nHost: app.test\r\n\r\n")
+                _ = socket.waitForData(timeout: .milliseconds(100))  // nothing comes: the origin takes 400 ms
+                _ = socket.send("\u{1}garbage\r\n")
+                _ = socket.waitForData(timeout: .milliseconds(50))
+                _ = socket.send("more\r\n\r\n")
+                return String(decoding: socket.readUntilClosed(timeout: .seconds(5)), as: UTF8.self)
+            }()
+            #expect(split.hasPrefix("HTTP/1.1 200 ") && split.contains("ok /slow"), "\(split)")
+            #expect(split.contains("HTTP/1.1 400 ") && split.contains("X-Backstop-Error: bad-request"), "\(split)")
+            #expect(origin.requestCount == 5)
         }
     }
 

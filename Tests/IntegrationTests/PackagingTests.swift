@@ -17,7 +17,8 @@ struct PackagingTests {
             "StateDirectory=backstop", "ConfigurationDirectory=backstop",
             "LoadCredential=keychain.key:/etc/backstop/keychain.key", "NoNewPrivileges=yes", "ProtectSystem=strict",
             "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes",
-            "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "SystemCallFilter=@system-service",
+            "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK", "SystemCallFilter=@system-service",
+            "SystemCallErrorNumber=EPERM", "PrivateMounts=yes",
             "CapabilityBoundingSet=", "MemoryDenyWriteExecute=yes", "UMask=0077", "LimitCORE=0",
         ] {
             #expect(lines.contains(directive), "missing: \(directive)")

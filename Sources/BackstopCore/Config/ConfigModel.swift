@@ -1,9 +1,9 @@
 // The typed, immutable configuration model (docs/reference/config.md). Parsing and validation live in
 // ConfigLoader / ConfigValidator; everything downstream reads only these values.
 
-/// A place in a config file, for error messages (1-based line and column).
 /// A value kept beside a config setting for messages only (where it was written): two configs that differ only in it
-/// are equal, so a reload of a file whose lines merely moved changes nothing (docs/reference/operations.md#signals).
+/// are equal, so a reload of a file whose lines merely moved changes nothing
+/// (docs/reference/operations.md#signals-reload-and-drain).
 @propertyWrapper
 public struct NotCompared<Value: Sendable>: Sendable, Equatable {
     public var wrappedValue: Value
@@ -11,6 +11,7 @@ public struct NotCompared<Value: Sendable>: Sendable, Equatable {
     public static func == (lhs: Self, rhs: Self) -> Bool { true }
 }
 
+/// A place in a config file, for error messages (1-based line and column).
 public struct SourceLocation: Sendable, Equatable, Hashable, CustomStringConvertible {
     public var file: String
     public var line: Int

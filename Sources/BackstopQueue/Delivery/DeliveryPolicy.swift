@@ -28,7 +28,8 @@ public enum DeliveryDecision: Sendable, Equatable {
 /// - `408`, `429`, a `5xx` and no answer at all are tried again later, after the wait the response asks for
 ///   (`Retry-After` or `X-RateLimit-Reset`, when the upstream's `retry.retry_after.honor` is on) or else
 ///   `redeliveryBackoff` for the number of tries so far: 1 s, 2 s, 4 s, … up to 5 minutes, with equal jitter;
-///   a wait past `queue.max_age` is cut to end at it, so the last try is made at the deadline;
+///   a wait past `queue.max_age` is cut to end `lastTryMargin` (1 s) before it, so a last try is made before the
+///   deadline turns the delivery into a dead letter (one due at the deadline itself would find it expired);
 /// - any other status (`1xx`, `3xx`, a `4xx`) is a dead letter: sending the same request again would get the
 ///   same answer (a `3xx` asks for something a queued request cannot do: follow it);
 /// - a delivery not made by `accepted + queue.max_age` is a dead letter, whatever the last outcome.
@@ -55,6 +56,9 @@ public struct DeliveryPolicy: Sendable, Equatable {
 
     /// The wall-clock time after which a delivery accepted at `acceptedAt` is a dead letter.
     public func deadline(acceptedAt: Double) -> Double { acceptedAt + maxAge.seconds }
+
+    /// How long before the deadline the last try is due at the latest (seconds).
+    public static let lastTryMargin: Double = 1
 
     /// Whether a delivery accepted at `acceptedAt` has run out of time at `now`.
     public func isExpired(acceptedAt: Double, now: Double) -> Bool { now >= deadline(acceptedAt: acceptedAt) }
@@ -89,7 +93,8 @@ public struct DeliveryPolicy: Sendable, Equatable {
         } else {
             wait = backoff.delay(retry: attempts, previous: nil, random: &random)
         }
-        return .retry(at: Swift.min(now + wait.seconds, deadline), lastOutcome: outcome)
+        let lastTry = Swift.max(now, deadline - Self.lastTryMargin)
+        return .retry(at: Swift.min(now + wait.seconds, lastTry), lastOutcome: outcome)
     }
 
     /// The last outcome of a delivery that ran out of time.

@@ -624,7 +624,8 @@ struct ExchangeStateMachine: Equatable {
             get { rare?.value.hedges ?? HedgeTally() }
             set { modifyRare { $0.hedges = newValue } }
         }
-        /// The retry budget refused a copy: no further copy is asked for this request (behaviour.md#hedging).
+        /// A copy was refused (the retry budget, or no endpoint open for it): no further copy is asked for this
+        /// request (docs/reference/behaviour.md#hedging).
         var copyRefused: Bool {
             get { rare?.value.copyRefused ?? false }
             set { modifyRare { $0.copyRefused = newValue } }

@@ -54,12 +54,13 @@ extension ProxyHandler {
                 case .admitted: break
                 case .overloaded:
                     refuse(
-                        .upstreamOverloaded, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName)
+                        .upstreamOverloaded, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName,
+                        delivery: deliveryID)
                     return
                 case .circuitOpen(let retryAfter):
                     refuse(
                         .circuitOpen, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName,
-                        retryAfter: retryAfter)
+                        retryAfter: retryAfter, delivery: deliveryID)
                     return
                 }
             }
@@ -135,7 +136,7 @@ extension ProxyHandler {
     /// line and status page name it); nil before routing or for passthrough (`-`).
     private func refuse(
         _ reason: ProxyErrorReason, head: ClientRequestHead, close: Bool, upstream: String? = nil,
-        retryAfter: Int? = nil
+        retryAfter: Int? = nil, delivery: String? = nil
     ) {
         let upstreamName = upstream ?? "-"
         if let upstream {
@@ -158,7 +159,8 @@ extension ProxyHandler {
             host = head.headers.first(name: "host") ?? "-"
         }
         let request = AccessRecord.Request(
-            client: clientAddress, method: head.method.rawValue, host: host, path: AccessRecord.path(of: head.uri))
+            client: clientAddress, method: head.method.rawValue, host: host, path: AccessRecord.path(of: head.uri),
+            delivery: delivery)
         let now = self.now
         if let tracer = runtime.tracer {
             // A refused request is a request too: its server span, with the reason (docs/reference/operations.md#tracing).
@@ -167,7 +169,9 @@ extension ProxyHandler {
                     head, request, target: target, status: reason.status, upstream: upstream,
                     errorReason: reason.rawValue, attempts: 0), at: now)
         }
-        logLocalAnswer(reason, method: request.method, host: request.host, path: request.path, upstream: upstreamName)
+        logLocalAnswer(
+            reason, method: request.method, host: request.host, path: request.path, upstream: upstreamName,
+            delivery: delivery)
         feed { $0.headAdmitted(.reject(reason, close: close, retryAfter: retryAfter), now: now, into: &$1) }
     }
 
@@ -175,11 +179,12 @@ extension ProxyHandler {
     /// other local answers are given as the head is read.
     func logLocalAnswer(
         _ reason: ProxyErrorReason, method: String, host: String, path: String, reason detail: String? = nil,
-        upstream: String = "-", elapsed: Duration = .zero
+        upstream: String = "-", elapsed: Duration = .zero, delivery: String? = nil
     ) {
         runtime.logAccess(
             AccessRecord(
-                request: AccessRecord.Request(client: clientAddress, method: method, host: host, path: path),
+                request: AccessRecord.Request(
+                    client: clientAddress, method: method, host: host, path: path, delivery: delivery),
                 status: reason.status, error: reason.rawValue, reason: detail, upstream: upstream, attempts: 0,
                 retries: [],
                 elapsed: elapsed, bytes: 0), enabled: runtime.snapshot.config.log.accessLog)

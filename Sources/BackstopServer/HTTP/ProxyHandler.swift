@@ -186,6 +186,9 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
+        // Bytes after a parse error: that error was reported already (its refusal may still wait for the requests
+        // before it to be answered); these are no new failure of the connection.
+        if case .dataReceivedInErrorState? = error as? ByteToMessageDecoderError { return }
         guard let parserError = error as? HTTPParserError else {
             feed { $0.connectionFailed(into: &$1) }
             return

@@ -92,7 +92,8 @@ enum RequestAdmission {
                 ? RequestFraming(contentLength: nil, chunked: false)
                 : RequestFraming(contentLengthFields: lengthFields, transferEncodingFields: codingFields)
         else { return .reject(.badRequest, close: true) }
-        let expectsContinue = expectContinue && framing.hasBody
+        // An HTTP/1.0 request's 100-continue is ignored (RFC 9110 §10.1.1): such a client sends its body anyway.
+        let expectsContinue = expectContinue && framing.hasBody && head.version.minor >= 1
         let refusalCloses = framing.refusalCloses(expectsContinue: expectsContinue)
         if let length = framing.contentLength, length > limits.maxRequestBody {
             return .reject(.bodyTooLarge, close: true)

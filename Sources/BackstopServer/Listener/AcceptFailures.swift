@@ -10,7 +10,8 @@ import Glibc
 /// (docs/reference/operations.md#running-out-of-file-descriptors). The pending connection then stays in the backlog,
 /// readable, and SwiftNIO would call `accept` again at once, spinning a core. So one descriptor is held in reserve
 /// (an open `/dev/null`): on the failure it is let go, the next `accept` succeeds and that connection is closed at
-/// once (its client sees the connection close) and the reserve taken back; then the listener pauses accepting for
+/// once (its client sees the connection close; under load it may be another connection accepted about then) and the
+/// reserve taken back; then the listener pauses accepting for
 /// half a second, as nginx does. Said in the log at most once every 10 s. One per listener, each with its reserve.
 final class AcceptFailures: Sendable {
     static let pause = TimeAmount.milliseconds(500)
@@ -46,6 +47,8 @@ final class AcceptFailures: Sendable {
     /// one.
     func backoffHandler(listener: String) -> AcceptBackoffHandler {
         AcceptBackoffHandler(shouldForwardIOErrorCaught: false) { [self] error in
+            // A connection its client gave up on before it was taken (ECONNABORTED) costs nobody a pause.
+            guard [EMFILE, ENFILE, ENOBUFS, ENOMEM].contains(error.errnoCode) else { return nil }
             acceptFailed(listener: listener, error: error)
             return Self.pause
         }
@@ -56,6 +59,8 @@ final class AcceptFailures: Sendable {
     func shed(_ channel: Channel) -> EventLoopFuture<Void>? {
         let sheds = state.withLockedValue { state in
             defer { state.shedNext = false }
+            // A connection taken shows a descriptor was free: a reserve that could not be taken back is tried again.
+            if !state.shedNext, state.reserve == nil { state.reserve = Self.openReserve() }
             return state.shedNext
         }
         guard sheds else { return nil }

@@ -49,7 +49,6 @@ public final class OutageMetrics: Sendable {
         }
     }
 
-    /// What one `EndpointSet` call changed; `endpoints` are the labels of the set's endpoints by index.
     /// A reload left only `upstreams`: the state series of the others go (an ejected endpoint of a removed upstream
     /// would otherwise read as ejected for good, and its alert fire until a restart); counters stay.
     public func keepStates(of upstreams: Set<String>) {
@@ -57,6 +56,7 @@ public final class OutageMetrics: Sendable {
         }
     }
 
+    /// What one `EndpointSet` call changed; `endpoints` are the labels of the set's endpoints by index.
     public func record(_ events: [EndpointEvent], upstream: String, endpoints: [String]) {
         guard !events.isEmpty else { return }
         counts.withLockedValue { counts in
