@@ -29,7 +29,8 @@ public enum DeliveryDecision: Sendable, Equatable {
 ///   (`Retry-After` or `X-RateLimit-Reset`, when the upstream's `retry.retry_after.honor` is on) or else
 ///   `redeliveryBackoff` for the number of tries so far: 1 s, 2 s, 4 s, … up to 5 minutes, with equal jitter;
 ///   a wait past `queue.max_age` is cut to end `lastTryMargin` (1 s) before it, so a last try is made before the
-///   deadline turns the delivery into a dead letter (one due at the deadline itself would find it expired);
+///   deadline turns the delivery into a dead letter (one due at the deadline itself would find it expired); a try
+///   that fails after that point was the last;
 /// - any other status (`1xx`, `3xx`, a `4xx`) is a dead letter: sending the same request again would get the
 ///   same answer (a `3xx` asks for something a queued request cannot do: follow it);
 /// - a delivery not made by `accepted + queue.max_age` is a dead letter, whatever the last outcome.
@@ -85,15 +86,15 @@ public struct DeliveryPolicy: Sendable, Equatable {
         case .undeliverable(let label):
             return .dead(lastOutcome: label)
         }
-        let deadline = deadline(acceptedAt: acceptedAt)
-        guard now < deadline else { return .dead(lastOutcome: Self.expired(after: outcome)) }
+        // The last try is due `lastTryMargin` before the deadline; one made after that point was the last.
+        let lastTry = deadline(acceptedAt: acceptedAt) - Self.lastTryMargin
+        guard now < lastTry else { return .dead(lastOutcome: Self.expired(after: outcome)) }
         let wait: Duration
         if case .wait(let hinted) = hint {
             wait = hinted
         } else {
             wait = backoff.delay(retry: attempts, previous: nil, random: &random)
         }
-        let lastTry = Swift.max(now, deadline - Self.lastTryMargin)
         return .retry(at: Swift.min(now + wait.seconds, lastTry), lastOutcome: outcome)
     }
 
