@@ -140,7 +140,7 @@ YAML
     python3 scripts/lib/unit-seccomp.py "$unit" "$binary" run --config "$run/backstop.yaml" > "$run/daemon.log" 2>&1 &
     daemon_pid=$!
     ready=no
-    for _ in $(seq 100); do
+    for _ in $(seq 300); do
         if curl -sf -o /dev/null "http://127.0.0.1:$admin_port/readyz"; then ready=yes; break; fi
         kill -0 "$daemon_pid" 2> /dev/null || break
         sleep 0.1
@@ -162,7 +162,11 @@ YAML
     set -e
     kill "$origin_pid" 2> /dev/null || true
     wait "$origin_pid" 2> /dev/null || true
-    if [ "$ready" = yes ] && [ "$first" = 200 ] && [ "$second" = 200 ] && [ "$status" -eq 0 ]; then
+    if [ "$ready" = no ] && [ "$status" -eq 97 ]; then
+        # scripts/lib/unit-seccomp.py could not set the filter up on this machine (a container refusing seccomp, no
+        # systemd-analyze): nothing was checked, and nothing failed.
+        echo "check-systemd: skipped running the daemon under the unit's filter: $(tail -n 1 "$run/daemon.log")"
+    elif [ "$ready" = yes ] && [ "$first" = 200 ] && [ "$second" = 200 ] && [ "$status" -eq 0 ]; then
         echo "check-systemd: the daemon ran under the unit's system call filter (proxied, reloaded, proxied, exit 0)"
     else
         echo "check-systemd: under the unit's system call filter: ready=$ready, requests $first and $second, exit $status"

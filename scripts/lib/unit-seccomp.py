@@ -19,13 +19,25 @@ import struct
 import subprocess
 import sys
 
+# The exit status when the filter cannot be set up here (no systemd-analyze, not x86_64, seccomp refused by a
+# container): the caller skips the check rather than failing it.
+CANNOT_RUN = 97
+
+
+def cannot_run(message):
+    print("unit-seccomp: " + message, file=sys.stderr)
+    sys.exit(CANNOT_RUN)
+
 
 def expand(name, seen):
     """The system call names of `name` (a group, recursively, or a single call)."""
     if not name.startswith("@"):
         return {name}
-    output = subprocess.run(
-        ["systemd-analyze", "syscall-filter", name], capture_output=True, text=True, check=True).stdout
+    try:
+        output = subprocess.run(
+            ["systemd-analyze", "syscall-filter", name], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as error:
+        cannot_run("systemd-analyze syscall-filter %s: %s" % (name, error))
     names = set()
     for line in output.splitlines()[1:]:
         line = line.strip()
@@ -69,11 +81,14 @@ def unit_filter(path):
 
 def main():
     if platform.machine() != "x86_64":
-        sys.exit("unit-seccomp: x86_64 only")
+        cannot_run("x86_64 only")
     if len(sys.argv) < 3:
         sys.exit("usage: unit-seccomp.py UNIT_FILE COMMAND [ARG ...]")
     allowed, error_number = unit_filter(sys.argv[1])
-    header = open("/usr/include/x86_64-linux-gnu/asm/unistd_64.h", encoding="utf-8").read()
+    try:
+        header = open("/usr/include/x86_64-linux-gnu/asm/unistd_64.h", encoding="utf-8").read()
+    except OSError as error:
+        cannot_run("system call numbers: %s" % error)
     numbers = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define __NR_(\w+) (\d+)", header)}
     allow_action = 0x7FFF0000  # SECCOMP_RET_ALLOW
     deny_action = 0x80000000 if error_number is None else 0x00050000 | error_number  # KILL_PROCESS or ERRNO
@@ -92,9 +107,9 @@ def main():
     fprog = SockFprog(len(code) // 8, ctypes.addressof(buffer))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-        sys.exit("unit-seccomp: PR_SET_NO_NEW_PRIVS failed")
+        cannot_run("PR_SET_NO_NEW_PRIVS failed")
     if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-        sys.exit("unit-seccomp: PR_SET_SECCOMP failed: errno %d" % ctypes.get_errno())
+        cannot_run("PR_SET_SECCOMP failed: errno %d" % ctypes.get_errno())
     os.execvp(sys.argv[2], sys.argv[2:])
 
 
