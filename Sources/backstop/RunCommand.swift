@@ -13,7 +13,7 @@ import UnixSignals
 import Glibc
 #endif
 
-/// `backstop run`: serve until SIGTERM/SIGINT (graceful drain); SIGHUP reloads the config. The token store and the
+/// `backstop run`: serve until SIGTERM/SIGINT/SIGQUIT (graceful drain); SIGHUP reloads the config. The token store and the
 /// daemon run as services of a swift-service-lifecycle `ServiceGroup`.
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "run", abstract: "Run the daemon in the foreground.")
@@ -104,8 +104,10 @@ struct RunCommand: AsyncParsableCommand {
             tokenStoreMetrics: storeMetrics, queue: queue)
         // Ignored until the sequence has registered, so an early SIGHUP or SIGTERM cannot kill the daemon with the
         // default action; from then on each arrives in `signals`.
-        for number in [SIGTERM, SIGINT, SIGHUP] { signal(number, SIG_IGN) }
-        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sighup)
+        // SIGQUIT drains too: nginx's graceful stop, which operators send out of habit (its default action would
+        // dump core, which the daemon refuses anyway: docs/reference/operations.md#core-files).
+        for number in [SIGTERM, SIGINT, SIGQUIT, SIGHUP] { signal(number, SIG_IGN) }
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sigquit, .sighup)
         do {
             try await server.start()
         } catch {
@@ -181,7 +183,7 @@ struct DaemonService: Service {
         }
     }
 
-    /// Reloads on SIGHUP until SIGTERM, SIGINT or the group's graceful shutdown, then drains.
+    /// Reloads on SIGHUP until SIGTERM, SIGINT, SIGQUIT or the group's graceful shutdown, then drains.
     private func serveUntilDrained() async {
         var stoppedBy: UnixSignal?
         for await signal in signals.cancelOnGracefulShutdown() {

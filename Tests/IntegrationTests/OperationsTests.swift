@@ -111,6 +111,25 @@ struct OperationsTests {
         #expect(response.status == 200)
     }
 
+    @Test("SIGQUIT drains and exits 0, as SIGTERM does (nginx's graceful stop)")
+    func quitDrains() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        let origin = try await TestOrigin.start { _ in .text(200, "ok") }
+        let port = try FreePort.reserveClosedPort()
+        let adminPort = try FreePort.reserveClosedPort()
+        let path = directory + "/backstop.yaml"
+        try config(port: port, adminPort: adminPort, upstreams: upstream("one", "one.test", origin))
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
+        defer { Task { await daemon.stop() } }
+        try await daemon.waitUntilListening(port: port)
+        daemon.send(signal: SIGQUIT)
+        #expect(try await daemon.waitForExit(timeout: .seconds(10)) == 0)
+        #expect(daemon.output.contains("msg=draining signal=3"), "\(daemon.output)")
+        #expect(daemon.output.contains("msg=stopped"))
+    }
+
     /// CPU seconds (user + system) the process has used, from `/proc/PID/stat`.
     private func cpuSeconds(_ pid: Int32) -> Double? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
