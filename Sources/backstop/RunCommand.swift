@@ -202,7 +202,23 @@ struct DaemonService: Service {
         logger.notice("draining", metadata: metadata)
         notifier.notify("STOPPING=1\nSTATUS=draining")
         watchdog?.cancel()
-        await server.drainAndStop(timeout: drainTimeout)
+        // A second stop signal during the drain stops waiting for requests in flight (an operator's second Ctrl-C or
+        // `kill`). A sequence of its own, made now: `signals` allows one iterator, and holds the first signal.
+        // SIGHUP is ignored while draining.
+        let again = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sigquit)
+        await withDiscardingTaskGroup { group in
+            group.addTask { [server, logger] in
+                for await signal in again {
+                    logger.notice(
+                        "stopping without waiting for requests in flight",
+                        metadata: ["signal": .stringConvertible(signal.rawValue)])
+                    server.stopWaitingForRequests()
+                    return
+                }
+            }
+            await server.drainAndStop(timeout: drainTimeout)
+            group.cancelAll()
+        }
     }
 }
 
@@ -263,6 +279,12 @@ enum Reloader {
         }
         if config.admin != current.admin {
             logger.warning("admin listener changes take effect on restart")
+        }
+        if config.limits.maxConnections != current.limits.maxConnections,
+            config.listeners.contains(where: current.listeners.contains)
+        {
+            // A listener's cap is fixed when it is bound; listeners the reload adds use the new one.
+            logger.warning("limits.max_connections changes take effect on restart for listeners that stay")
         }
         if config.tracing != server.tracingConfig {
             logger.warning("tracing changes take effect on restart")

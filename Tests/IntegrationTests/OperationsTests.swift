@@ -80,10 +80,14 @@ struct OperationsTests {
         let adminPort: Int
         let origin: TestOrigin
 
-        init(_ tests: OperationsTests) async throws {
+        init(
+            _ tests: OperationsTests, origin script: @escaping TestOrigin.Script = { _ in .text(200, "ok") }
+        )
+            async throws
+        {
             directory = try TestFiles.makeTemporaryDirectory()
             path = directory + "/backstop.yaml"
-            origin = try await TestOrigin.start { _ in .text(200, "ok") }
+            origin = try await TestOrigin.start(script: script)
             port = try FreePort.reserveClosedPort()
             adminPort = try FreePort.reserveClosedPort()
             try tests.config(port: port, adminPort: adminPort, upstreams: tests.upstream("one", "one.test", origin))
@@ -130,6 +134,38 @@ struct OperationsTests {
         #expect(response.status == 200)
     }
 
+    @Test(
+        "a reload's client_idle_timeout applies to the kept listener's next connection, not to one already open; a max_connections change is warned about"
+    )
+    func reloadAppliesLimitsToNewConnections() async throws {
+        let site = try await Site(self)
+        defer { TestFiles.remove(site.directory) }
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", site.path])
+        defer { Task { await daemon.stop() } }
+        try await daemon.waitUntilListening(port: site.port)
+        let request = RawHTTP.request("GET", "http://one.test/x", host: "one.test")
+        let before = try await RawHTTPConnection.connect(host: "127.0.0.1", port: site.port)
+        #expect(try await before.exchange(request, timeout: .seconds(5)).status == 200)
+        try
+            (config(port: site.port, adminPort: site.adminPort, upstreams: upstream("one", "one.test", site.origin))
+            + "\nlimits: {client_idle_timeout: 1s, max_connections: 100}\n")
+            .write(toFile: site.path, atomically: true, encoding: .utf8)
+        daemon.send(signal: SIGHUP)
+        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("msg=\"config reloaded\"") }
+        #expect(
+            daemon.output.contains("limits.max_connections changes take effect on restart for listeners that stay"),
+            "\(daemon.output)")
+        // A connection accepted after the reload is closed after 1 s idle (the listener's start value was 60 s)...
+        let after = try await RawHTTPConnection.connect(host: "127.0.0.1", port: site.port)
+        #expect(try await after.exchange(request, timeout: .seconds(5)).status == 200)
+        try await after.waitForClose(timeout: .seconds(5))
+        // ...while the one accepted before keeps the value it was accepted with.
+        #expect(!before.isClosed)
+        #expect(try await before.exchange(request, timeout: .seconds(5)).status == 200)
+        await before.close()
+        await after.close()
+    }
+
     @Test("SIGQUIT drains and exits 0, as SIGTERM does (nginx's graceful stop)")
     func quitDrains() async throws {
         let site = try await Site(self)
@@ -141,6 +177,36 @@ struct OperationsTests {
         daemon.send(signal: SIGQUIT)
         #expect(try await daemon.waitForExit(timeout: .seconds(10)) == 0)
         #expect(daemon.output.contains("msg=draining signal=3"), "\(daemon.output)")
+        #expect(daemon.output.contains("msg=stopped"))
+    }
+
+    @Test("a second SIGTERM during a drain stops waiting for the request in flight and exits 0")
+    func secondSignalCutsDrain() async throws {
+        let site = try await Site(self) { _ in .hang }
+        defer { TestFiles.remove(site.directory) }
+        let daemon = try DaemonProcess.start(
+            binary: binary, arguments: ["run", "--config", site.path, "--drain-timeout", "120s"])
+        defer { Task { await daemon.stop() } }
+        try await daemon.waitUntilListening(port: site.port)
+        let port = site.port
+        let pending = Task {
+            try? await RawHTTP.exchange(
+                port: port, request: RawHTTP.request("GET", "http://one.test/slow", host: "one.test"),
+                timeout: .seconds(60))
+        }
+        defer { pending.cancel() }
+        try await Poll.until("the request reached the origin", within: .seconds(10), every: .milliseconds(20)) {
+            site.origin.requestCount >= 1
+        }
+        daemon.send(signal: SIGTERM)
+        try await daemon.waitForOutput(timeout: .seconds(5)) { $0.contains("msg=draining signal=15") }
+        // The drain waits for the request (the origin never answers; timeouts.total is 30 s, the drain 120 s).
+        #expect(!(await Poll.holds(within: .milliseconds(300), every: .milliseconds(50)) { !daemon.isRunning }))
+        daemon.send(signal: SIGTERM)
+        #expect(try await daemon.waitForExit(timeout: .seconds(10)) == 0)
+        #expect(
+            daemon.output.contains("msg=\"stopping without waiting for requests in flight\" signal=15"),
+            "\(daemon.output)")
         #expect(daemon.output.contains("msg=stopped"))
     }
 

@@ -73,6 +73,10 @@ struct StatusPageTests {
             #expect(page.header("Content-Type") == "text/html; charset=utf-8")
             #expect(page.header("Content-Security-Policy")?.hasPrefix("default-src 'none'; style-src 'sha256-") == true)
             #expect(page.header("X-Content-Type-Options") == "nosniff")
+            let posted = try await RawHTTP.exchange(
+                port: adminPort, request: RawHTTP.request("POST", "/status", host: "admin"), timeout: .seconds(5))
+            #expect(posted.status == 405)
+            #expect(posted.header("Allow") == "GET, HEAD")
             #expect(json.status == 200)
             #expect(json.header("Content-Type") == "application/json")
             let html = page.bodyString

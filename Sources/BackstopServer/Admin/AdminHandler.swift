@@ -59,35 +59,37 @@ final class AdminHandler: ChannelInboundHandler {
         case .end:
             guard let head = requestHead else { return }
             requestHead = nil
-            let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
             let (status, body, contentType): (HTTPResponseStatus, String, String)
             var extraHeaders: [(String, String)] = []
-            switch (head.method, path) {
-            case (.GET, "/healthz"), (.HEAD, "/healthz"):
+            switch AdminRoute(method: head.method, uri: head.uri) {
+            case .healthz:
                 (status, body, contentType) = (.ok, "ok\n", "text/plain; charset=utf-8")
-            case (.GET, "/readyz"), (.HEAD, "/readyz"):
+            case .readyz:
                 let ready = state.isReady()
                 (status, body, contentType) =
                     ready
                     ? (.ok, "ready\n", "text/plain; charset=utf-8")
                     : (.serviceUnavailable, "not ready\n", "text/plain; charset=utf-8")
-            case (.GET, "/metrics"):
+            case .metrics:
                 (status, body, contentType) = (.ok, state.metricsText(), "text/plain; version=0.0.4; charset=utf-8")
-            case (.GET, "/status"), (.HEAD, "/status"):
+            case .statusPage:
                 if let snapshot = state.statusSnapshot() {
                     (status, body, contentType) = (.ok, StatusPage.render(snapshot), "text/html; charset=utf-8")
                     extraHeaders = Self.statusPageHeaders
                 } else {
                     (status, body, contentType) = (.serviceUnavailable, "stopping\n", "text/plain; charset=utf-8")
                 }
-            case (.GET, "/status.json"), (.HEAD, "/status.json"):
+            case .statusJSON:
                 if let snapshot = state.statusSnapshot() {
                     (status, body, contentType) = (.ok, StatusJSON.render(snapshot), "application/json")
                     extraHeaders = [("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")]
                 } else {
                     (status, body, contentType) = (.serviceUnavailable, "stopping\n", "text/plain; charset=utf-8")
                 }
-            default:
+            case .methodNotAllowed(let allow):
+                (status, body, contentType) = (.methodNotAllowed, "method not allowed\n", "text/plain; charset=utf-8")
+                extraHeaders = [("Allow", allow)]
+            case .notFound:
                 (status, body, contentType) = (.notFound, "not found\n", "text/plain; charset=utf-8")
             }
             var headers = HTTPHeaders()

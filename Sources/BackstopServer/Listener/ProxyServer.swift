@@ -30,6 +30,8 @@ public final class ProxyServer: Sendable {
     public let tracingConfig: TracingConfig?
     /// The span exporter and the token managers' store watchers, run by `run()`.
     private let background = BackgroundWork()
+    /// Set by `stopWaitingForRequests()`: the drain stops waiting for requests in flight.
+    private let drainCut = OnceFlag()
     /// Reads the host's rtnetlink announcements once `start()` ran (nil before, or when no socket could be opened).
     let networkMonitor = NIOLockedValueBox<NetworkChangeMonitor?>(nil)
     /// The client certificates the config names, as read at start and on the last reload.
@@ -177,7 +179,7 @@ public final class ProxyServer: Sendable {
     public func start() async throws {
         let config = runtime.snapshot.config
         for listener in config.listeners {
-            let channel = try await bind(listener, limits: config.limits)
+            let channel = try await bind(listener, maxConnections: config.limits.maxConnections)
             channels.withLockedValue { $0.append((listener, channel)) }
         }
         if let admin = config.admin {
@@ -237,7 +239,12 @@ public final class ProxyServer: Sendable {
         return devices.compactMap { $0.address.flatMap(addressBytes) }
     }
 
-    /// Stops accepting, waits for in-flight requests (up to `timeout`), then closes everything.
+    /// Ends a drain's wait for requests in flight now (an operator's second stop signal): what is still in flight
+    /// is cut as when `timeout` runs out. Before a drain, the next drain does not wait.
+    public func stopWaitingForRequests() { drainCut.set() }
+
+    /// Stops accepting, waits for in-flight requests (up to `timeout`, or until `stopWaitingForRequests()`), then
+    /// closes everything.
     public func drainAndStop(timeout: Duration) async {
         runtime.beginDraining()
         // Deliveries in flight are given back untried (sent again after the restart) rather than answered
@@ -249,7 +256,15 @@ public final class ProxyServer: Sendable {
             if case .unix(let path) = listener.address { unlink(path) }
         }
         let runtime = self.runtime
-        _ = await withTimeLimit(timeout) { await runtime.waitUntilNoRequests() }
+        let drainCut = self.drainCut
+        _ = await withTimeLimit(timeout) {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await runtime.waitUntilNoRequests() }
+                group.addTask { await drainCut.wait() }
+                await group.next()
+                group.cancelAll()
+            }
+        }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
         if let monitor = networkMonitor.withLockedValue({ $0 }) { try? await monitor.stop().get() }
         if let queue = runtime.tracer?.queue {
@@ -296,10 +311,9 @@ public final class ProxyServer: Sendable {
         }.withConnectedSocket(socket).get()
     }
 
-    private func bind(_ listener: ListenerConfig, limits: Limits) async throws -> Channel {
+    private func bind(_ listener: ListenerConfig, maxConnections: Int) async throws -> Channel {
         let runtime = self.runtime
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
-        let maxConnections = limits.maxConnections
         // One per listener: each holds its own descriptor in reserve.
         let acceptFailures = AcceptFailures(logger: runtime.logger)
         let bootstrap = ServerBootstrap(group: group)
@@ -319,6 +333,9 @@ public final class ProxyServer: Sendable {
                 guard filter.allows(channel.remoteAddress) else {
                     return channel.close()
                 }
+                // The limits in force when the connection arrives: a reload's header_timeout, max_header_bytes and
+                // client_idle_timeout apply to kept listeners' next connections (max_connections needs a restart).
+                let limits = runtime.snapshot.config.limits
                 return channel.eventLoop.makeCompletedFuture {
                     try Self.addProxyHandlers(to: channel, runtime: runtime, limits: limits, delivery: false)
                 }
@@ -488,7 +505,7 @@ extension ProxyServer {
     /// Swaps in a new config for new requests; requests in flight finish on their snapshot. Token managers of
     /// upstreams whose auth section did not change are kept (no needless refresh). Listeners that left the config
     /// stop accepting (their open connections finish), new ones are bound; a listener that cannot be bound is
-    /// reported and skipped. The admin listener and `limits` of listeners kept as they were need a restart.
+    /// reported and skipped. The admin listener and `limits.max_connections` of listeners kept need a restart.
     public func reload(config: Config, intercept: InterceptAuthority? = nil) async {
         let previous = runtime.snapshot.upstreams
         let upstreams = Self.makeUpstreams(
@@ -522,7 +539,7 @@ extension ProxyServer {
         }
         for listener in config.listeners where !current.contains(where: { $0.0 == listener }) {
             do {
-                let channel = try await bind(listener, limits: config.limits)
+                let channel = try await bind(listener, maxConnections: config.limits.maxConnections)
                 channels.withLockedValue { $0.append((listener, channel)) }
                 runtime.logger.notice("listener added", metadata: ["address": .string("\(listener.address)")])
             } catch {
