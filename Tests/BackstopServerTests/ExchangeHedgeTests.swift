@@ -287,6 +287,21 @@ extension ExchangeStateMachineTests {
                 ),
             ]),
         Row(
+            name:
+                "a copy's token is refused: it leaves, no further copy goes out with that token; the last one refreshes",
+            configuration: hedged(max: 2, attempts: 5, credential: .oauth2(refreshOn: [401])),
+            steps: [
+                (.start(), .acquireCredential), (.credential(.token(token1)), start(credential: .token(token1))),
+                (.timer(ms: 50), .requestHedgePermit),
+                (.permit(true, ms: 50), .acquireCredential),
+                (.credential(.token(token1), ms: 50), copy(2, credential: .token(token1))),
+                (.head(head(401), generation: 2, ms: 60), left(2, report(401), disposal: .cancel)),
+                // The copy that was due at 100 ms is not asked for.
+                (.timer(ms: 100), .none),
+                (.timer(ms: 150), .none),
+                (.head(head(401), ms: 170), .refreshCredential(rejected: token1, report: report(401))),
+            ], deadline: .some(at(10_000))),
+        Row(
             name: "the client leaves during a race: every attempt's endpoint learns nothing, the copy is cancelled",
             configuration: hedged(routed: true),
             steps: routedRace() + [

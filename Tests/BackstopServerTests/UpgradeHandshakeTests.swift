@@ -73,11 +73,12 @@ struct UpgradeHandshakeTests {
         _ = m.credentialAcquired(Self.key, now: Self.t0)
         #expect(
             m.attemptFailed(.connectFailure(detail: "refused"), now: Self.t0, wall: 0, random: &random)
-                == .retry(after: .milliseconds(100), reason: .connectFailure))
+                == .retry(
+                    after: .milliseconds(100), reason: .connectFailure, failed: .connectFailure(detail: "refused")))
         _ = m.timerFired(now: Self.t0 + .seconds(1), wall: 0, random: &random)
         #expect(
             m.attemptFailed(.connectFailure(detail: "refused"), now: Self.t0 + .seconds(1), wall: 0, random: &random)
-                == .failLocally(.upstreamUnreachable, attempts: 2))
+                == .failLocally(.upstreamUnreachable, attempts: 2, failed: .connectFailure(detail: "refused")))
         #expect(m.lastFailure == .connectFailure(detail: "refused"))
     }
 
@@ -87,7 +88,9 @@ struct UpgradeHandshakeTests {
         #expect(m.timerFired(now: Self.t0 + .seconds(1), wall: 0, random: &random) == .none)
         #expect(
             m.timerFired(now: Self.t0 + .seconds(2), wall: 0, random: &random)
-                == .failLocally(.upstreamTimeout, attempts: 1))
+                == .failLocally(
+                    .upstreamTimeout, attempts: 1,
+                    failed: .timeout(detail: "no response head within the attempt's deadline")))
         // An attempt starting late gets only what `total` leaves.
         var late = Self.machine()
         _ = late.attemptFailed(.reset(detail: ""), now: Self.t0, wall: 0, random: &random)
@@ -106,13 +109,14 @@ struct UpgradeHandshakeTests {
             var m = Self.machine()
             _ = m.credentialAcquired(Self.key, now: Self.t0)
             #expect(
-                m.attemptFailed(failure, now: Self.t0, wall: 0, random: &random) == .failLocally(reason, attempts: 1))
+                m.attemptFailed(failure, now: Self.t0, wall: 0, random: &random)
+                    == .failLocally(reason, attempts: 1, failed: failure))
         }
         var bad = Self.machine(retryable: false)
         _ = bad.credentialAcquired(Self.key, now: Self.t0)
         #expect(
             bad.attemptFailed(.badResponse(detail: ""), now: Self.t0, wall: 0, random: &random)
-                == .failLocally(.badUpstreamResponse, attempts: 1))
+                == .failLocally(.badUpstreamResponse, attempts: 1, failed: .badResponse(detail: "")))
     }
 
     @Test mutating func anExhaustedBudgetStopsRetries() {

@@ -198,6 +198,35 @@ struct UpgradeRelayTests {
         try await origin.shutdown()
     }
 
+    @Test("a handshake that outlives per_try is retried and counted as a timed-out attempt, its retry as a 101")
+    func handshakeTimeoutCounted() async throws {
+        let origin = try await WebSocketEchoOrigin.start { number, _ in number == 1 ? .hang : .switchProtocols }
+        let capture = LogCapture()
+        let proxy = try await ProxyHarness.start(
+            """
+            admin: {listen: "127.0.0.1:0"}
+            upstreams:
+              - name: live
+                match: {hosts: [live.test]}
+                url: \(origin.baseURL)
+                timeouts: {per_try: 200ms}
+                retry: {attempts: 2, backoff: {strategy: constant, base: 10ms, max: 10ms, jitter: none}}
+            """, capture: capture)
+        let port = proxy.port
+        let head = try await BlockingSocket.onThread { () -> String in
+            Self.handshake(try BlockingSocket(port: port), host: "live.test")
+        }()
+        #expect(head.hasPrefix("HTTP/1.1 101 "), "\(head)")
+        #expect(head.contains("X-Backstop-Attempts: 2\r\n"))
+        let request = try #require(try await capture.waitFor("request", count: 1).first)
+        #expect(request.contains("retries=timeout"), "\(request)")
+        let text = try await metrics(proxy)
+        #expect(text.contains("backstop_upstream_attempts_total{upstream=\"live\",outcome=\"timeout\"} 1\n"), "\(text)")
+        #expect(text.contains("backstop_upstream_attempts_total{upstream=\"live\",outcome=\"1xx\"} 1\n"), "\(text)")
+        await proxy.stop()
+        try await origin.shutdown()
+    }
+
     @Test("a connect failure is retried like any GET, and answered 502 once the attempts are spent")
     func connectFailureRetried() async throws {
         let closedPort = try FreePort.reserveClosedPort()

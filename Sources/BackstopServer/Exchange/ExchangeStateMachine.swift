@@ -624,8 +624,8 @@ struct ExchangeStateMachine: Equatable {
             get { rare?.value.hedges ?? HedgeTally() }
             set { modifyRare { $0.hedges = newValue } }
         }
-        /// A copy was refused (the retry budget, or no endpoint open for it): no further copy is asked for this
-        /// request (docs/reference/behaviour.md#hedging).
+        /// A copy was refused (the retry budget, or no endpoint open for it), or the upstream refused the token the
+        /// copies carry: no further copy is asked for this request (docs/reference/behaviour.md#hedging).
         var copyRefused: Bool {
             get { rare?.value.copyRefused ?? false }
             set { modifyRare { $0.copyRefused = newValue } }
@@ -1088,6 +1088,11 @@ struct ExchangeStateMachine: Equatable {
                 !progress.replayedAfterRefresh, progress.body.replayable, let rejected = progress.token
             {
                 guard alone else {
+                    // The token the copies carry was refused: no further copy goes out with it (one already
+                    // past the budget goes on); the last attempt in flight to be refused refreshes it.
+                    progress.copyRefused = true
+                    var attempts = attempts
+                    if case .due = attempts.nextCopy { attempts.nextCopy = .none }
                     return leave(
                         attempt, report: report, outcome: outcome, failure: nil, disposal: .cancel, attempts, now: now)
                 }

@@ -31,13 +31,15 @@ struct UpgradeHandshake {
         case none
         /// Open a connection and send the handshake (attempt `number`, 1-based) carrying `credential`.
         case attempt(number: Int, credential: Credential)
-        /// Close the attempt's connection; the next one starts when the timer reaches `until`.
-        case retry(after: Duration, reason: RetryCondition)
+        /// Close the attempt's connection; the next one starts when the timer reaches `until`. `failed`: the failure
+        /// that ended the attempt (its deadline included), nil when a response did; the owner records it.
+        case retry(after: Duration, reason: RetryCondition, failed: TransportFailure? = nil)
         /// The upstream refused `rejected`: hold its answer (the connection stays, unread), refresh the token the way
         /// every request does (`TokenManager.tokenRejected`: shared, single flight) and report `refreshFinished`.
         case refreshCredential(rejected: ManagedToken)
-        /// Answer the client with this error (after `attempts` attempts) and close.
-        case failLocally(ProxyErrorReason, attempts: Int)
+        /// Answer the client with this error (after `attempts` attempts) and close. `failed`: the failure that ended
+        /// the last attempt (its deadline included), nil when no attempt was made; the owner records it.
+        case failLocally(ProxyErrorReason, attempts: Int, failed: TransportFailure? = nil)
         /// The upstream switched protocols: answer `101` and relay.
         case switchProtocols(attempts: Int)
         /// The upstream answered something else (or its refusal is what is left after a failed refresh, `error`
@@ -116,7 +118,7 @@ struct UpgradeHandshake {
         if policy?.config.on.contains(.status(status)) == true {
             let outcome = AttemptOutcome.response(
                 status: status, retryAfter: retryAfter, rateLimitReset: rateLimitReset)
-            if let retry = retry(after: outcome, attempt: number, now: now, wall: wall, random: &random) {
+            if let retry = retry(after: outcome, attempt: number, failed: nil, now: now, wall: wall, random: &random) {
                 return retry
             }
         }
@@ -137,11 +139,14 @@ struct UpgradeHandshake {
             case .timeout: .timeout
             case .cancelled, .requestBodyFailed, .loopDetected, .destinationDenied, .tlsVerificationFailed: nil
             }
-        if let outcome, let retry = retry(after: outcome, attempt: number, now: now, wall: wall, random: &random) {
+        if let outcome,
+            let retry = retry(
+                after: outcome, attempt: number, failed: failure, now: now, wall: wall, random: &random)
+        {
             return retry
         }
         state = .ended
-        return .failLocally(Self.reason(for: failure), attempts: number)
+        return .failLocally(Self.reason(for: failure), attempts: number, failed: failure)
     }
 
     /// The refresh asked for by `.refreshCredential` ended: replay the handshake once with `replacement`, or relay
@@ -190,7 +195,7 @@ struct UpgradeHandshake {
     }
 
     private mutating func retry(
-        after outcome: AttemptOutcome, attempt: Int, now: Duration, wall: Double,
+        after outcome: AttemptOutcome, attempt: Int, failed: TransportFailure?, now: Duration, wall: Double,
         random: inout some RandomNumberGenerator
     ) -> Action? {
         guard let policy, let budget else { return nil }
@@ -206,7 +211,7 @@ struct UpgradeHandshake {
         previousDelay = delay
         retryReasons.append(reason)
         state = .backingOff(nextAttempt: attempt + 1, until: now + delay)
-        return .retry(after: delay, reason: reason)
+        return .retry(after: delay, reason: reason, failed: failed)
     }
 
     /// The local error for an attempt failure that is not retried (as for any request: docs/reference/errors.md).

@@ -225,15 +225,16 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
             break
         case .attempt(let number, let credential):
             attempt(number, credential: credential)
-        case .retry(let after, let reason):
-            let failure = reason.isTransportCondition ? machine.lastFailure?.label ?? reason.description : nil
-            traceAttemptEnded(failure: failure, retry: (reason, after))
+        case .retry(let after, let reason, let failed):
+            if let failed { metrics.recordAttempt(outcome: failed.label) }
+            traceAttemptEnded(failure: failed?.label, retry: (reason, after))
             dropConnection()
             metrics.recordRetry(reason: reason.description)
         case .refreshCredential(let rejected):
             refreshCredential(rejected)
-        case .failLocally(let reason, let attempts):
-            traceAttemptEnded(failure: machine.lastFailure?.label ?? reason.rawValue)
+        case .failLocally(let reason, let attempts, let failed):
+            if let failed { metrics.recordAttempt(outcome: failed.label) }
+            traceAttemptEnded(failure: failed?.label ?? reason.rawValue)
             dropConnection()
             self.attempts = attempts
             answerLocally(reason)
@@ -353,7 +354,6 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func attemptFailed(_ failure: TransportFailure) {
-        metrics.recordAttempt(outcome: failure.label)
         perform(machine.attemptFailed(failure, now: now, wall: runtime.clock.wall(), random: &random))
     }
 

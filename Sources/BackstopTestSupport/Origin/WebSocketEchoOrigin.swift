@@ -18,6 +18,8 @@ public final class WebSocketEchoOrigin: Sendable {
         case respond(status: Int, body: String)
         /// Close the connection without answering.
         case close
+        /// Never answer; the connection stays open until the proxy closes it.
+        case hang
     }
 
     /// A handshake head as received.
@@ -222,6 +224,8 @@ private final class WebSocketEchoHandler: ChannelInboundHandler {
             context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: response)), promise: nil)
         case .close:
             context.close(promise: nil)
+        case .hang:
+            break
         }
     }
 }
