@@ -17,6 +17,12 @@ enum EnvironmentChecks {
                     location: reference.location,
                     message: "\(reference.key) \(reference.path) is not readable: \(errnoText())"))
         }
+        for socket in config.unixSocketReferences {
+            if let problem = UnixSocketDirectoryCheck.problem(socket.path) {
+                problems.append(
+                    ConfigError(location: socket.location, message: "\(socket.key) unix:\(socket.path): \(problem)"))
+            }
+        }
         for client in config.clients ?? [] {
             let location = client.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
             switch client.match {
@@ -36,7 +42,12 @@ enum EnvironmentChecks {
         }
         if let keychain = config.keychain, case .file(let keyPath) = keychain.key {
             let location = keychain.keyLocation ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
-            if access(keyPath, F_OK) == 0 {
+            if access(keyPath, F_OK) != 0, errno != ENOENT {
+                // Not missing but out of reach (a directory on the way this user cannot search): run would fail.
+                problems.append(
+                    ConfigError(
+                        location: location, message: "keychain.key_file \(keyPath) cannot be reached: \(errnoText())"))
+            } else if access(keyPath, F_OK) == 0 {
                 if access(keyPath, R_OK) != 0 {
                     problems.append(
                         ConfigError(
@@ -72,6 +83,23 @@ enum KeyFileCheck {
         } catch {
             return error.description
         }
+    }
+}
+
+/// A unix listener's socket for `check`: `run` creates the socket (replacing a stale one) but not its directory, so
+/// the directory must exist and this user must be able to create files in it.
+enum UnixSocketDirectoryCheck {
+    static func problem(_ path: String) -> String? {
+        let parent = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        var info = stat()
+        guard stat(parent, &info) == 0 else {
+            return "its directory \(parent) cannot be used: \(String(cString: strerror(errno)))"
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else { return "\(parent) is not a directory" }
+        guard access(parent, W_OK | X_OK) == 0 else {
+            return "cannot create the socket in \(parent): \(String(cString: strerror(errno)))"
+        }
+        return nil
     }
 }
 

@@ -15,6 +15,8 @@ struct ConfigBuilder {
     var keychainReferences: [KeychainReference] = []
     /// CA bundles the config names, in file order (`Config.caFileReferences`).
     var caFileReferences: [FileReference] = []
+    /// Unix sockets the listeners bind, in file order (`Config.unixSocketReferences`).
+    var unixSocketReferences: [FileReference] = []
     /// Where each `clients` entry's parts were written, for the checks against upstreams and listeners.
     var clientSites: [ClientSite] = []
 
@@ -92,6 +94,7 @@ struct ConfigBuilder {
         if let node = top["clients"] { config.clients = clients(node) }
         config.keychainReferences = keychainReferences
         config.caFileReferences = caFileReferences
+        config.unixSocketReferences = unixSocketReferences
         return config
     }
 
@@ -108,7 +111,9 @@ struct ConfigBuilder {
                     node, "\(NodeReader.quoted(path)): 'unix:' needs a socket path (unix:/run/backstop/proxy.sock)")
                 return nil
             }
-            return .unix(path: resolve(socketPath))
+            let absolute = resolve(socketPath)
+            unixSocketReferences.append(FileReference(path: absolute, key: path, location: reader.location(node)))
+            return .unix(path: absolute)
         }
         guard let colon = text.lastIndex(of: ":") else {
             reader.fail(node, "\(NodeReader.quoted(path)): '\(text)' is not HOST:PORT, [IPV6]:PORT or unix:PATH")

@@ -89,6 +89,9 @@ public struct Config: Sendable, Equatable {
     /// Every CA bundle the config names (upstream `tls.ca_file`, `auth.tls.ca_file`, `token_store.ca_file`), with
     /// where its value was written: what `check` finds readable or not.
     public var caFileReferences: [FileReference] = []
+    /// Every unix socket a listener (or the admin listener) binds, with where its address was written: `check`
+    /// finds whether its directory is there for `run` to create the socket in.
+    public var unixSocketReferences: [FileReference] = []
     /// Where spooled bodies and queued deliveries are kept; nil: no spool.
     public var spool: SpoolConfig?
 
