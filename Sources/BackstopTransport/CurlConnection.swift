@@ -360,10 +360,10 @@ final class ConnectionDriver {
         dirty.removeAll(keepingCapacity: true)
     }
 
-    /// The transport is stopping: every connection fails as cancelled and lets go of its handle (before the multi
+    /// The transport is stopping: every connection fails as shut down and lets go of its handle (before the multi
     /// handle is cleaned up).
     func stopAll() {
-        for connection in Array(connecting.values) + Array(open.values) { fail(connection, .cancelled) }
+        for connection in Array(connecting.values) + Array(open.values) { fail(connection, .shutDown) }
         flush()
     }
 }

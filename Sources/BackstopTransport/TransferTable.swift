@@ -57,7 +57,7 @@ struct TransferTable<ID: Hashable> {
     mutating func start(_ id: ID, cancelRequested: Bool) -> Action {
         if stopping || cancelRequested {
             precondition(phases[id] == nil, "a transfer starts once")
-            return .finish(id, .failure(.cancelled))
+            return .finish(id, .failure(cancelRequested ? .cancelled : .shutDown))
         }
         // One hash per event on the common path: `updateValue` and `removeValue` return what was there.
         let previous = phases.updateValue(.queued, forKey: id)
@@ -160,10 +160,10 @@ struct TransferTable<ID: Hashable> {
         return (actions, next)
     }
 
-    /// The transport stops: every transfer it holds ends as cancelled, and later starts end at once.
+    /// The transport stops: every transfer it holds ends as shut down, and later starts end at once.
     mutating func stop() -> [Action] {
         stopping = true
-        let actions = phases.keys.map { Action.finish($0, .failure(.cancelled)) }
+        let actions = phases.keys.map { Action.finish($0, .failure(.shutDown)) }
         phases.removeAll()
         deadlines.removeAll()
         return actions

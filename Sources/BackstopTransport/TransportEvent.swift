@@ -17,6 +17,9 @@ public enum TransportFailure: Error, Sendable, Equatable {
     case timeout(detail: String)
     /// The exchange cancelled the attempt (client gone, per-try timer fired).
     case cancelled
+    /// The transport stopped under the attempt: Backstop is shutting down and the drain ran out
+    /// (docs/reference/operations.md#signals-reload-and-drain). Answered 503 `shutting-down`, never retried.
+    case shutDown
     /// The request body stream failed (client disconnected mid-upload).
     case requestBodyFailed
     /// The upstream's response head framed its body in a way that cannot be trusted (conflicting or malformed
@@ -37,6 +40,7 @@ public enum TransportFailure: Error, Sendable, Equatable {
             .destinationDenied(let d):
             d
         case .cancelled: "cancelled"
+        case .shutDown: "backstop stopped before the upstream answered"
         case .requestBodyFailed: "client request body failed"
         }
     }
@@ -49,6 +53,7 @@ public enum TransportFailure: Error, Sendable, Equatable {
         case .reset: "reset"
         case .timeout: "timeout"
         case .cancelled: "cancelled"
+        case .shutDown: "shutting-down"
         case .requestBodyFailed: "client-body-failed"
         case .badResponse: "bad-response"
         case .loopDetected: "loop-detected"

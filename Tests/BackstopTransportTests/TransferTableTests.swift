@@ -27,8 +27,9 @@ struct TransferTableTests {
         #expect(table.phase(of: 1) == .active(resent: false))
         #expect(table.start(2, cancelRequested: true) == .finish(2, .failure(.cancelled)))
         #expect(table.phase(of: 2) == nil)
-        #expect(table.stop() == [.finish(1, .failure(.cancelled))])
-        #expect(table.start(3, cancelRequested: false) == .finish(3, .failure(.cancelled)))
+        #expect(table.stop() == [.finish(1, .failure(.shutDown))])
+        #expect(table.start(3, cancelRequested: false) == .finish(3, .failure(.shutDown)))
+        #expect(table.start(4, cancelRequested: true) == .finish(4, .failure(.cancelled)))
         #expect(table.count == 0)
     }
 

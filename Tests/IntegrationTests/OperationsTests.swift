@@ -208,6 +208,12 @@ struct OperationsTests {
             daemon.output.contains("msg=\"stopping without waiting for requests in flight\" signal=15"),
             "\(daemon.output)")
         #expect(daemon.output.contains("msg=stopped"))
+        // The request the drain gave up on is answered as shutting down, not as an unreachable upstream.
+        let answer = await pending.value
+        #expect(answer?.status == 503)
+        #expect(answer?.header("X-Backstop-Error") == "shutting-down")
+        let line = daemon.output.split(separator: "\n").first { $0.contains("msg=request ") } ?? ""
+        #expect(line.contains("error=shutting-down") && line.contains("status=503"), "\(daemon.output)")
     }
 
     /// CPU seconds (user + system) the process has used, from `/proc/PID/stat`.

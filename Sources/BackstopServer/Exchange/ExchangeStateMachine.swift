@@ -1269,6 +1269,7 @@ struct ExchangeStateMachine: Equatable {
         case .badResponse: (.reset, .badUpstreamResponse)
         case .timeout: (.timeout, .upstreamTimeout)
         case .cancelled: (nil, .upstreamUnreachable)
+        case .shutDown: (nil, .shuttingDown)
         case .requestBodyFailed: (nil, .badRequest)
         case .loopDetected: (nil, .loopDetected)
         case .destinationDenied: (nil, .destinationDenied)

@@ -137,7 +137,9 @@ struct UpgradeHandshake {
             case .connectFailure: .connectFailure
             case .reset, .badResponse: .reset
             case .timeout: .timeout
-            case .cancelled, .requestBodyFailed, .loopDetected, .destinationDenied, .tlsVerificationFailed: nil
+            case .cancelled, .shutDown, .requestBodyFailed, .loopDetected, .destinationDenied,
+                .tlsVerificationFailed:
+                nil
             }
         if let outcome,
             let retry = retry(
@@ -223,6 +225,7 @@ struct UpgradeHandshake {
         case .badResponse: .badUpstreamResponse
         case .loopDetected: .loopDetected
         case .destinationDenied: .destinationDenied
+        case .shutDown: .shuttingDown
         }
     }
 }
