@@ -100,6 +100,8 @@ struct ConnectionStateMachineTests {
         case release(ms: Int = 0)
         case transport(TransportEvent, generation: Int = 1, ms: Int = 0)
         case batchEnded(generation: Int = 1)
+        /// The client socket turned unwritable (false) or writable again (true).
+        case writable(Bool, ms: Int = 0)
         case permit(Bool)
         case refreshed(ManagedToken?)
         case timer(ms: Int)
@@ -260,6 +262,37 @@ struct ConnectionStateMachineTests {
                 ),
             ],
             state: .idle(deadline: at(10) + idle)),
+        Row(
+            name: "a pipelined request waits while the client has not taken the response before it; then it starts",
+            steps: [
+                (.part(.head(get)), [.admit(get)]),
+                (.admitted(forward), [start()]),
+                (.part(.end(nil)), []),
+                (.part(.head(request(.GET, "/b"))), []),
+                (.part(.end(nil)), []),
+                (
+                    .transport(.head(upstream(200))),
+                    [.writeHead(upstream(200), headWrite(.contentLength(2)))]
+                ),
+                (.transport(.body(ok)), [.writeBody(ok, chunk: nil)]),
+                (.writable(false), []),
+                (.batchEnded(), [.flushBody(generation: 1)]),
+                (.transport(.end, ms: 10), [completed(bytes: 2), .awaitNextHead]),
+                // Another request arriving meanwhile waits too.
+                (.part(.head(request(.GET, "/c")), ms: 20), []),
+                (.writable(true, ms: 30), [.admit(request(.GET, "/b"))]),
+            ],
+            readsHeld: false),
+        Row(
+            name: "an idle connection whose client is backlogged queues a new head; writable again, it is admitted",
+            steps: [
+                (.writable(false), []),
+                (.part(.head(get)), []),
+                (.part(.end(nil)), []),
+                (.writable(true), [.admit(get)]),
+                (.writable(false), []),
+                (.writable(true), []),
+            ]),
         Row(
             name: "an unframed response to HTTP/1.1 is chunked",
             steps: [
@@ -638,6 +671,7 @@ struct ConnectionStateMachineTests {
         case .transport(let event, let generation, let ms):
             m.transportEvent(event, generation: generation, now: at(ms), wall: 0, random: &random, into: &actions)
         case .batchEnded(let generation): m.transportBatchEnded(generation: generation, into: &actions)
+        case .writable(let writable, let ms): m.clientWritabilityChanged(writable, now: at(ms), into: &actions)
         case .permit(let granted): m.retryPermit(granted: granted, now: t0, into: &actions)
         case .refreshed(let token): m.refreshFinished(token, now: t0, into: &actions)
         case .timer(let ms): m.timerFired(now: at(ms), wall: 0, random: &random, into: &actions)

@@ -108,6 +108,44 @@ struct HostileClientTests {
         return nil
     }
 
+    @Test(
+        "a client that pipelines 24 requests for 1 MiB each and reads nothing has few fetched at a time; all arrive once it reads"
+    )
+    func pipelinedWithoutReading() async throws {
+        let size = 1 << 20
+        let count = 24
+        try await withOriginAndProxy(
+            origin: { _ in .stream(status: 200, totalBytes: size, chunked: false) },
+            config: { singleUpstreamConfig($0) }
+        ) { origin, proxy in
+            let port = proxy.port
+            let (reached, fetchedMany, received) = try await BlockingSocket.onThread { () -> (Bool, Bool, Int) in
+                let socket = try BlockingSocket(port: port)
+                let requests = String(
+                    repeating: "GET http://app.test/big HTTP/1.1\r\nHost: app.test\r\n\r\n", count: count)
+                guard socket.send(requests) else { return (false, false, 0) }
+                let reached = Poll.holdsBlocking(within: .seconds(10), every: .milliseconds(10)) {
+                    origin.requestCount >= 1
+                }
+                // Unread, the responses wait in the kernel's socket buffers and at most one in Backstop: the requests
+                // behind them are not sent upstream (before the fix all 24 were fetched and held in memory at once).
+                let fetchedMany = Poll.holdsBlocking(within: .milliseconds(1500), every: .milliseconds(50)) {
+                    origin.requestCount > 8
+                }
+                // Reading, the client gets every response.
+                let deadline = ContinuousClock.now + .seconds(60)
+                while socket.received.count < count * size, ContinuousClock.now < deadline {
+                    if socket.waitForData(timeout: deadline - ContinuousClock.now) != .data { break }
+                }
+                return (reached, fetchedMany, socket.received.count)
+            }()
+            #expect(reached)
+            #expect(!fetchedMany, "more than 8 of \(count) fetched while the client read nothing")
+            #expect(received > count * size, "\(received) bytes")
+            #expect(origin.requestCount == count)
+        }
+    }
+
     @Test("slowloris: 50 clients trickling 1 byte/s neither block others nor outlive client_idle_timeout")
     func slowloris() async throws {
         try await withOriginAndProxy(

@@ -23,7 +23,9 @@ import NIOHTTP1
 ///
 /// Requests on one connection are handled one at a time so responses leave in order. Parts of pipelined requests
 /// that arrive meanwhile are queued here (not by NIO's pipelining handler, which toggles socket reads around every
-/// request); reads are held only when the queue grows past `maxQueuedParts`.
+/// request); reads are held only when the queue grows past `maxQueuedParts`. The next request waits, too, while the
+/// client has not taken what was written to it (its socket unwritable): a client that pipelines requests and reads
+/// nothing would otherwise have every response fetched and held in memory.
 ///
 /// Events of the exchange's attempts carry their generation. Generations grow over the connection's whole life, so
 /// an event of an attempt that is no longer the exchange's, or of an earlier request's, is stale: it changes
@@ -286,6 +288,8 @@ struct ConnectionStateMachine {
     private var queued = CircularBuffer<ClientRequestPart>()
     private var uploadHold = false
     private var queueHold = false
+    /// The client socket is not writable (what was written to it is not taken yet): no next request starts.
+    private var clientBacklogged = false
     private var pendingRead = false
     /// A queued request was being stored when the client went away: the store's end still ends its intake.
     private var storeOutlivedClient = false
@@ -329,6 +333,9 @@ extension ConnectionStateMachine {
         case .closing, .upgrading:
             return
         case .active(let active) where active.request == .admitting || active.request == .ended || !queued.isEmpty:
+            queued.append(part)
+            if queued.count >= Self.maxQueuedParts { queueHold = true }
+        case .idle where clientBacklogged:
             queued.append(part)
             if queued.count >= Self.maxQueuedParts { queueHold = true }
         case .idle, .active:
@@ -578,6 +585,13 @@ extension ConnectionStateMachine {
             return
         }
         actions.append(.flushBody(generation: generation))
+    }
+
+    /// The client socket turned unwritable (`writable` false: what was written is not taken yet) or writable again;
+    /// a request queued behind a response the client had not taken starts once it is.
+    mutating func clientWritabilityChanged(_ writable: Bool, now: Duration, into actions: inout [Action]) {
+        clientBacklogged = !writable
+        if writable, case .idle = state { drainQueue(now: now, into: &actions) }
     }
 
     /// The client socket drained: the response is making progress.
@@ -943,6 +957,8 @@ extension ConnectionStateMachine {
                 queued.removeAll()
                 return
             case .active(let active) where active.request == .admitting || active.request == .ended:
+                return
+            case .idle where clientBacklogged:
                 return
             case .idle, .active:
                 process(queued.removeFirst(), now: now, into: &actions)

@@ -163,7 +163,10 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { clientWritable() }
+        let writable = context.channel.isWritable
+        if writable { clientWritable() }
+        let now = self.now
+        feed { $0.clientWritabilityChanged(writable, now: now, into: &$1) }
         context.fireChannelWritabilityChanged()
     }
 
