@@ -59,6 +59,9 @@ import CFuzzing
 ///   must encode back to exactly the input (every length checked against what is left, nothing read past the end).
 /// - `key-file`: a key file's contents → `KeychainKey.parse`; a key that parses must parse again, to the same key,
 ///   from the key file `writeNewKeyFile` would write for it.
+/// - `client-hello`: an intercepted client's first bytes → `ClientHelloReader` (the first byte says where to split
+///   the rest into two reads), which must answer as when fed at once; once it has answered, more bytes change
+///   nothing; a name holds no byte outside ASCII but the replacement character.
 ///
 /// Each target must never crash, trap or overflow, whatever the bytes; a finding becomes a unit test.
 enum FuzzTarget: String, CaseIterable {
@@ -76,6 +79,7 @@ enum FuzzTarget: String, CaseIterable {
     case requestDecoder = "request-decoder"
     case queuedHead = "queued-head"
     case keyFile = "key-file"
+    case clientHello = "client-hello"
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["BACKSTOP_FUZZ_TARGET"] ?? ""
@@ -109,6 +113,22 @@ enum FuzzTarget: String, CaseIterable {
         case .requestDecoder: Self.requestDecoder(bytes)
         case .queuedHead: Self.queuedHead(bytes)
         case .keyFile: Self.keyFile(bytes)
+        case .clientHello: Self.clientHello(bytes)
+        }
+    }
+
+    static func clientHello(_ bytes: [UInt8]) {
+        guard let first = bytes.first else { return }
+        let rest = bytes.dropFirst()
+        let split = rest.startIndex + Int(first) % (rest.count + 1)
+        let whole = ClientHelloServerName.read(rest)
+        var pieces = ClientHelloReader()
+        let early = pieces.read(rest[..<split])
+        let late = pieces.read(rest[split...])
+        if early != .needMore { precondition(late == early, "an answer changed with more bytes") }
+        precondition(late == whole, "the answer depends on how the bytes were split")
+        if case .name(let name) = whole {
+            precondition(name.unicodeScalars.allSatisfy { $0.isASCII || $0 == "\u{FFFD}" }, "a name outside ASCII")
         }
     }
 

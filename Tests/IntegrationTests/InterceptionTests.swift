@@ -238,6 +238,44 @@ struct InterceptionTests {
         }
     }
 
+    @Test(
+        "a ClientHello split over two records is read whole: another name is refused as sni-mismatch, the CONNECT host's gets a ServerHello"
+    )
+    func splitClientHello() async throws {
+        try await Self.withSetup { setup in
+            let port = setup.proxy.port
+            /// What the proxy sends back after the 200 to a ClientHello naming `name`, cut after 40 bytes.
+            func answer(naming name: String) async throws -> [UInt8] {
+                let records = ClientHelloBytes.records(ClientHelloBytes.message(serverName: Array(name.utf8)), size: 40)
+                return try await BlockingSocket.onThread {
+                    let socket = try BlockingSocket(port: port)
+                    let connect = "CONNECT api.test:443 HTTP/1.1\r\nHost: api.test:443\r\n\r\n"
+                    _ = socket.send(connect)
+                    let established = Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8)
+                    while socket.received.count < established.count,
+                        socket.waitForData(timeout: .seconds(5)) == .data
+                    {}
+                    guard socket.received.starts(with: established) else { return socket.received }
+                    socket.forget(established.count)
+                    _ = socket.send(records)
+                    // A ServerHello (a handshake record) or the close.
+                    _ = socket.waitForData(timeout: .seconds(5))
+                    return socket.received
+                }()
+            }
+            let refused = try await answer(naming: "other.test")
+            #expect(refused.isEmpty, "\(refused.prefix(8))")
+            let warning = try #require(
+                try await setup.capture.waitFor("intercepted connection refused", count: 1).first)
+            #expect(warning.contains("result=sni-mismatch"), "\(warning)")
+            #expect(warning.contains("the ClientHello names other.test"), "\(warning)")
+            let accepted = try await answer(naming: "api.test")
+            #expect(accepted.starts(with: [0x16, 0x03]), "\(accepted.prefix(8))")
+            let metrics = try await setup.metrics()
+            #expect(metrics.contains("backstop_intercepted_connections_total{result=\"sni-mismatch\"} 1\n"))
+        }
+    }
+
     // MARK: openssl helpers
 
     struct Chain {

@@ -216,7 +216,8 @@ extension ProxyHandler {
             runtime: runtime, idleTimeout: machine.idleTimeout, headTimer: headTimer, intercepted: intercepted)
         decoder.deliver(to: proxy)
         do {
-            try handOver(context, to: [observer.makeSNIHandler(channel: channel), observer, headTimer, decoder, proxy])
+            try handOver(
+                context, to: [observer.makeClientHelloHandler(channel: channel), observer, headTimer, decoder, proxy])
             channel.read()
         } catch {
             channel.close(promise: nil)

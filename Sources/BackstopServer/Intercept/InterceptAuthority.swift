@@ -192,11 +192,14 @@ public final class InterceptAuthority: Sendable {
 enum InterceptRefusal: Error, CustomStringConvertible {
     case hostNotPermitted(String)
     case sniMismatch(sni: String, connect: String)
+    /// A ClientHello framed as TLS that cannot be read (`ClientHelloServerName.unreadable`).
+    case unreadableClientHello(String)
 
     var description: String {
         switch self {
         case .hostNotPermitted(let host): "no intercepting upstream matches \(host)"
         case .sniMismatch(let sni, let connect): "the ClientHello names \(sni), the CONNECT named \(connect)"
+        case .unreadableClientHello(let why): "the ClientHello cannot be read: \(why)"
         }
     }
 }

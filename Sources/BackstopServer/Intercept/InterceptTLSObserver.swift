@@ -38,27 +38,37 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
         self.started = runtime.clock.monotonic()
     }
 
-    /// The SNI handler in front of everything: what `SNIHandler` calls once it has read the ClientHello (or given
-    /// up reading one). Installs the TLS handler for the agreed name before the buffered bytes are handed on.
-    func makeSNIHandler(channel: Channel) -> ByteToMessageHandler<SNIHandler> {
+    /// The ClientHello reader in front of everything: what it calls once it has read the ClientHello (or found it
+    /// is none). Installs the TLS handler for the agreed name before the held bytes are handed on.
+    func makeClientHelloHandler(channel: Channel) -> ByteToMessageHandler<ClientHelloNameHandler> {
         let loopBound = NIOLoopBound(self, eventLoop: channel.eventLoop)
         return ByteToMessageHandler(
-            SNIHandler { result in
-                loopBound.value.nameChosen(result, channel: channel)
+            ClientHelloNameHandler { answer in
+                loopBound.value.nameChosen(answer, channel: channel)
             })
     }
 
-    private func nameChosen(_ result: SNIResult, channel: Channel) -> EventLoopFuture<Void> {
+    private func nameChosen(_ answer: ClientHelloServerName, channel: Channel) -> EventLoopFuture<Void> {
         let host = intercepted.target.host
-        // A fully qualified name with its root dot (`api.example.com.`) names the same host.
-        if case .hostname(let raw) = result, case let name = raw.hasSuffix(".") ? String(raw.dropLast()) : raw,
-            name.asciiLowercased() != host
-        {
-            // No leaf is minted for a name the CONNECT did not ask for.
-            refuse(.sniMismatch, InterceptRefusal.sniMismatch(sni: String(name.prefix(255)), connect: host), channel)
-            return channel.eventLoop.makeFailedFuture(InterceptRefusal.sniMismatch(sni: name, connect: host))
+        switch answer {
+        case .name(let raw):
+            // A fully qualified name with its root dot (`api.example.com.`) names the same host.
+            let name = raw.hasSuffix(".") ? String(raw.dropLast()) : raw
+            if name.asciiLowercased() != host {
+                // No leaf is minted for a name the CONNECT did not ask for.
+                let refusal = InterceptRefusal.sniMismatch(sni: String(name.prefix(255)), connect: host)
+                refuse(.sniMismatch, refusal, channel)
+                return channel.eventLoop.makeFailedFuture(refusal)
+            }
+        case .unreadable(let why):
+            let refusal = InterceptRefusal.unreadableClientHello(why)
+            refuse(.handshakeFailed, refusal, channel)
+            return channel.eventLoop.makeFailedFuture(refusal)
+        case .absent, .notTLS, .needMore:
+            // No name: the CONNECT host's. Not TLS at all: the TLS handler says what it is (its reason names).
+            break
         }
-        // Minting runs on the thread pool; the ClientHello's bytes wait in the SNI handler meanwhile.
+        // Minting runs on the thread pool; the ClientHello's bytes wait in the reader meanwhile.
         return authority.context(forHost: host, on: channel.eventLoop).assumeIsolated().flatMapThrowing { context in
             let pipeline = channel.pipeline.syncOperations
             try pipeline.addHandler(self.watcher, position: .before(self))
@@ -117,10 +127,7 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
 
     func channelInactive(context: ChannelHandlerContext) {
         if outcome == .pending {
-            finish(
-                .handshakeFailed,
-                problem: clientAlert ?? "the connection closed before the TLS handshake ended (by "
-                    + "the client, or after limits.client_idle_timeout)")
+            finish(.handshakeFailed, problem: clientAlert ?? Self.closedDuringHandshake)
         }
         if accessLog {
             var metadata: Logger.Metadata = [
@@ -143,10 +150,15 @@ final class InterceptTLSObserver: ChannelInboundHandler, RemovableChannelHandler
 
     /// BoringSSL's reason names, without its error codes and source paths: `TLSV1_ALERT_UNKNOWN_CA`,
     /// `WRONG_VERSION_NUMBER`, `HTTP_REQUEST`; another error's own description.
+    static let closedDuringHandshake =
+        "the connection closed before the TLS handshake ended (by the client, or after limits.client_idle_timeout)"
+
     static func describe(_ error: any Error) -> String {
         let text = "\(error)"
         let reasons = TLSAlertScanner.reasonNames(in: text)
         if !reasons.isEmpty { return reasons.joined(separator: ",") }
+        // BoringSSL's own words for a client that closed without an alert, inside NIO's error dump.
+        if text.contains("EOF during handshake") { return closedDuringHandshake }
         return text.count > 300 ? String(text.prefix(300)) + "…" : text
     }
 }
