@@ -342,7 +342,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             logger: quiet)
         try await connection.queryIfOpen(
             "SELECT pg_advisory_xact_lock(hashtextextended(\("backstop:\(table):\(prefix)"), 0))",
-            logger: quiet)
+            logger: quiet, waitsUpTo: Self.lockWait)
         return ContinuousClock.now - started
     }
 
@@ -351,8 +351,9 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// failure was that connection closing, and then never ends (see `queryIfOpen`).
     func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T
     {
-        try await withConnectionWait {
+        try await withConnectionWait { connected in
             try await self.client.withConnection { connection in
+                connected.set()
                 try await connection.queryIfOpen("BEGIN;", logger: self.quiet)
                 let value: T
                 do {
@@ -367,13 +368,20 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         }
     }
 
-    /// Runs `body`; if it has not got a connection (signalled by `body` starting its first statement) within
-    /// `connectionWait`, cancels it and throws `unavailable`. Waiting for a lock does not count.
-    func withConnectionWait<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await withThrowingTaskGroup(of: T?.self) { group in
+    /// Runs `body`; if it has not got a connection (`body` sets `connected` once it has) within `connectionWait`
+    /// and the database does not answer a new connection either, cancels it and throws `unavailable`. Once `body`
+    /// has its connection it is never cancelled from here: it may be holding tokens the endpoint just issued, which
+    /// must reach the store or the caller (docs/reference/token-store.md#how-a-refresh-runs); its statements are
+    /// bounded by `statementDeadline` instead. A pool that is only busy (the server takes a new connection) is
+    /// waited for.
+    func withConnectionWait<T: Sendable>(
+        _ body: @escaping @Sendable (_ connected: OnceFlag) async throws -> T
+    ) async throws -> T {
+        let connected = OnceFlag()
+        return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 do {
-                    return try await body()
+                    return try await body(connected)
                 } catch  where Self.isUnexplained(error) {
                     // The pool gave up connecting (its circuit breaker opens after a minute of failures) and says
                     // nothing more: ask the server.
@@ -389,11 +397,16 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                     group.cancelAll()
                     return value
                 }
-                // The wait elapsed: fine if the pool has a connection working for us, else the database is down.
-                if !(await hasOpenConnection()) {
+                // The wait elapsed: fine if `body` has its connection, or the server answers a new one (the pool is
+                // busy); else the database is down.
+                if connected.isSet { continue }
+                if let problem = await directProbe() {
                     group.cancelAll()
-                    throw TokenStoreError.unavailable(
-                        await unreachableReason(after: "no connection within \(Self.connectionWait)"))
+                    throw TokenStoreError.unavailable("no connection within \(Self.connectionWait): \(problem)")
+                }
+                group.addTask {
+                    try await Task.sleep(for: Self.connectionWait)
+                    return nil
                 }
             }
             throw TokenStoreError.unavailable("cancelled")
@@ -402,32 +415,26 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
 
     /// An error of the pool's own that names no cause (the types the store explains are PostgreSQL's and its own).
     static func isUnexplained(_ error: any Error) -> Bool {
-        !(error is PSQLError || error is TokenStoreError || error is CancellationError)
-    }
-
-    /// Whether the database answers now (a trivial query with a short deadline).
-    private func hasOpenConnection() async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                (try? await self.client.query("SELECT 1", logger: self.quiet)) != nil
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(1))
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        !(error is PSQLError || error is TokenStoreError || error is CancellationError
+            || error is PostgresDecodingError)
     }
 
     /// Why the pool has no connection, for the error: the pool retries failed connections by itself and keeps their
-    /// errors, so one direct attempt (2 s) tells a server that answered with an error (a wrong password is `28P01`,
-    /// an unknown database `3D000`) from one that did not answer at all.
+    /// errors, so one direct attempt tells a server that answered with an error (a wrong password is `28P01`, an
+    /// unknown database `3D000`) from one that did not answer at all.
     private func unreachableReason(after waited: String) async -> String {
+        guard let problem = await directProbe() else {
+            return "\(waited) (the server accepts new connections: every pooled one is busy)"
+        }
+        return "\(waited): \(problem)"
+    }
+
+    /// One direct connection, made and closed (2 s to connect, 3 s in all): nil when the server took it, else why
+    /// not.
+    private func directProbe() async -> String? {
         let configuration = probeConfiguration
         let quiet = self.quiet
-        let probe: String? = await withTaskGroup(of: String??.self) { group in
+        return await withTaskGroup(of: String??.self) { group in
             group.addTask {
                 do {
                     let connection = try await PostgresConnection.connect(
@@ -446,15 +453,13 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             group.cancelAll()
             return first ?? "no answer to a new connection either"
         }
-        guard let probe else { return "\(waited) (the server accepts new connections: every pooled one is busy)" }
-        return "\(waited): \(probe)"
     }
 
     /// `backstop check --online`: problems found connecting to the database and with the table (missing rights),
     /// or none.
     public func check() async -> [String] {
         do {
-            return try await withConnectionWait { () async throws -> [String] in
+            return try await withConnectionWait { _ async throws -> [String] in
                 var problems: [String] = []
                 let exists = try await self.client.query(
                     "SELECT to_regclass(\(self.sqlTable)) IS NOT NULL", logger: self.quiet)
@@ -602,6 +607,11 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 return "\(psql.code): \(String(describing: type(of: underlying))) \(underlying)"
             }
             return "\(psql.code)"
+        }
+        if let decoding = error as? PostgresDecodingError {
+            // A column altered under the store (a type changed, a NULL where none may be): never the value itself.
+            return "a row the store cannot read: column \(decoding.columnName) is \(decoding.postgresType) "
+                + "(\(decoding.code))"
         }
         return String(describing: type(of: error))
     }

@@ -26,7 +26,7 @@ final class PostgresTokenStore: TokenStore {
             try await backend.ensureTable()
             let prefix = self.prefix
             let backend = self.backend
-            let row = try await backend.withConnectionWait { try await backend.readRow(prefix) }
+            let row = try await backend.withConnectionWait { _ in try await backend.readRow(prefix) }
             var tokens = StoredTokens()
             if let row { tokens = try await backend.accept(row, prefix: prefix) }
             backend.metrics.record(store: "postgres", operation: "load", ok: true, seconds: started.secondsSince)
@@ -135,7 +135,7 @@ final class PostgresTokenStore: TokenStore {
         let backend = self.backend
         do {
             try await backend.ensureTable()
-            return try await backend.withConnectionWait { () async throws -> TokenStoreStatus in
+            return try await backend.withConnectionWait { _ async throws -> TokenStoreStatus in
                 let rows = try await backend.client.query(
                     """
                     SELECT sealed, extract(epoch from updated_at)::double precision, refreshed_by, last_outcome

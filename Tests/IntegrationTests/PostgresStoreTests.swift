@@ -131,6 +131,77 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test(
+        "eight refreshes at once whose token calls outlast the connection wait (the pool then has none free) all complete and are stored: none is cancelled holding issued tokens"
+    )
+    func slowRefreshesOnABusyPool() async throws {
+        try await Self.withCluster { pg in
+            let a = try Self.backend(pg, key: KeychainKey.generate(), instance: "a")
+            try await Self.running([a]) {
+                let prefixes = (1...8).map { "u\($0)" }
+                let outcomes = await withTaskGroup(of: (String, Bool).self) { group in
+                    for prefix in prefixes {
+                        group.addTask {
+                            let store = a.store(forPrefix: prefix)
+                            let tokens = StoredTokens(
+                                accessToken: "access-\(prefix)", refreshToken: "refresh-\(prefix)", expiresAt: 2e9)
+                            do {
+                                let (_, failure) = try await store.withRefreshLock { _ in
+                                    // A token endpoint slower than the 5-s connection wait (the docs allow 15 s a
+                                    // call): seven of these hold the pool's seven connections meanwhile.
+                                    try? await Task.sleep(for: .seconds(6))
+                                    return LockedDecision(result: 0, store: tokens)
+                                }
+                                return (prefix, failure == nil)
+                            } catch {
+                                return (prefix, false)
+                            }
+                        }
+                    }
+                    var outcomes: [String: Bool] = [:]
+                    for await (prefix, ok) in group { outcomes[prefix] = ok }
+                    return outcomes
+                }
+                #expect(outcomes.filter { !$0.value }.isEmpty, "failed: \(outcomes.filter { !$0.value }.keys.sorted())")
+                let rows = try await pg.psql("SELECT count(*) FROM backstop_tokens")
+                #expect(rows.trimmingCharacters(in: .whitespacesAndNewlines) == "8")
+            }
+        }
+    }
+
+    @Test(
+        "a database that hangs without closing its connections fails a refresh within the statement deadline instead of holding it"
+    )
+    func hungDatabaseFailsTheRefresh() async throws {
+        try await Self.withCluster { pg in
+            let a = try Self.backend(pg, key: KeychainKey.generate(), instance: "a")
+            try await Self.running([a]) {
+                let store = a.store(forPrefix: "api")
+                let tokens = StoredTokens(accessToken: "x", refreshToken: "y", expiresAt: 2e9)
+                _ = try await store.withRefreshLock { _ in LockedDecision(result: 0, store: tokens) }
+                #expect(pg.freeze(true) >= 2)
+                defer { pg.freeze(false) }
+                let started = ContinuousClock.now
+                let decided = NIOLockedValueBox(false)
+                do {
+                    _ = try await store.withRefreshLock { _ in
+                        decided.withLockedValue { $0 = true }
+                        return LockedDecision(result: 0, store: tokens)
+                    }
+                    Issue.record("a refresh against a stopped server succeeded")
+                } catch {
+                    #expect(
+                        "\(error)".contains("did not answer") || "\(error)".contains("no connection"),
+                        "\(error)")
+                }
+                let waited = ContinuousClock.now - started
+                #expect(!decided.withLockedValue { $0 })
+                #expect(waited < .seconds(25), "\(waited)")
+                pg.freeze(false)
+            }
+        }
+    }
+
     @Test("a row sealed under another key, or altered, is reported as unreadable with what to do; nothing crashes")
     func tamperedRow() async throws {
         try await Self.withCluster { pg in

@@ -123,6 +123,26 @@ public final class TestPostgres: Sendable {
         try await pgctl(["start", "-w", "-t", "30", "-l", directory + "/server.log", "-o", serverOptions])
     }
 
+    /// Stops (SIGSTOP) or resumes (SIGCONT) the server and every backend process, its connections left open: a
+    /// server that hangs without closing anything, as one on a machine that froze or behind a network dropping
+    /// packets. Returns how many processes were signalled.
+    @discardableResult
+    public func freeze(_ frozen: Bool) -> Int {
+        let pidText = (try? String(contentsOfFile: directory + "/data/postmaster.pid", encoding: .utf8)) ?? ""
+        guard let line = pidText.split(separator: "\n").first, let postmaster = Int32(line) else { return 0 }
+        var pids = [postmaster]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = Int32(entry),
+                let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                let end = stat.lastIndex(of: ")")
+            else { continue }
+            let fields = stat[stat.index(after: end)...].split(separator: " ")
+            if fields.count > 1, Int32(fields[1]) == postmaster { pids.append(pid) }
+        }
+        for pid in pids { kill(pid, frozen ? SIGSTOP : SIGCONT) }
+        return pids.count
+    }
+
     /// Runs SQL as the superuser over the cluster's unix socket; returns psql's unaligned output.
     @discardableResult
     public func psql(_ sql: String, database: String? = nil) async throws -> String {
