@@ -29,11 +29,11 @@ public enum SpanAttributes {
         a.reserveCapacity(12)
         method(facts.method, into: &a)
         a.append(SpanAttribute("url.scheme", .string("http")))
-        a.append(SpanAttribute("url.path", .string(withoutQuery(facts.path))))
+        a.append(SpanAttribute("url.path", .string(limited(withoutQuery(facts.path)))))
         if let host = facts.serverAddress { a.append(SpanAttribute("server.address", .string(host))) }
         if let port = facts.serverPort { a.append(SpanAttribute("server.port", .int(Int64(port)))) }
         if let client = facts.clientAddress { a.append(SpanAttribute("client.address", .string(client))) }
-        if let agent = facts.userAgent { a.append(SpanAttribute("user_agent.original", .string(agent))) }
+        if let agent = facts.userAgent { a.append(SpanAttribute("user_agent.original", .string(limited(agent)))) }
         a.append(SpanAttribute("network.protocol.version", .string(facts.protocolVersion)))
         a.append(SpanAttribute("http.response.status_code", .int(Int64(facts.status))))
         if let upstream = facts.upstream { a.append(SpanAttribute("backstop.upstream", .string(upstream))) }
@@ -55,7 +55,7 @@ public enum SpanAttributes {
         a.reserveCapacity(16)
         method(facts.method, into: &a)
         let url = withoutQuery(facts.url)
-        a.append(SpanAttribute("url.full", .string(url)))
+        a.append(SpanAttribute("url.full", .string(limited(url))))
         if let (host, port) = hostAndPort(url) {
             a.append(SpanAttribute("server.address", .string(host)))
             a.append(SpanAttribute("server.port", .int(Int64(port))))
@@ -97,6 +97,24 @@ public enum SpanAttributes {
     }
 
     /// `url` up to its `?`: a query may carry an API key or a signature, and no secret is ever an attribute.
+    /// The longest value a client-supplied attribute (a path, a URL, a user agent) keeps, in UTF-8 bytes: a span
+    /// waits in a queue of 2,048 and goes out in batches of 512, and a 64 KiB path in each would hold ~130 MiB and
+    /// make a batch larger than collectors accept (OpenTelemetry's `AttributeValueLengthLimit`, set for them).
+    public static let valueLimit = 1024
+
+    /// `value` cut to at most `valueLimit` UTF-8 bytes, between two scalars.
+    static func limited(_ value: String) -> String {
+        guard value.utf8.count > valueLimit else { return value }
+        let scalars = value.unicodeScalars
+        var bytes = 0
+        var end = scalars.startIndex
+        while end != scalars.endIndex, bytes + UTF8.width(scalars[end]) <= valueLimit {
+            bytes += UTF8.width(scalars[end])
+            end = scalars.index(after: end)
+        }
+        return String(scalars[..<end])
+    }
+
     static func withoutQuery(_ url: String) -> String {
         guard let mark = url.firstIndex(of: "?") else { return url }
         return String(url[..<mark])

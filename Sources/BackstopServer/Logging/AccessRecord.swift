@@ -68,9 +68,10 @@ struct AccessRecord {
             }
         }
         let withoutQuery = uri.firstIndex(of: "?").map { String(uri[..<$0]) } ?? uri
-        // Never log what could not be parsed as is: control characters, overlong junk.
-        return withoutQuery.utf8.count <= 256 && withoutQuery.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
-            ? withoutQuery : "-"
+        // Never log what could not be parsed as is: control characters, overlong junk, and any target that is not
+        // a path (an absolute URL refused for its `user:password@` would log the password; it goes into spans too).
+        return withoutQuery.hasPrefix("/") && withoutQuery.utf8.count <= 256
+            && withoutQuery.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) ? withoutQuery : "-"
     }
 }
 
