@@ -77,11 +77,15 @@ public struct IncomingTraceContext: Sendable, Equatable {
             guard let last = value.last, last != 0x20, value.count <= 256 else { return false }
             return value.allSatisfy { (0x20...0x7E).contains($0) && $0 != 0x2C && $0 != 0x3D }
         }
+        var members = 0
         for member in Array(tracestate.utf8).split(separator: 0x2C, omittingEmptySubsequences: false) {
             var trimmed = member[...]
             while let first = trimmed.first, first == 0x20 || first == 0x09 { trimmed = trimmed.dropFirst() }
             while let last = trimmed.last, last == 0x20 || last == 0x09 { trimmed = trimmed.dropLast() }
             if trimmed.isEmpty { continue }
+            // At most 32 list members (W3C Trace Context §3.3.1.1).
+            members += 1
+            guard members <= 32 else { return false }
             guard let equals = trimmed.firstIndex(of: 0x3D),
                 isKey(trimmed[trimmed.startIndex..<equals]), isValue(trimmed[(equals + 1)...])
             else { return false }

@@ -109,7 +109,9 @@ public struct RequestTrace: Sendable {
 
     /// The span of an attempt about to be sent: its id names it in the `traceparent` the upstream receives.
     public mutating func startAttempt(at monotonic: Duration) -> AttemptSpan {
-        AttemptSpan(spanID: Tracer.spanID(&random), traceID: traceID, sampled: sampled, start: monotonic)
+        AttemptSpan(
+            spanID: Tracer.spanID(&random), traceID: traceID, sampled: sampled, start: monotonic,
+            keepsTraceState: traceState != nil)
     }
 
     /// Records an attempt's client span, ended at `monotonic`, with what it came to.
@@ -144,6 +146,8 @@ public struct AttemptSpan: Sendable, Equatable {
     let traceID: TraceID
     let sampled: Bool
     let start: Duration
+    /// The request continues the client's trace with a well-formed `tracestate`, which then goes upstream as sent.
+    var keepsTraceState = false
 
     /// The `traceparent` value this attempt sends upstream (replacing the client's): this span as the parent.
     public var traceparent: String {
@@ -183,9 +187,12 @@ public struct SpanTimer: Sendable {
 
 extension AttemptSpan {
     /// An attempt's upstream headers with this span's `traceparent` in place of any the client sent (every
-    /// `traceparent` field removed, one added); `tracestate` is left as the client sent it.
+    /// `traceparent` field removed, one added). `tracestate` is left as the client sent it when the request continues
+    /// the client's trace and it is well-formed; otherwise it is removed, as W3C Trace Context asks of a trace
+    /// started anew or a `tracestate` that could not be read.
     public func settingTraceparent(in headers: inout HeaderFields) {
         headers.remove(name: "traceparent")
         headers.append(name: "traceparent", value: traceparent)
+        if !keepsTraceState { headers.remove(name: "tracestate") }
     }
 }

@@ -262,22 +262,42 @@ struct TracerTests {
 
 @Suite("Attempt headers")
 struct AttemptHeaderTests {
-    @Test("the attempt's traceparent replaces every one the client sent; other headers and tracestate stay")
+    @Test(
+        "the attempt's traceparent replaces every one the client sent; tracestate stays when the client's trace is continued, and goes when the trace starts anew"
+    )
     func replacesTraceparent() {
         let clock = ManualClock()
         let tracer = Tracer(sampleRatio: 1, queue: makeQueue(TestSender(.accept)), clock: clock, seed: 2)
-        var trace = tracer.startRequest(parent: nil, at: clock.monotonic())
-        let attempt = trace.startAttempt(at: clock.monotonic())
-        var headers: HeaderFields = [
+        let sent: HeaderFields = [
             (name: "Host", value: "a"), (name: "TraceParent", value: "00-x"), (name: "tracestate", value: "a=1"),
             (name: "traceparent", value: "00-y"),
         ]
+        var anew = tracer.startRequest(parent: nil, at: clock.monotonic())
+        let attempt = anew.startAttempt(at: clock.monotonic())
+        var headers = sent
         attempt.settingTraceparent(in: &headers)
+        #expect(headers.map { "\($0.name): \($0.value)" } == ["Host: a", "traceparent: \(attempt.traceparent)"])
+        #expect(attempt.traceparent.hasPrefix("00-\(anew.traceID)-"))
+        #expect(attempt.traceparent.count == 55)
+
+        let parent = IncomingTraceContext.parse(
+            traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", tracestate: "a=1")
+        var continued = tracer.startRequest(parent: parent, at: clock.monotonic())
+        let kept = continued.startAttempt(at: clock.monotonic())
+        headers = sent
+        kept.settingTraceparent(in: &headers)
         #expect(
             headers.map { "\($0.name): \($0.value)" } == [
-                "Host: a", "tracestate: a=1", "traceparent: \(attempt.traceparent)",
+                "Host: a", "tracestate: a=1", "traceparent: \(kept.traceparent)",
             ])
-        #expect(attempt.traceparent.hasPrefix("00-\(trace.traceID)-"))
-        #expect(attempt.traceparent.count == 55)
+        // Over 32 members: ignored, so not sent on either.
+        let crowded = (1...33).map { "k\($0)=v" }.joined(separator: ",")
+        let overfull = IncomingTraceContext.parse(
+            traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", tracestate: crowded)
+        #expect(overfull != nil && overfull?.traceState == nil)
+        #expect(
+            IncomingTraceContext.parse(
+                traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                tracestate: (1...32).map { "k\($0)=v" }.joined(separator: ","))?.traceState != nil)
     }
 }

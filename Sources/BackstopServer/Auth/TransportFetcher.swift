@@ -85,7 +85,7 @@ private final class ResponseCollector {
             case .body(let buffer):
                 transfer?.consumed(buffer.readableBytes)
                 if body.count + buffer.readableBytes > maxBody {
-                    finish(.failure(.reset(detail: "token endpoint response too large")))
+                    finish(.failure(.reset(detail: "response larger than \(maxBody) bytes")))
                     return
                 }
                 body.append(contentsOf: buffer.readableBytesView)
