@@ -26,20 +26,19 @@ extension PostgresConnection {
     {
         guard !isClosed else { throw TokenStoreError.unavailable("the connection to the database closed") }
         let deadline = Self.statementDeadline + wait
-        return try await withThrowingTaskGroup(of: PostgresRowSequence?.self) { group in
-            group.addTask { try await self.query(query, logger: logger) }
-            group.addTask {
-                try await Task.sleep(for: deadline)
-                return nil
-            }
-            defer { group.cancelAll() }
-            guard let first = try await group.next() else { throw CancellationError() }
-            guard let rows = first else {
-                // The statement still runs: closing the connection is what ends it.
-                try? await self.close()
-                throw TokenStoreError.unavailable("the database did not answer within \(deadline)")
-            }
-            return rows
+        // A timer on the connection's own event loop, not a task: the statement is awaited here, and only closing
+        // the connection ends it.
+        let expired = OnceFlag()
+        let timer = eventLoop.scheduleTask(in: .nanoseconds(deadline.nanosecondsClamped)) { [self] in
+            expired.set()
+            let closing: EventLoopFuture<Void> = self.close()
+            closing.whenComplete { _ in }
+        }
+        defer { timer.cancel() }
+        do {
+            return try await self.query(query, logger: logger)
+        } catch  where expired.isSet {
+            throw TokenStoreError.unavailable("the database did not answer within \(deadline)")
         }
     }
 }

@@ -378,6 +378,11 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
         _ body: @escaping @Sendable (_ connected: OnceFlag) async throws -> T
     ) async throws -> T {
         let connected = OnceFlag()
+        // The connection wait's timer: nil when it runs out (set again while the pool is only busy).
+        let timer: @Sendable () async throws -> T? = {
+            try await Task.sleep(for: Self.connectionWait)
+            return nil
+        }
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 do {
@@ -388,10 +393,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                     throw TokenStoreError.unavailable(await self.unreachableReason(after: "no connection"))
                 }
             }
-            group.addTask {
-                try await Task.sleep(for: Self.connectionWait)
-                return nil
-            }
+            group.addTask(operation: timer)
             while let next = try await group.next() {
                 if let value = next {
                     group.cancelAll()
@@ -404,10 +406,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                     group.cancelAll()
                     throw TokenStoreError.unavailable("no connection within \(Self.connectionWait): \(problem)")
                 }
-                group.addTask {
-                    try await Task.sleep(for: Self.connectionWait)
-                    return nil
-                }
+                group.addTask(operation: timer)
             }
             throw TokenStoreError.unavailable("cancelled")
         }

@@ -139,7 +139,10 @@ struct PostgresStoreTests {
             let a = try Self.backend(pg, key: KeychainKey.generate(), instance: "a")
             try await Self.running([a]) {
                 let prefixes = (1...8).map { "u\($0)" }
-                let outcomes = await withTaskGroup(of: (String, Bool).self) { group in
+                // Each refresh's token call lasts until `release`: set once seven of them have held their connections
+                // (idle in transaction, the pool's seven) past the 5-s connection wait, as behind a slow endpoint.
+                let release = OnceFlag()
+                async let refreshing = withTaskGroup(of: (String, Bool).self) { group in
                     for prefix in prefixes {
                         group.addTask {
                             let store = a.store(forPrefix: prefix)
@@ -147,9 +150,7 @@ struct PostgresStoreTests {
                                 accessToken: "access-\(prefix)", refreshToken: "refresh-\(prefix)", expiresAt: 2e9)
                             do {
                                 let (_, failure) = try await store.withRefreshLock { _ in
-                                    // A token endpoint slower than the 5-s connection wait (the docs allow 15 s a
-                                    // call): seven of these hold the pool's seven connections meanwhile.
-                                    try? await Task.sleep(for: .seconds(6))
+                                    await release.wait()
                                     return LockedDecision(result: 0, store: tokens)
                                 }
                                 return (prefix, failure == nil)
@@ -162,6 +163,16 @@ struct PostgresStoreTests {
                     for await (prefix, ok) in group { outcomes[prefix] = ok }
                     return outcomes
                 }
+                let heldPastTheWait =
+                    (try? await Poll.holds(within: .seconds(30), every: .milliseconds(100)) {
+                        let held = try await pg.psql(
+                            "SELECT count(*) FROM pg_stat_activity WHERE usename = 'backstop' AND state = "
+                                + "'idle in transaction' AND now() - state_change > interval '5.5 seconds'")
+                        return (Int(held.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= 7
+                    }) ?? false
+                release.set()
+                let outcomes = await refreshing
+                #expect(heldPastTheWait, "seven refreshes did not hold their connections past the connection wait")
                 #expect(outcomes.filter { !$0.value }.isEmpty, "failed: \(outcomes.filter { !$0.value }.keys.sorted())")
                 let rows = try await pg.psql("SELECT count(*) FROM backstop_tokens")
                 #expect(rows.trimmingCharacters(in: .whitespacesAndNewlines) == "8")

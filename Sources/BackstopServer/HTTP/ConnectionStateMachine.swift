@@ -333,14 +333,18 @@ extension ConnectionStateMachine {
         case .closing, .upgrading:
             return
         case .active(let active) where active.request == .admitting || active.request == .ended || !queued.isEmpty:
-            queued.append(part)
-            if queued.count >= Self.maxQueuedParts { queueHold = true }
+            enqueue(part)
         case .idle where clientBacklogged:
-            queued.append(part)
-            if queued.count >= Self.maxQueuedParts { queueHold = true }
+            enqueue(part)
         case .idle, .active:
             process(part, now: now, into: &actions)
         }
+    }
+
+    /// Keeps `part` for later; reads are held once the queue is full.
+    private mutating func enqueue(_ part: ClientRequestPart) {
+        queued.append(part)
+        if queued.count >= Self.maxQueuedParts { queueHold = true }
     }
 
     /// A box for a new request: the spare one when no earlier state value still holds it.
