@@ -489,8 +489,11 @@ struct NetworkReturnTests {
                     origin, retry: "{attempts: 5, backoff: {strategy: constant, base: 10s, max: 10s, jitter: none}}"))
             do {
                 let request = Task { try await proxy.get("http://far.test/r", host: "far.test") }
-                // The first attempt fails at once (EHOSTUNREACH); the route comes back a second into its backoff.
-                try await Task.sleep(for: .seconds(1))
+                // The first attempt fails at once (EHOSTUNREACH); the route comes back during its backoff.
+                let failed = "backstop_upstream_attempts_total{upstream=\"far\",outcome=\"connect-failure\"} 1\n"
+                try await Poll.until("the first attempt failed", within: .seconds(5)) {
+                    proxy.server.metricsText().contains(failed)
+                }
                 #expect(origin.requestCount == 0)
                 try namespace.giveRouteBack()
                 let returned = ContinuousClock.now
@@ -525,7 +528,10 @@ struct NetworkReturnTests {
             do {
                 let started = ContinuousClock.now
                 let request = Task { try await proxy.get("http://far.test/r", host: "far.test") }
-                try await Task.sleep(for: .milliseconds(500))
+                let failed = "backstop_upstream_attempts_total{upstream=\"far\",outcome=\"connect-failure\"} 1\n"
+                try await Poll.until("the first attempt failed", within: .seconds(5)) {
+                    proxy.server.metricsText().contains(failed)
+                }
                 try namespace.giveRouteBack()
                 let arrived = try await origin.waitForRequests(1, timeout: .seconds(5))
                 #expect(arrived[0].arrivedAt - started >= .milliseconds(1900))

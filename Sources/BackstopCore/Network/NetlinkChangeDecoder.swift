@@ -7,7 +7,7 @@
 /// lifetime refresh, so the decoder remembers each link's flags and the addresses it has seen, and reports only
 /// transitions: a link that was not up and running and now is, an address not seen before. Replies to a dump
 /// (`NLM_F_MULTI`) only teach it the current state. Tentative IPv6 addresses (duplicate address detection still
-/// running) and host-scoped ones (loopback) are not usable yet, so they are not changes; loopback links neither.
+/// running), host-scoped ones (loopback) and link-scoped ones (link-local) are not changes; loopback links neither.
 ///
 /// Bounded: at most `maxLinks` links and `maxAddresses` addresses are remembered (more are forgotten wholesale,
 /// which can only make a later announcement look new). Malformed input never traps: parsing of a datagram stops at
@@ -168,8 +168,13 @@ public struct NetlinkChangeDecoder: Sendable, Equatable {
             addresses.remove(key)
             return
         }
-        // Not usable yet (or ever): a later announcement without these flags is the one that counts.
-        guard scope != Netlink.scopeHost, flags & (Netlink.addressTentative | Netlink.addressDADFailed) == 0 else {
+        // Not usable yet (or ever): a later announcement without these flags is the one that counts. A link-scoped
+        // address (IPv6 `fe80::/10`, IPv4 `169.254/16`) reaches no upstream beyond its link, and the kernel adds it
+        // a second or two after the link came up (duplicate address detection), which was the change already: a
+        // second wake then only spends a waiting request's attempt on a network that is still missing.
+        guard scope != Netlink.scopeHost, scope != Netlink.scopeLink,
+            flags & (Netlink.addressTentative | Netlink.addressDADFailed) == 0
+        else {
             addresses.remove(key)
             return
         }
@@ -290,6 +295,7 @@ public enum Netlink {
     static let addressFlags: UInt16 = 8  // IFA_FLAGS
     static let addressDADFailed: UInt32 = 0x08
     static let addressTentative: UInt32 = 0x40
+    static let scopeLink: UInt8 = 253
     static let scopeHost: UInt8 = 254
     static let routeUnicast: UInt8 = 1  // RTN_UNICAST
     static let routeCloned: UInt32 = 0x200  // RTM_F_CLONED

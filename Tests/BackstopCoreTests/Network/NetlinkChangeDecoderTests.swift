@@ -168,15 +168,17 @@ struct NetlinkChangeDecoderTests {
             ]) == [[], [.addressAdded(Self.cidr(Self.v6, 64), index: 2)], []])
     }
 
-    @Test("host-scoped addresses, other families and cut attributes are not changes")
+    @Test("host- and link-scoped addresses, other families and cut attributes are not changes")
     func unusableAddresses() {
         var decoder = NetlinkChangeDecoder()
         #expect(
             Self.changes(
                 [
                     NL.address(1, [127, 0, 0, 1], prefix: 8, scope: 254),
+                    NL.address(2, [0xfe, 0x80] + Array(repeating: 0, count: 13) + [7], prefix: 64, scope: 253),
+                    NL.address(2, [169, 254, 3, 4], prefix: 16, scope: 253),
                     NL.address(9, [8], prefix: 8, family: 45),  // AF_MCTP: one-byte addresses
-                ], decoder: &decoder) == [[], []])
+                ], decoder: &decoder) == [[], [], [], []])
         let short = decoder.decode(NL.address(2, [10, 0], prefix: 8, family: 2))
         #expect(short == NetlinkDecodeResult(malformed: true))
     }
