@@ -55,6 +55,7 @@ import CFuzzing
 ///   two reads) and, as the reference, NIO's `HTTPRequestDecoder` (llhttp, the decoder it replaced): the reader's
 ///   heads, bodies and ends must be llhttp's, or a prefix of them when the reader refuses the bytes (it is stricter
 ///   in places, docs/reference/behaviour.md#request-syntax) or llhttp did; it never accepts what llhttp refuses.
+///   Field values compare without trailing spaces and tabs, which llhttp keeps and the reader does not.
 /// - `queued-head`: a queue entry's head as it is after opening → `QueuedRequestCodec.decodeHead`; a head that decodes
 ///   must encode back to exactly the input (every length checked against what is left, nothing read past the end).
 /// - `key-file`: a key file's contents → `KeychainKey.parse`; a key that parses must parse again, to the same key,
@@ -652,12 +653,20 @@ extension FuzzTarget {
             switch part {
             case .head(let head):
                 let line = "\(head.method.rawValue) \(head.uri) HTTP/1.\(head.version.minor)"
-                trace.append(.head(([line] + head.headers.map { "\($0.name): \($0.value)" }).joined(separator: "\n")))
+                trace.append(
+                    .head(([line] + head.headers.map { "\($0.name): \(trimmed($0.value))" }).joined(separator: "\n")))
             case .body(let buffer): trace.append(.body(Array(buffer.readableBytesView)))
-            case .end(let trailers): trace.append(.end(trailers?.map { "\($0.name): \($0.value)" }))
+            case .end(let trailers): trace.append(.end(trailers?.map { "\($0.name): \(trimmed($0.value))" }))
             }
         }
         _ = try? channel.finish()
         return trace
+    }
+
+    /// llhttp keeps a value's trailing spaces and tabs; the reader leaves them out (RFC 9110 §5.5).
+    static func trimmed(_ value: String) -> Substring {
+        var value = Substring(value)
+        while value.last == " " || value.last == "\t" { value.removeLast() }
+        return value
     }
 }

@@ -43,7 +43,8 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
     /// One direct connection, made only to say why the pool has none (`unreachableReason`).
     private let probeConfiguration: PostgresConnection.Configuration
     private let quiet = Logger(label: "backstop.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
-    private let subscribers = NIOLockedValueBox<[String: [AsyncStream<StoredTokens>.Continuation]]>([:])
+    /// Per prefix: the token managers adopting changes, by upstream name.
+    private let subscribers = NIOLockedValueBox<[String: [Subscriber]]>([:])
     /// Per prefix: the newest row version this process has read or written (the store's revision). Only a row
     /// newer than this is a change worth telling the token manager about.
     private let latest = NIOLockedValueBox<[String: Int64]>([:])
@@ -133,7 +134,7 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             }
         }
         subscribers.withLockedValue { all in
-            for continuation in all.values.flatMap({ $0 }) { continuation.finish() }
+            for subscriber in all.values.flatMap({ $0 }) { subscriber.continuation.finish() }
             all = [:]
         }
     }
@@ -253,13 +254,18 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
             if fromNotification,
                 warnedRollback.withLockedValue({ $0.updateValue(row.version, forKey: prefix) }) != row.version
             {
-                logger.warning(
-                    "token store row is older than one already seen; not used",
-                    metadata: [
-                        "store": .string(location), "prefix": .string(prefix),
-                        "stored_version": .stringConvertible(row.version), "seen_version": .stringConvertible(seen),
-                        "fix": .string("store a new refresh token: backstop tokens seed UPSTREAM"),
-                    ])
+                // Once per upstream adopting this prefix's tokens, named as a refresh's refusal names it.
+                let upstreams = Set(subscribers.withLockedValue { ($0[prefix] ?? []).map(\.upstream) }).sorted()
+                for upstream in upstreams {
+                    logger.warning(
+                        "token store row is older than one already seen; not used",
+                        metadata: [
+                            "upstream": .string(upstream), "store": .string(location), "prefix": .string(prefix),
+                            "stored_version": .stringConvertible(row.version),
+                            "seen_version": .stringConvertible(seen),
+                            "fix": .string("store a new refresh token: backstop tokens seed \(upstream)"),
+                        ])
+                }
             }
             throw .rolledBack(stored: row.version, seen: seen)
         }
@@ -495,9 +501,16 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
 
     // MARK: changes
 
-    func subscribe(_ prefix: String) -> AsyncStream<StoredTokens> {
+    struct Subscriber {
+        let upstream: String
+        let continuation: AsyncStream<StoredTokens>.Continuation
+    }
+
+    func subscribe(_ prefix: String, upstream: String) -> AsyncStream<StoredTokens> {
         let (stream, continuation) = AsyncStream.makeStream(of: StoredTokens.self, bufferingPolicy: .bufferingNewest(1))
-        subscribers.withLockedValue { $0[prefix, default: []].append(continuation) }
+        subscribers.withLockedValue {
+            $0[prefix, default: []].append(Subscriber(upstream: upstream, continuation: continuation))
+        }
         return stream
     }
 
@@ -571,8 +584,8 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 return
             }
             guard observe(prefix, version: row.version) else { return }
-            let continuations = subscribers.withLockedValue { $0[prefix] ?? [] }
-            for continuation in continuations { continuation.yield(tokens) }
+            let subscribed = subscribers.withLockedValue { $0[prefix] ?? [] }
+            for subscriber in subscribed { subscriber.continuation.yield(tokens) }
         } catch {
             logger.error(
                 "token store: cannot read a changed row",

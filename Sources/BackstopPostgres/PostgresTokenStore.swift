@@ -128,7 +128,7 @@ final class PostgresTokenStore: TokenStore {
 
     var revision: TokenStoreRevision? { backend.revision(prefix) }
 
-    func changes() -> AsyncStream<StoredTokens>? { backend.subscribe(prefix) }
+    func changes(for upstream: String) -> AsyncStream<StoredTokens>? { backend.subscribe(prefix, upstream: upstream) }
 
     func status() async throws(TokenStoreError) -> TokenStoreStatus {
         let prefix = self.prefix

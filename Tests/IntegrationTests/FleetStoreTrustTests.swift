@@ -142,6 +142,15 @@ extension FleetTests {
             // A restore puts the old row back (sealed value and version column), then the access token is revoked.
             try await pg.psql(
                 "UPDATE backstop_tokens SET sealed = decode('\(backup[0])', 'hex'), version = \(seededVersion)")
+            // A notification makes the daemon re-read the row: refused, the warning names the upstream to seed.
+            _ = try await pg.psql("SELECT pg_notify('backstop_tokens', 'api|1|another-instance')")
+            let notified = [
+                "msg=\"token store row is older than one already seen; not used\"", "upstream=api", "prefix=api",
+                "stored_version=\(seededVersion)", "tokens seed api\"",
+            ]
+            try await fleet.daemons[0].waitForOutput(timeout: .seconds(5)) { output in
+                output.split(separator: "\n").contains { line in notified.allSatisfy { line.contains($0) } }
+            }
             auth.revokeAllAccessTokens()
             let response = try await RawHTTP.exchange(
                 port: fleet.ports[0].proxy, request: RawHTTP.request("GET", "http://api.test/after", host: "api.test"),

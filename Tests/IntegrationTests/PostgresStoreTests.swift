@@ -63,7 +63,7 @@ struct PostgresStoreTests {
             try await Self.running([a, b]) {
                 let storeA = a.store(forPrefix: "api")
                 let storeB = b.store(forPrefix: "api")
-                let changes = try #require(storeB.changes())
+                let changes = try #require(storeB.changes(for: "app"))
                 let before = storeB.revision
                 // B's listener must be connected before A writes: a notification sent earlier reaches nobody.
                 try await Self.waitForListeners(pg, atLeast: 2)

@@ -20,7 +20,7 @@ struct PostgresTableNameTests {
             try await PostgresStoreTests.running([a, b]) {
                 let storeA = a.store(forPrefix: "api")
                 let storeB = b.store(forPrefix: "api")
-                let changes = try #require(storeB.changes())
+                let changes = try #require(storeB.changes(for: "app"))
                 let tokens = StoredTokens(accessToken: "access-1", refreshToken: "refresh-1", expiresAt: 2e9)
                 let (_, failure) = try await storeA.withRefreshLock { _ in LockedDecision(result: (), store: tokens) }
                 #expect(failure == nil)

@@ -76,7 +76,7 @@ public struct HTTP1RequestHead: Sendable, Equatable {
     /// 0 (HTTP/1.0) or 1 (HTTP/1.1): no other version is read.
     public var minorVersion: Int
     /// Name and value of each field line, in arrival order, as their bytes. The value is without the spaces and
-    /// tabs before it but with those after it, as llhttp gave it (the proxy trims where it reads a value).
+    /// tabs before and after it (RFC 9110 §5.5; llhttp kept those after it).
     public var fields: HeaderFields
     /// A `CONNECT`, or a request with `Upgrade` and `upgrade` listed in `Connection`: what follows its message is
     /// not HTTP, and the reader stops there.
@@ -412,7 +412,8 @@ public struct HTTP1RequestReader: Sendable {
                     if chunked || !HTTPSyntax.isToken(coding) { valid = false }
                     chunked = HeaderName.equals(coding, "chunked")
                 }
-                if chunked, let last = value.last, last == 0x20 || last == 0x09 { valid = false }
+                // The line's last byte before its CRLF: the value itself comes without its trailing OWS.
+                if chunked, p[next &- 3] == 0x20 || p[next &- 3] == 0x09 { valid = false }
                 guard valid else { return .failure(.framing) }
             default: break
             }
@@ -476,7 +477,8 @@ public struct HTTP1RequestReader: Sendable {
     }
 
     /// One field line starting at `i` (known to end in CRLF): where its name ends, where its value starts and ends
-    /// (the spaces and tabs before it left out), where the next line starts; nil when it is not a valid field line.
+    /// (the spaces and tabs before and after it left out), where the next line starts; nil when it is not a valid
+    /// field line.
     /// Inlined: as a call, its prologue and the tuple returned through memory cost ~45 instructions a field
     /// (docs/performance.md#parsing-heads).
     @inline(__always)
@@ -493,7 +495,10 @@ public struct HTTP1RequestReader: Sendable {
         while p[i] == 0x20 || p[i] == 0x09 { i &+= 1 }
         let valueStart = i
         i = HTTPSyntax.fieldValueEnd(in: p, from: i)
-        let valueEnd = i
+        // Trailing OWS is not part of the value (RFC 9110 §5.5), as nginx and HAProxy read it: `X-Foo:  bar  `
+        // goes upstream as `bar`, and a `traceparent` followed by a space is still read.
+        var valueEnd = i
+        while valueEnd > valueStart && (p[valueEnd &- 1] == 0x20 || p[valueEnd &- 1] == 0x09) { valueEnd &-= 1 }
         guard p[i] == 0x0D else { return nil }
         guard p[i + 1] == 0x0A else {
             error = .lineEnding

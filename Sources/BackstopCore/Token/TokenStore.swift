@@ -134,8 +134,9 @@ public protocol TokenStore: Sendable {
     var revision: TokenStoreRevision? { get }
 
     /// Tokens stored by another instance, as they are stored, for as long as the store runs; nil when the store
-    /// cannot tell (the keychain file: other processes are seen at the next refresh).
-    func changes() -> AsyncStream<StoredTokens>?
+    /// cannot tell (the keychain file: other processes are seen at the next refresh). `upstream` names the
+    /// subscriber in what the store logs about the changes it cannot hand on (a rolled-back row).
+    func changes(for upstream: String) -> AsyncStream<StoredTokens>?
 
     /// What `backstop tokens list` shows: expiry and the last write, never a token.
     func status() async throws(TokenStoreError) -> TokenStoreStatus

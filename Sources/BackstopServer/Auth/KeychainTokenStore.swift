@@ -153,7 +153,7 @@ final class KeychainTokenStore: TokenStore {
         ])
     }
 
-    func changes() -> AsyncStream<StoredTokens>? { nil }
+    func changes(for upstream: String) -> AsyncStream<StoredTokens>? { nil }
 
     func status() async throws(TokenStoreError) -> TokenStoreStatus {
         let entries: [String: KeychainEntry]

@@ -95,7 +95,7 @@ public actor TokenManager {
     /// Adopts tokens other instances store (stores that can tell only) until `stop()`: the server runs it as
     /// background work (`ProxyServer.run`).
     func run() async {
-        guard !stopped, let changes = store.changes() else { return }
+        guard !stopped, let changes = store.changes(for: upstreamName) else { return }
         let stopping = self.stopping
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [weak self] in
