@@ -321,6 +321,12 @@ struct ClientRequestDecoderTests {
             "upgrade with a body",
             "POST /ws HTTP/1.1\r\nConnection: upgrade\r\nUpgrade: x\r\nContent-Length: 2\r\n\r\nhiGET / HTTP/1.1\r\n\r\n"
         ),
+        Case(
+            "upgrade, empty Upgrade value",
+            "GET /ws HTTP/1.1\r\nUpgrade: \r\nConnection: upgrade\r\n\r\nGET / HTTP/1.1\r\n\r\n"),
+        Case(
+            "upgrade, Upgrade value of spaces",
+            "GET /ws HTTP/1.1\r\nUpgrade:   \r\nConnection: upgrade\r\n\r\nGET / HTTP/1.1\r\n\r\n"),
         Case("upgrade without Connection", "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\nGET / HTTP/1.1\r\n\r\n"),
         Case("upgrade, HTTP/1.0", "GET /ws HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\nxyz"),
         Case("pipelined GETs", "GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n"),

@@ -390,7 +390,9 @@ public struct HTTP1RequestReader: Sendable {
             let name = UnsafeRawBufferPointer(rebasing: p[i..<nameEnd])
             let value = UnsafeRawBufferPointer(rebasing: p[valueStart..<valueEnd])
             switch name.count {
-            case 7 where HeaderName.equals(name, "upgrade"): upgradeField = true
+            // An empty `Upgrade` names no protocol: not an upgrade (llhttp's rule, found by the request-decoder
+            // fuzz target).
+            case 7 where HeaderName.equals(name, "upgrade"): upgradeField = upgradeField || !value.isEmpty
             case 10 where HeaderName.equals(name, "connection"):
                 FramingTally.forEachElement(of: value) {
                     if HeaderName.equals($0, "upgrade") { connectionUpgrade = true }
