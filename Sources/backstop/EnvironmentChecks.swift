@@ -1,6 +1,7 @@
 import BackstopCore
 import BackstopKeychain
 import BackstopPeer
+import BackstopQueue
 
 #if canImport(Glibc)
 import Glibc
@@ -110,7 +111,10 @@ enum SpoolDirectoryCheck {
         var info = stat()
         if stat(directory, &info) == 0 {
             guard info.st_mode & S_IFMT == S_IFDIR else { return "is not a directory" }
-            return access(directory, W_OK | X_OK) == 0 ? nil : "is not writable: \(String(cString: strerror(errno)))"
+            guard access(directory, W_OK | X_OK) == 0 else {
+                return "is not writable: \(String(cString: strerror(errno)))"
+            }
+            return QueueStore.directoryTrustProblem(directory).map { "is \($0)" }
         }
         let parent =
             directory.lastIndex(of: "/").map { $0 == directory.startIndex ? "/" : String(directory[..<$0]) } ?? "."

@@ -1,4 +1,5 @@
 import BackstopCore
+import Glibc
 import Testing
 
 @testable import BackstopQueue
@@ -113,11 +114,113 @@ struct QueueWakeReviewTests {
         // and nothing behind it was ever delivered.
         let first = try await store.claim(upstream: "events", concurrency: 1, policy: policy)
         #expect(first.deliveries.isEmpty)
-        #expect(first.damaged == (column == "id" ? [] : [a]))
-        #expect(first.damagedWithoutID == (column == "id" ? 1 : 0))
+        // An id that does not read is replaced: the dead letter is named, listed and can be dropped.
+        let damaged = try #require(first.damaged.first)
+        #expect(first.damaged.count == 1)
+        #expect((damaged == a) == (column != "id"))
         let second = try await store.claim(upstream: "events", concurrency: 1, policy: policy)
         #expect(second.deliveries.map(\.id) == [b])
         #expect(try await store.snapshot().upstreams["events"]?.dead == 1, "kept as a dead letter, not dropped")
+        let dead = try await store.list(.dead)
+        #expect(dead.map(\.id) == [damaged] && dead.first?.lastOutcome == "damaged", "\(dead)")
+        let used = f.budget.used
+        #expect(try await store.drop(damaged))
+        #expect(f.budget.used < used, "its bytes are given back")
+        await store.close()
+    }
+
+    @Test(
+        "a row edited while dead (an id, a time that no longer reads) is listed and droppable after the next open",
+        arguments: ["id", "next_at"])
+    func unreadableDeadRowAtOpen(column: String) async throws {
+        let f = try Fixture()
+        var store = try await f.open()
+        let a = try await store.enqueue(upstream: "events", QueueStoreTests.request(1))
+        try await f.withRawDatabase { db in
+            _ = try await db.query(
+                "UPDATE deliveries SET state = 1, last_outcome = 'status 400', \(column) = 'edited' WHERE id = ?",
+                [.text(a.text)])
+        }
+        await store.close()
+        store = try await f.open()
+        let dead = try await store.list(.dead)
+        try #require(dead.count == 1, "listed: \(dead)")
+        #expect(dead[0].lastOutcome == "damaged")
+        #expect((dead[0].id == a) == (column != "id"))
+        #expect(try await store.drop(dead[0].id))
+        #expect(f.budget.used == 0)
+        await store.close()
+    }
+
+    @Test("sizes edited to anything (negative, huge) neither trap nor skew the budget: the real sizes are counted")
+    func editedSizes() async throws {
+        let f = try Fixture()
+        var store = try await f.open()
+        let a = try await store.enqueue(upstream: "events", QueueStoreTests.request(1))
+        let b = try await store.enqueue(upstream: "events", QueueStoreTests.request(2))
+        let used = f.budget.used
+        await store.close()
+        try await f.withRawDatabase { db in
+            _ = try await db.query("UPDATE deliveries SET size = -100000 WHERE id = ?", [.text(a.text)])
+        }
+        // Before the fix: the budget was asked to give back 100,000 bytes it never held, and trapped at open.
+        store = try await f.open()
+        #expect(f.budget.used == used)
+        // Edited while open: dropping the row gives back no more than the rows held.
+        try await f.withRawDatabase { db in
+            _ = try await db.query("UPDATE deliveries SET size = 9000000000 WHERE id = ?", [.text(b.text)])
+        }
+        #expect(try await store.drop(b))
+        #expect(try await store.drop(a))
+        #expect(f.budget.used == 0)
+        await store.close()
+    }
+
+    @Test("a spool another user could write is refused, naming why; this user's own files are made 0600")
+    func untrustedSpool() async throws {
+        let f = try Fixture()
+        let db = f.directory + "/" + QueueStore.fileName
+        try await f.open().close()
+        for (mode, why) in [(0o777 as mode_t, "writable by every user"), (0o770, "writable by its group")] {
+            #expect(chmod(f.directory, mode) == 0)
+            await #expect {
+                try await f.open()
+            } throws: { error in
+                "\(error)".contains("spool.dir is \(why)") && "\(error)".contains("fix: chmod go-w")
+            }
+        }
+        #expect(chmod(f.directory, 0o700) == 0)
+        #expect(chmod(db, 0o666) == 0)
+        try await f.open().close()
+        var info = stat()
+        #expect(stat(db, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        // Root (as the tests run) can give the file away: a queue.db of another user is refused.
+        if geteuid() == 0 {
+            #expect(chown(db, 65534, 65534) == 0)
+            await #expect {
+                try await f.open()
+            } throws: { error in
+                "\(error)".contains("is owned by uid 65534, not by the user running backstop")
+            }
+        }
+    }
+
+    @Test("queued deliveries of upstreams that are no longer queue upstreams become dead letters; the others stay")
+    func setAsideUnconfigured() async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        let kept = try await store.enqueue(upstream: "events", QueueStoreTests.request(1))
+        _ = try await store.enqueue(upstream: "renamed", QueueStoreTests.request(2))
+        _ = try await store.enqueue(upstream: "renamed", QueueStoreTests.request(3))
+        _ = try await store.enqueue(upstream: "it's \"odd\"", QueueStoreTests.request(4))
+        #expect(
+            try await store.setAsideDeliveries(notFor: ["events"]) == ["renamed": 2, "it's \"odd\"": 1])
+        #expect(try await store.list(.queued).map(\.id) == [kept])
+        let dead = try await store.list(.dead)
+        #expect(dead.count == 3 && dead.allSatisfy { $0.lastOutcome == "not a queue upstream" })
+        // Nothing queued is left to set aside; with no queue upstream at all, every queued one goes.
+        #expect(try await store.setAsideDeliveries(notFor: ["events"]) == [:])
+        #expect(try await store.setAsideDeliveries(notFor: []) == ["events": 1])
         await store.close()
     }
 

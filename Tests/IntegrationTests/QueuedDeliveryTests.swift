@@ -228,6 +228,64 @@ struct QueuedDeliveryTests {
     }
 
     @Test(
+        "a reload that renames the queue upstream makes its queued deliveries dead letters, with a warning; put back once it is queued again, they are sent"
+    )
+    func upstreamNoLongerQueued() async throws {
+        let switchable = try await SwitchableOrigin(down: true)
+        let setup = try Setup(origin: switchable.origin)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let id = try #require(try await setup.post("/e", body: "event").header("X-Backstop-Delivery"))
+        try await switchable.waitForResets(1)
+        let original = try String(contentsOfFile: setup.config, encoding: .utf8)
+        try original.replacingOccurrences(of: "- name: events", with: "- name: events2")
+            .write(toFile: setup.config, atomically: true, encoding: .utf8)
+        daemon.send(signal: SIGHUP)
+        // Before the fix nothing was said, and the delivery stayed queued for good: no lane for it, no max_age.
+        try await daemon.waitForOutput(timeout: .seconds(10)) { output in
+            output.split(separator: "\n").contains {
+                $0.contains("msg=\"deliveries of an upstream without delivery: queue are dead letters\" count=1 ")
+                    && $0.hasSuffix(" upstream=events")
+            }
+        }
+        let dead = try await setup.deliveries(["list", "--dead"])
+        #expect(dead.contains(id) && dead.contains("not a queue upstream"), "\(dead)")
+        #expect(try await setup.deliveries(["list"]).isEmpty)
+
+        switchable.setDown(false)
+        try original.write(toFile: setup.config, atomically: true, encoding: .utf8)
+        daemon.send(signal: SIGHUP)
+        try await daemon.waitForOutput(timeout: .seconds(10)) {
+            $0.components(separatedBy: "msg=\"config reloaded\"").count == 3
+        }
+        _ = try await setup.deliveries(["retry", id])
+        try await daemon.waitForOutput(timeout: .seconds(15)) { $0.contains("msg=delivered") }
+        #expect(switchable.answered == [id])
+        await daemon.stop()
+        try await switchable.origin.shutdown()
+    }
+
+    @Test("a 2xx whose body never comes (cut at timeouts.total) is a delivery, not a timeout sent again")
+    func acceptedWithSlowBody() async throws {
+        let origin = try await TestOrigin.start { _ in
+            .raw(Array("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n".utf8))
+        }
+        let setup = try Setup(origin: origin, upstream: ["timeouts: {per_try: 1s, total: 2s}"])
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        #expect(try await setup.post("/slow", body: "event").status == 202)
+        // Before the fix: `outcome=timeout`, tried again later, again and again until max_age, then a dead letter.
+        try await daemon.waitForOutput(timeout: .seconds(20)) {
+            $0.contains("msg=delivered") || $0.contains("tried again later")
+        }
+        #expect(daemon.output.contains("msg=delivered"), "\(daemon.output)")
+        #expect(origin.requestCount == 1)
+        #expect(try await setup.deliveries(["list"]).isEmpty)
+        await daemon.stop()
+        try await origin.shutdown()
+    }
+
+    @Test(
         "a full disk (a 1 MiB tmpfs in the daemon's own mount namespace): 507 spool-full, and every 202 is delivered")
     func diskFull() async throws {
         try #require(

@@ -73,8 +73,12 @@ public final class QueueStore: Sendable {
     ) async throws(QueueError) -> QueueStore {
         let path = directory + "/" + fileName
         try createDirectory(directory)
+        if let problem = directoryTrustProblem(directory) {
+            throw .storage(path: directory, detail: "spool.dir is \(problem)")
+        }
         let ownerLock = owner ? try lockOwnership(directory + "/" + lockFileName) : nil
         try createPrivately(path)
+        for suffix in ["-wal", "-shm"] { try keepPrivate(path + suffix) }
         let connection: SQLiteHandle
         let copier: SQLiteHandle
         do {
@@ -138,7 +142,36 @@ public final class QueueStore: Sendable {
         }
         for statement in Schema.open { try connection.execute(statement) }
         if database.checkpointer != nil { connection.reportCommits() }
+        try setAsideUnreadableRows(connection)
         try reconcile(connection)
+    }
+
+    /// Rows whose id or times do not read (an edited row), in any state, become `damaged` dead letters with an id
+    /// and times that read, so `backstop deliveries list --dead` shows them and `drop` can remove them (and give
+    /// their bytes back). Once when the store opens; `claim` does the same for a row edited while it is open.
+    private func setAsideUnreadableRows(_ connection: SQLiteHandle) throws {
+        let rows = try connection.query(
+            "SELECT seq, id, typeof(accepted_at) = 'integer' AND typeof(clock_start) = 'integer' "
+                + "AND typeof(attempts) = 'integer' AND typeof(next_at) = 'integer' FROM deliveries")
+        let now = Self.micros(clock.wall())
+        for row in rows {
+            guard let seq = row.integer(0) else { continue }
+            let id = row.text(1).flatMap(DeliveryID.init)
+            guard id == nil || row.integer(2) != 1 else { continue }
+            try markDamaged(connection, seq: seq, id: id ?? newID(), now: now)
+        }
+    }
+
+    /// Makes row `seq` a `damaged` dead letter named `id`, any time or count that does not read replaced by `now`
+    /// (or no attempts).
+    private func markDamaged(_ connection: SQLiteHandle, seq: Int, id: DeliveryID, now: Int) throws {
+        try connection.query(
+            "UPDATE deliveries SET state = 1, last_outcome = 'damaged', id = ?, "
+                + "accepted_at = CASE WHEN typeof(accepted_at) = 'integer' THEN accepted_at ELSE ? END, "
+                + "clock_start = CASE WHEN typeof(clock_start) = 'integer' THEN clock_start ELSE ? END, "
+                + "next_at = CASE WHEN typeof(next_at) = 'integer' THEN next_at ELSE ? END, "
+                + "attempts = CASE WHEN typeof(attempts) = 'integer' THEN attempts ELSE 0 END WHERE seq = ?",
+            [.text(id.text), .integer(now), .integer(now), .integer(now), .integer(seq)])
     }
 
     // MARK: accepting
@@ -253,10 +286,9 @@ public final class QueueStore: Sendable {
             // Held only once the claim committed: a batch that fails (another write in it did not fit a full disk)
             // claims nothing, instead of leaving rows held that no delivery will ever settle.
             then: { claimed in self.claims.withLockedValue { $0.claimed(upstream, claimed.0.map(\.seq)) } })
-        var batch = ClaimBatch(
-            expired: expired.sorted(), damaged: unreadable.compactMap(\.id),
-            damagedWithoutID: unreadable.filter { $0.id == nil }.count)
-        var damagedSeqs = unreadable.map(\.seq)
+        // One whose id does not read gets a new one, by which it is logged, listed and dropped.
+        var damagedRows = unreadable.map { (seq: $0.seq, id: $0.id ?? newID()) }
+        var batch = ClaimBatch(expired: expired.sorted(), damaged: damagedRows.map(\.id))
         for row in rows {
             let context = Context(id: row.id, upstream: upstream, acceptedAt: row.acceptedAt)
             guard let headBytes = sealer.open(row.head, context: context.head),
@@ -264,7 +296,7 @@ public final class QueueStore: Sendable {
                 let body = sealer.open(row.body, context: context.body)
             else {
                 batch.damaged.append(row.id)
-                damagedSeqs.append(row.seq)
+                damagedRows.append((row.seq, row.id))
                 continue
             }
             batch.deliveries.append(
@@ -275,15 +307,12 @@ public final class QueueStore: Sendable {
                     clockStart: Self.seconds(row.clockStart),
                     seq: row.seq))
         }
-        if !damagedSeqs.isEmpty {
-            let seqs = damagedSeqs
-            defer { release(upstream: upstream, seqs) }
+        if !damagedRows.isEmpty {
+            let damaged = damagedRows
+            defer { release(upstream: upstream, damaged.map(\.seq)) }
             do throws(QueueError) {
                 try await run(writes: true) { connection in
-                    for seq in seqs {
-                        try connection.query(
-                            "UPDATE deliveries SET state = 1, last_outcome = 'damaged' WHERE seq = ?", [.integer(seq)])
-                    }
+                    for row in damaged { try self.markDamaged(connection, seq: row.seq, id: row.id, now: now) }
                 }
             } catch {
                 // Nothing of the batch is handed out, so the rows it took are given back, as by a claim that failed:
@@ -341,11 +370,31 @@ public final class QueueStore: Sendable {
             }, then: { self.freed($0) })
     }
 
+    /// Makes every queued delivery of an upstream not in `upstreams` (the ones with `delivery: queue` now) a dead
+    /// letter with the outcome `not a queue upstream`: no deliverer would ever claim it, so its `max_age` would never
+    /// run out either. Returns how many per upstream. Deliveries in flight settle as usual (by their row).
+    public func setAsideDeliveries(notFor upstreams: Set<String>) async throws(QueueError) -> [String: Int] {
+        // Rare (start and reload): a statement made for the names, one placeholder each.
+        let names = upstreams.sorted().map { SQLiteHandle.Value.text($0) }
+        let placeholders = Array(repeating: "?", count: names.count).joined(separator: ", ")
+        let setAside = try await run(writes: true) { connection in
+            try connection.query(
+                "UPDATE deliveries SET state = 1, last_outcome = 'not a queue upstream' "
+                    + "WHERE state = 0 AND upstream NOT IN (\(placeholders)) RETURNING upstream", names
+            ).compactMap { $0.text(0) }
+        }
+        return setAside.reduce(into: [:]) { $0[$1, default: 0] += 1 }
+    }
+
     /// Gives back the budget of rows this process deleted (`then` of a delete: runs as it commits).
     private func freed(_ bytes: Int) {
-        guard bytes > 0 else { return }
-        accounted.withLockedValue { $0 -= bytes }
-        budget.release(bytes)
+        // Never more than the rows' share: a size edited while the store is open is not believed.
+        let given = accounted.withLockedValue { held in
+            let given = Swift.max(0, Swift.min(bytes, held))
+            held -= given
+            return given
+        }
+        if given > 0 { budget.release(given) }
     }
 
     /// Gives a claimed delivery back (the deliverer is stopping; or it gives up recording an outcome): queued as the
@@ -462,7 +511,8 @@ public final class QueueStore: Sendable {
     /// added included); returns that total.
     @discardableResult
     private func reconcile(_ connection: SQLiteHandle) throws -> Int {
-        let total = try connection.query("SELECT bytes FROM totals WHERE id = 0").first?.integer(0) ?? 0
+        // Not below nothing, whatever an edit made of the sizes since the store opened.
+        let total = Swift.max(0, try connection.query("SELECT bytes FROM totals WHERE id = 0").first?.integer(0) ?? 0)
         let delta = accounted.withLockedValue { held in
             defer { held = total }
             return total - held
@@ -567,14 +617,66 @@ public final class QueueStore: Sendable {
         }
     }
 
+    /// Why `directory` cannot hold requests that got `202` (`owned by …`, `writable by …`), nil when it can: another
+    /// user who may write in it (or
+    /// owns it) could remove or replace the queue's files (docs/reference/config.md#spool). Root owning it is fine.
+    public static func directoryTrustProblem(_ directory: String) -> String? {
+        var info = stat()
+        guard stat(directory, &info) == 0 else { return nil }
+        if info.st_uid != geteuid() && info.st_uid != 0 {
+            return "owned by uid \(info.st_uid), not by the user running backstop (uid \(geteuid())): "
+                + "that user could remove or replace queued requests; fix: chown it, or choose a directory of its own"
+        }
+        if info.st_mode & 0o022 != 0 {
+            return "writable by \(info.st_mode & 0o002 != 0 ? "every user" : "its group") (mode "
+                + String(info.st_mode & 0o7777, radix: 8)
+                + "): others could remove or replace queued requests; fix: chmod go-w (run creates it 0700)"
+        }
+        return nil
+    }
+
     /// Creates the database file with mode 0600 before SQLite opens it (SQLite would use the umask, and gives its
-    /// `-wal` and `-shm` files the main file's mode).
+    /// `-wal` and `-shm` files the main file's mode and owner); an existing one must be this user's, and is made
+    /// 0600 if it was more open.
     private static func createPrivately(_ path: String) throws(QueueError) {
         let fd = openPrivate(path)
         guard fd >= 0 else {
             throw .storage(path: path, detail: "cannot open: \(String(cString: strerror(errno)))")
         }
-        closeDescriptor(fd)
+        defer { closeDescriptor(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw .storage(path: path, detail: "cannot stat: \(String(cString: strerror(errno)))")
+        }
+        try keepPrivate(path, info, fd: fd)
+    }
+
+    /// An existing `-wal` or `-shm` file (never through a link): this user's, mode 0600.
+    private static func keepPrivate(_ path: String) throws(QueueError) {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        guard fd >= 0 else {
+            if errno == ENOENT { return }
+            throw .storage(path: path, detail: "cannot open: \(String(cString: strerror(errno)))")
+        }
+        defer { closeDescriptor(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw .storage(path: path, detail: "cannot stat: \(String(cString: strerror(errno)))")
+        }
+        try keepPrivate(path, info, fd: fd)
+    }
+
+    private static func keepPrivate(_ path: String, _ info: stat, fd: Int32) throws(QueueError) {
+        guard info.st_mode & S_IFMT == S_IFREG else { throw .storage(path: path, detail: "is not a regular file") }
+        guard info.st_uid == geteuid() else {
+            throw .storage(
+                path: path,
+                detail: "is owned by uid \(info.st_uid), not by the user running backstop (uid \(geteuid())): "
+                    + "that user could alter or remove queued requests; fix: chown it to this user")
+        }
+        if info.st_mode & 0o077 != 0, fchmod(fd, 0o600) != 0 {
+            throw .storage(path: path, detail: "cannot make it mode 0600: \(String(cString: strerror(errno)))")
+        }
     }
 }
 
@@ -650,8 +752,12 @@ enum Schema {
         """,
         // Whatever happened before (a file from an older version, a hand edit), start from the real figures; in
         // one transaction, so a daemon reading beside a `backstop deliveries` command never sees them half done.
+        // A row's `size` is not sealed: it is what its sealed parts take (as `enqueue` counts it), never what an
+        // edit made it (a negative one would have the budget give back bytes it never held).
         """
         BEGIN IMMEDIATE;
+        UPDATE deliveries SET size = length(head) + length(body) + \(QueueStore.rowOverhead)
+            WHERE size IS NOT length(head) + length(body) + \(QueueStore.rowOverhead);
         UPDATE totals SET bytes = (SELECT coalesce(sum(size), 0) FROM deliveries) WHERE id = 0;
         DELETE FROM counts;
         INSERT INTO counts (upstream, state, n) SELECT upstream, state, count(*) FROM deliveries GROUP BY upstream, state;

@@ -27,10 +27,8 @@ public struct ClaimBatch: Sendable, Equatable {
     /// Deliveries whose `max_age` ran out before they were delivered, now dead letters.
     public var expired: [DeliveryID] = []
     /// Entries that do not open (altered, truncated, sealed under another key): dead letters with the last outcome
-    /// `damaged`, kept for the operator and never sent.
+    /// `damaged`, kept for the operator and never sent. One whose id did not read is named by the new id it got.
     public var damaged: [DeliveryID] = []
-    /// Damaged entries whose id itself does not read (an edited row): dead letters like `damaged`, counted, not named.
-    public var damagedWithoutID = 0
 }
 
 /// One line of `backstop deliveries list`: never a body or a header value.

@@ -267,8 +267,14 @@ final class DeliveryAnswerHandler: ChannelInboundHandler, RemovableChannelHandle
 
     func channelInactive(context: ChannelHandlerContext) {
         if pending != nil {
-            // The connection closed before the answer ended: what came is not a whole answer.
-            result = .noResponse(timedOut ? "timeout" : "no-answer")
+            if sawHead, case .response(let status, _, _) = result, (200..<300).contains(status) {
+                // A `2xx` head is the upstream's acceptance, a delivery, whatever became of its body (one slower
+                // than `timeouts.total`, cut by the proxy): sent again, it would be accepted again.
+                written = true
+            } else {
+                // The connection closed before the answer ended: what came is not a whole answer.
+                result = .noResponse(timedOut ? "timeout" : "no-answer")
+            }
             finish(reusable: false)
         }
         context.fireChannelInactive()

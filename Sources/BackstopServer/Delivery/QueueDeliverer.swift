@@ -17,6 +17,8 @@ public final class QueueDeliverer: Sendable {
         /// Bumped to wake a lane; a lane waits until its number moves.
         var wakes: [String: UInt64] = [:]
         var started: Set<String> = []
+        /// Bumped by each `update(lanes:)`: `run()` then sets aside the deliveries of upstreams no longer queued.
+        var lanesVersion: UInt64 = 0
         /// Deliveries in flight, by upstream.
         var inFlight: [String: Int] = [:]
         /// Tries whose outcome the store could not record yet, by upstream (not sent again meanwhile).
@@ -118,6 +120,7 @@ public final class QueueDeliverer: Sendable {
     public func update(lanes: [String: DeliveryLaneSettings]) {
         let names = state.withLockedValue { state in
             state.lanes = lanes
+            state.lanesVersion &+= 1
             return Array(state.wakes.keys) + Array(lanes.keys)
         }
         wake(names)
@@ -136,24 +139,54 @@ public final class QueueDeliverer: Sendable {
     public func run() async {
         await withDiscardingTaskGroup { group in
             group.addTask { await self.refreshCounts() }
+            var sweptVersion: UInt64?
             while true {
-                let (newLanes, stopped) = state.withLockedValue { state -> ([String], Bool) in
+                let (newLanes, lanes, version, stopped) = state.withLockedValue { state in
                     let new = state.lanes.keys.filter { !state.started.contains($0) }.sorted()
                     state.started.formUnion(new)
-                    return (new, state.stopped)
+                    return (new, Set(state.lanes.keys), state.lanesVersion, state.stopped)
                 }
                 if stopped || Task.isCancelled { break }
                 for upstream in newLanes {
                     group.addTask { await self.lane(upstream) }
                 }
+                if sweptVersion != version {
+                    sweptVersion = version
+                    await setAsideDeliveries(notFor: lanes)
+                }
                 let started = state.withLockedValue { $0.started }
                 await lanesChanged.wait {
                     state.withLockedValue { state in
                         state.stopped || !Set(state.lanes.keys).isSubset(of: started)
+                            || state.lanesVersion != version
                     }
                 }
             }
             group.cancelAll()
+        }
+    }
+
+    /// At start and after a reload: the queued deliveries of upstreams without `delivery: queue` now become dead
+    /// letters (docs/reference/behaviour.md#queued-delivery), each such upstream named once in the log.
+    private func setAsideDeliveries(notFor lanes: Set<String>) async {
+        do {
+            let setAside = try await store.setAsideDeliveries(notFor: lanes)
+            for (upstream, count) in setAside.sorted(by: { $0.key < $1.key }) {
+                logger.warning(
+                    "deliveries of an upstream without delivery: queue are dead letters",
+                    metadata: [
+                        "upstream": .string(upstream), "count": .stringConvertible(count),
+                        "outcome": "not a queue upstream",
+                        "fix": .string(
+                            "configure upstream \(upstream) with delivery: queue and run 'backstop deliveries retry "
+                                + "--all-dead', or drop them with 'backstop deliveries drop ID'"),
+                    ])
+            }
+            if !setAside.isEmpty { countsChanged() }
+        } catch {
+            logger.error(
+                "cannot set aside the deliveries of upstreams without delivery: queue",
+                metadata: ["error": .string(error.description)])
         }
     }
 
@@ -197,11 +230,7 @@ public final class QueueDeliverer: Sendable {
                             }
                         }
                         // Claimed everything due, or filled the slots: look again at once.
-                        if !batch.deliveries.isEmpty || !batch.expired.isEmpty || !batch.damaged.isEmpty
-                            || batch.damagedWithoutID > 0
-                        {
-                            continue
-                        }
+                        if !batch.deliveries.isEmpty || !batch.expired.isEmpty || !batch.damaged.isEmpty { continue }
                         // Nothing claimable although something was due (a row dropped by another process since):
                         // with a free slot nothing is sure to wake this loop, so it looks again by `recheck`.
                         let next = try await store.nextDue(upstream: upstream)
@@ -348,16 +377,6 @@ public final class QueueDeliverer: Sendable {
                         "upstream": .string(upstream), "delivery": .string(id.text), "outcome": .string(outcome),
                     ])
             }
-        }
-        if batch.damagedWithoutID > 0 {
-            countsChanged()
-            metrics.record(upstream: upstream, .dead, count: batch.damagedWithoutID)
-            logger.warning(
-                "deliveries whose id does not read are dead letters",
-                metadata: [
-                    "upstream": .string(upstream), "count": .stringConvertible(batch.damagedWithoutID),
-                    "outcome": "damaged",
-                ])
         }
     }
 }
