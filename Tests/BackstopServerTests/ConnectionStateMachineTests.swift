@@ -107,6 +107,8 @@ struct ConnectionStateMachineTests {
         case timer(ms: Int)
         case headTimedOut
         case parseFailed(ProxyErrorReason)
+        /// The input ended inside a request (`invalidEOFState`).
+        case inputEnded
         case closed
         case failed
         case answer(ProxyErrorReason, message: String?)
@@ -216,6 +218,28 @@ struct ConnectionStateMachineTests {
                 (.admitted(queue()), []),
                 (.part(.body(ok)), [.keepQueuedBody(ok)]),
                 (.closed, [.queuedUnanswered(delivery: nil)]),
+            ],
+            state: .closing),
+        Row(
+            name: "the input ends inside a queued body: the client left (499), not a bad request; nothing is stored",
+            steps: [
+                (.part(.head(post)), [.admit(post)]),
+                (.admitted(queue()), []),
+                (.part(.body(ok)), [.keepQueuedBody(ok)]),
+                (.inputEnded, [.queuedUnanswered(delivery: nil), .closeConnection]),
+                (.closed, []),
+            ],
+            state: .closing),
+        Row(
+            name: "the input ends inside a head: a request that cannot be read, 400",
+            steps: [
+                (
+                    .inputEnded,
+                    [
+                        .logLocalAnswer(.badRequest, detail: nil, elapsed: .zero),
+                        .writeError(.badRequest, errorWrite(close: true)),
+                    ]
+                )
             ],
             state: .closing),
         Row(
@@ -677,6 +701,7 @@ struct ConnectionStateMachineTests {
         case .timer(let ms): m.timerFired(now: at(ms), wall: 0, random: &random, into: &actions)
         case .headTimedOut: m.headTimedOut(now: t0, waited: .seconds(10), into: &actions)
         case .parseFailed(let reason): m.parseFailed(reason, now: t0, into: &actions)
+        case .inputEnded: m.inputEndedInsideRequest(now: t0, into: &actions)
         case .closed: m.connectionClosed(into: &actions)
         case .failed: m.connectionFailed(into: &actions)
         case .answer(let reason, let message):

@@ -265,6 +265,27 @@ struct QueuedDeliveryTests {
         try await switchable.origin.shutdown()
     }
 
+    @Test("a client that hangs up inside its body is logged 499 client-closed, not 400; nothing is stored")
+    func hangUpInsideBody() async throws {
+        let origin = try await TestOrigin.start { _ in .respond(status: 204) }
+        let setup = try Setup(origin: origin)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let port = setup.port
+        try await BlockingSocket.onThread {
+            let socket = try BlockingSocket(port: port)
+            _ = socket.send(
+                "POST http://events.test/part HTTP/1.1\r\nHost: events.test\r\nContent-Length: 100\r\n\r\nseven b")
+        }()
+        try await daemon.waitForOutput(timeout: .seconds(10)) { $0.contains("path=/part") }
+        let line = daemon.output.split(separator: "\n").first { $0.contains("path=/part") }.map(String.init) ?? ""
+        #expect(line.contains("status=499") && line.contains("error=client-closed"), "\(line)")
+        #expect(try await setup.deliveries(["list"]).isEmpty)
+        #expect(origin.requestCount == 0)
+        await daemon.stop()
+        try await origin.shutdown()
+    }
+
     @Test("a 2xx whose body never comes (cut at timeouts.total) is a delivery, not a timeout sent again")
     func acceptedWithSlowBody() async throws {
         let origin = try await TestOrigin.start { _ in

@@ -891,6 +891,18 @@ extension ConnectionStateMachine {
         }
     }
 
+    /// The input ended inside a request (the decoder's `invalidEOFState`). Inside the body of the request being
+    /// read, the client left: as a failed connection (`client-closed`, 499; a queued one is not stored), not a
+    /// request that could not be read. Anywhere else (a head cut short, a request after the one in progress) it is
+    /// what `parseFailed` makes of a request that cannot be read.
+    mutating func inputEndedInsideRequest(now: Duration, into actions: inout [Action]) {
+        if case .active(let active) = state, queued.isEmpty, case .receiving = active.request {
+            connectionFailed(into: &actions)
+            return
+        }
+        parseFailed(.badRequest, now: now, into: &actions)
+    }
+
     /// Answers what could not be read: nothing of the request is known, and the connection closes.
     private mutating func answerUnreadable(
         _ reason: ProxyErrorReason, detail: String?, elapsed: Duration = .zero, now: Duration,

@@ -198,8 +198,12 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         // After an answer that closes the connection, what the client still sends is not another request (it is
         // the rest of a refused body): the machine answers nothing more, and the answer is left to finish.
-        let reason: ProxyErrorReason = parserError == .headerOverflow ? .headersTooLarge : .badRequest
         let now = self.now
+        if parserError == .invalidEOFState {
+            feed { $0.inputEndedInsideRequest(now: now, into: &$1) }
+            return
+        }
+        let reason: ProxyErrorReason = parserError == .headerOverflow ? .headersTooLarge : .badRequest
         feed { $0.parseFailed(reason, now: now, into: &$1) }
     }
 
