@@ -2,7 +2,8 @@
 public enum QueueError: Error, Sendable, Equatable, CustomStringConvertible {
     /// `spool.max_bytes` has no room for the request (507 `spool-full`).
     case budgetExhausted
-    /// The filesystem is full (SQLite's `SQLITE_FULL`): nothing of the request was stored (507 `spool-full`).
+    /// The filesystem is full (SQLite's `SQLITE_FULL`), or has no room left for the queue's reserve
+    /// (`SpoolReserve`): nothing of the request was stored (507 `spool-full`).
     case diskFull
     /// The store could not be opened or used: `detail` says what SQLite or the system reported.
     case storage(path: String, detail: String)
@@ -15,7 +16,9 @@ public enum QueueError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .budgetExhausted: "spool.max_bytes reached: the queue cannot take this request"
-        case .diskFull: "the spool's filesystem is full: the queue cannot take this request"
+        case .diskFull:
+            "the spool's filesystem is full: free space on it (a spool.max_bytes well below its size keeps this from "
+                + "happening)"
         case .storage(let path, let detail): "queue store \(path): \(detail)"
         case .closed: "the queue store is closed"
         }

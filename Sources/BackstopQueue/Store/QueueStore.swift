@@ -45,13 +45,15 @@ public final class QueueStore: Sendable {
     private let ownerLock: FileLock?
     /// Stored bytes currently reserved in `budget` for committed rows.
     private let accounted = NIOLockedValueBox(0)
+    /// Room kept on the spool's filesystem for the writes that free room (`SpoolReserve`).
+    private let reserve: SpoolReserve
     /// Rows claimed and not yet settled.
     private let claims = NIOLockedValueBox(ClaimTable())
 
     private init(
         path: String, database: GroupCommit, threadPool: NIOThreadPool, checkpointThread: NIOThreadPool,
         sealer: RecordSealer, budget: SpoolBudget, clock: any BackstopClock,
-        newID: @escaping @Sendable () -> DeliveryID, ownerLock: FileLock?
+        newID: @escaping @Sendable () -> DeliveryID, ownerLock: FileLock?, reserve: SpoolReserve
     ) {
         self.path = path
         self.database = database
@@ -62,6 +64,7 @@ public final class QueueStore: Sendable {
         self.clock = clock
         self.newID = newID
         self.ownerLock = ownerLock
+        self.reserve = reserve
     }
 
     /// Opens (creating when missing, with mode 0700 for the directory and 0600 for the files) the store in
@@ -79,6 +82,9 @@ public final class QueueStore: Sendable {
         let ownerLock = owner ? try lockOwnership(directory + "/" + lockFileName) : nil
         try createPrivately(path)
         for suffix in ["-wal", "-shm"] { try keepPrivate(path + suffix) }
+        try keepPrivate(directory + "/" + SpoolReserve.fileName)
+        let reserve = try SpoolReserve(directory: directory)
+        let schedule = reserve.checkpointSchedule
         let connection: SQLiteHandle
         let copier: SQLiteHandle
         do {
@@ -94,7 +100,7 @@ public final class QueueStore: Sendable {
         threadPool.start()
         let checkpointThread = NIOThreadPool(numberOfThreads: 1)
         checkpointThread.start()
-        let checkpointer = Checkpointer(connection: copier, threadPool: checkpointThread)
+        let checkpointer = Checkpointer(connection: copier, threadPool: checkpointThread, schedule: schedule)
         let store = QueueStore(
             path: path,
             database: GroupCommit(database: connection, threadPool: threadPool, checkpointer: checkpointer),
@@ -103,7 +109,7 @@ public final class QueueStore: Sendable {
             newID: newID ?? {
                 // Time-ordered: the id index grows at its end (`DeliveryID`).
                 DeliveryID(unixMillis: Int64(clamping: Self.micros(clock.wall()) / 1000))
-            }, ownerLock: ownerLock)
+            }, ownerLock: ownerLock, reserve: reserve)
         do throws(QueueError) {
             try await store.run(writes: false) { try store.prepare($0) }
             do {
@@ -142,7 +148,14 @@ public final class QueueStore: Sendable {
         }
         for statement in Schema.open { try connection.execute(statement) }
         if database.checkpointer != nil { connection.reportCommits() }
-        try setAsideUnreadableRows(connection)
+        // Repairs, each a write: a full disk must not keep the queue from opening (its deliveries are what frees
+        // the disk), so they wait for the next open then.
+        do {
+            for statement in Schema.recount { try connection.execute(statement) }
+            try setAsideUnreadableRows(connection)
+        } catch let error as SQLiteHandle.Failure where error.isFull {
+            _ = try? connection.execute("ROLLBACK")
+        }
         try reconcile(connection)
     }
 
@@ -222,18 +235,42 @@ public final class QueueStore: Sendable {
                     }
                 })
         }
-        if budget.reserve(size) {
-            insert()
+        let admit: @Sendable () -> Void = {
+            if self.budget.reserve(size) {
+                insert()
+                return
+            }
+            // Rows an operator dropped from another process free their bytes only once this process looks again.
+            self.database.submit(writes: false, { try self.reconcile($0) }) { result in
+                switch result {
+                case .failure(let error): completion(.failure(Self.map(error, path: path)))
+                case .success:
+                    guard self.budget.reserve(size) else { return completion(.failure(.budgetExhausted)) }
+                    insert()
+                }
+            }
+        }
+        // Taken only while the reserve is whole: a queue that filled the disk could record no outcome.
+        if reserve.ensure() {
+            admit()
             return
         }
-        // Rows an operator dropped from another process free their bytes only once this process looks again.
-        database.submit(writes: false, { try self.reconcile($0) }) { result in
-            switch result {
-            case .failure(let error): completion(.failure(Self.map(error, path: path)))
-            case .success:
-                guard self.budget.reserve(size) else { return completion(.failure(.budgetExhausted)) }
-                insert()
+        // The reserve was let go (a full disk). The WAL keeps its blocks after a checkpoint for reuse; copied and
+        // cut to nothing, it gives them back, and the reserve may fit again. The database file never gives back the
+        // pages of rows deleted since, but reuses them: as many free pages as the reserve are a reserve too.
+        let reserveBytes = reserve.size
+        database.submit(
+            writes: false,
+            { connection -> Bool in
+                _ = try? connection.query("PRAGMA wal_checkpoint(TRUNCATE)")
+                if self.reserve.ensure() { return true }
+                let free = try connection.query("PRAGMA freelist_count").first?.integer(0) ?? 0
+                let page = try connection.query("PRAGMA page_size").first?.integer(0) ?? 0
+                return free.multipliedReportingOverflow(by: page).partialValue >= reserveBytes
             }
+        ) { result in
+            guard case .success(true) = result else { return completion(.failure(.diskFull)) }
+            admit()
         }
     }
 
@@ -528,6 +565,13 @@ public final class QueueStore: Sendable {
     ) async throws(QueueError) -> T {
         do {
             return try await database.perform(writes: writes, work, then: then)
+        } catch let error as SQLiteHandle.Failure where error.isFull && writes && reserve.release() {
+            // The disk is full: the reserve gives the write that frees room (an outcome, a delete) what it needs.
+            do {
+                return try await database.perform(writes: writes, work, then: then)
+            } catch {
+                throw Self.map(error, path: path)
+            }
         } catch {
             throw Self.map(error, path: path)
         }
@@ -750,10 +794,14 @@ enum Schema {
             ON CONFLICT (upstream, state) DO UPDATE SET n = n + 1;
         END
         """,
-        // Whatever happened before (a file from an older version, a hand edit), start from the real figures; in
-        // one transaction, so a daemon reading beside a `backstop deliveries` command never sees them half done.
-        // A row's `size` is not sealed: it is what its sealed parts take (as `enqueue` counts it), never what an
-        // edit made it (a negative one would have the budget give back bytes it never held).
+    ]
+
+    /// Whatever happened before (a file from an older version, a hand edit), start from the real figures; in one
+    /// transaction, so a daemon reading beside a `backstop deliveries` command never sees them half done. A row's
+    /// `size` is not sealed: it is what its sealed parts take (as `enqueue` counts it), never what an edit made it
+    /// (a negative one would have the budget give back bytes it never held). A write: on a full disk it is skipped
+    /// (the figures stay as they were, and the store still opens).
+    static let recount = [
         """
         BEGIN IMMEDIATE;
         UPDATE deliveries SET size = length(head) + length(body) + \(QueueStore.rowOverhead)
@@ -762,7 +810,7 @@ enum Schema {
         DELETE FROM counts;
         INSERT INTO counts (upstream, state, n) SELECT upstream, state, count(*) FROM deliveries GROUP BY upstream, state;
         COMMIT
-        """,
+        """
     ]
 }
 
