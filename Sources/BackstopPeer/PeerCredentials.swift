@@ -30,7 +30,8 @@ public enum PeerCredentials {
     /// The user owning the client socket of a TCP connection this host accepted: `client` is the accepted
     /// connection's remote end, `server` its local end (addresses of 4 or 16 bytes; IPv4-mapped IPv6 is looked up
     /// as IPv4, as the kernel keeps such a client). Nil when this host has no such socket: the client is remote, in
-    /// another network namespace, or already gone.
+    /// another network namespace, or already gone; also when its process already closed it (an orphaned socket,
+    /// or a time-wait entry, whose uid the kernel reports as 0): no process owns it any more.
     public static func tcpClientOwner(
         client: (address: [UInt8], port: UInt16), server: (address: [UInt8], port: UInt16)
     ) throws(PeerLookupError) -> UInt32? {

@@ -78,6 +78,10 @@ int bs_tcp_socket_owner(int family, const uint8_t *src, uint16_t sport, const ui
         }
         if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
             struct inet_diag_msg *found = NLMSG_DATA(h);
+            /* Only a socket a process still holds has an owner: one its process closed (orphaned, or already a
+               time-wait entry, which the kernel reports as uid 0) or a half-open request socket has no file
+               (inode 0), and its uid says nothing about who sent the request. Not found, then. */
+            if (found->idiag_inode == 0) return -ENOENT;
             *uid = found->idiag_uid;
             return 0;
         }

@@ -33,7 +33,9 @@ struct PeerCredentialsTests {
 
     /// A Python client connecting to `target` (a unix path, or `host:port` for TCP), as `user` when given; it holds
     /// the connection until the test closes its end.
-    static func client(_ target: String, as user: String?) throws -> ChildProcess {
+    /// A client connecting to `target` as `user`, which waits for the server to close (or, `hangsUp`, sends a byte
+    /// and closes at once, as a client that fires a request and leaves).
+    static func client(_ target: String, as user: String?, hangsUp: Bool = false) throws -> ChildProcess {
         let script = """
             import socket, sys
             t = sys.argv[1]
@@ -42,14 +44,17 @@ struct PeerCredentialsTests {
             else:
                 host, port = t.rsplit(":", 1)
                 s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET); s.connect((host.strip("[]"), int(port)))
-            s.recv(1)
+            if sys.argv[2] == "close":
+                s.sendall(b"x"); s.close()
+            else:
+                s.recv(1)
             """
+        let arguments = ["-c", script, target, hangsUp ? "close" : "wait"]
         if let user {
             return try ChildProcess.spawn(
-                "/usr/sbin/runuser", ["-u", user, "--", "/usr/bin/python3", "-c", script, target],
-                standardOutput: .null)
+                "/usr/sbin/runuser", ["-u", user, "--", "/usr/bin/python3"] + arguments, standardOutput: .null)
         }
-        return try ChildProcess.spawn("/usr/bin/python3", ["-c", script, target], standardOutput: .null)
+        return try ChildProcess.spawn("/usr/bin/python3", arguments, standardOutput: .null)
     }
 
     @Test("SO_PEERCRED names the unix-socket client's user: nobody, then root")
@@ -123,6 +128,15 @@ struct PeerCredentialsTests {
             let nothing = try PeerCredentials.tcpClientOwner(
                 client: (address: local.address, port: 1), server: (address: local.address, port: local.port))
             #expect(nothing == nil)
+            // A client that sent and closed before the lookup: its socket is orphaned or a time-wait entry (uid 0
+            // in the kernel's answer), owned by nobody. Before the fix it matched root.
+            let leaving = try Self.client(target, as: "nobody", hangsUp: true)
+            leaving.waitUntilExit()
+            let connection = try listener.accept()
+            let gone = try PeerCredentials.tcpClientOwner(
+                client: try Self.endpoint(connection, peer: true), server: try Self.endpoint(connection, peer: false))
+            #expect(gone == nil, "\(gone.map(String.init) ?? "")")
+            close(connection)
         }
     }
 
