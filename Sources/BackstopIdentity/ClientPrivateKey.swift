@@ -24,10 +24,18 @@ public enum ClientPrivateKey: Sendable {
         case "RSA PRIVATE KEY":
             self = try Self.rsa(der)
         case "PRIVATE KEY":
-            if let key = Self.ec(der) {
+            // The algorithm and curve the key names decide: swift-crypto's readers go by the scalar's length, so a
+            // secp256k1 or brainpoolP256r1 key would be read as P-256 (and sign as another key than the one stored).
+            switch Self.pkcs8Algorithm(der) {
+            case .ec(let curve)?:
+                guard let key = Self.ec(der, curve: curve) else {
+                    throw .unsupportedKey("an EC key on a curve other than P-256, P-384, P-521")
+                }
                 self = key
-            } else {
+            case .rsa?:
                 self = try Self.rsa(der)
+            case .other?, nil:
+                throw .unsupportedKey("not an EC (P-256, P-384, P-521) or RSA (2048 bits or more) private key")
             }
         case "ENCRYPTED PRIVATE KEY":
             throw .encryptedKey
@@ -48,6 +56,50 @@ public enum ClientPrivateKey: Sendable {
             throw .noKey
         }
         try self.init(document: document)
+    }
+
+    /// What a PKCS#8 `PrivateKeyInfo` (RFC 5208) says it holds: its algorithm, and for EC the named curve
+    /// (RFC 5480); nil when it is not one.
+    enum PKCS8Algorithm: Equatable {
+        case ec(curve: ASN1ObjectIdentifier?)
+        case rsa
+        case other
+    }
+
+    static let idECPublicKey: ASN1ObjectIdentifier = [1, 2, 840, 10045, 2, 1]
+    static let rsaEncryption: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 1, 1]
+    static let curveP256: ASN1ObjectIdentifier = [1, 2, 840, 10045, 3, 1, 7]
+    static let curveP384: ASN1ObjectIdentifier = [1, 3, 132, 0, 34]
+    static let curveP521: ASN1ObjectIdentifier = [1, 3, 132, 0, 35]
+
+    static func pkcs8Algorithm(_ der: [UInt8]) -> PKCS8Algorithm? {
+        guard let root = try? DER.parse(der) else { return nil }
+        return try? DER.sequence(root, identifier: .sequence) { nodes -> PKCS8Algorithm in
+            _ = try Int(derEncoded: &nodes)
+            guard let algorithmNode = nodes.next() else { throw ASN1Error.invalidASN1Object(reason: "no algorithm") }
+            let algorithm = try DER.sequence(algorithmNode, identifier: .sequence) { inner in
+                let oid = try ASN1ObjectIdentifier(derEncoded: &inner)
+                let parameter = inner.next().flatMap { try? ASN1ObjectIdentifier(derEncoded: $0) }
+                while inner.next() != nil {}
+                switch oid {
+                case idECPublicKey: return PKCS8Algorithm.ec(curve: parameter)
+                case rsaEncryption: return .rsa
+                default: return .other
+                }
+            }
+            while nodes.next() != nil {}
+            return algorithm
+        }
+    }
+
+    /// A PKCS#8 EC key read as the curve it names, and only that one.
+    private static func ec(_ der: [UInt8], curve: ASN1ObjectIdentifier?) -> ClientPrivateKey? {
+        switch curve {
+        case curveP256?: (try? P256.Signing.PrivateKey(derRepresentation: der)).map { .p256($0) }
+        case curveP384?: (try? P384.Signing.PrivateKey(derRepresentation: der)).map { .p384($0) }
+        case curveP521?: (try? P521.Signing.PrivateKey(derRepresentation: der)).map { .p521($0) }
+        default: nil
+        }
     }
 
     private static func ec(_ der: [UInt8]) -> ClientPrivateKey? {

@@ -55,6 +55,29 @@ struct ClientCertificateBundleTests {
         #expect(throws: ClientIdentityError.chainOrder(index: 0)) { try ClientCertificateBundle(pem: wrongOrder) }
     }
 
+    @Test(
+        "a PKCS#8 EC key is read as the curve it names: secp256k1 and brainpool keys are refused, not signed with as P-256 or P-384",
+        arguments: ["secp256k1", "brainpoolP256r1", "brainpoolP384r1", "prime256v1", "secp384r1", "secp521r1"])
+    func pkcs8Curves(curve: String) throws {
+        let files = try IdentityTestFiles()
+        defer { files.remove() }
+        let path = files.directory + "/\(curve).key"
+        let made = try TestProcess.runBlocking(
+            "/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:\(curve)", "-out", path])
+        try #require(made.status == 0, "\(made.standardError)")
+        let pem = try files.read(path)
+        #expect(String(decoding: pem, as: UTF8.self).hasPrefix("-----BEGIN PRIVATE KEY-----"))
+        let kinds = ["prime256v1": "EC P-256", "secp384r1": "EC P-384", "secp521r1": "EC P-521"]
+        if let kind = kinds[curve] {
+            #expect(try ClientPrivateKey(pem: pem).kind == kind)
+        } else {
+            // Before the fix: secp256k1 and brainpoolP256r1 read as P-256 (their scalars are 32 bytes).
+            #expect(throws: ClientIdentityError.unsupportedKey("an EC key on a curve other than P-256, P-384, P-521")) {
+                try ClientPrivateKey(pem: pem)
+            }
+        }
+    }
+
     @Test("refusals say what is wrong and never echo the entry")
     func refused() throws {
         let files = try IdentityTestFiles()
