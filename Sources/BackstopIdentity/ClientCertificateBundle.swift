@@ -46,6 +46,16 @@ public struct ClientCertificateBundle: Sendable {
     /// When the leaf stops being valid.
     public var notValidAfter: Date { leaf.notValidAfter }
 
+    /// Why the leaf cannot be presented at `now` (expired, or not valid yet), nil when it can: a server refuses it,
+    /// so nothing is sent with it (docs/reference/config.md#client-certificates).
+    public func unusableReason(now: Date) -> String? {
+        if leaf.notValidAfter <= now { return "the certificate expired at \(leaf.notValidAfter) (\(subject))" }
+        if leaf.notValidBefore > now {
+            return "the certificate is not valid before \(leaf.notValidBefore) (\(subject))"
+        }
+        return nil
+    }
+
     /// Seconds from `now` until the leaf expires (negative once expired): the value of
     /// `backstop_client_certificate_expiry_seconds`.
     public func secondsUntilExpiry(now: Date) -> Double { notValidAfter.timeIntervalSince(now) }

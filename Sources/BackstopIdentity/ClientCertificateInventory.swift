@@ -46,7 +46,9 @@ public enum ClientCertificateInventory {
                 var item = Item(upstream: upstream.name, target: target, entry: name, notValidAfter: nil, problem: nil)
                 if let bytes = entry(name) {
                     do {
-                        item.notValidAfter = try ClientCertificateBundle(pem: bytes).notValidAfter
+                        let bundle = try ClientCertificateBundle(pem: bytes)
+                        item.notValidAfter = bundle.notValidAfter
+                        item.problem = bundle.unusableReason(now: Date())
                     } catch {
                         item.problem = error.description
                     }

@@ -25,9 +25,7 @@ public enum KeychainReferenceCheck {
             case .clientCertificate:
                 do {
                     let bundle = try ClientCertificateBundle(pem: value)
-                    if bundle.secondsUntilExpiry(now: now) <= 0 {
-                        fail("holds a certificate that expired at \(bundle.notValidAfter) (\(bundle.subject))")
-                    }
+                    if let reason = bundle.unusableReason(now: now) { fail("is unusable: \(reason)") }
                 } catch {
                     fail("is not a client certificate chain and key: \(error.description)")
                 }

@@ -137,5 +137,10 @@ struct ClientCertificateBundleTests {
         #expect(later.secondsUntilExpiry(now: now + 31 * 86_400) < 0)
         #expect("\(later)".contains("CN=later") && !"\(later)".contains("PRIVATE"))
         #expect(!"\(later.privateKey)".contains("PRIVATE"))
+        // Expired, or not valid yet: unusable (not presented by run, refused by check --online), saying which.
+        #expect(later.unusableReason(now: now) == nil)
+        #expect(later.unusableReason(now: now + 31 * 86_400)?.hasPrefix("the certificate expired at ") == true)
+        #expect(later.unusableReason(now: now - 2 * 86_400)?.hasPrefix("the certificate is not valid before ") == true)
+        #expect(later.unusableReason(now: now + 31 * 86_400)?.contains("CN=later") == true)
     }
 }

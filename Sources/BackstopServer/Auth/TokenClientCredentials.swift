@@ -2,6 +2,7 @@ import BackstopCore
 import BackstopIdentity
 import BackstopKeychain
 import BackstopTransport
+import Foundation
 
 /// The keychain-held parts of an upstream's token endpoint authentication (docs/reference/config.md#client-
 /// authentication-at-the-token-endpoint): the client certificate for mutual TLS and the key that signs
@@ -47,6 +48,10 @@ struct TokenClientCredentials {
         case .success(let bytes):
             do {
                 let bundle = try ClientCertificateBundle(pem: bytes)
+                // One rule with `check --online`: a certificate the server would refuse is not presented.
+                if let reason = bundle.unusableReason(now: Date()) {
+                    return .failure(.unusable(entry: entry, why: reason))
+                }
                 return .success(
                     TransportClientIdentity(
                         certificateChainPEM: bundle.certificateChainPEM, privateKeyPEM: bundle.privateKeyPEM))
