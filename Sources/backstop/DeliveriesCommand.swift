@@ -89,12 +89,14 @@ struct DeliveriesListCommand: AsyncParsableCommand {
             try await DeliveriesCLI.withStore(options) { store -> [String] in
                 let now = Date().timeIntervalSince1970
                 do throws(QueueError) {
+                    // Every column one line of visible text (a tab or newline in an edited row would forge a row,
+                    // an escape sequence reach the terminal): as in the logs, controls are written as escapes.
                     return try await store.list(state).map { d in
                         [
                             d.id.text, d.upstream, d.method ?? "?", d.path ?? "?",
                             DeliveriesCLI.age(now - d.acceptedAt),
                             String(d.attempts), d.lastOutcome ?? "-",
-                        ].joined(separator: "\t")
+                        ].map(DisplayText.oneLine).joined(separator: "\t")
                     }
                 } catch {
                     throw KeychainCLI.fail(error.description)

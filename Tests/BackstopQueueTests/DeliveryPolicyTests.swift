@@ -207,6 +207,10 @@ struct DeliveryIDTests {
         #expect(
             custom.headersForDelivery(id: id, headerName: "idempotency-key")
                 == custom.headers + [.init("Idempotency-Key", id.text)])
+        // An empty key is none (unrelated deliveries would share it): it gives way to the delivery id, once.
+        let empty = QueuedRequest(
+            method: "POST", target: "/", headers: [.init("Idempotency-Key", ""), .init("A", "1")], body: [])
+        #expect(empty.headersForDelivery(id: id) == [.init("A", "1"), .init("Idempotency-Key", id.text)])
     }
 
     @Test("the head codec round-trips and refuses anything else")

@@ -209,6 +209,19 @@ struct QueuedDeliveryTests {
         let dead = try await setup.deliveries(["list", "--dead"])
         #expect(dead.contains(id))
         #expect(dead.contains("status 400"))
+        // An edited outcome with a line break, a tab and an escape sequence stays one escaped line.
+        let edit = try await TestProcess.run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); "
+                    + "c.execute(\"UPDATE deliveries SET last_outcome='status 400\\nforged\\trow\\x1b[2J'\"); c.commit()",
+                setup.directory + "/spool/queue.db",
+            ])
+        #expect(edit.status == 0, "\(edit.standardError)")
+        let edited = try await setup.deliveries(["list", "--dead"])
+        #expect(edited.split(separator: "\n").count == 1, "\(edited)")
+        #expect(edited.contains("status 400\\nforged\\trow\\u001b[2J") && !edited.contains("\u{1B}"), "\(edited)")
 
         _ = try await setup.deliveries(["retry", id])
         try await daemon.waitForOutput(timeout: .seconds(15)) { $0.contains("msg=delivered") }

@@ -13,12 +13,15 @@ extension ConfigBuilder {
                 maxBytes = v
             }
         }
-        if maxBytes < limits.maxRequestBody {
+        // A queued request takes its body, its head and its row's bookkeeping (sealing, ids, times: under 1 KiB):
+        // a spool that cannot hold the largest request the limits allow answers it 507 even when empty.
+        let largestRequest = limits.maxRequestBody + limits.maxHeaderBytes + SpoolConfig.requestOverhead
+        if maxBytes < largestRequest {
             reader.fail(
                 map["max_bytes"] ?? node,
-                "spool.max_bytes (\(maxBytes) bytes) is smaller than "
-                    + "limits.max_request_body (\(limits.maxRequestBody) bytes): a body of the allowed size could never be "
-                    + "spooled")
+                "spool.max_bytes (\(maxBytes) bytes) is smaller than the largest request the limits allow: "
+                    + "limits.max_request_body + limits.max_header_bytes + 1KiB (\(largestRequest) bytes), which could "
+                    + "never be spooled or queued")
         }
         guard let dirNode = map["dir"] else {
             reader.fail(node, "'spool' needs 'dir' (the directory for spooled bodies and queued deliveries)")

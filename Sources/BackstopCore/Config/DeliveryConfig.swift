@@ -10,6 +10,8 @@ public struct SpoolConfig: Sendable, Equatable {
     public var maxBytes: Int
     /// Where `dir` was written, for errors found later (a directory that cannot be created).
     @NotCompared public var location: SourceLocation?
+    /// What a queued request takes besides its body and head, at most: two seals and its row (ids, times).
+    public static let requestOverhead = 1 << 10
 
     /// 10 GiB (docs/reference/config.md#spool): a budget, not a reservation; nothing is allocated up front.
     public static let defaultMaxBytes = 10 << 30

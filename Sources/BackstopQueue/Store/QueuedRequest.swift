@@ -42,12 +42,17 @@ public struct QueuedRequest: Sendable, Equatable {
     /// (`headerName`, `retry.retry_non_idempotent_with_key`) when the client sent that, else the delivery's id — and,
     /// when `headerName` is another header, that one too, with the same value. Names compare case-insensitively.
     public func headersForDelivery(id: DeliveryID, headerName: String = "Idempotency-Key") -> [Header] {
-        func value(_ name: String) -> String? {
-            headers.first(where: { $0.name.caseInsensitiveEquals(name) })?.value
-        }
         let standard = "Idempotency-Key"
+        func isKeyHeader(_ name: String) -> Bool {
+            name.caseInsensitiveEquals(standard) || name.caseInsensitiveEquals(headerName)
+        }
+        // An empty key is no key: unrelated requests would share it. It gives way to the delivery id.
+        let kept = headers.filter { !(isKeyHeader($0.name) && $0.value.isEmpty) }
+        func value(_ name: String) -> String? {
+            kept.first(where: { $0.name.caseInsensitiveEquals(name) })?.value
+        }
         let key = value(standard) ?? value(headerName) ?? id.text
-        var out = headers
+        var out = kept
         if value(standard) == nil { out.append(Header(standard, key)) }
         if !headerName.caseInsensitiveEquals(standard), value(headerName) == nil { out.append(Header(headerName, key)) }
         return out

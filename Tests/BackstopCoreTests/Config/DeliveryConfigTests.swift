@@ -54,6 +54,10 @@ struct DeliveryConfigTests {
             ErrorCase(H + "spool: {dir: s, max_bytes: 100KiB}\n", at: "100KiB", "at least 1MiB"),
             ErrorCase(H + "spool: {dir: s, max_bytes: lots}\n", at: "lots", "not a size"),
             ErrorCase(H + "spool: {dir: s, max_bytes: 4MiB}\n", at: "4MiB", "max_request_body"),
+            // Equal to max_request_body is not enough: the head and the row take room too.
+            ErrorCase(
+                H + "limits: {max_request_body: 2MiB}\nspool: {dir: s, max_bytes: 2049KiB}\n", at: "2049KiB",
+                "limits.max_request_body + limits.max_header_bytes + 1KiB (2163712 bytes)"),
             ErrorCase(H + "limits: {max_request_body: 11GiB}\nspool: {dir: s}\n", at: "{dir", "max_request_body"),
             ErrorCase(H + "spool: {dir: \"\"}\n", at: "\"\"", "must not be empty"),
             ErrorCase(H + "spool: {dir: s, maxbytes: 1GiB}\n", at: "maxbytes", "did you mean 'max_bytes'"),
