@@ -12,11 +12,23 @@ import Glibc
 enum EnvironmentChecks {
     static func problems(in config: Config) -> [ConfigError] {
         var problems: [ConfigError] = []
-        for reference in config.caFileReferences where access(reference.path, R_OK) != 0 {
-            problems.append(
-                ConfigError(
-                    location: reference.location,
-                    message: "\(reference.key) \(reference.path) is not readable: \(errnoText())"))
+        for reference in config.caFileReferences {
+            if access(reference.path, R_OK) != 0 {
+                problems.append(
+                    ConfigError(
+                        location: reference.location,
+                        message: "\(reference.key) \(reference.path) is not readable: \(errnoText())"))
+                continue
+            }
+            // TLS reads it on the transport's one thread: a FIFO (or a device) would hold every upstream there.
+            var info = stat()
+            if stat(reference.path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+                problems.append(
+                    ConfigError(
+                        location: reference.location,
+                        message: "\(reference.key) \(reference.path) is not a regular file (a FIFO or a device would "
+                            + "block every upstream while TLS reads it)"))
+            }
         }
         for socket in config.unixSocketReferences {
             if let problem = UnixSocketDirectoryCheck.problem(socket.path) {

@@ -66,6 +66,25 @@ import Testing
         #expect(throws: KeychainError.self) { try KeychainKey.load(path: dir.file("d")) }
     }
 
+    /// A FIFO with no writer: opening it for reading used to wait forever (`check` and every keychain command hung).
+    @Test func fifoIsRefusedAtOnce() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("fifo.key")
+        #expect(mkfifo(path, 0o600) == 0)
+        #expect(throws: KeychainError.keyFileMalformed(path: path, reason: "it is not a regular file")) {
+            try KeychainKey.load(path: path)
+        }
+        let keychain = FileKeychain(path: path, key: try KeychainKey(bytes: raw))
+        #expect(throws: KeychainError.malformedContents(path: path, reason: "it is not a regular file")) {
+            try keychain.load()
+        }
+        // A device is not read whole into memory either.
+        let zero = FileKeychain(path: "/dev/zero", key: try KeychainKey(bytes: raw))
+        #expect(throws: KeychainError.malformedContents(path: "/dev/zero", reason: "it is not a regular file")) {
+            try zero.load()
+        }
+    }
+
     @Test func ownerMismatchMessage() {
         #expect(
             KeychainError.keyFileWrongOwner(path: "/k", owner: 0, expected: 1000).description

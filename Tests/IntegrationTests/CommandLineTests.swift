@@ -136,6 +136,14 @@ struct CommandLineTests {
                     "\(path):17:18: upstream 'a': auth.tls.ca_file \(directory)/missing-auth-ca.pem is not readable")
             }, "got: \(result.standardOutput)")
         #expect(lines.count == 2, "got: \(result.standardOutput)")
+
+        // A FIFO is readable but would block TLS (and every upstream with it) until something writes to it.
+        #expect(mkfifo(directory + "/missing-upstream-ca.pem", 0o644) == 0)
+        let fifo = try await TestProcess.run(binary, ["check", "--config", path])
+        #expect(
+            fifo.standardOutput.contains(
+                "upstream 'a': tls.ca_file \(directory)/missing-upstream-ca.pem is not a regular file"),
+            "got: \(fifo.standardOutput)")
     }
 
     @Test("check reports a unix listener whose directory is missing or not a directory, where its address was written")

@@ -79,7 +79,8 @@ extension KeychainKey {
     static func load(path: String, policy: Policy) throws(KeychainError) -> KeychainKey {
         let fd: Int32
         do {
-            fd = try Posix.open(path, O_RDONLY | O_NOCTTY)
+            // Non-blocking: opening a FIFO for reading would wait for a writer (forever); it is refused below.
+            fd = try Posix.open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK)
         } catch .io(_, _, let code) where code == ENOENT {
             throw .keyFileMissing(path: path)
         }

@@ -14,6 +14,9 @@ public final class FileKeychain: Sendable {
     /// The keychain file.
     public let path: String
     let key: KeychainKey
+    /// The largest keychain file read or written (64 MiB: thousands of certificate chains): anything larger is not
+    /// a keychain, and reading it whole would take that much memory.
+    public static let maxFileBytes = 64 << 20
 
     /// The key the file is sealed under, for what else Backstop seals under the keychain key (queued deliveries,
     /// docs/reference/behaviour.md#queued-delivery).
@@ -36,11 +39,21 @@ public final class FileKeychain: Sendable {
     public func load() throws(KeychainError) -> [String: KeychainEntry] {
         let fd: Int32
         do {
-            fd = try Posix.open(path, O_RDONLY | O_NOCTTY)
+            // Non-blocking: opening a FIFO for reading would wait for a writer (forever); it is refused below.
+            fd = try Posix.open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK)
         } catch .io(_, _, let code) where code == ENOENT {
             throw .missing(path: path)
         }
         defer { close(fd) }
+        // A device (/dev/zero), a FIFO or a file far larger than any keychain is not read whole into memory.
+        let info = try Posix.fstat(fd, path: path)
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw .malformedContents(path: path, reason: "it is not a regular file")
+        }
+        guard info.st_size <= Self.maxFileBytes else {
+            throw .malformedContents(
+                path: path, reason: "it has \(info.st_size) bytes, more than a keychain's \(Self.maxFileBytes)")
+        }
         do {
             return try KeychainCodec.decode(try Posix.readAll(fd, path: path), key: key)
         } catch {
@@ -157,7 +170,12 @@ public final class FileKeychain: Sendable {
     /// can be writing.
     func write(_ entries: [String: KeychainEntry]) throws(KeychainError) {
         AtomicFile.removeStaleTemporaries(for: path)
-        try AtomicFile.replace(path, with: KeychainCodec.encode(entries, key: key))
+        let sealed = KeychainCodec.encode(entries, key: key)
+        guard sealed.count <= Self.maxFileBytes else {
+            throw .malformedContents(
+                path: path, reason: "the entries would take \(sealed.count) bytes, more than \(Self.maxFileBytes)")
+        }
+        try AtomicFile.replace(path, with: sealed)
     }
 }
 
