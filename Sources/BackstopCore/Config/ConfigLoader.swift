@@ -33,6 +33,9 @@ public enum ConfigLoader {
         yaml: String, file: String, baseDirectory: String, environment: ConfigEnvironment = .process
     ) throws(ConfigErrors) -> Config {
         var root: Node?
+        // A byte order mark (an editor's UTF-8 signature) is not part of the YAML: left in, it read as a syntax error
+        // that named nothing.
+        let yaml = yaml.hasPrefix("\u{FEFF}") ? String(yaml.dropFirst()) : yaml
         // Positions in the protected text are those of `yaml` (one character for one); byte offsets and key text
         // are read in it.
         let protected = FlowColonScalars.protect(yaml)

@@ -6,16 +6,29 @@ public enum DurationParser {
         ("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("ns", 1e-9), ("s", 1), ("m", 60), ("h", 3600),
     ]
 
-    /// The duration, or nil for a missing unit, a negative or malformed number, or more than ~31 years.
+    /// The longest duration read, in seconds (about 31 years): bounded so the nanosecond conversion cannot overflow
+    /// `Int64`.
+    public static let maxSeconds = 1e9
+
+    /// The duration, or nil for a missing unit, a negative or malformed number, or `maxSeconds` or more.
     public static func parse(_ text: String) -> Duration? {
+        guard let seconds = seconds(text), seconds < maxSeconds else { return nil }
+        return .nanoseconds(Int64((seconds * 1e9).rounded()))
+    }
+
+    /// Whether `text` is a well-formed duration of `maxSeconds` or more (said as such, not as malformed).
+    public static func isTooLong(_ text: String) -> Bool {
+        guard let seconds = seconds(text) else { return false }
+        return seconds >= maxSeconds
+    }
+
+    /// The seconds a well-formed duration says, however many.
+    private static func seconds(_ text: String) -> Double? {
         let trimmed = text.trimmingCharacters(in: " \t")
         for unit in units where trimmed.hasSuffix(unit.suffix) {
             let number = String(trimmed.dropLast(unit.suffix.count))
             guard isPlainDecimal(number), let value = Double(number), value.isFinite else { return nil }
-            let seconds = value * unit.seconds
-            // Bounded so the nanosecond conversion below cannot overflow Int64.
-            guard seconds < 1e9 else { return nil }
-            return .nanoseconds(Int64((seconds * 1e9).rounded()))
+            return value * unit.seconds
         }
         return nil
     }

@@ -127,6 +127,10 @@ struct NodeReader {
     mutating func duration(_ node: Node, _ path: String) -> Duration? {
         guard let text = scalar(node, path) else { return nil }
         guard let value = DurationParser.parse(text) else {
+            if DurationParser.isTooLong(text) {
+                fail(node, "\(NodeReader.quoted(path)): '\(text)' is too long (at most 1000000000s, about 31 years)")
+                return nil
+            }
             fail(
                 node,
                 "\(NodeReader.quoted(path)): '\(text)' is not a duration (use a number with a unit: 250ms, 2s, 5m, 1h)")

@@ -26,6 +26,24 @@ struct ValueParserTests {
         ])
     func badDurations(text: String) {
         #expect(DurationParser.parse(text) == nil)
+        // Only the well-formed one is too long rather than malformed.
+        #expect(DurationParser.isTooLong(text) == (text == "99999999999h"))
+    }
+
+    @Test("a config starting with a UTF-8 byte order mark reads as without it; a too-long duration says so")
+    func byteOrderMarkAndLongDuration() throws {
+        let config = try ConfigFixture.parse("\u{FEFF}" + ConfigFixture.head)
+        #expect(config.listeners.count == 1)
+        let errors = ConfigFixture.errors(ConfigFixture.head + "limits: {client_idle_timeout: 1000000h}\n")
+        #expect(errors.count == 1 && errors[0].message.contains("'1000000h' is too long"), "\(errors)")
+    }
+
+    @Test("a well-formed duration of 1e9 s or more is said to be too long; just under it is read")
+    func tooLong() {
+        #expect(DurationParser.isTooLong("1000000000s") && DurationParser.parse("1000000000s") == nil)
+        #expect(DurationParser.isTooLong("9223372036854775807ns"))
+        #expect(!DurationParser.isTooLong("999999999s") && DurationParser.parse("999999999s") == .seconds(999_999_999))
+        #expect(!DurationParser.isTooLong("1e12s"))
     }
 
     @Test(
