@@ -241,7 +241,7 @@ struct QueuedDeliveryTests {
     }
 
     @Test(
-        "a reload that renames the queue upstream makes its queued deliveries dead letters, with a warning; put back once it is queued again, they are sent"
+        "a reload that renames the queue upstream leaves its deliveries queued, saying so; named back, they are sent"
     )
     func upstreamNoLongerQueued() async throws {
         let switchable = try await SwitchableOrigin(down: true)
@@ -254,28 +254,51 @@ struct QueuedDeliveryTests {
         try original.replacingOccurrences(of: "- name: events", with: "- name: events2")
             .write(toFile: setup.config, atomically: true, encoding: .utf8)
         daemon.send(signal: SIGHUP)
-        // Before the fix nothing was said, and the delivery stayed queued for good: no lane for it, no max_age.
+        // Before the fix nothing was said: the delivery waited, with no lane for it, unseen.
         try await daemon.waitForOutput(timeout: .seconds(10)) { output in
             output.split(separator: "\n").contains {
-                $0.contains("msg=\"deliveries of an upstream without delivery: queue are dead letters\" count=1 ")
+                $0.contains("msg=\"deliveries wait for an upstream without delivery: queue\" count=1 ")
                     && $0.hasSuffix(" upstream=events")
             }
         }
-        let dead = try await setup.deliveries(["list", "--dead"])
-        #expect(dead.contains(id) && dead.contains("not a queue upstream"), "\(dead)")
-        #expect(try await setup.deliveries(["list"]).isEmpty)
+        #expect(try await setup.deliveries(["list"]).contains(id), "kept, as the 202 promised")
 
         switchable.setDown(false)
         try original.write(toFile: setup.config, atomically: true, encoding: .utf8)
         daemon.send(signal: SIGHUP)
-        try await daemon.waitForOutput(timeout: .seconds(10)) {
-            $0.components(separatedBy: "msg=\"config reloaded\"").count == 3
-        }
-        _ = try await setup.deliveries(["retry", id])
         try await daemon.waitForOutput(timeout: .seconds(15)) { $0.contains("msg=delivered") }
         #expect(switchable.answered == [id])
         await daemon.stop()
         try await switchable.origin.shutdown()
+    }
+
+    @Test(
+        "a delivery goes to the upstream it was accepted for or nowhere: after a reload gives its host to another upstream, it is a dead letter (403), never sent there"
+    )
+    func deliveredOnlyToItsUpstream() async throws {
+        let switchable = try await SwitchableOrigin(down: true)
+        let other = try await TestOrigin.start { _ in .respond(status: 204) }
+        let setup = try Setup(origin: switchable.origin)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let id = try #require(try await setup.post("/e", body: "event").header("X-Backstop-Delivery"))
+        try await switchable.waitForResets(1)
+        // events.test now routes to `admin` (its own credential); `events` keeps `delivery: queue` for other.test.
+        let original = try String(contentsOfFile: setup.config, encoding: .utf8)
+        try
+            (original.replacingOccurrences(of: "match: {hosts: [events.test]}", with: "match: {hosts: [other.test]}")
+            + "  - {name: admin, match: {hosts: [events.test]}, url: \(other.baseURL)}\n")
+            .write(toFile: setup.config, atomically: true, encoding: .utf8)
+        daemon.send(signal: SIGHUP)
+        try await daemon.waitForOutput(timeout: .seconds(10)) { $0.contains("msg=\"config reloaded\"") }
+        switchable.setDown(false)
+        try await daemon.waitForOutput(timeout: .seconds(20)) { $0.contains("delivery is a dead letter") }
+        #expect(other.requestCount == 0, "sent to another upstream")
+        let dead = try await setup.deliveries(["list", "--dead"])
+        #expect(dead.contains(id) && dead.contains("status 403"), "\(dead)")
+        await daemon.stop()
+        try await switchable.origin.shutdown()
+        try await other.shutdown()
     }
 
     @Test("a client that hangs up inside its body is logged 499 client-closed, not 400; nothing is stored")

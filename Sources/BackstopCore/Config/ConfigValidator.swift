@@ -19,6 +19,28 @@ enum ConfigValidator {
             }
         }
         errors += overlaps(upstreams, site: site)
+        // One keychain_prefix holds one grant's tokens: shared by upstreams of another token endpoint or client,
+        // one upstream's token would be sent to the other (and its refresh token to another identity provider).
+        var firstByPrefix: [String: (index: Int, config: OAuth2Config)] = [:]
+        for (i, upstream) in upstreams.enumerated() {
+            guard case .oauth2(let oauth) = upstream.auth else { continue }
+            guard let first = firstByPrefix[oauth.keychainPrefix] else {
+                firstByPrefix[oauth.keychainPrefix] = (i, oauth)
+                continue
+            }
+            if first.config.tokenURL != oauth.tokenURL || first.config.clientID != oauth.clientID
+                || first.config.grant != oauth.grant
+            {
+                errors.append(
+                    ConfigError(
+                        location: site(i).auth ?? site(i).name,
+                        message:
+                            "upstream '\(upstream.name)' shares auth.keychain_prefix '\(oauth.keychainPrefix)' with "
+                            + "upstream '\(upstreams[first.index].name)' (line \(site(first.index).name.line)), whose "
+                            + "token_url, client_id or grant differ: each would be sent the other's tokens; give each "
+                            + "its own keychain_prefix"))
+            }
+        }
         if !hasKeychain {
             for (i, upstream) in upstreams.enumerated() where upstream.auth != .none {
                 errors.append(

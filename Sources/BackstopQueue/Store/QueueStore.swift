@@ -407,20 +407,20 @@ public final class QueueStore: Sendable {
             }, then: { self.freed($0) })
     }
 
-    /// Makes every queued delivery of an upstream not in `upstreams` (the ones with `delivery: queue` now) a dead
-    /// letter with the outcome `not a queue upstream`: no deliverer would ever claim it, so its `max_age` would never
-    /// run out either. Returns how many per upstream. Deliveries in flight settle as usual (by their row).
-    public func setAsideDeliveries(notFor upstreams: Set<String>) async throws(QueueError) -> [String: Int] {
-        // Rare (start and reload): a statement made for the names, one placeholder each.
-        let names = upstreams.sorted().map { SQLiteHandle.Value.text($0) }
-        let placeholders = Array(repeating: "?", count: names.count).joined(separator: ", ")
-        let setAside = try await run(writes: true) { connection in
-            try connection.query(
-                "UPDATE deliveries SET state = 1, last_outcome = 'not a queue upstream' "
-                    + "WHERE state = 0 AND upstream NOT IN (\(placeholders)) RETURNING upstream", names
-            ).compactMap { $0.text(0) }
+    /// How many deliveries are queued per upstream not in `upstreams` (the ones with `delivery: queue` now): no
+    /// deliverer claims them until their upstream is queued again (they wait, kept as the `202` promised). Read from
+    /// the counts the triggers keep, not the rows.
+    public func queuedDeliveries(notFor upstreams: Set<String>) async throws(QueueError) -> [String: Int] {
+        try await run(writes: false) { connection in
+            var waiting: [String: Int] = [:]
+            for row in try connection.query("SELECT upstream, n FROM counts WHERE state = 0 AND n > 0") {
+                guard let upstream = row.text(0), let count = row.integer(1), !upstreams.contains(upstream) else {
+                    continue
+                }
+                waiting[upstream] = count
+            }
+            return waiting
         }
-        return setAside.reduce(into: [:]) { $0[$1, default: 0] += 1 }
     }
 
     /// Gives back the budget of rows this process deleted (`then` of a delete: runs as it commits).

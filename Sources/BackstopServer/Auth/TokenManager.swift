@@ -601,7 +601,12 @@ struct TokenRefreshStep: Sendable {
                 }
                 if final {
                     // 400/401 from the token endpoint (invalid_grant, bad client credentials): retrying cannot help.
-                    metadata["fix"] = .string("store a new refresh token: backstop tokens seed \(upstreamName)")
+                    // A client_credentials grant has no refresh token to seed: its client's credentials are wrong.
+                    metadata["fix"] = .string(
+                        config.grant == .clientCredentials
+                            ? "check the client's credentials (client_id, client_secret_entry, client_key_entry or the "
+                                + "client certificate) with the token endpoint's operator"
+                            : "store a new refresh token: backstop tokens seed \(upstreamName)")
                     logger.error(
                         "token refresh refused by the token endpoint; a new grant is needed", metadata: metadata)
                 } else {

@@ -27,6 +27,9 @@ public final class LoopbackDeliverySender: DeliverySending {
 
     /// The request header that names the delivery on the private connection (never forwarded).
     public static let deliveryHeader = "X-Backstop-Delivery"
+    /// The request header that names the upstream the delivery was accepted for (never forwarded): the request is
+    /// sent there or nowhere, whatever its `Host` now routes to.
+    public static let upstreamHeader = "X-Backstop-Delivery-Upstream"
 
     private let group: any EventLoopGroup
     private let serveProxyEnd: ServeProxyEnd
@@ -109,7 +112,7 @@ public final class LoopbackDeliverySender: DeliverySending {
     /// client's proxy credentials.
     static let droppedHeaders: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "transfer-encoding",
-        "upgrade", "content-length", "expect", deliveryHeader.lowercased(),
+        "upgrade", "content-length", "expect", deliveryHeader.lowercased(), upstreamHeader.lowercased(),
     ]
 
     /// The request the deliverer writes for `delivery`: the client's method, target and headers (minus
@@ -123,6 +126,7 @@ public final class LoopbackDeliverySender: DeliverySending {
             headers.add(name: header.name, value: header.value)
         }
         headers.add(name: deliveryHeader, value: delivery.id.text)
+        headers.add(name: upstreamHeader, value: delivery.upstream)
         let body = delivery.request.body
         if !body.isEmpty || HTTPMethod(rawValue: delivery.request.method).expectsRequestBody {
             headers.add(name: "Content-Length", value: String(body.count))

@@ -17,7 +17,7 @@ public final class QueueDeliverer: Sendable {
         /// Bumped to wake a lane; a lane waits until its number moves.
         var wakes: [String: UInt64] = [:]
         var started: Set<String> = []
-        /// Bumped by each `update(lanes:)`: `run()` then sets aside the deliveries of upstreams no longer queued.
+        /// Bumped by each `update(lanes:)`: `run()` then says which deliveries wait for an upstream not queued.
         var lanesVersion: UInt64 = 0
         /// Deliveries in flight, by upstream.
         var inFlight: [String: Int] = [:]
@@ -152,7 +152,7 @@ public final class QueueDeliverer: Sendable {
                 }
                 if sweptVersion != version {
                     sweptVersion = version
-                    await setAsideDeliveries(notFor: lanes)
+                    await warnAboutWaiting(notFor: lanes)
                 }
                 let started = state.withLockedValue { $0.started }
                 await lanesChanged.wait {
@@ -166,26 +166,25 @@ public final class QueueDeliverer: Sendable {
         }
     }
 
-    /// At start and after a reload: the queued deliveries of upstreams without `delivery: queue` now become dead
-    /// letters (docs/reference/behaviour.md#queued-delivery), each such upstream named once in the log.
-    private func setAsideDeliveries(notFor lanes: Set<String>) async {
+    /// At start and after a reload: deliveries queued for an upstream that has no `delivery: queue` now (removed,
+    /// renamed, set to `direct`) wait for it to come back, and the log says so, once per upstream
+    /// (docs/reference/behaviour.md#queued-delivery): nothing else would.
+    private func warnAboutWaiting(notFor lanes: Set<String>) async {
         do {
-            let setAside = try await store.setAsideDeliveries(notFor: lanes)
-            for (upstream, count) in setAside.sorted(by: { $0.key < $1.key }) {
+            let waiting = try await store.queuedDeliveries(notFor: lanes)
+            for (upstream, count) in waiting.sorted(by: { $0.key < $1.key }) {
                 logger.warning(
-                    "deliveries of an upstream without delivery: queue are dead letters",
+                    "deliveries wait for an upstream without delivery: queue",
                     metadata: [
                         "upstream": .string(upstream), "count": .stringConvertible(count),
-                        "outcome": "not a queue upstream",
                         "fix": .string(
-                            "configure upstream \(upstream) with delivery: queue and run 'backstop deliveries retry "
-                                + "--all-dead', or drop them with 'backstop deliveries drop ID'"),
+                            "configure upstream \(upstream) with delivery: queue again (they are sent then), or drop "
+                                + "them: backstop deliveries list, backstop deliveries drop ID"),
                     ])
             }
-            if !setAside.isEmpty { countsChanged() }
         } catch {
             logger.error(
-                "cannot set aside the deliveries of upstreams without delivery: queue",
+                "cannot look for deliveries of upstreams without delivery: queue",
                 metadata: ["error": .string(error.description)])
         }
     }

@@ -27,6 +27,17 @@ extension ProxyHandler {
                 // The deliverer's own request: admitted when it was queued; it names its delivery for the access line.
                 deliveryID = head.headers.first(name: LoopbackDeliverySender.deliveryHeader)
                 head.headers.remove(name: LoopbackDeliverySender.deliveryHeader)
+                let acceptedFor = head.headers.first(name: LoopbackDeliverySender.upstreamHeader)
+                head.headers.remove(name: LoopbackDeliverySender.upstreamHeader)
+                // Routed again by its `Host` (a request accepted inside an intercepted connection names any host),
+                // it could reach another upstream with that upstream's credential and no `clients` check: it goes to
+                // the upstream it was accepted for or nowhere (403 no-route: a dead letter).
+                guard acceptedFor != nil, accepted.upstreamName == acceptedFor else {
+                    refuse(
+                        .noRoute, head: head, close: accepted.refusalCloses, upstream: accepted.upstreamName,
+                        delivery: deliveryID)
+                    return
+                }
                 if upgradeIfAsked(head, accepted, clientEntry: clientEntry, context: context) { return }
             } else {
                 switch clientDecision(head, destination: accepted.destination, snapshot: snapshot, context: context) {

@@ -75,6 +75,26 @@ struct ConfigSemanticTests {
         #expect(found.allSatisfy { $0.location.file == "t.yaml" })
     }
 
+    @Test("oauth2 upstreams share a keychain_prefix only with the same token endpoint, client and grant")
+    func sharedKeychainPrefix() throws {
+        func config(_ secondTokenURL: String, clientID: String = "c") -> String {
+            H + "keychain: {path: k.bkc, key_file: k.key}\nupstreams:\n"
+                + "  - {name: a, match: {hosts: [a.test]}, url: http://a, auth: {type: oauth2, token_url: https://idp-a/t, "
+                + "client_id: c, keychain_prefix: shared}}\n"
+                + "  - {name: b, match: {hosts: [b.test]}, url: http://b, auth: {type: oauth2, token_url: \(secondTokenURL), "
+                + "client_id: \(clientID), keychain_prefix: shared}}\n"
+        }
+        // The same grant: one set of tokens for both (as before).
+        #expect(throws: Never.self) { try ConfigFixture.parse(config("https://idp-a/t")) }
+        for yaml in [config("https://idp-b/t"), config("https://idp-a/t", clientID: "other")] {
+            let errors = ConfigFixture.errors(yaml)
+            #expect(errors.count == 1, "\(errors)")
+            #expect(
+                errors.first?.message.hasPrefix("upstream 'b' shares auth.keychain_prefix 'shared' with upstream 'a'")
+                    == true, "\(errors)")
+        }
+    }
+
     @Test("an auth upstream with a keychain section is fine; without auth no keychain is needed")
     func keychainOptional() throws {
         let config = try ConfigFixture.parse(ConfigFixture.upstream("auth: {type: static, entry: e}", keychain: true))

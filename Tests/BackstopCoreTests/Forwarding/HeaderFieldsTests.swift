@@ -21,11 +21,11 @@ struct HeaderFieldsTests {
     @Test func fieldsReadFromAHeadKeepTheirBytesAndOrder() throws {
         let fields = try Self.read(
             "GET /p HTTP/1.1\r\nHost: a.test\r\nX-Empty:\r\nAccept:  \t*/*\r\nX-Trail: v  \r\nx-obs: caf\u{e9}\r\n\r\n")
-        #expect(Self.pairs(fields) == ["Host=a.test", "X-Empty=", "Accept=*/*", "X-Trail=v  ", "x-obs=caf\u{e9}"])
+        #expect(Self.pairs(fields) == ["Host=a.test", "X-Empty=", "Accept=*/*", "X-Trail=v", "x-obs=caf\u{e9}"])
         #expect(fields.count == 5)
         #expect(fields.name(at: 2) == "Accept" && fields.value(at: 2) == "*/*")
         #expect(fields.nameCount(at: 0) == 4 && fields.valueCount(at: 0) == 6)
-        #expect(fields.lineBytes == (4 + 6 + 4) + (7 + 0 + 4) + (6 + 3 + 4) + (7 + 3 + 4) + (5 + 5 + 4))
+        #expect(fields.lineBytes == (4 + 6 + 4) + (7 + 0 + 4) + (6 + 3 + 4) + (7 + 1 + 4) + (5 + 5 + 4))
     }
 
     @Test func lookupsIgnoreTheCaseOfNames() throws {
