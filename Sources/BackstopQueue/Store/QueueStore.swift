@@ -256,17 +256,13 @@ public final class QueueStore: Sendable {
             return
         }
         // The reserve was let go (a full disk). The WAL keeps its blocks after a checkpoint for reuse; copied and
-        // cut to nothing, it gives them back, and the reserve may fit again. The database file never gives back the
-        // pages of rows deleted since, but reuses them: as many free pages as the reserve are a reserve too.
-        let reserveBytes = reserve.size
+        // cut to nothing, it gives them back, and the reserve may fit again. Until it does, nothing is taken: the
+        // room it would have kept is what the queue's own outcomes need.
         database.submit(
             writes: false,
             { connection -> Bool in
                 _ = try? connection.query("PRAGMA wal_checkpoint(TRUNCATE)")
-                if self.reserve.ensure() { return true }
-                let free = try connection.query("PRAGMA freelist_count").first?.integer(0) ?? 0
-                let page = try connection.query("PRAGMA page_size").first?.integer(0) ?? 0
-                return free.multipliedReportingOverflow(by: page).partialValue >= reserveBytes
+                return self.reserve.ensure()
             }
         ) { result in
             guard case .success(true) = result else { return completion(.failure(.diskFull)) }
