@@ -684,11 +684,7 @@ public final class QueueStore: Sendable {
             throw .storage(path: path, detail: "cannot open: \(String(cString: strerror(errno)))")
         }
         defer { closeDescriptor(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else {
-            throw .storage(path: path, detail: "cannot stat: \(String(cString: strerror(errno)))")
-        }
-        try keepPrivate(path, info, fd: fd)
+        try keepPrivate(path, fd: fd)
     }
 
     /// An existing `-wal` or `-shm` file (never through a link): this user's, mode 0600.
@@ -699,14 +695,15 @@ public final class QueueStore: Sendable {
             throw .storage(path: path, detail: "cannot open: \(String(cString: strerror(errno)))")
         }
         defer { closeDescriptor(fd) }
+        try keepPrivate(path, fd: fd)
+    }
+
+    /// The open file `fd`: a regular file of this user's, made mode 0600 when more open.
+    private static func keepPrivate(_ path: String, fd: Int32) throws(QueueError) {
         var info = stat()
         guard fstat(fd, &info) == 0 else {
             throw .storage(path: path, detail: "cannot stat: \(String(cString: strerror(errno)))")
         }
-        try keepPrivate(path, info, fd: fd)
-    }
-
-    private static func keepPrivate(_ path: String, _ info: stat, fd: Int32) throws(QueueError) {
         guard info.st_mode & S_IFMT == S_IFREG else { throw .storage(path: path, detail: "is not a regular file") }
         guard info.st_uid == geteuid() else {
             throw .storage(
