@@ -11,6 +11,19 @@ public struct StoredTokens: Sendable, Equatable, CustomStringConvertible {
         self.expiresAt = expiresAt
     }
 
+    /// The latest time a stored expiry or failure may name (about the year 5138): anything later, negative, infinite
+    /// or not a number is no time at all. A keychain entry is text anyone with the key may write (`keychain set`),
+    /// and later times overflow the conversions to whole seconds and durations (a trap, a crash loop).
+    public static let latestStoredTime = 1e11
+
+    /// Unix seconds as a keychain entry holds them, nil when they are not a time this process can use.
+    public static func storedTime(_ text: String) -> Double? {
+        guard let seconds = Double(text), seconds.isFinite, seconds >= 0, seconds <= latestStoredTime else {
+            return nil
+        }
+        return seconds
+    }
+
     public var description: String {
         "StoredTokens(access: \(accessToken == nil ? "none" : "set"), refresh: \(refreshToken == nil ? "none" : "set"), "
             + "expires: \(expiresAt.map { String($0) } ?? "none"))"
@@ -66,8 +79,8 @@ public struct RefreshFailure: Sendable, Equatable {
     /// `SECONDS CAUSE`: how the stores keep it (seconds whole, since the epoch); nil for anything else.
     public init?(stored text: String, by: String? = nil) {
         let parts = text.split(separator: " ", maxSplits: 1)
-        guard parts.count == 2, let seconds = Int64(parts[0]) else { return nil }
-        self.init(at: Double(seconds), cause: String(parts[1]), by: by)
+        guard parts.count == 2, let seconds = StoredTokens.storedTime(String(parts[0])) else { return nil }
+        self.init(at: seconds.rounded(.down), cause: String(parts[1]), by: by)
     }
 
     public var stored: String { "\(Int64(at.rounded(.down))) \(cause)" }

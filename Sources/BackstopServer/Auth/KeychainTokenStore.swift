@@ -32,7 +32,7 @@ final class KeychainTokenStore: TokenStore {
         StoredTokens(
             accessToken: entries[accessEntry]?.stringValue.flatMap { $0.isEmpty ? nil : $0 },
             refreshToken: entries[refreshEntry]?.stringValue.flatMap { $0.isEmpty ? nil : $0 },
-            expiresAt: entries[expiryEntry]?.stringValue.flatMap(Double.init))
+            expiresAt: entries[expiryEntry]?.stringValue.flatMap(StoredTokens.storedTime))
     }
 
     /// `entries` with `tokens` written over this upstream's entries (a refresh token is never removed: an endpoint

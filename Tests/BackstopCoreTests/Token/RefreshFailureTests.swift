@@ -22,6 +22,19 @@ struct RefreshFailureTests {
         #expect(RefreshFailure(stored: "x invalid_grant") == nil)
         #expect(RefreshFailure(stored: "1900000000") == nil)
         #expect(RefreshFailure(stored: "") == nil)
+        // Times that would overflow later conversions (the daemon and `tokens list` trapped) are no time at all.
+        #expect(RefreshFailure(stored: "9223372036854775807 x") == nil)
+        #expect(RefreshFailure(stored: "-5 x") == nil)
+    }
+
+    @Test("a stored expiry is Unix seconds up to 1e11; later, negative, infinite or not a number is none")
+    func storedTimes() {
+        #expect(StoredTokens.storedTime("1900000000") == 1_900_000_000)
+        #expect(StoredTokens.storedTime("1900000000.5") == 1_900_000_000.5)
+        #expect(StoredTokens.storedTime("100000000000") == 1e11)
+        for text in ["99999999999999999999", "1e38", "1e39", "inf", "nan", "-1", "9223372036854775807", "abc", ""] {
+            #expect(StoredTokens.storedTime(text) == nil, "\(text)")
+        }
     }
 
     @Test("the last refresh: a noted failure (any write removes the note, so it is newer), else a refresh's write")
