@@ -126,6 +126,28 @@ enum Main {
 
 /// Line output for the CLI: stdout for results, stderr for diagnostics.
 enum Console {
-    static func out(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
-    static func error(_ line: String) { FileHandle.standardError.write(Data((line + "\n").utf8)) }
+    static func out(_ line: String) { write(line + "\n", to: STDOUT_FILENO) }
+    static func error(_ line: String) { write(line + "\n", to: STDERR_FILENO) }
+
+    /// Writes all of `text` with write(2). A standard output that cannot take it (a full disk, a closed
+    /// descriptor) ends the command with exit 1 and a line saying why, where Foundation's `FileHandle.write`
+    /// trapped (a crash that also hid a `keychain set` already made). A failing standard error is left alone.
+    static func write(_ text: String, to descriptor: Int32) { write(Array(text.utf8), to: descriptor) }
+
+    static func write(_ output: [UInt8], to descriptor: Int32) {
+        var bytes = output[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+            if written < 0 && errno == EINTR { continue }
+            guard written > 0 else {
+                if descriptor == STDOUT_FILENO {
+                    let why = String(cString: strerror(errno))
+                    error("error: cannot write standard output: \(why)")
+                    exit(1)
+                }
+                return
+            }
+            bytes = bytes.dropFirst(written)
+        }
+    }
 }

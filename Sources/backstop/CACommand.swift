@@ -96,7 +96,7 @@ struct CAExportCommand: ParsableCommand {
         } catch {
             throw KeychainCLI.fail("keychain entry \(entryName): \(error.description)")
         }
-        FileHandle.standardOutput.write(Data(root.certificatePEM.utf8))
-        if !root.certificatePEM.hasSuffix("\n") { FileHandle.standardOutput.write(Data("\n".utf8)) }
+        Console.write(
+            root.certificatePEM.hasSuffix("\n") ? root.certificatePEM : root.certificatePEM + "\n", to: STDOUT_FILENO)
     }
 }

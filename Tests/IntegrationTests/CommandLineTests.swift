@@ -40,6 +40,24 @@ struct CommandLineTests {
         #expect(FileManager.default.fileExists(atPath: directory + "/state/deep/kc.bkc"))
     }
 
+    @Test("a standard output that cannot be written (a full disk, closed) is exit 1 with why, not a crash")
+    func unwritableStandardOutput() async throws {
+        let (directory, path) = try writeConfig(
+            "version: 1\nlisten: [127.0.0.1:18080]\nkeychain: {path: kc.bkc, key_file: kc.key}\n")
+        defer { TestFiles.remove(directory) }
+        #expect(try await TestProcess.run(binary, ["keychain", "init", "--config", path]).status == 0)
+        let set = try await TestProcess.run(
+            "/bin/sh", ["-c", "printf v | \"$0\" keychain set a/b --config \"$1\"", binary, path])
+        #expect(set.status == 0, "\(set.standardError)")
+        for (command, redirect) in [("list", "> /dev/full"), ("get a/b", "> /dev/full"), ("list", ">&-")] {
+            let result = try await TestProcess.run(
+                "/bin/sh", ["-c", "\"$0\" keychain \(command) --config \"$1\" \(redirect)", binary, path])
+            // Before the fix: Foundation's FileHandle.write trapped (SIGILL, 132).
+            #expect(result.status == 1, "\(command) \(redirect): \(result.status) \(result.standardError.prefix(200))")
+            #expect(result.standardError.hasPrefix("error: cannot write standard output: "), "\(result.standardError)")
+        }
+    }
+
     @Test("check prints ok for the sample configs")
     func checkSamples() async throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -18,6 +18,6 @@ struct KeychainGetCommand: ParsableCommand {
         guard let entry = try KeychainCLI.run({ () throws(KeychainError) in try keychain.entry(name) }) else {
             throw KeychainCLI.fail("no entry \(name) in keychain \(section.path)")
         }
-        FileHandle.standardOutput.write(Data(entry.value + [UInt8(ascii: "\n")]))
+        Console.write(entry.value + [UInt8(ascii: "\n")], to: STDOUT_FILENO)
     }
 }

@@ -21,6 +21,6 @@ struct KeychainListCommand: ParsableCommand {
             output +=
                 name + "\t" + ISO8601Time.format(epochSeconds: entries[name]!.updated.timeIntervalSince1970) + "\n"
         }
-        FileHandle.standardOutput.write(Data(output.utf8))
+        Console.write(output, to: STDOUT_FILENO)
     }
 }

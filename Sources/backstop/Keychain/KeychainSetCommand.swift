@@ -58,7 +58,7 @@ enum SecretInput {
     }
 
     private static func readFromTerminal(prompt: String) throws -> [UInt8] {
-        FileHandle.standardError.write(Data(prompt.utf8))
+        Console.write(prompt, to: STDERR_FILENO)
         var saved = termios()
         let canHideEcho = tcgetattr(STDIN_FILENO, &saved) == 0
         if canHideEcho {
@@ -68,7 +68,7 @@ enum SecretInput {
         }
         defer {
             if canHideEcho { tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved) }
-            FileHandle.standardError.write(Data("\n".utf8))
+            Console.write("\n", to: STDERR_FILENO)
         }
         guard let line = readLine(strippingNewline: true) else { return [] }
         return Array(line.utf8)
