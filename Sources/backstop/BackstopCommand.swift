@@ -107,6 +107,10 @@ enum Main {
                 Console.error("error: missing subcommand: one of \(names.joined(separator: ", "))")
                 exit(2)
             }
+            // Every command may hold the keychain key or a secret (keychain, tokens, ca, deliveries): none leaves
+            // them in a core file (docs/reference/operations.md#core-files). `run` does it again and logs what
+            // failed.
+            _ = CoreDumps.disable()
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

@@ -75,7 +75,9 @@ struct TokensListCommand: AsyncParsableCommand {
                             status.hasRefreshToken ? "present" : "none", TokensCLI.time(status.expiresAt),
                             TokensCLI.time(status.updatedAt), status.lastWrite ?? "-", TokensCLI.time(refresh?.at),
                             refresh?.outcome ?? "-",
-                        ].joined(separator: "\t"))
+                                // The store's plain columns (a PostgreSQL row's writer and outcome) are anyone's text
+                                // who can write the table: one escaped line, as `deliveries list` prints.
+                        ].map(DisplayText.oneLine).joined(separator: "\t"))
                 } catch {
                     failed = true
                     KeychainCLI.printError("\(name): \(error.description)")
