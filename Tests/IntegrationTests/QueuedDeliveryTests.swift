@@ -54,6 +54,12 @@ struct QueuedDeliveryTests {
                 timeout: .seconds(20))
         }
 
+        /// Writes `text` as the config and has `daemon` reload it.
+        func reload(_ daemon: DaemonProcess, with text: String) throws {
+            try text.write(toFile: config, atomically: true, encoding: .utf8)
+            daemon.send(signal: SIGHUP)
+        }
+
         func deliveries(_ arguments: [String]) async throws -> String {
             let result = try await TestProcess.run(
                 DaemonProcess.binaryPath(), ["deliveries"] + arguments + ["--config", config])
@@ -98,6 +104,19 @@ struct QueuedDeliveryTests {
         func waitForResets(_ count: Int) async throws {
             try await Poll.until("\(count) tries reset") { flag.resets.load(ordering: .relaxed) >= count }
         }
+    }
+
+    /// A daemon on `setup` with one request accepted (`202`) and tried once against the origin, which is down;
+    /// returns the daemon and the delivery id.
+    static func queueOneWhileDown(
+        _ setup: Setup, _ switchable: SwitchableOrigin
+    ) async throws -> (DaemonProcess, String) {
+        let daemon = try DaemonProcess.start(
+            binary: DaemonProcess.binaryPath(), arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let id = try #require(try await setup.post("/e", body: "event").header("X-Backstop-Delivery"))
+        try await switchable.waitForResets(1)
+        return (daemon, id)
     }
 
     /// Counts what an origin script answered.
@@ -246,14 +265,9 @@ struct QueuedDeliveryTests {
     func upstreamNoLongerQueued() async throws {
         let switchable = try await SwitchableOrigin(down: true)
         let setup = try Setup(origin: switchable.origin)
-        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
-        try await daemon.waitUntilListening(port: setup.port)
-        let id = try #require(try await setup.post("/e", body: "event").header("X-Backstop-Delivery"))
-        try await switchable.waitForResets(1)
+        let (daemon, id) = try await Self.queueOneWhileDown(setup, switchable)
         let original = try String(contentsOfFile: setup.config, encoding: .utf8)
-        try original.replacingOccurrences(of: "- name: events", with: "- name: events2")
-            .write(toFile: setup.config, atomically: true, encoding: .utf8)
-        daemon.send(signal: SIGHUP)
+        try setup.reload(daemon, with: original.replacingOccurrences(of: "- name: events", with: "- name: events2"))
         // Before the fix nothing was said: the delivery waited, with no lane for it, unseen.
         try await daemon.waitForOutput(timeout: .seconds(10)) { output in
             output.split(separator: "\n").contains {
@@ -264,8 +278,7 @@ struct QueuedDeliveryTests {
         #expect(try await setup.deliveries(["list"]).contains(id), "kept, as the 202 promised")
 
         switchable.setDown(false)
-        try original.write(toFile: setup.config, atomically: true, encoding: .utf8)
-        daemon.send(signal: SIGHUP)
+        try setup.reload(daemon, with: original)
         try await daemon.waitForOutput(timeout: .seconds(15)) { $0.contains("msg=delivered") }
         #expect(switchable.answered == [id])
         await daemon.stop()
@@ -279,17 +292,14 @@ struct QueuedDeliveryTests {
         let switchable = try await SwitchableOrigin(down: true)
         let other = try await TestOrigin.start { _ in .respond(status: 204) }
         let setup = try Setup(origin: switchable.origin)
-        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
-        try await daemon.waitUntilListening(port: setup.port)
-        let id = try #require(try await setup.post("/e", body: "event").header("X-Backstop-Delivery"))
-        try await switchable.waitForResets(1)
+        let (daemon, id) = try await Self.queueOneWhileDown(setup, switchable)
         // events.test now routes to `admin` (its own credential); `events` keeps `delivery: queue` for other.test.
         let original = try String(contentsOfFile: setup.config, encoding: .utf8)
-        try
-            (original.replacingOccurrences(of: "match: {hosts: [events.test]}", with: "match: {hosts: [other.test]}")
-            + "  - {name: admin, match: {hosts: [events.test]}, url: \(other.baseURL)}\n")
-            .write(toFile: setup.config, atomically: true, encoding: .utf8)
-        daemon.send(signal: SIGHUP)
+        try setup.reload(
+            daemon,
+            with: original.replacingOccurrences(
+                of: "match: {hosts: [events.test]}", with: "match: {hosts: [other.test]}")
+                + "  - {name: admin, match: {hosts: [events.test]}, url: \(other.baseURL)}\n")
         try await daemon.waitForOutput(timeout: .seconds(10)) { $0.contains("msg=\"config reloaded\"") }
         switchable.setDown(false)
         try await daemon.waitForOutput(timeout: .seconds(20)) { $0.contains("delivery is a dead letter") }
