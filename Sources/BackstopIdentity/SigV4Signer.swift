@@ -23,8 +23,8 @@ public struct SigV4Credentials: Sendable, Equatable, CustomStringConvertible, Cu
 }
 
 /// AWS Signature Version 4 over one attempt (docs/reference/aws-sigv4.md): the canonical request, string to sign,
-/// signing key and signature, for the headers `host`, `x-amz-content-sha256`, `x-amz-date` and
-/// `x-amz-security-token` (when there is a session token). Pure: the time is given, so every attempt's signature
+/// signing key and signature, for the headers `host`, `x-amz-content-sha256`, `x-amz-date`,
+/// `x-amz-security-token` (when there is a session token) and the client's other `x-amz-*` headers. Pure: the time is given, so every attempt's signature
 /// is exact in tests. Written here rather than taken from libcurl's `CURLOPT_AWS_SIGV4`, which in 7.88 neither
 /// sorts the query, encodes the path the way AWS does, nor hashes a body it reads through a callback.
 public struct SigV4Signer: Sendable, Equatable {
@@ -113,13 +113,31 @@ public struct SigV4Signer: Sendable, Equatable {
         return query.isEmpty ? wirePath : wirePath + "?" + query
     }
 
-    /// Signs `request` as of `date` (seconds since 1970; each attempt passes its own time).
-    public func sign(_ request: Request, payload: Payload, credentials: SigV4Credentials, date: Int64) -> Signature {
+    /// The `x-amz-*` names the signature itself sets: a client's header of one of these names is never signed nor
+    /// sent (a client's `x-amz-security-token` belongs to credentials that are not the ones signing).
+    public static let ownHeaderNames: Set<String> = ["x-amz-date", "x-amz-content-sha256", "x-amz-security-token"]
+
+    /// Whether a header the client sent is signed too: every `x-amz-*` header but the signature's own. S3 refuses
+    /// a request with an `x-amz-*` header left out of the signature (`HeadersNotSigned`), and botocore signs them.
+    public static func signsClientHeader(named lowercasedName: String) -> Bool {
+        lowercasedName.hasPrefix("x-amz-") && !ownHeaderNames.contains(lowercasedName)
+    }
+
+    /// Signs `request` as of `date` (seconds since 1970; each attempt passes its own time). `clientHeaders`: the
+    /// client's `x-amz-*` headers that go upstream with it (lowercase names, in order; see
+    /// `signsClientHeader(named:)`), signed beside the signature's own.
+    public func sign(
+        _ request: Request, payload: Payload, credentials: SigV4Credentials, date: Int64,
+        clientHeaders: [(name: String, value: String)] = []
+    ) -> Signature {
         let amzDate = Self.amzDate(date)
         var signed: [(String, String)] = [
             ("host", request.host), ("x-amz-content-sha256", payload.headerValue), ("x-amz-date", amzDate),
         ]
         if let token = credentials.sessionToken { signed.append(("x-amz-security-token", token)) }
+        for header in clientHeaders where Self.signsClientHeader(named: header.name) {
+            signed.append((header.name, header.value))
+        }
         let parts = signature(
             method: request.method, path: request.path, query: request.query ?? "", headers: signed,
             payloadHash: payload.headerValue, credentials: credentials, amzDate: amzDate)

@@ -209,6 +209,49 @@ struct SigV4SignerTests {
         }
     }
 
+    @Test("the client's x-amz-* headers are signed beside the signature's own (S3's rule); botocore agrees")
+    func clientAmzHeaders() throws {
+        let signer = SigV4Signer(region: "eu-west-1", service: "s3")
+        let request = SigV4Signer.Request(
+            method: "PUT", path: "/bucket/copy", host: "bucket.s3.eu-west-1.amazonaws.com")
+        let client: [(name: String, value: String)] = [
+            ("x-amz-meta-owner", "  a   b "), ("x-amz-copy-source", "/bucket/original"), ("x-amz-acl", "private"),
+            ("x-amz-meta-owner", "c"),
+            // The signature's own names: never signed from the client.
+            ("x-amz-date", "20000101T000000Z"), ("x-amz-security-token", "the-clients-own"),
+            ("x-amz-content-sha256", "UNSIGNED-PAYLOAD"),
+        ]
+        for token in [nil, "FQoGZXIvYXdzE//token+/="] as [String?] {
+            var credentials = Self.credentials
+            credentials.sessionToken = token
+            let date: Int64 = 1_767_225_600  // 2026-01-01T00:00:00Z
+            let signature = signer.sign(
+                request, payload: .signed(Array("x".utf8)), credentials: credentials, date: date, clientHeaders: client)
+            let signedHeaders =
+                "host;x-amz-acl;x-amz-content-sha256;x-amz-copy-source;x-amz-date;x-amz-meta-owner"
+                + (token == nil ? "" : ";x-amz-security-token")
+            #expect(signature.headers.last?.value.contains("SignedHeaders=\(signedHeaders),") == true)
+            #expect(signature.canonicalRequest.contains("\nx-amz-meta-owner:a b,c\n"))
+            #expect(!signature.canonicalRequest.contains("the-clients-own"))
+            #expect(!signature.canonicalRequest.contains("20000101T000000Z"))
+            let signedClient = [
+                ["x-amz-meta-owner", "a b,c"], ["x-amz-copy-source", "/bucket/original"], ["x-amz-acl", "private"],
+            ]
+            var input = [
+                "method": "PUT", "host": request.host, "path": request.path, "query": "", "service": "s3",
+                "region": "eu-west-1", "access_key": "AKIDEXAMPLE", "secret_key": Self.credentials.secretAccessKey,
+                "amz_date": "20260101T000000Z", "payload_hash": SigV4Signer.Payload.signed(Array("x".utf8)).headerValue,
+                "client_headers": String(
+                    decoding: try JSONSerialization.data(withJSONObject: signedClient), as: UTF8.self),
+            ]
+            if let token { input["token"] = token }
+            let answers = try BotocoreSigner.sign([input])
+            #expect(
+                answers.first?.signature == signature.signature,
+                "ours\n\(signature.canonicalRequest)\nbotocore's\n\(answers.first?.canonicalRequest ?? "")")
+        }
+    }
+
     @Test("one attempt's headers: date, payload hash, token when set, then Authorization over exactly those")
     func attemptHeaders() {
         let signer = SigV4Signer(region: "eu-west-1", service: "execute-api")

@@ -111,11 +111,13 @@ struct ExchangeStateMachineTests {
     static func record(
         _ status: Int, attempts: Int = 1, retries: [RetryCondition] = [], giveUp: GiveUpReason? = nil,
         condition: RetryCondition? = nil, failure: TransportFailure? = nil, headError: ProxyErrorReason? = nil,
-        complete: Bool = true
+        complete: Bool = true, message: String? = nil
     ) -> Machine.Record {
-        Machine.Record(
+        var record = Machine.Record(
             status: status, attempts: attempts, retries: retries, giveUp: giveUp, giveUpCondition: condition,
             lastFailure: failure, headError: headError, requestComplete: complete)
+        record.message = message
+        return record
     }
 
     static func report(_ status: Int) -> Machine.AttemptReport { .response(status: status, version: "1.1") }
@@ -214,7 +216,7 @@ struct ExchangeStateMachineTests {
                     .start(),
                     .end(
                         .failedLocally(.bodyTooLarge, requestComplete: false),
-                        record(413, attempts: 0, complete: false),
+                        record(413, attempts: 0, complete: false, message: Machine.signedBodyPastRetryBuffer),
                         report: nil)
                 )
             ]),
@@ -227,7 +229,10 @@ struct ExchangeStateMachineTests {
                     .bufferDenied,
                     .end(
                         .failedLocally(.bodyTooLarge, requestComplete: false),
-                        record(413, attempts: 0, complete: false),
+                        record(
+                            413, attempts: 0, complete: false,
+                            message: "the request body must be kept whole to be signed (aws_sigv4 payload: signed) "
+                                + "and limits.buffer_memory has no room for it now"),
                         report: nil)
                 ),
             ]),

@@ -118,7 +118,7 @@ struct SigV4LiveTests {
     }
 
     @Test(
-        "through the daemon: botocore accepts every request Backstop signs (path with spaces, repeated and reserved query characters, a signed body, an unsigned stream, a session token); the client's Authorization is replaced; a signed body past retry_buffer gets 413"
+        "through the daemon: botocore accepts every request Backstop signs (path with spaces, repeated and reserved query characters, a signed body, an unsigned stream, a session token, the client's x-amz-* headers); the client's Authorization and session token are replaced; a signed body past retry_buffer gets 413"
     )
     func botocoreAcceptsWhatTheDaemonSigns() async throws {
         let keys = (access: "AKIDLIVE", secret: "live/secret+key=", token: "session//token+=")
@@ -160,7 +160,11 @@ struct SigV4LiveTests {
                 try await proxy.send(
                     RawHTTP.request(
                         c.method, "http://\(c.host)\(c.target)", host: c.host,
-                        headers: [("Authorization", "Bearer the-clients-own"), ("X-Amz-Date", "20000101T000000Z")],
+                        headers: [
+                            ("Authorization", "Bearer the-clients-own"), ("X-Amz-Date", "20000101T000000Z"),
+                            ("X-Amz-Security-Token", "the-clients-own"), ("X-Amz-Meta-Owner", "  a   b "),
+                            ("x-amz-copy-source", "/bucket/original"),
+                        ],
                         body: c.body)))
         }
         #expect(
@@ -184,12 +188,17 @@ struct SigV4LiveTests {
             #expect(response.bodyString.contains(#""raw_url_agrees": true"#), "case \(index): \(response.bodyString)")
         }
         #expect(responses.allSatisfy { $0.bodyString.contains("x-amz-security-token") })
+        // The client's own x-amz-* headers are signed (S3 refuses any left out); its session token is not sent.
+        #expect(responses.allSatisfy { $0.bodyString.contains(#""x-amz-meta-owner""#) })
+        #expect(responses.allSatisfy { $0.bodyString.contains(#""x-amz-copy-source""#) })
 
         // A signed payload must be hashed whole: a body past retry_buffer is refused before anything is sent.
         let tooLarge = try await proxy.send(
             RawHTTP.request("PUT", "http://api.test/big", host: "api.test", body: large))
         #expect(tooLarge.status == 413)
         #expect(tooLarge.header("X-Backstop-Error") == "body-too-large")
+        // It names the limit to raise, not max_request_body.
+        #expect(tooLarge.bodyString.contains("limits.retry_buffer"), "\(tooLarge.bodyString)")
         await proxy.stop()
         let log = capture.all.joined(separator: "\n")
         #expect(!log.contains(keys.secret) && !log.contains(keys.token))

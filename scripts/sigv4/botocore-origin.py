@@ -4,7 +4,7 @@
 Usage: botocore-origin.py PORT ACCESS_KEY SECRET_KEY [SESSION_TOKEN]. Prints "listening" once bound. Answers 200
 with a JSON account of the check when the Authorization header's signature equals botocore's over the request as
 received (raw path, query, the signed headers' values, and, unless UNSIGNED-PAYLOAD, a body whose SHA-256 is the
-x-amz-content-sha256 value), and 403 with the same account otherwise; `raw_url_agrees` says whether botocore
+x-amz-content-sha256 value) with every x-amz-* header signed (S3's rule), and 403 with the same account otherwise; `raw_url_agrees` says whether botocore
 handed the raw URL (no decoded parameters) computes the same signature. A request with `Upgrade` whose signature
 botocore accepts is answered `101 Switching Protocols` instead, and every byte that follows is echoed back.
 """
@@ -58,6 +58,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             for required in ["host", "x-amz-date", "x-amz-content-sha256"] + (["x-amz-security-token"] if TOKEN else []):
                 if required not in signed:
                     report["problems"].append(required + " not signed")
+            # S3's rule (HeadersNotSigned): every x-amz-* header present must be signed.
+            for name in self.headers.keys():
+                if name.lower().startswith("x-amz-") and name.lower() not in signed:
+                    report["problems"].append(name.lower() + " present but not signed")
+            if not TOKEN and "x-amz-security-token" in self.headers:
+                report["problems"].append("a session token that is not the signing credentials'")
         if not report["problems"] and self.headers.get("Upgrade"):
             self.switch_and_echo()
             return

@@ -421,6 +421,11 @@ struct ExchangeStateMachine: Equatable {
             get { rare?.value.retryAfter }
             set { modifyRare { $0.retryAfter = newValue } }
         }
+        /// The body of a local answer when the reason's own text would name the wrong limit.
+        var message: String? {
+            get { rare?.value.message }
+            set { modifyRare { $0.message = newValue } }
+        }
         /// How the request's hedged copies ended.
         var hedges: HedgeTally {
             get { rare?.value.hedges ?? HedgeTally() }
@@ -446,6 +451,7 @@ struct ExchangeStateMachine: Equatable {
             var lastFailure: TransportFailure?
             var retryAfter: Int?
             var hedges = HedgeTally()
+            var message: String?
         }
 
         /// Immutable once made: a change makes a new box, so records that share one never see each other's.
@@ -763,7 +769,9 @@ struct ExchangeStateMachine: Equatable {
             return prepareAttempt(now: now)
         }
         if let length = configuration.declaredLength, length > configuration.retryBuffer {
-            if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge) }
+            if configuration.bodyMustBeKept {
+                return endLocally(.bodyTooLarge, message: Self.signedBodyPastRetryBuffer)
+            }
             progress.body = .streaming(complete: false)
             return .beginStreaming
         }
@@ -785,7 +793,9 @@ struct ExchangeStateMachine: Equatable {
                 progress.body = .buffering(total)
                 return .storeBody
             }
-            if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge) }
+            if configuration.bodyMustBeKept {
+                return endLocally(.bodyTooLarge, message: Self.signedBodyPastRetryBuffer)
+            }
             progress.body = .streaming(complete: false)
             return .storeBodyAndBeginStreaming
         case .streaming, .spooled:
@@ -797,7 +807,12 @@ struct ExchangeStateMachine: Equatable {
     /// kept (not retryable), as a body above `retry_buffer` is.
     mutating func bufferDenied(now: Duration) -> Action {
         guard !isDone, case .buffering = progress.body else { return .none }
-        if configuration.bodyMustBeKept { return endLocally(.bodyTooLarge) }
+        if configuration.bodyMustBeKept {
+            return endLocally(
+                .bodyTooLarge,
+                message: "the request body must be kept whole to be signed (aws_sigv4 payload: signed) and "
+                    + "limits.buffer_memory has no room for it now")
+        }
         progress.body = .streaming(complete: false)
         return .beginStreaming
     }
@@ -1452,9 +1467,16 @@ struct ExchangeStateMachine: Equatable {
     /// Ends with a Backstop error, or, once a head went out, by aborting the response.
     /// `settled`: the attempt in flight whose end `report` and `endpoint` describe; the others still in flight are
     /// let go.
+    /// The 413 of a signed body that cannot be kept (docs/reference/aws-sigv4.md): `max_request_body` is not the
+    /// limit to raise.
+    static let signedBodyPastRetryBuffer =
+        "the request body must be kept whole to be signed (aws_sigv4 payload: signed) and is larger than "
+        + "limits.retry_buffer"
+
+    /// `message`: the answer's body when the reason's own text would mislead.
     private mutating func endLocally(
-        _ reason: ProxyErrorReason, report: AttemptReport? = nil, endpoint: EndpointReport? = nil,
-        settled: Int? = nil
+        _ reason: ProxyErrorReason, message: String? = nil, report: AttemptReport? = nil,
+        endpoint: EndpointReport? = nil, settled: Int? = nil
     ) -> Action {
         if case .relaying(let relaying) = state {
             // Only the request body can fail once the response is under way (it grew past `max_request_body`).
@@ -1470,14 +1492,14 @@ struct ExchangeStateMachine: Equatable {
         }
         return end(
             .failedLocally(reason, requestComplete: progress.requestComplete), status: reason.status,
-            report: report, endpoint: endpoint, settled: settled)
+            report: report, endpoint: endpoint, settled: settled, message: message)
     }
 
     /// `settled`: as for `endLocally`. Copies still in flight count as cancelled, the settled one too unless it
     /// failed (`report`).
     private mutating func end(
         _ ending: Ending, status: Int, report: AttemptReport? = nil, endpoint: EndpointReport? = nil,
-        settled: Int? = nil
+        settled: Int? = nil, message: String? = nil
     ) -> Action {
         let headError: ProxyErrorReason? = if case .relaying(let relaying) = state { relaying.error } else { nil }
         var hedges = progress.hedges
@@ -1489,13 +1511,12 @@ struct ExchangeStateMachine: Equatable {
             if attempts.count > 1 { others = letGo(attempts, except: settled, &hedges) }
         }
         state = .done
-        return .end(
-            ending,
-            Record(
-                status: status, attempts: progress.attempts, retries: progress.retryReasons, giveUp: progress.giveUp,
-                giveUpCondition: progress.giveUpCondition, lastFailure: progress.lastFailure, headError: headError,
-                requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter,
-                hedges: hedges),
-            .with(report: report, endpoint: endpoint, letGo: others))
+        var record = Record(
+            status: status, attempts: progress.attempts, retries: progress.retryReasons, giveUp: progress.giveUp,
+            giveUpCondition: progress.giveUpCondition, lastFailure: progress.lastFailure, headError: headError,
+            requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter,
+            hedges: hedges)
+        if let message { record.message = message }
+        return .end(ending, record, .with(report: report, endpoint: endpoint, letGo: others))
     }
 }

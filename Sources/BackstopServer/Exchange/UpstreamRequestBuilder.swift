@@ -83,8 +83,8 @@ enum UpstreamRequestBuilder {
     }
 
     /// Signs the attempt (docs/reference/aws-sigv4.md): the path and query as sent, the `Host` sent, the body's hash
-    /// (or `UNSIGNED-PAYLOAD`); the signature's headers replace any the client sent under those names
-    /// (`Authorization` included).
+    /// (or `UNSIGNED-PAYLOAD`), the client's `x-amz-*` headers; the signature's headers replace any the client sent
+    /// under those names (`Authorization` included), and a client's `x-amz-security-token` is dropped.
     static func sign(
         _ headers: inout HeaderFields, signer: SigV4Signer, payload signing: AWSPayloadSigning,
         credentials: SigV4Credentials, method: String, path: String, host: String, body: TransportRequestBody,
@@ -102,11 +102,17 @@ enum UpstreamRequestBuilder {
             payload = .signed([UInt8]())
         }
         let query = path.firstIndex(of: "?")
+        var clientHeaders: [(name: String, value: String)] = []
+        for index in headers.indices {
+            let name = headers.name(at: index).lowercased()
+            if SigV4Signer.signsClientHeader(named: name) { clientHeaders.append((name, headers.value(at: index))) }
+        }
         let signature = signer.sign(
             SigV4Signer.Request(
                 method: method, path: query.map { String(path[..<$0]) } ?? path,
                 query: query.map { String(path[path.index(after: $0)...]) }, host: host),
-            payload: payload, credentials: credentials, date: Int64(wall.rounded(.down)))
+            payload: payload, credentials: credentials, date: Int64(wall.rounded(.down)), clientHeaders: clientHeaders)
+        for name in SigV4Signer.ownHeaderNames { headers.remove(name: name) }
         for header in signature.headers { headers.remove(name: header.name) }
         for header in signature.headers { headers.append(name: header.name, value: header.value) }
     }

@@ -809,7 +809,8 @@ extension ConnectionStateMachine {
             active.response = .pending
             answer(
                 reason, close: active.facts.closeAfterResponse || !requestComplete,
-                attempts: record.attempts > 0 ? record.attempts : nil, message: nil, retryAfter: record.retryAfter,
+                attempts: record.attempts > 0 ? record.attempts : nil, message: record.message,
+                retryAfter: record.retryAfter,
                 now: now, into: &actions)
         case .clientClosed:
             // What follows is the caller's: the connection closed, or an unreadable request is answered.
