@@ -22,6 +22,9 @@ public struct ClientCertificateBundle: Sendable {
                 do {
                     chain.append(try Certificate(derEncoded: document.derBytes))
                 } catch {
+                    if let why = ClientPrivateKey.unusableCertificateKey(document.derBytes) {
+                        throw .unsupportedCertificateKey(index: chain.count, why)
+                    }
                     throw .unreadableCertificate(index: chain.count)
                 }
             } else if PEMBlocks.isKey(document.discriminator) {

@@ -51,7 +51,7 @@ public enum ClientPrivateKey: Sendable {
         guard documents.count == 1, keys.count == 1, let document = keys.first else {
             if keys.count > 1 { throw .moreThanOneKey }
             if let other = documents.first(where: { !PEMBlocks.isKey($0.discriminator) }) {
-                throw .unexpectedBlock(other.discriminator)
+                throw .unexpectedKeyEntryBlock(other.discriminator)
             }
             throw .noKey
         }
@@ -89,6 +89,51 @@ public enum ClientPrivateKey: Sendable {
             }
             while nodes.next() != nil {}
             return algorithm
+        }
+    }
+
+    /// What the public key of a certificate (DER) is, read from its `SubjectPublicKeyInfo` (RFC 5280 §4.1): for
+    /// a certificate the X.509 reader refuses, to say why when the reason is its key. Nil when not even that reads.
+    static func certificateKeyAlgorithm(_ der: [UInt8]) -> PKCS8Algorithm? {
+        guard let root = try? DER.parse(der) else { return nil }
+        return try? DER.sequence(root, identifier: .sequence) { certificate -> PKCS8Algorithm in
+            guard let tbs = certificate.next() else { throw ASN1Error.invalidASN1Object(reason: "no TBSCertificate") }
+            while certificate.next() != nil {}
+            return try DER.sequence(tbs, identifier: .sequence) { fields -> PKCS8Algorithm in
+                var all: [ASN1Node] = []
+                while let node = fields.next() { all.append(node) }
+                // version [0] is optional; then serial, signature, issuer, validity, subject, subjectPublicKeyInfo.
+                let versioned = all.first?.identifier == ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific)
+                let index = versioned ? 6 : 5
+                guard all.indices.contains(index) else { throw ASN1Error.invalidASN1Object(reason: "no key") }
+                return try DER.sequence(all[index], identifier: .sequence) { info -> PKCS8Algorithm in
+                    guard let algorithmNode = info.next() else {
+                        throw ASN1Error.invalidASN1Object(reason: "no algorithm")
+                    }
+                    while info.next() != nil {}
+                    return try DER.sequence(algorithmNode, identifier: .sequence) { inner in
+                        let oid = try ASN1ObjectIdentifier(derEncoded: &inner)
+                        let parameter = inner.next().flatMap { try? ASN1ObjectIdentifier(derEncoded: $0) }
+                        while inner.next() != nil {}
+                        switch oid {
+                        case idECPublicKey: return PKCS8Algorithm.ec(curve: parameter)
+                        case rsaEncryption: return .rsa
+                        default: return .other
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Why the X.509 reader refused a certificate, when its key is the reason: an RSA key it refuses is one
+    /// shorter than 2048 bits (swift-crypto's floor), an EC key on another curve, or another kind of key.
+    static func unusableCertificateKey(_ der: [UInt8]) -> String? {
+        switch certificateKeyAlgorithm(der) {
+        case .rsa?: "an RSA key shorter than 2048 bits"
+        case .ec(let curve)? where ![curveP256, curveP384, curveP521].contains(curve): "an EC key on another curve"
+        case .other?: "a key of another kind (not EC or RSA)"
+        case .ec?, nil: nil
         }
     }
 
@@ -182,11 +227,15 @@ enum PEMBlocks {
 public enum ClientIdentityError: Error, Sendable, Equatable, CustomStringConvertible {
     case notPEM
     case unexpectedBlock(String)
+    /// A key entry (`client_key_entry`) holds one private key and nothing else.
+    case unexpectedKeyEntryBlock(String)
     case encryptedKey
     case noCertificate
     case noKey
     case moreThanOneKey
     case unreadableCertificate(index: Int)
+    /// The certificate carries a public key of a kind Backstop cannot present (`what`).
+    case unsupportedCertificateKey(index: Int, String)
     case unsupportedKey(String)
     case keyMismatch
     case chainOrder(index: Int)
@@ -202,7 +251,10 @@ public enum ClientIdentityError: Error, Sendable, Equatable, CustomStringConvert
         case .noCertificate: "no CERTIFICATE block (the entry holds the certificate chain, then its private key)"
         case .noKey: "no private key block"
         case .moreThanOneKey: "more than one private key"
+        case .unexpectedKeyEntryBlock(let name): "unexpected PEM block '\(name)' (the entry holds one private key)"
         case .unreadableCertificate(let index): "certificate \(index + 1) cannot be read"
+        case .unsupportedCertificateKey(let index, let what):
+            "certificate \(index + 1) holds \(what); only EC P-256, P-384, P-521 or RSA of 2048 bits or more"
         case .unsupportedKey(let what): "unsupported private key: \(what)"
         case .keyMismatch: "the private key does not belong to the (first) certificate"
         case .chainOrder(let index):

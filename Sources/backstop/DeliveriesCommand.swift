@@ -28,7 +28,21 @@ enum DeliveriesCLI {
         guard let section = config.keychain else {
             throw KeychainCLI.fail("no keychain section in \(options.path): queued deliveries are sealed under its key")
         }
-        guard access(spool.directory + "/" + QueueStore.fileName, F_OK) == 0 else { return nil }
+        // Only a spool that exists and can be searched, and holds no queue file, lists nothing: a missing spool.dir
+        // (a typo, a different host) or one this user may not read (not the daemon's user) is an error, never the
+        // empty queue a drain check would take for done (docs/reference/cli.md#deliveries).
+        var info = stat()
+        guard stat(spool.directory, &info) == 0 else {
+            throw KeychainCLI.fail("spool.dir \(spool.directory): \(String(cString: strerror(errno)))")
+        }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw KeychainCLI.fail("spool.dir \(spool.directory) is not a directory")
+        }
+        let database = spool.directory + "/" + QueueStore.fileName
+        guard access(database, F_OK) == 0 else {
+            if errno == ENOENT { return nil }
+            throw KeychainCLI.fail("\(database): \(String(cString: strerror(errno))) (run as the daemon's user)")
+        }
         let key = try KeychainCLI.run { () throws(KeychainError) in
             try KeychainKey.load(KeychainCLI.keySource(section.key))
         }

@@ -97,7 +97,7 @@ struct ClientAssertionSignerTests {
         #expect(throws: ClientIdentityError.keyUnusableForAssertion("EC P-384")) {
             try ClientAssertionSigner(pem: Array(P384.Signing.PrivateKey().pemRepresentation.utf8), keyID: nil)
         }
-        #expect(throws: ClientIdentityError.unexpectedBlock("CERTIFICATE")) {
+        #expect(throws: ClientIdentityError.unexpectedKeyEntryBlock("CERTIFICATE")) {
             try ClientAssertionSigner(
                 pem: Array("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".utf8),
                 keyID: nil)

@@ -95,7 +95,30 @@ struct ClientCertificateBundleTests {
                 "pkcs8", "-topk8", "-in", good.keyPath, "-out", encryptedPath, "-v2", "aes-256-cbc", "-passout",
                 "pass:x",
             ])
+        // Certificates whose keys the X.509 reader refuses: the refusal names the key, not an unreadable certificate.
+        let smallRSA = try files.certificate("small", key: .rsa(bits: 1024))
+        let koblitzKey = files.directory + "/k1.key"
+        let koblitzCertificate = files.directory + "/k1.pem"
+        for arguments in [
+            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:secp256k1", "-out", koblitzKey],
+            [
+                "req", "-x509", "-new", "-key", koblitzKey, "-out", koblitzCertificate, "-days", "30", "-subj",
+                "/CN=k1",
+            ],
+        ] {
+            let made = try TestProcess.runBlocking("/usr/bin/openssl", arguments)
+            try #require(made.status == 0, "\(made.standardError)")
+        }
         let cases: [(String, [UInt8], ClientIdentityError)] = [
+            (
+                "certificate with an RSA 1024 key", try smallRSA.bundle(),
+                .unsupportedCertificateKey(index: 0, "an RSA key shorter than 2048 bits")
+            ),
+            (
+                "certificate with a secp256k1 key",
+                try files.read(koblitzCertificate) + (try files.read(koblitzKey)),
+                .unsupportedCertificateKey(index: 0, "an EC key on another curve")
+            ),
             ("garbage", Array("not a pem".utf8), .notPEM),
             ("not UTF-8", [0xFF, 0xFE, 0x00], .notPEM),
             ("key only", key, .noCertificate),

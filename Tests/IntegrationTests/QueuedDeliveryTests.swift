@@ -160,6 +160,34 @@ struct QueuedDeliveryTests {
         try await origin.shutdown()
     }
 
+    @Test(
+        "deliveries list: a spool.dir that is missing, or whose queue cannot be looked at, is exit 1 naming it — never the empty list a drain check would trust"
+    )
+    func listRefusesASpoolItCannotSee() async throws {
+        let origin = try await TestOrigin.start { _ in .text(204, "") }
+        let setup = try Setup(origin: origin)
+        let spool = setup.directory + "/spool"
+        func list() async throws -> (status: Int32, error: String) {
+            let result = try await TestProcess.run(binary, ["deliveries", "list", "--config", setup.config])
+            #expect(result.standardOutput.isEmpty)
+            return (result.status, result.standardError)
+        }
+        let missing = try await list()
+        #expect(missing.status == 1)
+        #expect(missing.error.contains("spool.dir \(spool): No such file or directory"), "\(missing.error)")
+        // A queue file that cannot be looked at (here a symlink loop; as another user, EACCES): its path and why.
+        #expect(mkdir(spool, 0o700) == 0)
+        #expect(symlink(spool + "/queue.db", spool + "/queue.db") == 0)
+        let unreadable = try await list()
+        #expect(unreadable.status == 1)
+        #expect(
+            unreadable.error.contains("\(spool)/queue.db: Too many levels of symbolic links"), "\(unreadable.error)")
+        // A spool where nothing was ever queued lists nothing, as before.
+        #expect(unlink(spool + "/queue.db") == 0)
+        #expect(try await list() == (0, ""))
+        try await origin.shutdown()
+    }
+
     @Test("accepted while the upstream resets every connection; delivered when it is back, one key on every try")
     func outlivesOutage() async throws {
         let switchable = try await SwitchableOrigin(down: true)
@@ -211,6 +239,25 @@ struct QueuedDeliveryTests {
         #expect(keys.isSubset(of: Set(accepted)), "nothing that did not get 202 is delivered")
         await daemon.stop()
         try await switchable.origin.shutdown()
+    }
+
+    @Test(
+        "an answer that cannot be relayed (a 101 nobody asked for) is a dead letter at once, as a 1xx is, not retried")
+    func unrelayableAnswerIsADeadLetter() async throws {
+        let switching = Array(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".utf8)
+        let origin = try await TestOrigin.start { _ in .raw(switching, close: true) }
+        let setup = try Setup(origin: origin)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let id = try #require(try await setup.post("/switch", body: "record").header("X-Backstop-Delivery"))
+        try await daemon.waitForOutput(timeout: .seconds(10)) { $0.contains("dead letter") }
+        let dead = try await setup.deliveries(["list", "--dead"])
+        #expect(dead.contains(id) && dead.contains("bad-upstream-response"), "\(dead)")
+        #expect(try await setup.deliveries(["list"]).isEmpty, "not queued again")
+        #expect(origin.requests.count == 1, "one try of one attempt (retry.attempts: 1), not a schedule of them")
+        await daemon.stop()
+        try await origin.shutdown()
     }
 
     @Test("a 400 becomes a dead letter, listed with its outcome; deliveries retry sends it again")

@@ -61,6 +61,8 @@ public struct UpgradeResponseReader: Sendable {
         while let newline = buffer[lineStart...].firstIndex(of: 0x0A) {
             let line = lineStart..<(newline + 1)
             lineStart = newline + 1
+            // Counted line by line: a whole head arriving in one read is held to the limit too.
+            if lineStart > Self.maxHeadBytes { return .invalid("response head larger than \(Self.maxHeadBytes) bytes") }
             if expectingStatusLine {
                 guard Self.isStatusLine(buffer[line]) else { return .invalid("not an HTTP/1.x response") }
                 expectingStatusLine = false

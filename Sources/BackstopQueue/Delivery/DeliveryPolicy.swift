@@ -7,8 +7,8 @@ public enum DeliveryResult: Sendable, Equatable {
     /// No answer: a connect failure, a reset, a timeout, or a local reason not to send now (retry budget spent,
     /// token unavailable). The label is what `deliveries list` shows as the last outcome.
     case noResponse(String)
-    /// The delivery can never be made as it stands (its upstream is no longer configured, its entry does not
-    /// open): a dead letter at once.
+    /// The delivery can never be made as it stands (its upstream is no longer configured, its entry does not open, its
+    /// answer cannot be relayed: `bad-upstream-response`): a dead letter at once.
     case undeliverable(String)
 }
 

@@ -253,7 +253,11 @@ final class DeliveryAnswerHandler: ChannelInboundHandler, RemovableChannelHandle
             keepAlive = head.isKeepAlive
             let code = Int(head.status.code)
             if let reason = head.headers.first(name: "x-backstop-error"), code >= 500 {
-                result = .noResponse(reason)
+                // An answer that cannot be relayed (a `101` nobody asked for, conflicting framing) on every attempt
+                // is the upstream's way of answering this request: sent again, it would be answered the same.
+                result =
+                    reason == ProxyErrorReason.badUpstreamResponse.rawValue
+                    ? .undeliverable(reason) : .noResponse(reason)
             } else {
                 result = .response(
                     status: code, retryAfter: head.headers.first(name: "retry-after"),

@@ -75,6 +75,22 @@ struct UpgradeResponseReaderTests {
         #expect(Self.feed("HTTP/2 200\r\n\r\n") == .invalid("not an HTTP/1.x response"))
         let huge = "HTTP/1.1 200 OK\r\n" + String(repeating: "X-Filler: 0123456789\r\n", count: 4000)
         #expect(Self.feed(huge) == .invalid("response head larger than \(UpgradeResponseReader.maxHeadBytes) bytes"))
+        // A whole head over the limit in one read, ended by its blank line, is refused too (it was relayed whole up
+        // to the socket read's size); one byte under the limit is a head.
+        let padding = UpgradeResponseReader.maxHeadBytes + 1000
+        let complete =
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nX-Pad: \(String(repeating: "a", count: padding))\r\n\r\n"
+        #expect(
+            Self.feed(complete) == .invalid("response head larger than \(UpgradeResponseReader.maxHeadBytes) bytes"))
+        let start = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nX-Pad: "
+        let fits =
+            start + String(repeating: "a", count: UpgradeResponseReader.maxHeadBytes - start.utf8.count - 4)
+            + "\r\n\r\n"
+        #expect(fits.utf8.count == UpgradeResponseReader.maxHeadBytes)
+        guard case .head = Self.feed(fits) else {
+            Issue.record("a head of exactly the limit is refused")
+            return
+        }
     }
 
     @Test func conflictingFramingIsReportedForTheRelayToRefuse() {
