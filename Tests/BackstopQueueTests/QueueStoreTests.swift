@@ -125,6 +125,29 @@ struct QueueStoreTests {
         await store.close()
     }
 
+    @Test("a claim takes no more than its memory by stored size, oldest first; the oldest alone when asked to")
+    func claimWithinMemory() async throws {
+        let f = try Fixture()
+        let store = try await f.open()
+        var ids: [DeliveryID] = []
+        for n in 0..<4 { ids.append(try await store.enqueue(upstream: "events", Self.request(n, body: 1000))) }
+        // Four rows of one size (same head and body lengths): the budget holds exactly their sizes.
+        let size = f.budget.used / 4
+        #expect(size > 1000 && f.budget.used == 4 * size)
+        let two = try await store.claim(
+            upstream: "events", concurrency: 4, policy: policy, memory: 2 * size + size / 2, atLeastOne: false)
+        #expect(two.deliveries.map(\.id) == Array(ids[0..<2]))
+        #expect(two.deliveries.allSatisfy { $0.request.body.count == 1000 })
+        let none = try await store.claim(
+            upstream: "events", concurrency: 4, policy: policy, memory: size - 1, atLeastOne: false)
+        #expect(none.deliveries.isEmpty)
+        let one = try await store.claim(upstream: "events", concurrency: 4, policy: policy, memory: 0, atLeastOne: true)
+        #expect(one.deliveries.map(\.id) == [ids[2]])
+        let rest = try await store.claim(upstream: "events", concurrency: 4, policy: policy)
+        #expect(rest.deliveries.map(\.id) == [ids[3]])
+        await store.close()
+    }
+
     @Test("a retry waits until its time and counts the attempt; a dead letter waits for an operator")
     func retryAndDead() async throws {
         let f = try Fixture()
@@ -512,6 +535,30 @@ struct QueueStoreTests {
         let next = try await f.open()
         await next.close()
         #expect(try Self.mode(f.directory + "/" + QueueStore.fileName) == 0o600)
+    }
+
+    @Test(
+        "a queue.db removed (or replaced) while the store is open takes no request: it would be lost at the next start"
+    )
+    func removedDatabaseTakesNothing() async throws {
+        for replaced in [false, true] {
+            let f = try Fixture()
+            let store = try await f.open()
+            _ = try await store.enqueue(upstream: "events", Self.request(1))
+            let path = f.directory + "/" + QueueStore.fileName
+            if replaced {
+                // A copy moved over it (a restore, a volume swapped): another file under the same name.
+                #expect(FileManager.default.createFile(atPath: path + ".new", contents: Data()))
+                #expect(rename(path + ".new", path) == 0)
+            } else {
+                for suffix in ["", "-wal", "-shm"] { #expect(unlink(path + suffix) == 0) }
+            }
+            await #expect(throws: QueueError.removed(path: path)) {
+                _ = try await store.enqueue(upstream: "events", Self.request(2))
+            }
+            #expect(QueueError.removed(path: path).description.contains("was removed or replaced"))
+            await store.close()
+        }
     }
 
     static func mode(_ path: String) throws -> Int {

@@ -170,7 +170,7 @@ struct QueueDelivererTests {
         let metrics = QueueMetrics()
         let deliverer: QueueDeliverer
 
-        init(concurrency: Int) async throws {
+        init(concurrency: Int, memory: DeliveryMemory = .unbounded) async throws {
             directory = try TestFiles.makeTemporaryDirectory(prefix: "backstop-deliverer")
             store = try await QueueStore.open(
                 directory: directory, key: KeychainKey.generate(), budget: SpoolBudget(limit: 1 << 30), owner: true)
@@ -181,7 +181,7 @@ struct QueueDelivererTests {
             deliverer = QueueDeliverer(
                 store: store, sender: sender,
                 lanes: ["events": DeliveryLaneSettings(concurrency: concurrency, policy: policy)], metrics: metrics,
-                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), seed: 7)
+                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), memory: memory, seed: 7)
         }
 
         @discardableResult
@@ -257,6 +257,31 @@ struct QueueDelivererTests {
         }
         #expect(fixture.sender.record.withLockedValue { $0.maxInFlight } == 2)
         #expect(fixture.delivered() == 6)
+        await fixture.close()
+    }
+
+    @Test(
+        "deliveries in flight hold their bodies in buffer_memory: no more are claimed than it has room for, but one always goes; all is given back"
+    )
+    func memoryBound() async throws {
+        // Room for no body at all (1 byte): each lane still sends its oldest, one at a time, whatever its slots.
+        let held = NIOLockedValueBox(0)
+        let memory = DeliveryMemory(
+            room: { 1 - held.withLockedValue { $0 } }, take: { n in held.withLockedValue { $0 += n } },
+            give: { n in held.withLockedValue { $0 -= n } })
+        let fixture = try await Fixture(concurrency: 4, memory: memory)
+        fixture.sender.setGate(open: false)
+        for marker: UInt8 in 1...3 { try await fixture.enqueue(marker) }
+        try await fixture.running {
+            try await fixture.sender.wait("one is in flight") { $0.inFlight == 1 }
+            #expect(held.withLockedValue { $0 } == 4, "its body's 4 bytes are held")
+            fixture.sender.setGate(open: true)
+            try await fixture.sender.wait("three were sent") { $0.sent.count == 3 && $0.inFlight == 0 }
+            try await Poll.until("three were recorded", every: .milliseconds(10)) { fixture.delivered() == 3 }
+        }
+        #expect(fixture.sender.record.withLockedValue { $0.maxInFlight } == 1, "not the 4 slots' worth")
+        #expect(fixture.sender.record.withLockedValue { $0.sent } == [1, 2, 3])
+        #expect(held.withLockedValue { $0 } == 0, "every body given back")
         await fixture.close()
     }
 

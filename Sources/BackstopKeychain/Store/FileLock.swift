@@ -65,6 +65,16 @@ public final class FileLock: Sendable {
         return fd
     }
 
+    /// Whether the locked file has no name left (removed, or replaced by a rename over it): whatever was kept in it
+    /// is gone at the next start. False once released.
+    public var isUnlinked: Bool {
+        descriptor.withLockedValue { fd in
+            guard fd >= 0 else { return false }
+            var info = stat()
+            return fstat(fd, &info) == 0 && info.st_nlink == 0
+        }
+    }
+
     /// Releases the lock (closing the descriptor); later calls do nothing.
     public func release() {
         let held = descriptor.withLockedValue { fd in

@@ -9,6 +9,8 @@ public enum QueueError: Error, Sendable, Equatable, CustomStringConvertible {
     case storage(path: String, detail: String)
     /// The store was closed.
     case closed
+    /// `queue.db` was removed or replaced while the daemon ran: nothing more is stored in it.
+    case removed(path: String)
 
     /// Whether this is a lack of room (budget or disk), which a queued request answers with 507 `spool-full`.
     public var isSpoolFull: Bool { self == .budgetExhausted || self == .diskFull }
@@ -21,6 +23,9 @@ public enum QueueError: Error, Sendable, Equatable, CustomStringConvertible {
                 + "happening)"
         case .storage(let path, let detail): "queue store \(path): \(detail)"
         case .closed: "the queue store is closed"
+        case .removed(let path):
+            "queue store \(path) was removed or replaced while backstop ran: no request is stored in it any more "
+                + "(restart backstop to make a new queue; what was still queued in the removed file is lost with it)"
         }
     }
 }

@@ -25,8 +25,6 @@ import Musl
 public final class QueueStore: Sendable {
     /// The database file in `spool.dir`.
     public static let fileName = "queue.db"
-    /// Held (`flock`) by the daemon that delivers from this spool, so two never deliver the same rows.
-    public static let lockFileName = "queue.lock"
     /// Bytes a row costs in the budget besides its sealed parts (id, upstream, times, index entries).
     static let rowOverhead = 128
 
@@ -40,8 +38,10 @@ public final class QueueStore: Sendable {
     private let budget: SpoolBudget
     private let clock: any BackstopClock
     private let newID: @Sendable () -> DeliveryID
-    /// `queue.lock`, held while the owning store is open: a second daemon on the same spool is refused instead of
-    /// delivering the same rows.
+    /// `queue.db` itself, locked (`flock`, which SQLite's own POSIX locks do not touch) while the owning store is
+    /// open: a second daemon on the same spool is refused instead of delivering the same rows. The database is
+    /// locked rather than a file of its own, which a cleanup job could remove while it is empty and held. Released
+    /// only after SQLite closed the file: closing any descriptor of a file drops the process's POSIX locks on it.
     private let ownerLock: FileLock?
     /// Stored bytes currently reserved in `budget` for committed rows.
     private let accounted = NIOLockedValueBox(0)
@@ -79,7 +79,7 @@ public final class QueueStore: Sendable {
         if let problem = directoryTrustProblem(directory) {
             throw .storage(path: directory, detail: "spool.dir is \(problem)")
         }
-        let ownerLock = owner ? try lockOwnership(directory + "/" + lockFileName) : nil
+        let ownerLock = owner ? try lockOwnership(path) : nil
         try createPrivately(path)
         for suffix in ["-wal", "-shm"] { try keepPrivate(path + suffix) }
         try keepPrivate(directory + "/" + SpoolReserve.fileName)
@@ -236,6 +236,9 @@ public final class QueueStore: Sendable {
                 })
         }
         let admit: @Sendable () -> Void = {
+            // A database removed (or replaced) while running would take the request and lose it at the next start:
+            // a `202` is only given for a row the spool will still hold (docs/reference/behaviour.md#queued-delivery).
+            if self.ownerLock?.isUnlinked == true { return completion(.failure(.removed(path: path))) }
             if self.budget.reserve(size) {
                 insert()
                 return
@@ -274,8 +277,12 @@ public final class QueueStore: Sendable {
 
     /// Takes up to `concurrency` minus those already in flight of `upstream`'s due deliveries, oldest first, and
     /// turns into dead letters those whose `max_age` (from `policy`) ran out and those that do not open.
-    public func claim(upstream: String, concurrency: Int, policy: DeliveryPolicy) async throws(QueueError) -> ClaimBatch
-    {
+    /// `memory`: the bytes the claimed deliveries may take in memory together (each is opened whole), by their stored
+    /// size, which is at least their body's; the oldest due is taken even when larger if `atLeastOne`, so a lane
+    /// with nothing in flight always makes progress. Nil: no bound.
+    public func claim(
+        upstream: String, concurrency: Int, policy: DeliveryPolicy, memory: Int? = nil, atLeastOne: Bool = true
+    ) async throws(QueueError) -> ClaimBatch {
         let now = Self.micros(clock.wall())
         let expiredBefore = now - Self.micros(policy.maxAge.seconds)
         let (rows, unreadable, expired) = try await run(
@@ -300,13 +307,29 @@ public final class QueueStore: Sendable {
                 // waits for (docs/performance.md#queued-delivery).
                 // A row whose columns do not read (an edited id or time) is set aside as damaged below: skipped,
                 // it would stay first in line and take a slot of every claim, with one slot all of them.
+                // The rows that fit `memory` are chosen by their sizes first: reading the sealed parts of every free
+                // slot's row, before knowing which fit, would itself hold them all.
+                var chosen: [Int] = []
+                var bytes = 0
+                for raw in try connection.query(
+                    "SELECT seq, size FROM deliveries "
+                        + "INDEXED BY deliveries_order WHERE upstream = ? AND state = 0 AND next_at <= ? "
+                        + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
+                    [.text(upstream), .integer(now), busyList, .integer(available)])
+                {
+                    guard let seq = raw.integer(0) else { continue }
+                    let size = max(0, raw.integer(1) ?? 0)
+                    if let memory, bytes + size > memory, !(chosen.isEmpty && atLeastOne) { break }
+                    chosen.append(seq)
+                    bytes += size
+                }
+                guard !chosen.isEmpty else { return ([], [], expired) }
                 var rows: [Row] = []
                 var unreadable: [(seq: Int, id: DeliveryID?)] = []
                 for raw in try connection.query(
                     "SELECT seq, id, accepted_at, clock_start, attempts, head, body FROM deliveries "
-                        + "INDEXED BY deliveries_order WHERE upstream = ? AND state = 0 AND next_at <= ? "
-                        + "AND seq NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
-                    [.text(upstream), .integer(now), busyList, .integer(available)])
+                        + "WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
+                    [.text(Self.jsonArray(Set(chosen)))])
                 {
                     if let row = Row(raw) {
                         rows.append(row)
@@ -644,7 +667,7 @@ public final class QueueStore: Sendable {
         }
     }
 
-    /// Takes `queue.lock` without waiting: the spool has one owner.
+    /// Takes the lock on `queue.db` without waiting: the spool has one owner.
     private static func lockOwnership(_ path: String) throws(QueueError) -> FileLock {
         do throws(FileLock.Failure) {
             return try FileLock(path: path, wait: false)

@@ -10,6 +10,28 @@ public protocol DeliverySending: Sendable {
     func send(_ delivery: ClaimedDelivery, settings: DeliveryLaneSettings) async -> DeliveryResult
 }
 
+/// The share of `limits.buffer_memory` that deliveries in flight take: each claimed delivery's body is opened
+/// whole in memory until its try ends (docs/reference/config.md#limits). `room` says how much is free now; the
+/// deliverer claims no more than that (`QueueStore.claim`'s `memory`), takes each claimed body's bytes, and gives
+/// them back when the try ends.
+public struct DeliveryMemory: Sendable {
+    public let room: @Sendable () -> Int
+    public let take: @Sendable (Int) -> Void
+    public let give: @Sendable (Int) -> Void
+
+    public init(
+        room: @escaping @Sendable () -> Int, take: @escaping @Sendable (Int) -> Void,
+        give: @escaping @Sendable (Int) -> Void
+    ) {
+        self.room = room
+        self.take = take
+        self.give = give
+    }
+
+    /// No bound (tests of other things).
+    public static let unbounded = DeliveryMemory(room: { .max }, take: { _ in }, give: { _ in })
+}
+
 /// What one upstream's queue does in the deliverer: how many deliveries it may have in flight and the rules that
 /// decide what follows a try. Read again after every round, so a reload takes effect at once.
 public struct DeliveryLaneSettings: Sendable, Equatable {

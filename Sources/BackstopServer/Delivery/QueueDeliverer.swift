@@ -28,6 +28,7 @@ public final class QueueDeliverer: Sendable {
 
     private let store: QueueStore
     private let sender: any DeliverySending
+    private let memory: DeliveryMemory
     private let metrics: QueueMetrics
     private let logger: Logger
     private let clock: any BackstopClock
@@ -41,10 +42,12 @@ public final class QueueDeliverer: Sendable {
 
     public init(
         store: QueueStore, sender: any DeliverySending, lanes: [String: DeliveryLaneSettings], metrics: QueueMetrics,
-        logger: Logger, clock: any BackstopClock = SystemClock(), seed: UInt64 = .random(in: .min ... .max)
+        logger: Logger, memory: DeliveryMemory = .unbounded, clock: any BackstopClock = SystemClock(),
+        seed: UInt64 = .random(in: .min ... .max)
     ) {
         self.store = store
         self.sender = sender
+        self.memory = memory
         self.metrics = metrics
         self.logger = logger
         self.clock = clock
@@ -216,13 +219,20 @@ public final class QueueDeliverer: Sendable {
                         continue
                     case .claim:
                         guard let settings else { continue }
+                        // Bodies are opened whole: no more are claimed than `buffer_memory` has room for, but a
+                        // lane with nothing in flight takes its oldest anyway, so a large one is not stuck behind
+                        // the proxy's traffic.
                         let batch = try await store.claim(
-                            upstream: upstream, concurrency: settings.concurrency, policy: settings.policy)
+                            upstream: upstream, concurrency: settings.concurrency, policy: settings.policy,
+                            memory: max(0, memory.room()), atLeastOne: inFlight == 0)
                         recordSetAside(batch, upstream: upstream)
                         let claimed = batch.deliveries.count
                         state.withLockedValue { $0.inFlight[upstream, default: 0] += claimed }
                         for delivery in batch.deliveries {
+                            let held = delivery.request.body.count
+                            memory.take(held)
                             deliveries.addTask {
+                                defer { self.memory.give(held) }
                                 await self.deliver(delivery, settings: settings)
                                 self.state.withLockedValue { $0.inFlight[upstream, default: 0] -= 1 }
                                 self.wake([upstream])

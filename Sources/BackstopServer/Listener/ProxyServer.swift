@@ -117,7 +117,16 @@ public final class ProxyServer: Sendable {
                     }
                     try await Self.serveDeliveryConnection(socket, group: group, runtime: runtime)
                 },
-                lanes: DeliveryLaneSettings.lanes(of: config), metrics: queueMetrics, logger: logger)
+                lanes: DeliveryLaneSettings.lanes(of: config), metrics: queueMetrics, logger: logger,
+                memory: DeliveryMemory(
+                    room: {
+                        guard let runtime = deliveryRuntime.withLockedValue({ $0 }) else { return 0 }
+                        return runtime.snapshot.config.limits.bufferMemory - runtime.keptBodyMemory
+                    },
+                    take: { bytes in
+                        _ = deliveryRuntime.withLockedValue({ $0 })?.reserveBodyMemory(bytes, limit: .max)
+                    },
+                    give: { bytes in deliveryRuntime.withLockedValue({ $0 })?.releaseBodyMemory(bytes) }))
         }
         let runtime = ProxyRuntime(
             snapshot: ConfigSnapshot(
