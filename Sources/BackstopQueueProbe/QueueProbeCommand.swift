@@ -19,7 +19,7 @@ struct QueueProbeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backstop-queue-probe",
         abstract: "Load, crash and memory probes of Backstop's queue store and spool.",
-        subcommands: [EnqueueCommand.self, SpoolCommand.self])
+        subcommands: [EnqueueCommand.self, SpoolCommand.self, ReopenFullCommand.self])
 }
 
 /// Writes a line to stdout at once (no buffering: a parent reading acknowledgements must see each before a kill).
@@ -213,6 +213,55 @@ extension EnqueueCommand {
         let key = KeychainKey.generate()
         try key.writeNewKeyFile(path: path)
         return key
+    }
+}
+
+/// `reopen-full`: a queue closed with requests in it, its filesystem then filled by another file, opened again.
+struct ReopenFullCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "reopen-full",
+        abstract: "Queue --requests, close, fill the filesystem with a file, open again; print what the queue does.")
+
+    @Option(help: "The spool directory.") var dir: String
+    @Option(help: "Key file; created when missing.") var keyFile: String
+    @Option(help: "Requests queued before the disk fills.") var requests = 3
+
+    func run() async throws {
+        let key = try EnqueueCommand.key(at: keyFile)
+        let request = QueuedRequest(
+            method: "POST", target: "/events", headers: [], body: Array(repeating: 0x78, count: 1024))
+        var fields: [(String, Any)] = []
+        let first = try await QueueStore.open(
+            directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
+        for _ in 0..<requests { _ = try await first.enqueue(upstream: "events", request) }
+        await first.close()
+        // Someone else's file takes every free block.
+        let filler = open(dir + "/../filler", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        let block = [UInt8](repeating: 0x66, count: 64 << 10)
+        var filled = 0
+        while true {
+            let written = block.withUnsafeBytes { write(filler, $0.baseAddress, $0.count) }
+            if written <= 0 { break }
+            filled += written
+        }
+        close(filler)
+        fields.append(("filler_bytes", filled))
+        do {
+            let store = try await QueueStore.open(
+                directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
+            fields.append(("reopened", "ok"))
+            fields.append(("listed", (try? await store.list(.queued).count) ?? -1))
+            do {
+                _ = try await store.enqueue(upstream: "events", request)
+                fields.append(("enqueue", "accepted"))
+            } catch {
+                fields.append(("enqueue", "\(error)"))
+            }
+            await store.close()
+        } catch {
+            fields.append(("reopened", "\(error)"))
+        }
+        emit(json(fields))
     }
 }
 

@@ -129,6 +129,32 @@ struct QueueProcessTests {
     }
 
     @Test(
+        "a queue whose filesystem someone else filled while it was closed opens (the reserve gives SQLite the room for its shared memory), lists what it holds and refuses new requests spool-full"
+    )
+    func reopenOnAFullDisk() throws {
+        try #require(QueueProbe.isBuilt, "build the probe first: swift build --build-tests")
+        try #require(
+            getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
+            "needs root and unshare(1) to mount a tmpfs in a private mount namespace")
+        let dir = try Directory()
+        let mountPoint = dir.path + "/small"
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
+        let script = "mount -t tmpfs -o size=4m backstop-test \"$0\" && exec \"$@\""
+        let result = try QueueProbe.run(
+            [
+                "-m", "/bin/sh", "-c", script, mountPoint, QueueProbe.executable, "reopen-full", "--dir",
+                mountPoint + "/spool", "--key-file", dir.path + "/key", "--requests", "3",
+            ], executable: "/usr/bin/unshare")
+        // Before the fix: "disk I/O error (SQLite code 4874)", and the daemon refused to start.
+        #expect(result.json["reopened"] as? String == "ok", "\(result.json) \(result.stderr)")
+        #expect((result.json["filler_bytes"] as? Int ?? 0) > 1 << 20, "\(result.json)")
+        #expect(result.json["listed"] as? Int == 3, "\(result.json)")
+        #expect(
+            (result.json["enqueue"] as? String)?.hasPrefix("the spool's filesystem is full") == true,
+            "\(result.json)")
+    }
+
+    @Test(
         "8 and 32 MiB bodies (256 MiB with BACKSTOP_BIG_BODIES=1): read back twice with their SHA-256, no plaintext on disk, peak RSS bounded",
         arguments: QueueProbe.bigBodySizes)
     func largeBodies(bytes: Int) throws {

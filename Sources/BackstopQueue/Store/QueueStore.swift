@@ -85,13 +85,25 @@ public final class QueueStore: Sendable {
         try keepPrivate(directory + "/" + SpoolReserve.fileName)
         let reserve = try SpoolReserve(directory: directory)
         let schedule = reserve.checkpointSchedule
+        let openConnections = { () throws(SQLiteHandle.Failure) -> (SQLiteHandle, SQLiteHandle) in
+            let connection = try SQLiteHandle(path: path)
+            let copier = try SQLiteHandle(path: path)
+            // A checkpoint `fsync`s the WAL before it copies and the database file after (as the writer's would).
+            // Its first statement maps the shared-memory file, which must grow: a disk someone else filled refuses.
+            try copier.execute("PRAGMA synchronous = FULL")
+            return (connection, copier)
+        }
         let connection: SQLiteHandle
         let copier: SQLiteHandle
         do {
-            connection = try SQLiteHandle(path: path)
-            copier = try SQLiteHandle(path: path)
-            // A checkpoint `fsync`s the WAL before it copies and the database file after (as the writer's would).
-            try copier.execute("PRAGMA synchronous = FULL")
+            (connection, copier) = try openConnections()
+        } catch let error where error.isFull && reserve.release() {
+            // The reserve is what lets a queue on a full disk open: its deliveries are what frees the disk.
+            do {
+                (connection, copier) = try openConnections()
+            } catch {
+                throw Self.map(error, path: path)
+            }
         } catch {
             throw Self.map(error, path: path)
         }
@@ -584,8 +596,9 @@ public final class QueueStore: Sendable {
     ) async throws(QueueError) -> T {
         do {
             return try await database.perform(writes: writes, work, then: then)
-        } catch let error as SQLiteHandle.Failure where error.isFull && writes && reserve.release() {
-            // The disk is full: the reserve gives the write that frees room (an outcome, a delete) what it needs.
+        } catch let error as SQLiteHandle.Failure where error.isFull && reserve.release() {
+            // The disk is full: the reserve gives the write that frees room (an outcome, a delete) what it needs,
+            // and the opening of a queue on a disk someone else filled the shared-memory file it maps.
             do {
                 return try await database.perform(writes: writes, work, then: then)
             } catch {

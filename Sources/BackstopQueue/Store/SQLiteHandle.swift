@@ -50,8 +50,11 @@ final class SQLiteHandle: @unchecked Sendable {
     struct Failure: Error, CustomStringConvertible {
         let code: Int32
         let message: String
-        /// The disk or the file's size limit is full (`SQLITE_FULL`).
-        var isFull: Bool { code & 0xff == SQLITE_FULL }
+        /// The disk or the file's size limit is full: `SQLITE_FULL`, or `SQLITE_IOERR_SHMSIZE`, the shared-memory
+        /// file that every connection in WAL mode maps (created again at each open) could not grow.
+        var isFull: Bool { code & 0xff == SQLITE_FULL || code == Self.ioErrorShmSize }
+        /// `SQLITE_IOERR_SHMSIZE`, a macro Swift does not import: `SQLITE_IOERR | (19 << 8)`.
+        static let ioErrorShmSize = SQLITE_IOERR | (19 << 8)
         var description: String { "\(message) (SQLite code \(code))" }
     }
 
