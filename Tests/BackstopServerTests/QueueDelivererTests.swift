@@ -274,7 +274,7 @@ struct QueueDelivererTests {
         for marker: UInt8 in 1...3 { try await fixture.enqueue(marker) }
         try await fixture.running {
             try await fixture.sender.wait("one is in flight") { $0.inFlight == 1 }
-            #expect(held.withLockedValue { $0 } == 4, "its body's 4 bytes are held")
+            #expect(held.withLockedValue { $0 } == 8, "its body's 4 bytes are held, twice (opened, and written)")
             fixture.sender.setGate(open: true)
             try await fixture.sender.wait("three were sent") { $0.sent.count == 3 && $0.inFlight == 0 }
             try await Poll.until("three were recorded", every: .milliseconds(10)) { fixture.delivered() == 3 }

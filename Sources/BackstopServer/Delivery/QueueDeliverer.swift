@@ -29,6 +29,8 @@ public final class QueueDeliverer: Sendable {
     private let store: QueueStore
     private let sender: any DeliverySending
     private let memory: DeliveryMemory
+    /// How many copies of its body a delivery in flight holds: the opened one, and the one written to the proxy.
+    static let copiesHeld = 2
     private let metrics: QueueMetrics
     private let logger: Logger
     private let clock: any BackstopClock
@@ -219,17 +221,18 @@ public final class QueueDeliverer: Sendable {
                         continue
                     case .claim:
                         guard let settings else { continue }
-                        // Bodies are opened whole: no more are claimed than `buffer_memory` has room for, but a
-                        // lane with nothing in flight takes its oldest anyway, so a large one is not stuck behind
-                        // the proxy's traffic.
+                        // Bodies are opened whole, and copied whole into the connection to the proxy (held there
+                        // until the proxy has read it, at the upstream's pace): twice each. No more are claimed than
+                        // `buffer_memory` has room for, but a lane with nothing in flight takes its oldest anyway,
+                        // so a large one is not stuck behind the proxy's traffic.
                         let batch = try await store.claim(
                             upstream: upstream, concurrency: settings.concurrency, policy: settings.policy,
-                            memory: max(0, memory.room()), atLeastOne: inFlight == 0)
+                            memory: max(0, memory.room()) / Self.copiesHeld, atLeastOne: inFlight == 0)
                         recordSetAside(batch, upstream: upstream)
                         let claimed = batch.deliveries.count
                         state.withLockedValue { $0.inFlight[upstream, default: 0] += claimed }
                         for delivery in batch.deliveries {
-                            let held = delivery.request.body.count
+                            let held = Self.copiesHeld * delivery.request.body.count
                             memory.take(held)
                             deliveries.addTask {
                                 defer { self.memory.give(held) }
