@@ -110,8 +110,11 @@ struct TokensSeedCommand: AsyncParsableCommand {
             }
             let bytes = try SecretInput.read(
                 prompt: "refresh token for \(upstream): ", limit: KeychainSetCommand.maxSecretBytes)
+            // Every control character is refused, TAB and C1 (U+0080–U+009F) included: RFC 6749's refresh token is
+            // visible characters, and one of these would be pasted by accident, never meant.
             guard let token = String(validating: bytes, as: UTF8.self), !token.isEmpty,
-                HTTPSyntax.isFieldValue(token)
+                HTTPSyntax.isFieldValue(token),
+                !token.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
             else {
                 throw KeychainCLI.fail(
                     "no usable refresh token on stdin (empty, not UTF-8, or with control characters)")

@@ -159,6 +159,14 @@ struct TokenRefreshTests {
             try keychain.set("api/last_refresh_failure", value: Array("1900000000 status-503".utf8))
             #expect(try await proxy.get("http://api.test/b", host: "api.test").status == 502)
             #expect(auth.tokenCalls == 1)
+            // A token with a control character is refused and changes nothing: TAB and C1 (NEL) too.
+            for bad in [#"a\tb"#, #"a\302\205b"#, #"a\177b"#] {
+                let refused = try await SpawnedProcess.run(
+                    "/bin/sh", ["-c", "printf '\(bad)' | '\(binary)' tokens seed api --config '\(config)'"])
+                #expect(refused.status == 1, "\(bad): \(refused.standardError)")
+                #expect(refused.standardError.contains("control characters"), "\(bad): \(refused.standardError)")
+            }
+            #expect(try keychain.entry("api/last_refresh_failure") != nil, "nothing was seeded")
             // … until a new refresh token is seeded: a new grant, so the note goes with it (no refresh of it yet) …
             let seed = try await SpawnedProcess.run(
                 "/bin/sh",

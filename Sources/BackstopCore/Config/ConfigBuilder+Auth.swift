@@ -72,7 +72,7 @@ extension ConfigBuilder {
         }
         var prefix: String?
         if let n = map["keychain_prefix"] {
-            prefix = reader.string(n, "\(path).keychain_prefix")
+            prefix = validEntryName(n, "\(path).keychain_prefix", suffixBytes: Self.longestTokenEntrySuffix)
         } else {
             reader.fail(node, "\(path): oauth2 auth needs 'keychain_prefix' (where its tokens live in the keychain)")
         }
@@ -91,7 +91,7 @@ extension ConfigBuilder {
         {
             config.clientID = v
         }
-        if let n = map["client_secret_entry"], let v = reader.string(n, "\(path).client_secret_entry") {
+        if let n = map["client_secret_entry"], let v = validEntryName(n, "\(path).client_secret_entry") {
             config.clientSecretEntry = v
         }
         if let n = map["scope"], let v = reader.string(n, "\(path).scope", allowEmpty: true),
@@ -255,19 +255,41 @@ extension ConfigBuilder {
 
     /// A keychain entry name, recorded with what it must hold for `check --online`.
     mutating func entryName(_ node: Node, _ path: String, content: KeychainReference.Content) -> String? {
+        guard let v = validEntryName(node, path) else { return nil }
+        keychainReferences.append(
+            KeychainReference(entry: v, content: content, key: path, location: reader.location(node)))
+        return v
+    }
+
+    /// The longest name under an oauth2 `keychain_prefix` adds to it: `<prefix>/last_refresh_failure`.
+    static let longestTokenEntrySuffix = "/last_refresh_failure".utf8.count
+
+    /// A string that is a keychain entry name (or, with `suffixBytes`, the start of one): 1–255 bytes with no
+    /// whitespace and no control characters, the keychain's own rule, so what `check` passes the keychain takes,
+    /// and `keychain list` prints one line per entry (docs/reference/cli.md#keychain).
+    mutating func validEntryName(_ node: Node, _ path: String, suffixBytes: Int = 0) -> String? {
         guard let v = reader.string(node, path) else { return nil }
+        let shown = DisplayText.oneLine(v)
         guard
             !v.unicodeScalars.contains(where: {
                 $0.properties.isWhitespace || $0.properties.generalCategory == .control
+                    || $0.properties.generalCategory == .format
             })
         else {
             reader.fail(
                 node,
-                "\(NodeReader.quoted(path)): '\(v)' is not a keychain entry name (no spaces or control characters)")
+                "\(NodeReader.quoted(path)): '\(shown)' is not a keychain entry name (no spaces, control or format "
+                    + "characters)")
             return nil
         }
-        keychainReferences.append(
-            KeychainReference(entry: v, content: content, key: path, location: reader.location(node)))
+        let limit = 255 - suffixBytes
+        guard v.utf8.count <= limit else {
+            reader.fail(
+                node,
+                "\(NodeReader.quoted(path)): '\(shown.prefix(40))…' is \(v.utf8.count) bytes; at most \(limit)"
+                    + (suffixBytes > 0 ? " (its longest entry name adds \(suffixBytes) to it, within 255)" : ""))
+            return nil
+        }
         return v
     }
 

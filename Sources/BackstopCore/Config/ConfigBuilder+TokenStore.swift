@@ -34,7 +34,7 @@ extension ConfigBuilder {
         case .success(let parsed):
             config = parsed
         }
-        if let n = map["password_entry"], let v = reader.string(n, "token_store.password_entry") {
+        if let n = map["password_entry"], let v = validEntryName(n, "token_store.password_entry") {
             config.passwordEntry = v
         }
         if let n = map["tls"], let v = reader.oneOf(n, "token_store.tls", PostgresTLSMode.allCases) {

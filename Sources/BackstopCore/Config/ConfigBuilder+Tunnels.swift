@@ -80,7 +80,7 @@ extension ConfigBuilder {
     mutating func intercept(_ node: Node) -> InterceptConfig? {
         guard let map = reader.mapping(node, "intercept", allowed: ["ca_entry", "leaf_lifetime"]) else { return nil }
         var config = InterceptConfig()
-        if let n = map["ca_entry"], let v = reader.string(n, "intercept.ca_entry") { config.caEntry = v }
+        if let n = map["ca_entry"], let v = validEntryName(n, "intercept.ca_entry") { config.caEntry = v }
         if let n = map["leaf_lifetime"], let v = reader.duration(n, "intercept.leaf_lifetime") {
             if v < .seconds(60) || v > .seconds(397 * 86_400) {
                 // Browsers and most TLS stacks refuse leaves valid for more than 398 days; under a minute is a typo.

@@ -57,20 +57,42 @@ enum SecretInput {
         return result
     }
 
+    /// Signals that end the process at the prompt: each gives the terminal its echo back first.
+    private static let promptSignals = [SIGINT, SIGTERM, SIGQUIT, SIGHUP]
+
     private static func readFromTerminal(prompt: String) throws -> [UInt8] {
         Console.write(prompt, to: STDERR_FILENO)
         var saved = termios()
         let canHideEcho = tcgetattr(STDIN_FILENO, &saved) == 0
+        var previous: [sighandler_t?] = []
         if canHideEcho {
+            savedTerminal = saved
+            // Ctrl-C at the prompt would otherwise leave the operator's terminal without echo.
+            previous = promptSignals.map { signal($0, restoreTerminalAndDie) }
             var quiet = saved
             quiet.c_lflag &= ~tcflag_t(ECHO)
             tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet)
         }
         defer {
-            if canHideEcho { tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved) }
+            if canHideEcho {
+                tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
+                for (number, handler) in zip(promptSignals, previous) { signal(number, handler) }
+            }
             Console.write("\n", to: STDERR_FILENO)
         }
         guard let line = readLine(strippingNewline: true) else { return [] }
         return Array(line.utf8)
     }
+}
+
+/// The terminal's settings before a prompt hid the echo. Safe unsynchronized: written once, on the only thread that
+/// reads the prompt, before `restoreTerminalAndDie` is installed; only read after that, by the handler.
+nonisolated(unsafe) private var savedTerminal = termios()
+
+/// A signal at the no-echo prompt: the terminal is given back as it was (`tcsetattr` is async-signal-safe), then
+/// the signal takes its default action.
+private func restoreTerminalAndDie(_ number: Int32) {
+    tcsetattr(STDIN_FILENO, TCSANOW, &savedTerminal)
+    signal(number, SIG_DFL)
+    raise(number)
 }

@@ -49,6 +49,38 @@ struct ConfigRefusalTests {
     }
 
     @Test(
+        "every keychain name in the config is held to the keychain's rule, keychain_prefix with room for its longest entry",
+        arguments: [
+            ErrorCase(
+                ConfigFixture.upstream(
+                    "auth: {type: oauth2, token_url: \"https://t.test/t\", keychain_prefix: \"a\\nforged\\tx\"}",
+                    keychain: true), at: "\"a", "'a\\nforged\\tx' is not a keychain entry name"),
+            ErrorCase(
+                ConfigFixture.upstream(
+                    "auth: {type: oauth2, token_url: \"https://t.test/t\", keychain_prefix: \"a b\"}", keychain: true),
+                at: "\"a b", "is not a keychain entry name"),
+            ErrorCase(
+                ConfigFixture.upstream(
+                    "auth: {type: oauth2, token_url: \"https://t.test/t\", keychain_prefix: \"e\\u202E\"}",
+                    keychain: true), at: "\"e", "no spaces, control or format characters"),
+            ErrorCase(
+                ConfigFixture.upstream(
+                    "auth: {type: oauth2, token_url: \"https://t.test/t\", keychain_prefix: \(String(repeating: "p", count: 235))}",
+                    keychain: true), at: "ppp", "is 235 bytes; at most 234"),
+            ErrorCase(
+                ConfigFixture.upstream(
+                    "auth: {type: oauth2, token_url: \"https://t.test/t\", keychain_prefix: a, grant: client_credentials, "
+                        + "client_id: c, client_secret_entry: \"cs\\tx\"}", keychain: true),
+                at: "\"cs", "is not a keychain entry name"),
+            ErrorCase(
+                ConfigFixture.head + keychain + "intercept: {ca_entry: \"ca\\troot\"}\n",
+                at: "\"ca", "is not a keychain entry name"),
+        ])
+    func keychainNames(c: ErrorCase) {
+        expectSingleError(c)
+    }
+
+    @Test(
         "auth.header naming a field Backstop writes or removes itself is an error at that value",
         arguments: ["Host", "via", "Content-Length", "TRANSFER-ENCODING", "Connection", "Upgrade", "Expect"])
     func managedHeaderNames(name: String) {
