@@ -257,6 +257,14 @@ public struct TokenState: Sendable {
         return max(at, lastFailure.at + configuration.failureCooldown.seconds)
     }
 
+    /// Until when (wall-clock seconds, exclusive) the current token may be handed out without asking the state: its
+    /// proactive refresh time, and never past its expiry, which a failed refresh's cooldown can outlast (an expired
+    /// token is never sent: docs/reference/behaviour.md#oauth2). Nil when no token is to be handed out so.
+    public var handOutUntil: Double? {
+        guard case .valid(let token) = phase else { return nil }
+        return min(nextProactiveRefreshTime ?? .infinity, token.expiry ?? .infinity)
+    }
+
     /// What the owner's proactive-refresh timer does next; see the type's documentation. `lastUsed` is when a
     /// request last took the token (wall-clock seconds; nil: never).
     public func proactiveTimer(now: Double, lastUsed: Double?) -> ProactiveTimer {

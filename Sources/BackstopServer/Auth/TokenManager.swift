@@ -163,9 +163,9 @@ public actor TokenManager {
         holding.withLockedValue { $0 = state.currentToken != nil }
         var token: ManagedToken?
         var until = -Double.infinity
-        if case .valid(let valid) = state.phase, !idle {
+        if case .valid(let valid) = state.phase, !idle, let handOutUntil = state.handOutUntil {
             token = valid
-            until = state.nextProactiveRefreshTime ?? valid.expiry ?? .infinity
+            until = handOutUntil
         }
         fastPath.withLockedValue {
             $0.token = token

@@ -292,6 +292,19 @@ struct TokenStateTests {
         expectValue(state.tokenForRequest(now: 3546), .useAndStartRefresh(t1))
     }
 
+    @Test("a failed refresh's cooldown past the expiry never lets the token be handed out after it expired")
+    func handOutNeverPastExpiry() {
+        var (state, t1) = Self.validState(expiry: 3600)
+        #expect(state.handOutUntil == 3540, "until the proactive refresh")
+        expectValue(state.startProactiveRefresh(now: 3540), true)
+        #expect(state.handOutUntil == nil, "refreshing: ask the state")
+        state.refreshFailed(final: false, now: 3597)
+        #expect(state.nextProactiveRefreshTime == 3602, "the cooldown ends after the expiry")
+        #expect(state.handOutUntil == 3600, "before the fix: 3602, an expired token sent for 2 s")
+        expectValue(state.tokenForRequest(now: 3599.9), .use(t1))
+        #expect(state.tokenForRequest(now: 3600) != .use(t1), "expired: never handed out")
+    }
+
     @Test func finalProactiveFailureStopsProactiveRefreshesUntilExpiry() {
         var (state, t1) = Self.validState(expiry: 3600)
         expectValue(state.startProactiveRefresh(now: 3540), true)
