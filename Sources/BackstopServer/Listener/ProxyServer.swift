@@ -288,6 +288,10 @@ public final class ProxyServer: Sendable {
         // loops it needs to end are still up; `run()` returns.
         await background.finish()
         await curl.shutdown()
+        // The requests the transport just cut are answered (503 `shutting-down`) on their connections' event loops,
+        // which must still run then: work scheduled on a loop that is shutting down is refused (a crash in later
+        // SwiftNIO versions). Bounded: a loop that does not get to them within a second is not waited for.
+        _ = await withTimeLimit(.seconds(1)) { await runtime.waitUntilNoRequests() }
         try? await group.shutdownGracefully()
     }
 
