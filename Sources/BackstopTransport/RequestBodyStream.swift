@@ -8,7 +8,12 @@ import NIOCore
 /// then stops reading from its socket), and `onDrained` fires once the transport has drained it below the low mark.
 public final class RequestBodyStream: Sendable {
     private struct State {
-        var chunks: [ByteBuffer] = []
+        /// Taken from the front one by one: a ring, so that is O(1) whatever the count (an array's `removeFirst` made
+        /// a body of 1-byte chunks quadratic on the transport thread, which every upstream shares).
+        var chunks = CircularBuffer<ByteBuffer>()
+        /// A buffer of the stream's own after `chunks`, which small chunks are copied into. Held here rather than in
+        /// the ring: written through the ring's subscript (a get and a set), it would be copied at each write.
+        var tail: ByteBuffer?
         var bufferedBytes = 0
         var finished = false
         var failed = false
@@ -43,12 +48,31 @@ public final class RequestBodyStream: Sendable {
         self.onDrained = onDrained
     }
 
+    /// A chunk smaller than this, or one that holds on to much more memory than it reads (a slice of a larger read
+    /// buffer), is copied into a buffer of the stream's own, of `ownBufferSize`: what the stream holds in memory
+    /// then stays near what it counts, whatever the client's chunk sizes.
+    static let copiedBelow = 16 << 10
+    static let ownBufferSize = 64 << 10
+
     /// Adds a chunk. Returns false when the producer should pause until `onDrained`.
     @discardableResult
     public func append(_ chunk: ByteBuffer) -> Bool {
         let (wake, keepGoing) = state.withLockedValue { s -> (Bool, Bool) in
-            s.chunks.append(chunk)
-            s.bufferedBytes += chunk.readableBytes
+            let count = chunk.readableBytes
+            if count < Self.copiedBelow || chunk.storageCapacity - count > count / 8 {
+                if s.tail == nil || s.tail!.writableBytes < count {
+                    if let full = s.tail { s.chunks.append(full) }
+                    s.tail = ByteBufferAllocator().buffer(capacity: max(Self.ownBufferSize, count))
+                }
+                s.tail!.writeImmutableBuffer(chunk)
+            } else {
+                if let tail = s.tail {
+                    s.chunks.append(tail)
+                    s.tail = nil
+                }
+                s.chunks.append(chunk)
+            }
+            s.bufferedBytes += count
             let wake = s.consumerPaused
             s.consumerPaused = false
             let keepGoing = s.bufferedBytes < highWater
@@ -99,15 +123,19 @@ public final class RequestBodyStream: Sendable {
         let result = state.withLockedValue { s -> ReadResult in
             if s.failed { return .abort }
             var written = 0
-            while written < destination.count, !s.chunks.isEmpty {
-                let n = min(destination.count - written, s.chunks[0].readableBytes)
-                s.chunks[0].withUnsafeReadableBytes { src in
-                    UnsafeMutableRawBufferPointer(rebasing: destination[written..<(written + n)])
-                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: src[0..<n]))
+            while written < destination.count {
+                let taken: Int
+                if var first = s.chunks.popFirst() {
+                    taken = Self.copy(from: &first, into: destination, at: written)
+                    if first.readableBytes > 0 { s.chunks.prepend(first) }
+                } else if s.tail != nil, s.tail!.readableBytes > 0 {
+                    taken = Self.copy(from: &s.tail!, into: destination, at: written)
+                    // Drained: written from its start again rather than replaced.
+                    if s.tail!.readableBytes == 0 { s.tail!.clear() }
+                } else {
+                    break
                 }
-                s.chunks[0].moveReaderIndex(forwardBy: n)
-                if s.chunks[0].readableBytes == 0 { s.chunks.removeFirst() }
-                written += n
+                written += taken
             }
             s.bufferedBytes -= written
             if s.producerStopped && s.bufferedBytes < lowWater {
@@ -121,5 +149,18 @@ public final class RequestBodyStream: Sendable {
         }
         if notifyDrained { onDrained() }
         return result
+    }
+
+    /// Copies what fits of `buffer`'s readable bytes into `destination` from `offset`, and consumes them.
+    private static func copy(
+        from buffer: inout ByteBuffer, into destination: UnsafeMutableRawBufferPointer, at offset: Int
+    ) -> Int {
+        let n = min(destination.count - offset, buffer.readableBytes)
+        buffer.withUnsafeReadableBytes { source in
+            UnsafeMutableRawBufferPointer(rebasing: destination[offset..<(offset + n)])
+                .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[0..<n]))
+        }
+        buffer.moveReaderIndex(forwardBy: n)
+        return n
     }
 }

@@ -739,6 +739,39 @@ struct ConnectionStateMachineTests {
         #expect(readAfter)
     }
 
+    @Test("pipelined heads are held by their size too: a few large ones hold reads, not only 64 parts")
+    func largePipelinedHeadsHoldReads() {
+        var c = Machine(idleTimeout: Self.idle, now: Self.t0)
+        var actions: [Action] = []
+        c.partArrived(.head(Self.get), now: Self.t0, into: &actions)
+        c.partArrived(.end(nil), now: Self.t0, into: &actions)
+        let padding = String(repeating: "p", count: 40_000)
+        var fields = HeaderFields()
+        fields.append(name: "Host", value: "a.test")
+        fields.append(name: "X-Pad", value: padding)
+        let large = ClientRequestHead(version: .http1_1, method: .GET, uri: "/large", headers: fields)
+        #expect(Machine.queuedSize(of: .head(large)) > 40_000)
+        c.partArrived(.head(large), now: Self.t0, into: &actions)
+        c.partArrived(.end(nil), now: Self.t0, into: &actions)
+        #expect(!c.readsHeld, "one 40 KB head: under 64 KiB")
+        c.partArrived(.head(large), now: Self.t0, into: &actions)
+        c.partArrived(.end(nil), now: Self.t0, into: &actions)
+        #expect(c.readsHeld, "two: 80 KB of heads: held after 5 parts, not 64")
+        #expect(c.queuedParts == 5)
+        // Looked at as each request ends: with two large heads queued, then one (40 KB, above half of 64 KiB), still
+        // held; once the last has left the queue, below half: the reads resume.
+        for _ in 0..<2 {
+            actions = []
+            c.headAdmitted(.reject(.noRoute, close: false), now: Self.t0, into: &actions)
+            #expect(c.readsHeld)
+        }
+        actions = []
+        c.headAdmitted(.reject(.noRoute, close: false), now: Self.t0, into: &actions)
+        #expect(!c.readsHeld)
+        let readNow = c.readRequested()
+        #expect(readNow)
+    }
+
     // MARK: every short sequence
 
     /// The executor's side of the contract, played at once: `.admit` is answered by the head's path (`/f`

@@ -46,6 +46,9 @@ public struct HeaderFields: Sendable, RandomAccessCollection, ExpressibleByArray
         lines = []
     }
 
+    /// The memory the fields take: their bytes and where each line is (for bounds on what waits in memory).
+    public var storedBytes: Int { bytes.count + lines.count * MemoryLayout<Line>.stride }
+
     /// Fields from strings; a field whose name is not a token or whose value holds a control character is left out
     /// (as `append(name:value:)` leaves it).
     public init(_ fields: some Sequence<(name: String, value: String)>) {

@@ -87,7 +87,8 @@ public enum HeaderRewriter {
                     // An empty one would add an empty list element, which a sender must not make (RFC 9110 §5.6.1).
                     guard !field.value.isEmpty else { continue }
                     let value = String(decoding: bytes[field.value], as: UTF8.self)
-                    via = via.map { "\($0), \(value)" } ?? value
+                    // Appended in place: a new string per field made many `Via` fields quadratic.
+                    if via == nil { via = value } else { via!.append(", " + value) }
                 case .keep:
                     if let credential, name.count == credentialLength,
                         HeaderFields.equalsIgnoringCase(name, credential.name)

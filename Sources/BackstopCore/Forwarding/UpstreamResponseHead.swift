@@ -386,7 +386,8 @@ public struct UpstreamHeadParser: Sendable {
             lastLine = .framing
         case .via:
             let text = String(decoding: value, as: UTF8.self)
-            via = via.map { "\($0), \(text)" } ?? text
+            // Appended in place: a new string per field made many `Via` fields quadratic.
+            if via == nil { via = text } else { via!.append(", " + text) }
             lastLine = .via
         case .backstopOwn:
             lastLine = .dropped
@@ -478,12 +479,20 @@ public struct UpstreamHeadParser: Sendable {
             fields.append(contentsOf: value)
             fields.append(0x0D)
             fields.append(0x0A)
-        case .via: via = (via ?? "") + " " + String(decoding: value, as: UTF8.self)
-        case .retryAfter: retryAfter = (retryAfter ?? "") + " " + String(decoding: value, as: UTF8.self)
-        case .rateLimitReset: rateLimitReset = (rateLimitReset ?? "") + " " + String(decoding: value, as: UTF8.self)
+        // Each continuation appended in place (a new string per line would be quadratic in the lines).
+        case .via: Self.appendContinuation(value, to: &via)
+        case .retryAfter: Self.appendContinuation(value, to: &retryAfter)
+        case .rateLimitReset: Self.appendContinuation(value, to: &rateLimitReset)
         case .framing: framing.malformedLength = true  // a folded framing field: parsers would disagree on it
         case .none, .dropped: break
         }
+    }
+
+    /// An obs-fold continuation line joined to its field's value with a space.
+    private static func appendContinuation(_ value: some Collection<UInt8>, to text: inout String?) {
+        if text == nil { text = "" }
+        text!.append(" ")
+        text!.append(String(decoding: value, as: UTF8.self))
     }
 
     /// Takes the fields named in `Connection` out of `fields` (rare: most upstreams list only `close` or

@@ -282,10 +282,15 @@ struct ConnectionStateMachine {
     }
 
     static let maxQueuedParts = 64
+    /// Reads are held once the queued parts take this much memory too: 64 heads of 60 KiB each read ahead from a
+    /// client that reads nothing held ~2.5 MiB per connection (docs/reference/behaviour.md#request-forms).
+    static let maxQueuedBytes = 64 << 10
 
     let idleTimeout: Duration
     private(set) var state: State
     private var queued = CircularBuffer<ClientRequestPart>()
+    /// What the queued parts take in memory (`queuedSize(of:)`).
+    private var queuedBytes = 0
     private var uploadHold = false
     private var queueHold = false
     /// The client socket is not writable (what was written to it is not taken yet): no next request starts.
@@ -344,7 +349,28 @@ extension ConnectionStateMachine {
     /// Keeps `part` for later; reads are held once the queue is full.
     private mutating func enqueue(_ part: ClientRequestPart) {
         queued.append(part)
-        if queued.count >= Self.maxQueuedParts { queueHold = true }
+        queuedBytes += Self.queuedSize(of: part)
+        if queued.count >= Self.maxQueuedParts || queuedBytes >= Self.maxQueuedBytes { queueHold = true }
+    }
+
+    private mutating func dequeue() -> ClientRequestPart {
+        let part = queued.removeFirst()
+        queuedBytes -= Self.queuedSize(of: part)
+        return part
+    }
+
+    private mutating func clearQueue() {
+        queued.removeAll()
+        queuedBytes = 0
+    }
+
+    /// What a queued part takes in memory, near enough: a head's target and fields, a body part's bytes.
+    static func queuedSize(of part: ClientRequestPart) -> Int {
+        switch part {
+        case .head(let head): 64 + head.uri.utf8.count + head.headers.storedBytes
+        case .body(let buffer): buffer.readableBytes
+        case .end: 0
+        }
     }
 
     /// A box for a new request: the spare one when no earlier state value still holds it.
@@ -396,7 +422,7 @@ extension ConnectionStateMachine {
                 retryAfter: retryAfter, now: now, into: &actions)
         case .upgrade:
             state = .upgrading
-            queued.removeAll()
+            clearQueue()
         case .queue(let maxBody, let expectsContinue):
             active.request = .receiving(lastPart: now)
             active.intake = Intake(received: 0, maxBody: maxBody, storing: false)
@@ -958,7 +984,7 @@ extension ConnectionStateMachine {
             answerUnreadable(reason, detail: nil, now: now, into: &actions)
             return
         }
-        if queueHold && queued.count < Self.maxQueuedParts / 2 {
+        if queueHold && queued.count < Self.maxQueuedParts / 2 && queuedBytes < Self.maxQueuedBytes / 2 {
             queueHold = false
             resumeReadsIfHeld(into: &actions)
         }
@@ -971,21 +997,21 @@ extension ConnectionStateMachine {
         while !queued.isEmpty {
             switch state {
             case .closing, .upgrading:
-                queued.removeAll()
+                clearQueue()
                 return
             case .active(let active) where active.request == .admitting || active.request == .ended:
                 return
             case .idle where clientBacklogged:
                 return
             case .idle, .active:
-                process(queued.removeFirst(), now: now, into: &actions)
+                process(dequeue(), now: now, into: &actions)
             }
         }
     }
 
     private mutating func close() {
         state = .closing
-        queued.removeAll()
+        clearQueue()
     }
 }
 
