@@ -28,8 +28,16 @@ public final class RequestBodyStream: Sendable {
     private let lowWater: Int
     /// Called (from the transport thread) when a stopped producer may resume.
     private let onDrained: @Sendable () -> Void
-    /// Set by the transport when it starts sending; called to unpause curl after new data arrives.
-    private let resumeConsumer = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
+    /// Set by the transport when it starts sending; called to unpause curl after new data arrives. Held in a class:
+    /// a closure kept directly in the lock's generic storage was wrapped in one more reabstraction thunk at each
+    /// `withLockedValue` that passed it `inout`, once per wake-up, so a body of 1-byte chunks grew a chain of
+    /// thousands whose release overflowed the transport thread's stack (a crash any client could cause).
+    private let resumeConsumer = NIOLockedValueBox<Consumer?>(nil)
+
+    private final class Consumer: Sendable {
+        let resume: @Sendable () -> Void
+        init(_ resume: @escaping @Sendable () -> Void) { self.resume = resume }
+    }
 
     /// Stop reading from the client when this many body bytes wait for the upstream; resume below `lowWater`.
     public static let highWater = 256 << 10
@@ -79,7 +87,7 @@ public final class RequestBodyStream: Sendable {
             if !keepGoing { s.producerStopped = true }
             return (wake, keepGoing)
         }
-        if wake { resumeConsumer.withLockedValue { $0 }?() }
+        if wake { resumeConsumer.withLockedValue { $0 }?.resume() }
         return keepGoing
     }
 
@@ -91,7 +99,7 @@ public final class RequestBodyStream: Sendable {
             s.consumerPaused = false
             return wake
         }
-        if wake { resumeConsumer.withLockedValue { $0 }?() }
+        if wake { resumeConsumer.withLockedValue { $0 }?.resume() }
     }
 
     /// Marks the body as broken (client gone); the transfer aborts.
@@ -102,11 +110,12 @@ public final class RequestBodyStream: Sendable {
             s.consumerPaused = false
             return wake
         }
-        if wake { resumeConsumer.withLockedValue { $0 }?() }
+        if wake { resumeConsumer.withLockedValue { $0 }?.resume() }
     }
 
     func setResumeConsumer(_ resume: @escaping @Sendable () -> Void) {
-        resumeConsumer.withLockedValue { $0 = resume }
+        let consumer = Consumer(resume)
+        resumeConsumer.withLockedValue { $0 = consumer }
     }
 
     /// What curl's read callback should do.

@@ -1,4 +1,5 @@
 import BackstopCore
+import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import Testing
@@ -39,6 +40,37 @@ struct RequestBodyStreamTests {
         #expect(received == sent)
         destination.withUnsafeMutableBytes { raw in
             if case .end = stream.read(into: raw) {} else { Issue.record("not at its end") }
+        }
+    }
+
+    /// Each wake-up of a paused consumer used to wrap the stored resume closure in one more thunk: 20,000 wake-ups
+    /// (a body of 1-byte chunks) made a chain whose release overflowed the transport thread's 1 MiB stack. Released
+    /// here on a thread with 256 KiB: with the chain back, this test crashes.
+    @Test("20,000 wake-ups of a paused consumer: each resumes it once, and the stream is released on a small stack")
+    func manyWakeUps() async {
+        let resumed = NIOLockedValueBox(0)
+        var stream: RequestBodyStream? = RequestBodyStream(expectedLength: nil, onDrained: {})
+        stream!.setResumeConsumer { resumed.withLockedValue { $0 += 1 } }
+        var destination = [UInt8](repeating: 0, count: 16)
+        for _ in 0..<20_000 {
+            let paused = destination.withUnsafeMutableBytes { stream!.read(into: $0) }
+            guard case .pause = paused else {
+                Issue.record("the consumer did not pause on an empty stream")
+                return
+            }
+            stream!.append(ByteBuffer(bytes: [0x61]))
+            _ = destination.withUnsafeMutableBytes { stream!.read(into: $0) }
+        }
+        #expect(resumed.withLockedValue { $0 } == 20_000)
+        let holder = NIOLockedValueBox(stream)
+        stream = nil
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let thread = Thread {
+                holder.withLockedValue { $0 = nil }  // the last reference, released on this thread
+                done.resume()
+            }
+            thread.stackSize = 256 << 10
+            thread.start()
         }
     }
 
