@@ -3,6 +3,7 @@ import BackstopTracing
 import BackstopTransport
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 /// The effects of one forwarded request that outlive a single action: its body (kept for replay, or streamed to the
 /// transport as it arrives, with its share of `limits.buffer_memory`), the transfers of its attempts by generation,
@@ -29,6 +30,9 @@ final class Exchange {
     private var otherTransfers: [(generation: Int, handle: any TransferHandle)] = []
     /// The share of `limits.buffer_memory` this exchange's kept body holds (given back once it is no longer kept).
     private var keptBodyBytes = 0
+    /// What was kept when the body began to stream, handed to the stream with it: still in memory until the
+    /// upstream has taken it, so its share is given back at the stream's first drain (or when the exchange ends).
+    private var streamedKeptBody: KeptBodyShare?
     /// The request's trace while `tracing` is on, and the spans of the attempts in flight: the oldest, and hedged
     /// copies beside it (`Exchange+Tracing`).
     var trace: RequestTrace?
@@ -116,12 +120,17 @@ final class Exchange {
     /// The body is sent as it arrives from now on, starting with what was kept, then `part`; `onDrain` runs (on any
     /// thread) when a full stream drained. Returns false when the stream is above its high-water mark.
     func beginStreaming(then part: ByteBuffer?, onDrain: @escaping @Sendable () -> Void) -> Bool {
-        let stream = RequestBodyStream(expectedLength: declaredLength, onDrained: onDrain)
+        let share = KeptBodyShare(bytes: keptBodyBytes, runtime: environment.runtime)
+        keptBodyBytes = 0
+        streamedKeptBody = share
+        let stream = RequestBodyStream(expectedLength: declaredLength) {
+            share.release()
+            onDrain()
+        }
         var fits = true
         if case .buffer(let buffered) = body { fits = stream.append(buffered) }
         if let part, !stream.append(part) { fits = false }
         body = .stream(stream)
-        releaseKeptBody()
         return fits
     }
 
@@ -160,6 +169,7 @@ final class Exchange {
     private func releaseKeptBody() {
         environment.runtime.releaseBodyMemory(keptBodyBytes)
         keptBodyBytes = 0
+        streamedKeptBody?.release()
     }
 
     // MARK: attempts
@@ -270,5 +280,23 @@ extension RetryCondition {
     var isTransportCondition: Bool {
         if case .status = self { return false }
         return true
+    }
+}
+
+/// A kept body's share of `limits.buffer_memory` after it was handed to a stream: given back once, by whichever
+/// comes first, the stream's drain (on the transport's thread) or the exchange's end (on its event loop).
+final class KeptBodyShare: Sendable {
+    private let bytes: Int
+    private let runtime: ProxyRuntime
+    private let released = Atomic<Bool>(false)
+
+    init(bytes: Int, runtime: ProxyRuntime) {
+        self.bytes = bytes
+        self.runtime = runtime
+    }
+
+    func release() {
+        guard bytes > 0, !released.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        runtime.releaseBodyMemory(bytes)
     }
 }
