@@ -629,7 +629,8 @@ struct ConnectionStateMachineTests {
             ],
             state: .closing),
         Row(
-            name: "a parse error before the request's end is its own: the exchange ends, the response is cut",
+            name:
+                "a parse error before the request's end is its own: its exchange ends (bad-request, not a client that left), the response is cut",
             steps: [
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]),
                 (
@@ -638,20 +639,27 @@ struct ConnectionStateMachineTests {
                 ),
                 (
                     .parseFailed(.badRequest),
-                    [finished(.clientClosed, ExchangeStateMachineTests.record(499)), .closeConnection]
+                    [
+                        .failBodyStream,
+                        finished(.aborted(.requestUnreadable), ExchangeStateMachineTests.record(200, complete: false)),
+                        .abortResponse,
+                    ]
                 ),
             ],
             state: .closing),
         Row(
-            name: "a parse error before a response: the exchange ends, 400, close",
+            name:
+                "a parse error before a response: the request's own answer (its exchange ends with the reason, once), close",
             steps: [
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]),
                 (
                     .parseFailed(.headersTooLarge),
                     [
-                        finished(.clientClosed, ExchangeStateMachineTests.record(499)),
-                        .logLocalAnswer(.headersTooLarge, detail: nil),
-                        .writeError(.headersTooLarge, errorWrite(close: true)),
+                        .failBodyStream,
+                        finished(
+                            .failedLocally(.headersTooLarge, requestComplete: false),
+                            ExchangeStateMachineTests.record(431, complete: false)),
+                        .writeError(.headersTooLarge, errorWrite(close: true, attempts: 1)),
                     ]
                 ),
             ],

@@ -157,6 +157,32 @@ struct LocalErrorTests {
         }
     }
 
+    @Test(
+        "a malformed chunk in a request being read: one 400 bad-request, its one access line with its upstream, method and path (not a 499 and a 400 of nobody's)",
+        arguments: [
+            "5\r\nhello\r\nzz\r\n", "5\r\nhello\r\n0\r\nContent-Length: 5\r\n\r\n",
+        ])
+    func malformedChunk(body: String) async throws {
+        let origin = try await TestOrigin.start { _ in .text(200, "no") }
+        let capture = LogCapture()
+        let proxy = try await ProxyHarness.start(singleUpstreamConfig(origin), capture: capture)
+        let response = try await proxy.send(
+            Array(
+                ("POST http://app.test/upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+                    .utf8))
+        #expect(response.status == 400)
+        #expect(response.header("X-Backstop-Error") == "bad-request")
+        await proxy.stop()
+        let lines = capture.all.filter { $0.contains("msg=request") }
+        #expect(lines.count == 1, "\(lines)")
+        #expect(
+            lines.first.map {
+                $0.contains("status=400") && $0.contains("method=POST") && $0.contains("path=/upload")
+                    && $0.contains("upstream=app") && $0.contains("error=bad-request")
+            } == true, "\(lines)")
+        try await origin.shutdown()
+    }
+
     @Test("headers above max_header_bytes → 431 headers-too-large")
     func headersTooLarge() async throws {
         try await withOriginAndProxy(

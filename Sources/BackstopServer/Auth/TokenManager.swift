@@ -144,7 +144,9 @@ public actor TokenManager {
         }
     }
 
-    /// The expiry of the token in use (seconds since the epoch), for `/metrics`; nil without a token or expiry.
+    /// The expiry of the token in use (seconds since the epoch), for `/metrics`; nil without a token or expiry, and
+    /// while the upstream is idle: its token is then left to expire on purpose (the next request gets a new one),
+    /// and an expiry gauge running out would page for a token nobody uses.
     public nonisolated var currentExpiry: Double? {
         published.withLockedValue { $0 }
     }
@@ -159,7 +161,7 @@ public actor TokenManager {
     private let holding = NIOLockedValueBox(false)
 
     private func publishFastPath() {
-        published.withLockedValue { $0 = state.currentToken?.expiry }
+        published.withLockedValue { $0 = idle ? nil : state.currentToken?.expiry }
         holding.withLockedValue { $0 = state.currentToken != nil }
         var token: ManagedToken?
         var until = -Double.infinity

@@ -519,6 +519,9 @@ struct ExchangeStateMachine: Equatable {
         case bodyShorterThanAnnounced = "upstream-body-shorter-than-announced"
         case requestBodyStalled = "request-body-stalled"
         case requestBodyTooLarge = "body-too-large"
+        /// The client's request could not be read to its end (a bad chunk, trailers too large) after the response
+        /// had begun.
+        case requestUnreadable = "bad-request"
     }
 
     /// An effect for the executor, with what metrics and logs record of it.
@@ -1447,6 +1450,15 @@ struct ExchangeStateMachine: Equatable {
     }
 
     /// The client disconnected: everything stops, pending retries included.
+    /// The rest of the client's request could not be read (a malformed chunk, trailers too large: `reason`): the
+    /// request ends with that answer of its own, or, once its response is under way, by cutting it. It is not
+    /// complete, so nothing more of it is read and the connection closes.
+    mutating func requestUnreadable(_ reason: ProxyErrorReason) -> Action {
+        guard !isDone else { return .none }
+        progress.requestComplete = false
+        return endLocally(reason, unreadable: true)
+    }
+
     mutating func clientGone() -> Action {
         switch state {
         case .done:
@@ -1475,13 +1487,16 @@ struct ExchangeStateMachine: Equatable {
 
     /// `message`: the answer's body when the reason's own text would mislead.
     private mutating func endLocally(
-        _ reason: ProxyErrorReason, message: String? = nil, report: AttemptReport? = nil,
+        _ reason: ProxyErrorReason, message: String? = nil, unreadable: Bool = false, report: AttemptReport? = nil,
         endpoint: EndpointReport? = nil, settled: Int? = nil
     ) -> Action {
         if case .relaying(let relaying) = state {
-            // Only the request body can fail once the response is under way (it grew past `max_request_body`).
-            assert(reason == .bodyTooLarge, "\(reason) while relaying")
-            return end(.aborted(.requestBodyTooLarge), status: relaying.status, report: report, endpoint: endpoint)
+            // Only the request can fail once the response is under way: its body grew past `max_request_body`, or
+            // the rest of it could not be read.
+            assert(unreadable || reason == .bodyTooLarge, "\(reason) while relaying")
+            return end(
+                .aborted(unreadable ? .requestUnreadable : .requestBodyTooLarge), status: relaying.status,
+                report: report, endpoint: endpoint)
         }
         // The request body grew too large while an attempt was in flight: that attempt is let go unanswered.
         var endpoint = endpoint

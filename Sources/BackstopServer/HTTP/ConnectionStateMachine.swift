@@ -905,6 +905,14 @@ extension ConnectionStateMachine {
                 refusalAfterQueue = reason
                 return
             }
+            // The rest of the request being read cannot be read: that request is the one answered (400
+            // `bad-request`, with its upstream, method and path), once, rather than ended as a client that left
+            // and answered again as a request nobody knows (operations.md#logs: one line per request).
+            if queued.isEmpty, case .receiving = active.request, active.exchange != nil {
+                withExchange(now: now, into: &actions) { $0.requestUnreadable(reason) }
+                if case .closing = state { return }
+                if case .active(let after) = state, case .discarding = after.request { return }
+            }
         }
         endExchange(into: &actions)
         switch state {
