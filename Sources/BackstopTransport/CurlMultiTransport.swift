@@ -141,6 +141,13 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
         destinations.replace(guardian)
     }
 
+    /// Ends every transfer in flight as shut down (`backstop stopped before the upstream answered`), on the
+    /// transport's thread, soon after this returns; transfers started later run as usual (a drain's last span
+    /// exports and token calls).
+    public func cutTransfersInFlight() {
+        submit(.cutAll)
+    }
+
     /// Stops the thread after cancelling every transfer; returns when it has exited.
     public func shutdown() async {
         if stopped.exchange(true, ordering: .acquiringAndReleasing) { return }
@@ -375,6 +382,8 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             if let action = table.resume(TransferKey(transfer)) { perform(action) }
         case .abandon(let transfer, let deadline):
             table.abandon(TransferKey(transfer), deadline: deadline)
+        case .cutAll:
+            for action in table.cutAll() { perform(action) }
         case .stop:
             for action in table.stop() { perform(action) }
         case .connection(let command):

@@ -163,6 +163,11 @@ struct TransferTable<ID: Hashable> {
     /// The transport stops: every transfer it holds ends as shut down, and later starts end at once.
     mutating func stop() -> [Action] {
         stopping = true
+        return cutAll()
+    }
+
+    /// Every transfer held ends as shut down (a drain that gives up on what is in flight); new ones may start.
+    mutating func cutAll() -> [Action] {
         let actions = phases.keys.map { Action.finish($0, .failure(.shutDown)) }
         phases.removeAll()
         deadlines.removeAll()

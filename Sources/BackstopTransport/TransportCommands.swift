@@ -12,6 +12,8 @@ enum TransportCommand {
     case abandon(CurlTransfer, deadlineMS: Int64)
     /// A raw connection's command (`ConnectionDriver`).
     case connection(ConnectionCommand)
+    /// Every transfer in flight ends as shut down; the transport goes on for new ones.
+    case cutAll
     case stop
 }
 

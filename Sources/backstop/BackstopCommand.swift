@@ -96,6 +96,9 @@ struct CheckCommand: AsyncParsableCommand {
 @main
 enum Main {
     static func main() async {
+        // `run`: a SIGHUP before the daemon can reload must not kill it with the default action; ignored from the
+        // first instruction, before parsing, until the daemon's signal handling takes it (RunCommand).
+        if CommandLine.arguments.dropFirst().first(where: { !$0.hasPrefix("-") }) == "run" { signal(SIGHUP, SIG_IGN) }
         do {
             var command = try BackstopCommand.parseAsRoot()
             let parsed = type(of: command)

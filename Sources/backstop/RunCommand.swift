@@ -24,8 +24,8 @@ struct RunCommand: AsyncParsableCommand {
 
     func run() async throws {
         // A SIGHUP before the daemon can reload (config management, logrotate during a restart) must not kill it
-        // with the default action: it is ignored until the signal sequence takes it, and the config being loaded
-        // is the one read after it (docs/reference/operations.md#signals-reload-and-drain).
+        // with the default action: it is ignored (already from `Main`) until the signal sequence takes it, and the
+        // config being loaded is the one read after it (docs/reference/operations.md#signals-reload-and-drain).
         signal(SIGHUP, SIG_IGN)
         // Before anything secret is in memory (docs/reference/operations.md#core-files).
         let coreDumpProblems = CoreDumps.disable()

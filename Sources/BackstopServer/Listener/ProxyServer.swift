@@ -274,6 +274,12 @@ public final class ProxyServer: Sendable {
                 group.cancelAll()
             }
         }
+        // What the drain gave up on is cut now, while the event loops answer it (503 `shutting-down`) and the
+        // tracer can still export its spans: cut later, its spans would miss the last export, and its answers could
+        // come after the loops shut down. Bounded: what is not in a transfer (a backoff, a token wait) is not waited
+        // for beyond a second.
+        curl.cutTransfersInFlight()
+        _ = await withTimeLimit(.seconds(1)) { await runtime.waitUntilNoRequests() }
         if let admin = adminChannel.withLockedValue({ $0 }) { try? await admin.close() }
         if let monitor = networkMonitor.withLockedValue({ $0 }) { try? await monitor.stop().get() }
         if let queue = runtime.tracer?.queue {
@@ -288,9 +294,8 @@ public final class ProxyServer: Sendable {
         // loops it needs to end are still up; `run()` returns.
         await background.finish()
         await curl.shutdown()
-        // The requests the transport just cut are answered (503 `shutting-down`) on their connections' event loops,
-        // which must still run then: work scheduled on a loop that is shutting down is refused (a crash in later
-        // SwiftNIO versions). Bounded: a loop that does not get to them within a second is not waited for.
+        // Anything the shutdown still cut is answered on its connection's event loop, which must still run then:
+        // work scheduled on a loop that is shutting down is refused (a crash in later SwiftNIO versions).
         _ = await withTimeLimit(.seconds(1)) { await runtime.waitUntilNoRequests() }
         try? await group.shutdownGracefully()
     }
