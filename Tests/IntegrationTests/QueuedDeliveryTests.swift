@@ -463,11 +463,15 @@ struct QueuedDeliveryTests {
         try await switchable.origin.shutdown()
     }
 
-    @Test("507 spool-full once the spool's budget is spent; nothing is kept of the refused request")
+    @Test(
+        "507 spool-full once the spool's budget is spent; nothing is kept of the refused request; the status page shows the 507s among the upstream's failures"
+    )
     func spoolFull() async throws {
         let switchable = try await SwitchableOrigin(down: true)
+        let adminPort = try FreePort.reserveClosedPort()
         let setup = try Setup(
-            origin: switchable.origin, maxBytes: "1MiB", extra: "limits: {max_request_body: 512KiB}")
+            origin: switchable.origin, maxBytes: "1MiB",
+            extra: "limits: {max_request_body: 512KiB}\nadmin: {listen: 127.0.0.1:\(adminPort)}")
         let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
         try await daemon.waitUntilListening(port: setup.port)
         let body = String(repeating: "x", count: 300 * 1024)
@@ -484,6 +488,15 @@ struct QueuedDeliveryTests {
         #expect(statuses.last == 507, "\(statuses)")
         let listed = try await setup.deliveries(["list"])
         #expect(listed.split(separator: "\n").count == statuses.filter { $0 == 202 }.count)
+        // Answered by Backstop for the upstream: its 507s are among the status page's failures (they were not).
+        let status = try await RawHTTP.exchange(
+            port: adminPort, request: RawHTTP.request("GET", "/status.json", host: "admin"), timeout: .seconds(5))
+        let object = try #require(
+            try JSONSerialization.jsonObject(with: Data(status.bodyString.utf8)) as? [String: Any])
+        let failures = try #require(object["failures"] as? [[String: Any]])
+        #expect(
+            failures.filter { $0["cause"] as? String == "spool-full" && $0["upstream"] as? String == "events" }.count
+                == statuses.filter { $0 == 507 }.count, "\(failures)")
         await daemon.stop()
         try await switchable.origin.shutdown()
     }

@@ -396,7 +396,13 @@ extension ProxyHandler {
     /// The access line and request metrics of a queued request's answer: `202` with its delivery, or its refusal.
     private func logQueued(_ intake: QueueIntake, status: Int, error: String?, delivery: String?) {
         let elapsed = now - intake.started
-        runtime.metrics.recordRequest(upstream: intake.upstream, status: status, seconds: elapsed.seconds)
+        // An answer of the upstream's, on the status page too (its activity window; a 507 `spool-full` in its
+        // failures), as an exchange's and a refusal after routing are (docs/reference/operations.md#status-page).
+        runtime.metrics.upstream(intake.upstream).recordExchange(
+            status: status, seconds: elapsed.seconds, attempts: 0, second: now.secondsAndAttoseconds.seconds)
+        if status >= 500, let error {
+            runtime.recordFailure(upstream: intake.upstream, endpoint: "-", status: status, cause: error)
+        }
         var request = intake.record
         request.delivery = delivery
         runtime.logAccess(
