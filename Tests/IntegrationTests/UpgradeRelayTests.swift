@@ -249,6 +249,12 @@ struct UpgradeRelayTests {
         let request = try #require(try await capture.waitFor("request", count: 1).first)
         #expect(request.contains("retries=connect-failure"), "\(request)")
         #expect(request.contains("reason="), "\(request)")
+        // On the status page as any failed request: among the failures, with its endpoint (it was not).
+        let failures = proxy.server.statusSnapshot().failures
+        #expect(failures.count == 1, "\(failures)")
+        #expect(failures.first?.upstream == "gone" && failures.first?.status == 502, "\(failures)")
+        #expect(failures.first?.cause.hasPrefix("upstream-unreachable") == true, "\(failures)")
+        #expect(failures.first?.endpoint == "http://127.0.0.1:\(closedPort)", "\(failures)")
         await proxy.stop()
     }
 
