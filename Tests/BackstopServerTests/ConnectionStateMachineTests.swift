@@ -105,6 +105,8 @@ struct ConnectionStateMachineTests {
         case permit(Bool)
         case refreshed(ManagedToken?)
         case timer(ms: Int)
+        /// The timer fires while part of the next head has arrived (`HeadTimeoutHandler.isReceivingHead`).
+        case timerWithHeadArriving(ms: Int)
         case headTimedOut
         case parseFailed(ProxyErrorReason)
         /// The input ended inside a request (`invalidEOFState`).
@@ -260,6 +262,20 @@ struct ConnectionStateMachineTests {
                 (.part(.end(nil)), [.storeQueued]),
                 (.closed, []),
                 (.intakeEnded(.refused(.spoolFull)), [.queuedUnanswered(delivery: nil)]),
+            ],
+            state: .closing),
+        Row(
+            name:
+                "a connection whose next head stalled past the idle deadline holds a stalled request: 408, logged, closed (not silently)",
+            steps: [
+                (.timerWithHeadArriving(ms: 59_999), []),
+                (
+                    .timerWithHeadArriving(ms: 60_000),
+                    [
+                        .logLocalAnswer(.requestTimeout, detail: nil),
+                        .writeError(.requestTimeout, errorWrite(close: true)),
+                    ]
+                ),
             ],
             state: .closing),
         Row(
@@ -707,6 +723,8 @@ struct ConnectionStateMachineTests {
         case .permit(let granted): m.retryPermit(granted: granted, now: t0, into: &actions)
         case .refreshed(let token): m.refreshFinished(token, now: t0, into: &actions)
         case .timer(let ms): m.timerFired(now: at(ms), wall: 0, random: &random, into: &actions)
+        case .timerWithHeadArriving(let ms):
+            m.timerFired(now: at(ms), wall: 0, random: &random, headArriving: true, into: &actions)
         case .headTimedOut: m.headTimedOut(now: t0, waited: .seconds(10), into: &actions)
         case .parseFailed(let reason): m.parseFailed(reason, now: t0, into: &actions)
         case .inputEnded: m.inputEndedInsideRequest(now: t0, into: &actions)

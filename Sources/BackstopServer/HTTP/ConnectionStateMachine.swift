@@ -1058,11 +1058,17 @@ extension ConnectionStateMachine {
     }
 
     /// The timer fired: the exchange's deadline first, then the connection's own.
+    /// `headArriving`: part of the next request's head has arrived (`HeadTimeoutHandler`); an idle connection
+    /// running out of time then holds a stalled request, answered 408 `request-timeout` like a stalled body
+    /// (docs/reference/behaviour.md#client-connections), not closed silently.
     mutating func timerFired(
-        now: Duration, wall: Double, random: inout some RandomNumberGenerator, into actions: inout [Action]
+        now: Duration, wall: Double, random: inout some RandomNumberGenerator, headArriving: Bool = false,
+        into actions: inout [Action]
     ) {
         withExchange(now: now, into: &actions) { $0.timerFired(now: now, wall: wall, random: &random) }
         switch state {
+        case .idle(let deadline) where now >= deadline && headArriving:
+            answerUnreadable(.requestTimeout, detail: nil, now: now, into: &actions)
         case .idle(let deadline) where now >= deadline:
             close()
             actions.append(.closeConnection)

@@ -261,7 +261,8 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         timerFiresAt = nil
         let now = self.now
         let wall = clock.wall()
-        feed { $0.timerFired(now: now, wall: wall, random: &random, into: &$1) }
+        let headArriving = headTimer?.isReceivingHead ?? false
+        feed { $0.timerFired(now: now, wall: wall, random: &random, headArriving: headArriving, into: &$1) }
     }
 
     /// The connection leaves this handler (a tunnel or interception takes it over, or it closed): no deadline of

@@ -78,6 +78,12 @@ final class HeadTimeoutHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var deadline: HeadDeadline
     private let now: () -> Duration
     private var context: ChannelHandlerContext?
+
+    /// Whether part of a request head has arrived and the rest is awaited (read when the connection's idle time
+    /// runs out: such a connection is a stalled request, answered 408, not an idle one closed silently).
+    var isReceivingHead: Bool {
+        if case .receiving = deadline.state { true } else { false }
+    }
     private var timer: Scheduled<Void>?
     private var timerFiresAt: Duration?
 
