@@ -674,7 +674,8 @@ struct ConnectionStateMachineTests {
                         .failBodyStream,
                         finished(
                             .failedLocally(.headersTooLarge, requestComplete: false),
-                            ExchangeStateMachineTests.record(431, complete: false)),
+                            ExchangeStateMachineTests.unanswered(ExchangeStateMachineTests.record(431, complete: false))
+                        ),
                         .writeError(.headersTooLarge, errorWrite(close: true, attempts: 1)),
                     ]
                 ),
@@ -684,7 +685,13 @@ struct ConnectionStateMachineTests {
             name: "the client going away ends the exchange (client-closed) and the connection",
             steps: [
                 (.part(.head(get)), [.admit(get)]), (.admitted(forward), [start()]),
-                (.closed, [finished(.clientClosed, ExchangeStateMachineTests.record(499))]),
+                (
+                    .closed,
+                    [
+                        finished(
+                            .clientClosed, ExchangeStateMachineTests.unanswered(ExchangeStateMachineTests.record(499)))
+                    ]
+                ),
                 (.transport(.head(upstream(200))), []), (.timer(ms: 100_000), []), (.closed, []), (.failed, []),
             ],
             state: .closing, deadline: .some(nil)),

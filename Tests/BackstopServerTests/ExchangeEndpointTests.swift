@@ -201,7 +201,7 @@ extension ExchangeStateMachineTests {
                 (
                     .gone,
                     .end(
-                        .clientClosed, routedRecord(499, endpoint: 0), report: nil,
+                        .clientClosed, unanswered(routedRecord(499, endpoint: 0)), report: nil,
                         endpoint: ended(0, .abandoned, probe: 1))
                 ),
             ]),

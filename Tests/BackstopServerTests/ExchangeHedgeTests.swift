@@ -308,7 +308,8 @@ extension ExchangeStateMachineTests {
                 (
                     .gone,
                     .end(
-                        .clientClosed, hedgedRecord(499, attempts: 2, cancelled: 1, endpoint: 1), report: nil,
+                        .clientClosed,
+                        unanswered(hedgedRecord(499, attempts: 2, cancelled: 1, endpoint: 1), copies: 1), report: nil,
                         endpoint: ended(0, .abandoned),
                         letGo: [Machine.LetGo(generation: 2, endpoint: ended(1, .abandoned))])
                 ),

@@ -120,6 +120,13 @@ struct ExchangeStateMachineTests {
         return record
     }
 
+    /// `record` with attempts that were in flight when the exchange ended, let go unanswered (counted as such).
+    static func unanswered(_ record: Machine.Record, settled: Bool = true, copies: Int = 0) -> Machine.Record {
+        var record = record
+        record.unanswered = Machine.UnansweredAttempts(settled: settled, copies: copies)
+        return record
+    }
+
     static func report(_ status: Int) -> Machine.AttemptReport { .response(status: status, version: "1.1") }
 
     static func retry(
@@ -181,7 +188,7 @@ struct ExchangeStateMachineTests {
                     .spoolFailed,
                     .end(
                         .failedLocally(.spoolFull, requestComplete: false),
-                        record(507, complete: false), report: nil)
+                        unanswered(record(507, complete: false)), report: nil)
                 ),
                 (.spoolFailed, .none), (.body(1000), .none),
             ]),

@@ -28,6 +28,10 @@ extension Exchange {
         }
         environment.requestFinished()
         if record.hedges != ExchangeStateMachine.HedgeTally() { recordHedges(record.hedges) }
+        // Attempts sent and let go unanswered at the end count as their spans end (docs/reference/operations.md).
+        let unanswered = record.unanswered
+        if unanswered.settled { metrics.recordAttempt(outcome: Self.attemptFailure(ending, record) ?? "cancelled") }
+        for _ in 0..<unanswered.copies { metrics.recordAttempt(outcome: "cancelled") }
         let now = self.now
         let elapsed = now - startedAt
         traceFinished(ending, record)

@@ -129,7 +129,7 @@ extension Exchange {
 
     /// Why the attempt open at the end failed, from the exchange's end: a failure below HTTP by its label, a
     /// timeout as `timeout`, anything else (the response broke off, the client left or stalled) by the end's note.
-    private static func attemptFailure(
+    static func attemptFailure(
         _ ending: ExchangeStateMachine.Ending, _ record: ExchangeStateMachine.Record
     ) -> String? {
         switch ending {

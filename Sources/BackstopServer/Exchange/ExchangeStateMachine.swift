@@ -421,6 +421,12 @@ struct ExchangeStateMachine: Equatable {
             get { rare?.value.retryAfter }
             set { modifyRare { $0.retryAfter = newValue } }
         }
+        /// Attempts sent and still in flight when the exchange ended, let go without an answer: counted in
+        /// `backstop_upstream_attempts_total` as their spans end (the client left, the request could not be read).
+        var unanswered: UnansweredAttempts {
+            get { rare?.value.unanswered ?? UnansweredAttempts() }
+            set { modifyRare { $0.unanswered = newValue } }
+        }
         /// The body of a local answer when the reason's own text would name the wrong limit.
         var message: String? {
             get { rare?.value.message }
@@ -452,6 +458,7 @@ struct ExchangeStateMachine: Equatable {
             var retryAfter: Int?
             var hedges = HedgeTally()
             var message: String?
+            var unanswered = UnansweredAttempts()
         }
 
         /// Immutable once made: a change makes a new box, so records that share one never see each other's.
@@ -487,6 +494,13 @@ struct ExchangeStateMachine: Equatable {
         static func == (lhs: AttemptsAtEnd, rhs: AttemptsAtEnd) -> Bool {
             lhs === rhs || (lhs.report == rhs.report && lhs.endpoint == rhs.endpoint && lhs.letGo == rhs.letGo)
         }
+    }
+
+    /// The attempts an exchange's end let go while they were in flight: the one it settled on (the last started),
+    /// and hedged copies beside it.
+    struct UnansweredAttempts: Equatable {
+        var settled = false
+        var copies = 0
     }
 
     /// How an exchange ends.
@@ -1532,6 +1546,9 @@ struct ExchangeStateMachine: Equatable {
             requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter,
             hedges: hedges)
         if let message { record.message = message }
+        if settled != nil && report == nil || !others.isEmpty {
+            record.unanswered = UnansweredAttempts(settled: settled != nil && report == nil, copies: others.count)
+        }
         return .end(ending, record, .with(report: report, endpoint: endpoint, letGo: others))
     }
 }
