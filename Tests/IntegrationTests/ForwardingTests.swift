@@ -288,12 +288,20 @@ struct ForwardingTests {
         try await origin.shutdown()
     }
 
-    @Test("a unix-domain listener serves requests and its socket file is 0660")
+    @Test(
+        "a unix-domain listener serves requests and its socket file is 0660, bound privately and renamed into place: a link left at its path is replaced, its target untouched"
+    )
     func unixListener() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
         let origin = try await TestOrigin.start { _ in .text(200, "via unix") }
         let path = directory + "/proxy.sock"
+        // A link at the path to a file of someone else's: a chmod by path would have made it 0660.
+        let target = directory + "/victim"
+        #expect(
+            FileManager.default.createFile(
+                atPath: target, contents: Data("x".utf8), attributes: [.posixPermissions: 0o600]))
+        #expect(symlink(target, path) == 0)
         let proxy = try await ProxyHarness.start(
             """
             listen:
@@ -303,6 +311,9 @@ struct ForwardingTests {
             """)
         let attributes = try FileManager.default.attributesOfItem(atPath: path)
         #expect((attributes[.posixPermissions] as? Int) == 0o660)
+        #expect(attributes[.type] as? FileAttributeType == .typeSocket)
+        #expect((try FileManager.default.attributesOfItem(atPath: target)[.posixPermissions] as? Int) == 0o600)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).sorted() == ["proxy.sock", "victim"])
         let response = try await RawHTTP.exchange(
             unixPath: path, request: RawHTTP.request("GET", "http://app.test/u", host: "app.test"),
             timeout: .seconds(10))

@@ -364,10 +364,9 @@ public final class ProxyServer: Sendable {
                 return try await bootstrap.bind(host: host, port: port).get()
             case .unix(let path):
                 try UnixListenerPath.ensureNotInUse(path)
-                let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
-                    .get()
-                chmod(path, 0o660)
-                return channel
+                return try await UnixListenerPath.bindPrivately(path) { bindPath in
+                    try await bootstrap.bind(unixDomainSocketPath: bindPath, cleanupExistingSocketFile: true).get()
+                }
             }
         } catch {
             throw ListenerError(address: listener.address, setting: "listen", error)
@@ -484,10 +483,9 @@ public final class ProxyServer: Sendable {
             case .tcp(let host, let port): return try await bootstrap.bind(host: host, port: port).get()
             case .unix(let path):
                 try UnixListenerPath.ensureNotInUse(path)
-                let channel = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
-                    .get()
-                chmod(path, 0o660)
-                return channel
+                return try await UnixListenerPath.bindPrivately(path) { bindPath in
+                    try await bootstrap.bind(unixDomainSocketPath: bindPath, cleanupExistingSocketFile: true).get()
+                }
             }
         } catch {
             throw ListenerError(address: address, setting: "admin.listen", error)

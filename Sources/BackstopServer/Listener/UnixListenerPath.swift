@@ -1,3 +1,5 @@
+import NIOCore
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -33,5 +35,45 @@ enum UnixListenerPath {
         }
         // ECONNREFUSED: nobody listens (a stale socket); EAGAIN: a listener whose backlog is full.
         if result == 0 || errno == EAGAIN { throw InUse() }
+    }
+
+    /// Why a unix listener could not be put at its path after binding.
+    struct PlacementFailed: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Binds with `bind` in a directory of its own next to `path` (mode 0700: nobody else can reach the socket),
+    /// gives the socket its mode 0660 there, then renames it to `path`: the socket is never reachable with the
+    /// process umask's mode, and no `chmod` by path can be led through a link put at `path` meanwhile
+    /// (docs/reference/config.md#listen). A path too long for the private name is bound in place, as before.
+    static func bindPrivately(
+        _ path: String, bind: (String) async throws -> any Channel
+    ) async throws -> any Channel {
+        let slash = path.lastIndex(of: "/")
+        let parent = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        var template = Array((parent == "/" ? "" : parent).utf8CString.dropLast()) + Array("/.bs-XXXXXX".utf8CString)
+        let maxPath = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+        guard template.count - 1 + 2 <= maxPath, mkdtemp(&template) != nil else {
+            let channel = try await bind(path)
+            chmod(path, 0o660)
+            return channel
+        }
+        let directory = String(cString: template)
+        defer { rmdir(directory) }
+        let privatePath = directory + "/s"
+        let channel: any Channel
+        do {
+            channel = try await bind(privatePath)
+        } catch {
+            unlink(privatePath)
+            throw error
+        }
+        guard chmod(privatePath, 0o660) == 0, rename(privatePath, path) == 0 else {
+            let why = String(cString: strerror(errno))
+            unlink(privatePath)
+            try? await channel.close()
+            throw PlacementFailed(description: "cannot put the socket at \(path): \(why)")
+        }
+        return channel
     }
 }
