@@ -10,6 +10,22 @@ import Glibc
 /// Config checks that look at the filesystem (what `backstop check` adds to pure validation): files the
 /// config names must be readable. Reported with the location of the key that names them.
 enum EnvironmentChecks {
+    /// The problems `run` and a reload refuse outright, not only log: a `ca_file` that is not a regular file. TLS
+    /// reads it on the transport's one thread, where a FIFO (or a device) would hold every upstream, with nothing to
+    /// time it out (docs/reference/config.md#validation).
+    static func refusals(in config: Config) -> [ConfigError] {
+        config.caFileReferences.compactMap(blockingFileProblem)
+    }
+
+    private static func blockingFileProblem(_ reference: FileReference) -> ConfigError? {
+        var info = stat()
+        guard stat(reference.path, &info) == 0, info.st_mode & S_IFMT != S_IFREG else { return nil }
+        return ConfigError(
+            location: reference.location,
+            message: "\(reference.key) \(reference.path) is not a regular file (a FIFO or a device would block every "
+                + "upstream while TLS reads it)")
+    }
+
     static func problems(in config: Config) -> [ConfigError] {
         var problems: [ConfigError] = []
         for reference in config.caFileReferences {
@@ -20,15 +36,7 @@ enum EnvironmentChecks {
                         message: "\(reference.key) \(reference.path) is not readable: \(errnoText())"))
                 continue
             }
-            // TLS reads it on the transport's one thread: a FIFO (or a device) would hold every upstream there.
-            var info = stat()
-            if stat(reference.path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
-                problems.append(
-                    ConfigError(
-                        location: reference.location,
-                        message: "\(reference.key) \(reference.path) is not a regular file (a FIFO or a device would "
-                            + "block every upstream while TLS reads it)"))
-            }
+            if let blocking = blockingFileProblem(reference) { problems.append(blocking) }
         }
         for socket in config.unixSocketReferences {
             if let problem = UnixSocketDirectoryCheck.problem(socket.path) {

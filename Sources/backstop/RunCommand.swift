@@ -54,6 +54,10 @@ struct RunCommand: AsyncParsableCommand {
 
         let problems = EnvironmentChecks.problems(in: config)
         for problem in problems { logger.error("config problem", metadata: ["detail": .string(problem.description)]) }
+        if !EnvironmentChecks.refusals(in: config).isEmpty {
+            logger.error("a ca_file would block every upstream; refusing to start")
+            throw ExitCode(1)
+        }
         for warning in PendingFeatures.warnings(in: config) {
             logger.warning("config not fully served by this build", metadata: ["detail": .string(warning)])
         }
@@ -247,6 +251,15 @@ enum Reloader {
             for error in errors.errors {
                 logger.error(
                     "reload rejected; old config stays in force", metadata: ["detail": .string(error.description)])
+            }
+            server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
+            return nil
+        }
+        let refusals = EnvironmentChecks.refusals(in: config)
+        if !refusals.isEmpty {
+            for refusal in refusals {
+                logger.error(
+                    "reload rejected; old config stays in force", metadata: ["detail": .string(refusal.description)])
             }
             server.runtime.recordReload(success: false, at: Date().timeIntervalSince1970)
             return nil

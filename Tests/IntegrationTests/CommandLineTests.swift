@@ -312,6 +312,51 @@ struct CommandLineTests {
         #expect(usage.status == 2)
     }
 
+    @Test(
+        "run refuses a ca_file that is not a regular file (a FIFO would hold every upstream), and a reload naming one is rejected"
+    )
+    func runRefusesBlockingCAFile() async throws {
+        let origin = try await TestOrigin.start { _ in .text(200, "up") }
+        let port = try FreePort.reserveClosedPort()
+        func config(caFile: String?) -> String {
+            """
+            version: 1
+            listen: [127.0.0.1:\(port)]
+            upstreams:
+              - name: app
+                match: {hosts: [app.test]}
+                url: \(origin.baseURL)
+              - name: secure
+                match: {hosts: [secure.test]}
+                url: https://127.0.0.1:9
+            \(caFile.map { "    tls: {ca_file: \($0)}" } ?? "")
+            """
+        }
+        let (directory, path) = try writeConfig(config(caFile: nil))
+        defer { TestFiles.remove(directory) }
+        let fifo = directory + "/ca.fifo"
+        #expect(mkfifo(fifo, 0o644) == 0)
+        try config(caFile: fifo).write(toFile: path, atomically: true, encoding: .utf8)
+        let refused = try await TestProcess.run(binary, ["run", "--config", path])
+        #expect(refused.status == 1)
+        let output = refused.standardOutput + refused.standardError
+        #expect(output.contains("not a regular file") && output.contains("refusing to start"), "\(output)")
+        // Started without it, a reload that names it is rejected: the running config stays.
+        try config(caFile: nil).write(toFile: path, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", path])
+        try await daemon.waitUntilListening(port: port)
+        try config(caFile: fifo).write(toFile: path, atomically: true, encoding: .utf8)
+        daemon.send(signal: SIGHUP)
+        try await daemon.waitForOutput(timeout: .seconds(10)) {
+            $0.contains("reload rejected") && $0.contains("not a regular file")
+        }
+        let response = try await RawHTTP.exchange(
+            port: port, request: RawHTTP.request("GET", "http://app.test/r", host: "app.test"), timeout: .seconds(10))
+        #expect(response.bodyString == "up")
+        await daemon.stop()
+        try await origin.shutdown()
+    }
+
     @Test("run serves, answers /healthz and /readyz, and exits 0 on SIGTERM")
     func runAndStop() async throws {
         let origin = try await TestOrigin.start { _ in .text(200, "up") }
