@@ -159,8 +159,11 @@ struct ConfigBuilder {
                     "listen address \(listener.address) is not loopback; add 'allow_remote: true' "
                         + "to this entry (long form: {address: ..., allow_remote: true, allow_clients: [CIDR]})")
             }
-            if listener.address.bindsFixedAddress, out.contains(where: { $0.address == listener.address }) {
-                reader.fail(addressNode, "duplicate listen address \(listener.address)")
+            if let earlier = out.first(where: { $0.address.clashes(with: listener.address) }) {
+                reader.fail(
+                    addressNode,
+                    "duplicate listen address \(listener.address)"
+                        + (earlier.address == listener.address ? "" : " (it binds what \(earlier.address) binds)"))
             }
             out.append(listener)
         }
@@ -218,8 +221,11 @@ struct ConfigBuilder {
         if case .tcp(let host, _) = address, !IPAddressParser.isLoopback(host), !allowRemote {
             reader.fail(listenNode, "admin listener \(address) is not loopback; add 'allow_remote: true' to 'admin'")
         }
-        if address.bindsFixedAddress, proxyListeners.contains(where: { $0.address == address }) {
-            reader.fail(listenNode, "admin listener \(address) is also a proxy listener")
+        if let proxy = proxyListeners.first(where: { $0.address.clashes(with: address) }) {
+            reader.fail(
+                listenNode,
+                "admin listener \(address) is also a proxy listener"
+                    + (proxy.address == address ? "" : " (it binds what \(proxy.address) binds)"))
         }
         return AdminConfig(address: address, allowRemote: allowRemote, allowClients: clients)
     }

@@ -128,6 +128,35 @@ public enum ListenAddress: Sendable, Equatable, Hashable, CustomStringConvertibl
         return true
     }
 
+    /// Whether binding both would fail, however each is written: the same port and the same address
+    /// (`[::1]` and `[0:0:0:0:0:0:0:1]`), `localhost` beside a loopback address, or a wildcard (`0.0.0.0`, `::`)
+    /// beside an address it covers; the same socket path. Port 0 clashes with nothing.
+    public func clashes(with other: ListenAddress) -> Bool {
+        switch (self, other) {
+        case (.unix(let a), .unix(let b)): return a == b
+        case (.tcp(let a, let p), .tcp(let b, let q)):
+            guard p == q, p != 0 else { return false }
+            return Self.bindTargets(a).contains { x in Self.bindTargets(b).contains { y in Self.overlap(x, y) } }
+        default: return false
+        }
+    }
+
+    /// The addresses a host binds: its literal's bytes, or both loopbacks for `localhost` (resolved at bind time).
+    private static func bindTargets(_ host: String) -> [[UInt8]] {
+        if host.lowercased() == "localhost" { return [[127, 0, 0, 1], Array(repeating: 0, count: 15) + [1]] }
+        return IPAddressParser.parse(host).map { [$0] } ?? [Array(host.lowercased().utf8)]
+    }
+
+    private static func overlap(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        if a == b { return true }
+        let anyV4: [UInt8] = [0, 0, 0, 0]
+        let anyV6 = [UInt8](repeating: 0, count: 16)
+        // `::` takes IPv4 too (a dual-stack socket); `0.0.0.0` every IPv4 address.
+        if a == anyV6 || b == anyV6 { return true }
+        if (a == anyV4 && b.count == 4) || (b == anyV4 && a.count == 4) { return true }
+        return false
+    }
+
     public var description: String {
         switch self {
         case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"

@@ -87,6 +87,16 @@ struct ConfigErrorPositionTests {
             ErrorCase(
                 "version: 1\nlisten:\n  - unix:/run/p.sock\n  - {address: unix:/run/p.sock}\n", at: "unix", 2,
                 "duplicate listen address unix:/run/p.sock"),
+            // Written differently, bound the same: the bind would fail at run.
+            ErrorCase(
+                "version: 1\nlisten: [\"[::1]:80\", \"[0:0:0:0:0:0:0:1]:80\"]\n", at: "\"[0:0", 1,
+                "duplicate listen address [0:0:0:0:0:0:0:1]:80 (it binds what [::1]:80 binds)"),
+            ErrorCase(
+                "version: 1\nlisten: [127.0.0.1:80, localhost:80]\n", at: "localhost", 1,
+                "(it binds what 127.0.0.1:80 binds)"),
+            ErrorCase(
+                "version: 1\nlisten: [127.0.0.1:80, {address: 0.0.0.0:80, allow_remote: true}]\n", at: "0.0.0.0", 1,
+                "(it binds what 127.0.0.1:80 binds)"),
         ])
     func listen(c: ErrorCase) { expectSingleError(c) }
 
@@ -97,6 +107,9 @@ struct ConfigErrorPositionTests {
             ErrorCase(H + "admin: {allow_remote: true}\n", at: "{", "needs 'listen'"),
             ErrorCase(H + "admin: {listen: 127.0.0.1:9901, lisen: x}\n", at: "lisen", "did you mean 'listen'"),
             ErrorCase(H + "admin: {listen: 127.0.0.1:8080}\n", at: "127.0.0.1:8080", 2, "also a proxy listener"),
+            ErrorCase(
+                H + "admin: {listen: \"localhost:8080\"}\n", at: "\"localhost", 1,
+                "also a proxy listener (it binds what 127.0.0.1:8080 binds)"),
             ErrorCase(H + "admin: 127.0.0.1:9901\n", at: "127.0.0.1:9901", "must be a mapping"),
             ErrorCase(H + "log: {level: loud}\n", at: "loud", "trace | debug | info | notice | warning | error"),
             ErrorCase(H + "log: {format: xml}\n", at: "xml", "logfmt | json"),
