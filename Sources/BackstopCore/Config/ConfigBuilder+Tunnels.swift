@@ -8,6 +8,7 @@ extension ConfigBuilder {
         }
         var config = TunnelsConfig()
         if let n = map["allow"], let list = reader.stringList(n, "tunnels.allow") {
+            var seen = Set<TunnelPattern>()  // a lookup per entry: a long generated list is not quadratic
             for (text, itemNode) in list {
                 guard let pattern = Self.tunnelPattern(text) else {
                     reader.fail(
@@ -16,7 +17,7 @@ extension ConfigBuilder {
                             + "address; [IPv6]:PORT; the port defaults to 443)")
                     continue
                 }
-                if config.allow.contains(pattern) {
+                if !seen.insert(pattern).inserted {
                     reader.fail(itemNode, "tunnels.allow lists '\(pattern)' twice")
                     continue
                 }

@@ -81,6 +81,8 @@ extension ConfigBuilder {
         }
         var config = MatchConfig()
         if let n = map["hosts"], let list = reader.stringList(n, "\(label): match.hosts") {
+            // Where each host was listed: a lookup per entry, not a search (a long generated list was quadratic).
+            var seen: [String: Int] = [:]
             for (text, itemNode) in list {
                 guard let host = Self.hostPattern(text) else {
                     reader.fail(
@@ -89,13 +91,14 @@ extension ConfigBuilder {
                             + "(no port; one leading '*.' wildcard allowed)")
                     continue
                 }
-                if let first = config.hosts.firstIndex(of: host) {
+                if let first = seen[host] {
                     reader.fail(
                         itemNode,
                         "\(label): match.hosts lists '\(host)' twice "
                             + "(first at line \(config.hostLocations[first].line))")
                     continue
                 }
+                seen[host] = config.hosts.count
                 config.hosts.append(host)
                 config.hostLocations.append(reader.location(itemNode))
             }

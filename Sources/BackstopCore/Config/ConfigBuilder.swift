@@ -151,6 +151,9 @@ struct ConfigBuilder {
         guard let items = reader.sequence(node, "listen") else { return [] }
         if items.isEmpty { reader.fail(node, "'listen' needs at least one address") }
         var out: [ListenerConfig] = []
+        // Compared only with those on the same port (or path): a long list is not quadratic.
+        var byPort: [Int: [ListenAddress]] = [:]
+        var paths = Set<String>()
         for item in items {
             guard let (listener, addressNode) = listener(item) else { continue }
             if case .tcp(let host, _) = listener.address, !IPAddressParser.isLoopback(host), !listener.allowRemote {
@@ -159,11 +162,19 @@ struct ConfigBuilder {
                     "listen address \(listener.address) is not loopback; add 'allow_remote: true' "
                         + "to this entry (long form: {address: ..., allow_remote: true, allow_clients: [CIDR]})")
             }
-            if let earlier = out.first(where: { $0.address.clashes(with: listener.address) }) {
+            let earlier: ListenAddress?
+            switch listener.address {
+            case .tcp(_, let port):
+                earlier = byPort[port]?.first { $0.clashes(with: listener.address) }
+                byPort[port, default: []].append(listener.address)
+            case .unix(let path):
+                earlier = paths.insert(path).inserted ? nil : listener.address
+            }
+            if let earlier {
                 reader.fail(
                     addressNode,
                     "duplicate listen address \(listener.address)"
-                        + (earlier.address == listener.address ? "" : " (it binds what \(earlier.address) binds)"))
+                        + (earlier == listener.address ? "" : " (it binds what \(earlier) binds)"))
             }
             out.append(listener)
         }
