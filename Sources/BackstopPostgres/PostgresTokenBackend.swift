@@ -117,6 +117,11 @@ public final class PostgresTokenBackend: TokenStoreProvider, Sendable {
                 guard FileManager.default.isReadableFile(atPath: caFile) else {
                     throw .unavailable("token_store.ca_file \(caFile) cannot be read")
                 }
+                // A FIFO or a device would hold the store's connection (and `run`) for as long as nothing writes.
+                var info = stat()
+                guard stat(caFile, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                    throw .unavailable("token_store.ca_file \(caFile) is not a regular file")
+                }
                 tls.trustRoots = .file(caFile)
             }
             return tls

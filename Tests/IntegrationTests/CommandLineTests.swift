@@ -58,6 +58,32 @@ struct CommandLineTests {
         }
     }
 
+    @Test(
+        "a config file or a Public Suffix List that is a FIFO is refused at once as not a regular file (it held check until something wrote to it)"
+    )
+    func fifoFilesRefused() async throws {
+        let directory = try TestFiles.makeTemporaryDirectory()
+        defer { TestFiles.remove(directory) }
+        #expect(mkfifo(directory + "/config.fifo", 0o644) == 0)
+        let config = try await TestProcess.run(binary, ["check", "--config", directory + "/config.fifo"])
+        #expect(config.status == 1)
+        #expect((config.standardOutput + config.standardError).contains("not a regular file"), "\(config)")
+        #expect(mkfifo(directory + "/psl.fifo", 0o644) == 0)
+        let path = directory + "/intercept.yaml"
+        try """
+        version: 1
+        listen: [127.0.0.1:18990]
+        keychain: {path: \(directory)/k.bkc, key_file: \(directory)/k.key}
+        upstreams:
+          - {name: a, match: {hosts: ["*.example.com"]}, url: https://a.example.com, intercept: true}
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let psl = try await TestProcess.run(
+            "/usr/bin/env",
+            ["BACKSTOP_PUBLIC_SUFFIX_LIST=" + directory + "/psl.fifo", binary, "check", "--config", path])
+        #expect(psl.status == 1)
+        #expect((psl.standardOutput + psl.standardError).contains("not a regular file"), "\(psl)")
+    }
+
     @Test("check prints ok for the sample configs")
     func checkSamples() async throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -172,7 +172,25 @@ public enum ConfigLoader {
 
     /// The file's text, or the reason it cannot be read (strerror, captured before anything can reset errno).
     private static func readFile(_ path: String) -> Result<String, ReadFailure> {
-        guard let file = fopen(path, "rb") else { return .failure(ReadFailure(errno: errno)) }
+        // Opened without blocking and looked at first: a FIFO (or a device) named by mistake would hold `check`,
+        // `run` and every reload for as long as nothing writes to it.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return .failure(ReadFailure(errno: errno)) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            let code = errno
+            close(fd)
+            return .failure(ReadFailure(errno: code))
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            return .failure(ReadFailure(message: "not a regular file"))
+        }
+        guard let file = fdopen(fd, "rb") else {
+            let code = errno
+            close(fd)
+            return .failure(ReadFailure(errno: code))
+        }
         defer { fclose(file) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
