@@ -77,18 +77,23 @@ public enum ClientPrivateKey: Sendable {
         return try? DER.sequence(root, identifier: .sequence) { nodes -> PKCS8Algorithm in
             _ = try Int(derEncoded: &nodes)
             guard let algorithmNode = nodes.next() else { throw ASN1Error.invalidASN1Object(reason: "no algorithm") }
-            let algorithm = try DER.sequence(algorithmNode, identifier: .sequence) { inner in
-                let oid = try ASN1ObjectIdentifier(derEncoded: &inner)
-                let parameter = inner.next().flatMap { try? ASN1ObjectIdentifier(derEncoded: $0) }
-                while inner.next() != nil {}
-                switch oid {
-                case idECPublicKey: return PKCS8Algorithm.ec(curve: parameter)
-                case rsaEncryption: return .rsa
-                default: return .other
-                }
-            }
+            let algorithm = try Self.algorithm(algorithmNode)
             while nodes.next() != nil {}
             return algorithm
+        }
+    }
+
+    /// An `AlgorithmIdentifier` (RFC 5280 §4.1.1.2) as a key's kind: the algorithm, and for EC its named curve.
+    private static func algorithm(_ node: ASN1Node) throws -> PKCS8Algorithm {
+        try DER.sequence(node, identifier: .sequence) { inner in
+            let oid = try ASN1ObjectIdentifier(derEncoded: &inner)
+            let parameter = inner.next().flatMap { try? ASN1ObjectIdentifier(derEncoded: $0) }
+            while inner.next() != nil {}
+            switch oid {
+            case idECPublicKey: return PKCS8Algorithm.ec(curve: parameter)
+            case rsaEncryption: return .rsa
+            default: return .other
+            }
         }
     }
 
@@ -111,16 +116,7 @@ public enum ClientPrivateKey: Sendable {
                         throw ASN1Error.invalidASN1Object(reason: "no algorithm")
                     }
                     while info.next() != nil {}
-                    return try DER.sequence(algorithmNode, identifier: .sequence) { inner in
-                        let oid = try ASN1ObjectIdentifier(derEncoded: &inner)
-                        let parameter = inner.next().flatMap { try? ASN1ObjectIdentifier(derEncoded: $0) }
-                        while inner.next() != nil {}
-                        switch oid {
-                        case idECPublicKey: return PKCS8Algorithm.ec(curve: parameter)
-                        case rsaEncryption: return .rsa
-                        default: return .other
-                        }
-                    }
+                    return try Self.algorithm(algorithmNode)
                 }
             }
         }

@@ -85,8 +85,9 @@ struct QueueProcessTests {
         #expect(acknowledged.count > 500, "enough work was acknowledged to mean something: \(acknowledged.count)")
     }
 
-    @Test("a full disk (a 4 MiB tmpfs in a mount namespace of the probe's own): spool-full, and the store still reads")
-    func diskFull() throws {
+    /// A directory with an empty `small` mount point, and the arguments that run the probe in a mount namespace of
+    /// its own with a 4 MiB tmpfs there (`/usr/bin/unshare` is the executable); needs root.
+    static func smallTmpfs() throws -> (dir: Directory, mountPoint: String, inNamespace: [String]) {
         try #require(QueueProbe.isBuilt, "build the probe first: swift build --build-tests")
         try #require(
             getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
@@ -96,7 +97,12 @@ struct QueueProcessTests {
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
         // unshare(1) makes the new mount namespace private: the tmpfs is seen by the probe only and goes with it.
         let script = "mount -t tmpfs -o size=4m backstop-test \"$0\" && exec \"$@\""
-        let inNamespace = ["-m", "/bin/sh", "-c", script, mountPoint, QueueProbe.executable]
+        return (dir, mountPoint, ["-m", "/bin/sh", "-c", script, mountPoint, QueueProbe.executable])
+    }
+
+    @Test("a full disk (a 4 MiB tmpfs in a mount namespace of the probe's own): spool-full, and the store still reads")
+    func diskFull() throws {
+        let (dir, mountPoint, inNamespace) = try Self.smallTmpfs()
         let queue = try QueueProbe.run(
             inNamespace + [
                 "enqueue", "--dir", mountPoint + "/spool", "--key-file", dir.path + "/key", "--producers", "8",
@@ -132,18 +138,10 @@ struct QueueProcessTests {
         "a queue whose filesystem someone else filled while it was closed opens (the reserve gives SQLite the room for its shared memory), lists what it holds and refuses new requests spool-full"
     )
     func reopenOnAFullDisk() throws {
-        try #require(QueueProbe.isBuilt, "build the probe first: swift build --build-tests")
-        try #require(
-            getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"),
-            "needs root and unshare(1) to mount a tmpfs in a private mount namespace")
-        let dir = try Directory()
-        let mountPoint = dir.path + "/small"
-        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
-        let script = "mount -t tmpfs -o size=4m backstop-test \"$0\" && exec \"$@\""
+        let (dir, mountPoint, inNamespace) = try Self.smallTmpfs()
         let result = try QueueProbe.run(
-            [
-                "-m", "/bin/sh", "-c", script, mountPoint, QueueProbe.executable, "reopen-full", "--dir",
-                mountPoint + "/spool", "--key-file", dir.path + "/key", "--requests", "3",
+            inNamespace + [
+                "reopen-full", "--dir", mountPoint + "/spool", "--key-file", dir.path + "/key", "--requests", "3",
             ], executable: "/usr/bin/unshare")
         // Before the fix: "disk I/O error (SQLite code 4874)", and the daemon refused to start.
         #expect(result.json["reopened"] as? String == "ok", "\(result.json) \(result.stderr)")
