@@ -74,6 +74,17 @@ struct DeliveryPolicyTests {
                 == .retry(at: at(.seconds(3)), lastOutcome: "budget-exhausted"))
     }
 
+    @Test("a try Backstop refused for now (circuit-open) comes back when it said, whatever retry_after.honor says")
+    func notSentNow() {
+        #expect(
+            decide(.notSentNow("circuit-open", retryAfter: 30), attempts: 4)
+                == .retry(at: accepted + 40, lastOutcome: "circuit-open"))
+        let ignoring = DeliveryPolicy(maxAge: .seconds(3600), honorRetryAfter: false)
+        #expect(
+            decide(.notSentNow("circuit-open", retryAfter: 30), policy: ignoring)
+                == .retry(at: accepted + 40, lastOutcome: "circuit-open"))
+    }
+
     @Test("Retry-After and X-RateLimit-Reset set the wait when honoured, the backoff otherwise")
     func hints() {
         #expect(decide(response(503, retryAfter: "120")) == .retry(at: accepted + 130, lastOutcome: "status 503"))

@@ -17,6 +17,8 @@ struct LoopbackDeliverySenderTests {
     /// How the fake proxy end answers a request.
     enum Mode: Sendable {
         case answer
+        /// As the proxy answers a request to an upstream whose every endpoint is ejected.
+        case circuitOpen
         case answerThenClose
         case silent
     }
@@ -88,8 +90,14 @@ struct LoopbackDeliverySenderTests {
                 guard mode != .silent else { return }
                 var headers = HTTPHeaders([("Content-Length", "0")])
                 if mode == .answerThenClose { headers.add(name: "Connection", value: "close") }
+                var status = HTTPResponseStatus.noContent
+                if mode == .circuitOpen {
+                    status = .serviceUnavailable
+                    headers.add(name: "X-Backstop-Error", value: "circuit-open")
+                    headers.add(name: "Retry-After", value: "7")
+                }
                 context.write(
-                    wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .noContent, headers: headers))),
+                    wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
                     promise: nil)
                 context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
                 if mode == .answerThenClose { context.close(promise: nil) }
@@ -180,6 +188,20 @@ struct LoopbackDeliverySenderTests {
         end.set(.answer)
         #expect(await sender.send(Self.delivery(2), settings: Self.settings) == Self.delivered)
         #expect(sender.connectionsOpened == 2)
+    }
+
+    @Test(
+        "Backstop's own circuit-open is not sent now, with the seconds until the next probe; another 5xx of its own is no answer"
+    )
+    func circuitOpen() async throws {
+        let end = ProxyEnd()
+        end.set(.circuitOpen)
+        let sender = end.sender
+        #expect(
+            await sender.send(Self.delivery(1), settings: Self.settings)
+                == .notSentNow("circuit-open", retryAfter: 7))
+        end.set(.answer)
+        #expect(await sender.send(Self.delivery(2), settings: Self.settings) == Self.delivered)
     }
 
     @Test("an idle connection is closed after the lane's connectionIdle; the next delivery opens another")

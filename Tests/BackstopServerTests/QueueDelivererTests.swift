@@ -66,6 +66,27 @@ struct QueueDelivererTests {
     }
 
     @Test(
+        "a lane Backstop refused for now (circuit-open) claims nothing until then, even with a slot free and a delivery due; its outcomes still get recorded",
+        arguments: [
+            // (in flight, next due, unsettled due, paused until, expected)
+            (0, 100.0, nil, 130.0, DeliveryLaneStep.wait(until: 130)),
+            (0, 100.0, 110.0, 130.0, .wait(until: 110)),
+            (0, 100.0, 100.0, 130.0, .recordOutcomes),
+            (1, nil, nil, 130.0, .wait(until: 130)),
+            (0, 100.0, nil, 100.0, .claim),
+            (0, 100.0, nil, 99.0, .claim),
+        ] as [(Int, Double?, Double?, Double, DeliveryLaneStep)])
+    func stepWhilePaused(
+        inFlight: Int, nextDue: Double?, unsettledDue: Double?, pausedUntil: Double, expected: DeliveryLaneStep
+    ) {
+        let settings = DeliveryLaneSettings(concurrency: 2, policy: DeliveryPolicy(maxAge: .seconds(60)))
+        #expect(
+            DeliveryLaneStep.next(
+                settings: settings, inFlight: inFlight, nextDue: nextDue, now: 100, unsettledDue: unsettledDue,
+                pausedUntil: pausedUntil) == expected)
+    }
+
+    @Test(
         "a request accepted wakes the lane only when it has a free slot",
         arguments: [
             // (configured, in flight, expected)
@@ -282,6 +303,27 @@ struct QueueDelivererTests {
         #expect(fixture.sender.record.withLockedValue { $0.maxInFlight } == 1, "not the 4 slots' worth")
         #expect(fixture.sender.record.withLockedValue { $0.sent } == [1, 2, 3])
         #expect(held.withLockedValue { $0 } == 0, "every body given back")
+        await fixture.close()
+    }
+
+    @Test(
+        "a try refused for now (circuit-open, next probe in 0.4 s) pauses the lane: no other delivery is tried before then"
+    )
+    func circuitOpenPausesTheLane() async throws {
+        let fixture = try await Fixture(concurrency: 1)
+        fixture.sender.record.withLockedValue { $0.answers[1] = [.notSentNow("circuit-open", retryAfter: 0.4)] }
+        try await fixture.enqueue(1)
+        try await fixture.enqueue(2)
+        try await fixture.running {
+            try await fixture.sender.wait("the first was refused") { $0.sent.count >= 1 }
+            let refusedAt = ContinuousClock.now
+            try await fixture.sender.wait("a second try was made") { $0.sent.count >= 2 }
+            #expect(ContinuousClock.now - refusedAt >= .milliseconds(350), "not before the pause ended")
+            // Then the refused one (due at the same time, and older) goes first, and the other after it.
+            try await fixture.sender.wait("three sends") { $0.sent.count >= 3 }
+            #expect(fixture.sender.record.withLockedValue { $0.sent }.prefix(3) == [1, 1, 2])
+            try await Poll.until("both delivered", every: .milliseconds(10)) { fixture.delivered() == 2 }
+        }
         await fixture.close()
     }
 

@@ -7,6 +7,10 @@ public enum DeliveryResult: Sendable, Equatable {
     /// No answer: a connect failure, a reset, a timeout, or a local reason not to send now (retry budget spent,
     /// token unavailable). The label is what `deliveries list` shows as the last outcome.
     case noResponse(String)
+    /// Not sent: Backstop itself refused it for now (`circuit-open`: every endpoint is ejected) and said when to
+    /// come back (`retryAfter`, seconds: the next probe). Tried again then, not on the backoff's schedule, and the
+    /// lane waits as long before it claims more (docs/reference/behaviour.md#queued-delivery).
+    case notSentNow(String, retryAfter: Double)
     /// The delivery can never be made as it stands (its upstream is no longer configured, its entry does not open, its
     /// answer cannot be relayed: `bad-upstream-response`): a dead letter at once.
     case undeliverable(String)
@@ -83,6 +87,9 @@ public struct DeliveryPolicy: Sendable, Equatable {
             }
         case .noResponse(let label):
             outcome = label
+        case .notSentNow(let label, let retryAfter):
+            outcome = label
+            hint = .wait(.milliseconds(Int64(min(max(0, retryAfter), 86_400) * 1000)))
         case .undeliverable(let label):
             return .dead(lastOutcome: label)
         }

@@ -91,10 +91,14 @@ enum DeliveryLaneStep: Equatable {
     /// not in flight is due, nil when there is none. With every slot taken, only a finishing delivery (which wakes
     /// the lane) can change anything. `unsettledDue`: when the first outcome waiting to be recorded is due again
     /// (whatever the settings: those deliveries were made).
+    /// `pausedUntil`: Backstop refused a try of the lane's for now (`circuit-open`) and said when to come back:
+    /// nothing is claimed before then, so an outage does not churn the whole backlog through local refusals.
     static func next(
-        settings: DeliveryLaneSettings?, inFlight: Int, nextDue: Double?, now: Double, unsettledDue: Double? = nil
+        settings: DeliveryLaneSettings?, inFlight: Int, nextDue: Double?, now: Double, unsettledDue: Double? = nil,
+        pausedUntil: Double? = nil
     ) -> DeliveryLaneStep {
         if let unsettledDue, unsettledDue <= now { return .recordOutcomes }
+        if let pausedUntil, pausedUntil > now { return .wait(until: min(pausedUntil, unsettledDue ?? .infinity)) }
         guard let settings, inFlight < settings.concurrency else { return .wait(until: unsettledDue) }
         if let nextDue, nextDue <= now { return .claim }
         return .wait(until: min(nextDue ?? .infinity, now + recheck, unsettledDue ?? .infinity))

@@ -255,9 +255,15 @@ final class DeliveryAnswerHandler: ChannelInboundHandler, RemovableChannelHandle
             if let reason = head.headers.first(name: "x-backstop-error"), code >= 500 {
                 // An answer that cannot be relayed (a `101` nobody asked for, conflicting framing) on every attempt
                 // is the upstream's way of answering this request: sent again, it would be answered the same.
-                result =
-                    reason == ProxyErrorReason.badUpstreamResponse.rawValue
-                    ? .undeliverable(reason) : .noResponse(reason)
+                if reason == ProxyErrorReason.badUpstreamResponse.rawValue {
+                    result = .undeliverable(reason)
+                } else if reason == ProxyErrorReason.circuitOpen.rawValue,
+                    let seconds = head.headers.first(name: "retry-after").flatMap(Int.init), seconds >= 0
+                {
+                    result = .notSentNow(reason, retryAfter: Double(seconds))
+                } else {
+                    result = .noResponse(reason)
+                }
             } else {
                 result = .response(
                     status: code, retryAfter: head.headers.first(name: "retry-after"),

@@ -23,6 +23,8 @@ public final class QueueDeliverer: Sendable {
         var inFlight: [String: Int] = [:]
         /// Tries whose outcome the store could not record yet, by upstream (not sent again meanwhile).
         var unsettled: [String: [UnsettledDelivery]] = [:]
+        /// Until when a lane claims nothing: Backstop refused one of its tries for now (`DeliveryResult.notSentNow`).
+        var pausedUntil: [String: Double] = [:]
         var stopped = false
     }
 
@@ -199,10 +201,11 @@ public final class QueueDeliverer: Sendable {
     private func lane(_ upstream: String) async {
         await withDiscardingTaskGroup { deliveries in
             while !Task.isCancelled {
-                let (settings, observed, inFlight, stopped, unsettledDue) = state.withLockedValue { state in
+                let (settings, observed, inFlight, stopped, unsettledDue, pausedUntil) = state.withLockedValue {
+                    state in
                     (
                         state.lanes[upstream], state.wakes[upstream, default: 0], state.inFlight[upstream, default: 0],
-                        state.stopped, state.unsettled[upstream]?.map(\.retryAt).min()
+                        state.stopped, state.unsettled[upstream]?.map(\.retryAt).min(), state.pausedUntil[upstream]
                     )
                 }
                 if stopped { break }
@@ -214,7 +217,7 @@ public final class QueueDeliverer: Sendable {
                         ? try await store.nextDue(upstream: upstream) : nil
                     switch DeliveryLaneStep.next(
                         settings: settings, inFlight: inFlight, nextDue: nextDue,
-                        now: clock.wall(), unsettledDue: unsettledDue)
+                        now: clock.wall(), unsettledDue: unsettledDue, pausedUntil: pausedUntil)
                     {
                     case .recordOutcomes:
                         await recordUnsettled(upstream)
@@ -289,6 +292,12 @@ public final class QueueDeliverer: Sendable {
 
     private func deliver(_ delivery: ClaimedDelivery, settings: DeliveryLaneSettings) async {
         let result = await sender.send(delivery, settings: settings)
+        if case .notSentNow(_, let retryAfter) = result {
+            let until = clock.wall() + retryAfter
+            state.withLockedValue {
+                $0.pausedUntil[delivery.upstream] = max($0.pausedUntil[delivery.upstream] ?? 0, until)
+            }
+        }
         let policy = settings.policy
         guard !Task.isCancelled else {
             store.unclaim(delivery)
