@@ -31,8 +31,11 @@ struct CACommandTests {
     func initExportAndRefusals() async throws {
         let directory = try TestFiles.makeTemporaryDirectory()
         defer { TestFiles.remove(directory) }
+        // A regular file (run refuses a ca_file that is not one); what it holds does not matter here.
+        let caFile = directory + "/upstream-ca.pem"
+        #expect(FileManager.default.createFile(atPath: caFile, contents: Data()))
         let path = try config(
-            directory: directory, port: try FreePort.reserveClosedPort(), originPort: 9, caFile: "/dev/null")
+            directory: directory, port: try FreePort.reserveClosedPort(), originPort: 9, caFile: caFile)
 
         let refused = try await TestProcess.run(binary, ["run", "--config", path])
         #expect(refused.status == 1)

@@ -184,6 +184,7 @@ public enum ConfigLoader {
         }
         guard info.st_mode & S_IFMT == S_IFREG else {
             close(fd)
+            if info.st_mode & S_IFMT == S_IFDIR { return .failure(ReadFailure(errno: EISDIR)) }
             return .failure(ReadFailure(message: "not a regular file"))
         }
         guard let file = fdopen(fd, "rb") else {
