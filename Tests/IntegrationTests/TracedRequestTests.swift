@@ -100,6 +100,12 @@ struct TracedRequestTests {
                     ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
                 ])
             #expect(refused.status == 403)
+            // A refused CONNECT (no tunnels here) is a request too: a server span of its own.
+            let connect = try await proxy.send(
+                Array(
+                    ("CONNECT elsewhere.test:443 HTTP/1.1\r\nHost: elsewhere.test:443\r\n"
+                        + "traceparent: 00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n").utf8))
+            #expect(connect.status == 405)
 
             // Each attempt carried one traceparent: the client's trace, a span of its own, sampled; tracestate as sent.
             let requests = origin.requests.sorted { $0.index < $1.index }
@@ -113,8 +119,8 @@ struct TracedRequestTests {
             let sentSpans = requests.map { Self.spanID(ofTraceparent: $0.header("traceparent")) }
             #expect(Set(sentSpans.compactMap { $0 }).count == 3)
 
-            let spans = try await receiver.waitForSpans(5)
-            try #require(spans.count == 5, "\(receiver.process.output)")
+            let spans = try await receiver.waitForSpans(6)
+            try #require(spans.count == 6, "\(receiver.process.output)")
             let trace = spans.filter { $0["trace_id"] as? String == Self.clientTrace }
             try #require(trace.count == 4)
             let server = try #require(trace.first { $0["kind"] as? String == "SPAN_KIND_SERVER" })
@@ -178,6 +184,12 @@ struct TracedRequestTests {
             #expect(Self.int(refusal, "backstop.attempts") == 0)
             #expect(Self.string(refusal, "backstop.upstream") == nil)
             #expect(Self.statusCode(refusal) == "STATUS_CODE_UNSET")  // a 4xx is the client's, not the server's error
+            let refusedConnect = try #require(
+                spans.first { $0["trace_id"] as? String == "5bf92f3577b34da6a3ce929d0e0e4736" })
+            #expect(refusedConnect["kind"] as? String == "SPAN_KIND_SERVER")
+            #expect(refusedConnect["name"] as? String == "CONNECT")
+            #expect(Self.int(refusedConnect, "http.response.status_code") == 405)
+            #expect(Self.string(refusedConnect, "error.type") == "connect-not-supported")
 
             #expect(!receiver.process.output.contains("secret-query"))
         }

@@ -1,4 +1,5 @@
 import BackstopCore
+import BackstopTracing
 import NIOCore
 import NIOHTTP1
 
@@ -11,7 +12,8 @@ extension ProxyHandler {
         if intercepted != nil {
             // Inside an intercepted connection there is nothing further to tunnel to.
             refuseConnect(
-                .badRequest, host: "-", tunnelResult: .badRequest, detail: "CONNECT inside an intercepted connection")
+                .badRequest, host: "-", tunnelResult: .badRequest, detail: "CONNECT inside an intercepted connection",
+                head: head)
             return
         }
         let decision = snapshot.connectPolicy.decide(authority: head.uri)
@@ -30,10 +32,10 @@ extension ProxyHandler {
             case .allow(let entry): clientEntry = entry
             case nil: break
             case .deny:
-                refuseConnect(.clientDenied, host: target.host, tunnelResult: .denied, detail: nil)
+                refuseConnect(.clientDenied, host: target.host, tunnelResult: .denied, detail: nil, head: head)
                 return
             case .challenge:
-                refuseConnect(.proxyAuthRequired, host: target.host, tunnelResult: .denied, detail: nil)
+                refuseConnect(.proxyAuthRequired, host: target.host, tunnelResult: .denied, detail: nil, head: head)
                 return
             }
         }
@@ -47,7 +49,7 @@ extension ProxyHandler {
                 }
             refuseConnect(
                 reason, host: ConnectTarget.parse(head.uri)?.host ?? "-", tunnelResult: result, detail: nil,
-                body: reason == .tunnelDenied ? Self.notAllowedBody : nil)
+                body: reason == .tunnelDenied ? Self.notAllowedBody : nil, head: head)
         case .tunnel(let target):
             openTunnel(to: target, snapshot: snapshot, context: context, clientEntry: clientEntry)
         case .intercept(let index, let target):
@@ -65,14 +67,24 @@ extension ProxyHandler {
 
     /// Answers a `CONNECT` with a Backstop error and closes: while admitting it, or once setting up its tunnel
     /// failed (`afterUpgrade`).
+    /// `head`: the `CONNECT` refused while admitting it, whose server span this records (a refused request is a
+    /// request too: docs/reference/operations.md#tracing).
     private func refuseConnect(
         _ reason: ProxyErrorReason, host: String, tunnelResult: TunnelMetrics.Result?, detail: String?,
-        body: String? = nil, afterUpgrade: Bool = false
+        body: String? = nil, afterUpgrade: Bool = false, head: ClientRequestHead? = nil
     ) {
         if let tunnelResult { runtime.tunnelMetrics.record(tunnelResult) }
         runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
         logLocalAnswer(reason, method: "CONNECT", host: host, path: "-", reason: detail)
         let now = self.now
+        if let head, let tracer = runtime.tracer {
+            let request = AccessRecord.Request(
+                client: clientAddress, method: head.method.rawValue, host: host, path: "-", delivery: nil)
+            tracer.startRequest(headers: head.headers, at: now).finish(
+                RequestFacts(
+                    head, request, target: RequestTarget.parse(head.uri), status: reason.status, upstream: nil,
+                    errorReason: reason.rawValue, attempts: 0), at: now)
+        }
         if afterUpgrade {
             feed { $0.answerLocally(reason, close: true, message: body, now: now, into: &$1) }
         } else {
