@@ -26,6 +26,16 @@ struct ConfigBuilder {
     ]
 
     /// `path` made absolute against the config's directory.
+    /// Whether two absolute paths name the same file as written (`.` and empty segments aside; links are not
+    /// followed: the files may not exist yet).
+    static func samePath(_ a: String, _ b: String?) -> Bool {
+        guard let b else { return false }
+        func segments(_ path: String) -> [Substring] {
+            path.split(separator: "/", omittingEmptySubsequences: true).filter { $0 != "." }
+        }
+        return segments(a) == segments(b)
+    }
+
     func resolve(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         var relative = Substring(path)
@@ -112,6 +122,14 @@ struct ConfigBuilder {
                 return nil
             }
             let absolute = resolve(socketPath)
+            // A socket address holds 107 bytes of path (`sun_path`): a longer one cannot be bound.
+            guard absolute.utf8.count <= 107 else {
+                reader.fail(
+                    node,
+                    "\(NodeReader.quoted(path)): the socket path is \(absolute.utf8.count) bytes once absolute; a "
+                        + "unix socket's path holds at most 107")
+                return nil
+            }
             unixSocketReferences.append(FileReference(path: absolute, key: path, location: reader.location(node)))
             return .unix(path: absolute)
         }
@@ -264,7 +282,13 @@ struct ConfigBuilder {
         switch (map["key_file"], map["key_credential"]) {
         case (let file?, nil):
             if let keyPath = reader.string(file, "keychain.key_file") {
-                key = (.file(path: resolve(keyPath)), reader.location(file))
+                let resolved = resolve(keyPath)
+                if Self.samePath(resolved, path) {
+                    reader.fail(
+                        file,
+                        "'keychain.key_file' names the keychain file itself ('keychain.path'): the key lives apart")
+                }
+                key = (.file(path: resolved), reader.location(file))
             }
         case (nil, let credential?):
             if let name = reader.string(credential, "keychain.key_credential") {

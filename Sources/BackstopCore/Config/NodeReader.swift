@@ -65,6 +65,12 @@ struct NodeReader {
         }
         switch VariableExpansion.expand(scalar.string, environment.value) {
         case .success(let text):
+            // No value of a config can hold NUL (a YAML "\0" or "\u0000"): the C calls that take paths and
+            // addresses would cut it there and use what comes before.
+            if text.utf8.contains(0) {
+                fail(node, "\(NodeReader.quoted(path)): NUL (U+0000) cannot be part of a value")
+                return nil
+            }
             return text
         case .failure(let problem):
             if unexpandable.insert(location(node)).inserted { fail(node, "\(NodeReader.quoted(path)): \(problem)") }

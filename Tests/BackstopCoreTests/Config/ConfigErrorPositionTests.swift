@@ -87,6 +87,13 @@ struct ConfigErrorPositionTests {
             ErrorCase(
                 "version: 1\nlisten:\n  - unix:/run/p.sock\n  - {address: unix:/run/p.sock}\n", at: "unix", 2,
                 "duplicate listen address unix:/run/p.sock"),
+            ErrorCase(
+                "version: 1\nlisten: [\"unix:/run/\(String(repeating: "s", count: 110)).sock\"]\n", at: "\"unix", 1,
+                "a unix socket's path holds at most 107"),
+            ErrorCase("version: 1\nlisten: [\"unix:rel.sock\\0x\"]\n", at: "\"unix", 1, "NUL (U+0000)"),
+            ErrorCase(
+                "version: 1\nlisten: [127.0.0.1:80]\nkeychain: {path: s/x, key_file: s/./x}\n", at: "s/./x", 1,
+                "names the keychain file itself"),
             // Written differently, bound the same: the bind would fail at run.
             ErrorCase(
                 "version: 1\nlisten: [\"[::1]:80\", \"[0:0:0:0:0:0:0:1]:80\"]\n", at: "\"[0:0", 1,
