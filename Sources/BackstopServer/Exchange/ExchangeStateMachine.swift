@@ -825,10 +825,7 @@ struct ExchangeStateMachine: Equatable {
     mutating func bufferDenied(now: Duration) -> Action {
         guard !isDone, case .buffering = progress.body else { return .none }
         if configuration.bodyMustBeKept {
-            return endLocally(
-                .bodyTooLarge,
-                message: "the request body must be kept whole to be signed (aws_sigv4 payload: signed) and "
-                    + "limits.buffer_memory has no room for it now")
+            return endLocally(.bodyTooLarge, message: Self.signedBodyWithoutRoom)
         }
         progress.body = .streaming(complete: false)
         return .beginStreaming
@@ -1498,6 +1495,9 @@ struct ExchangeStateMachine: Equatable {
     static let signedBodyPastRetryBuffer =
         "the request body must be kept whole to be signed (aws_sigv4 payload: signed) and is larger than "
         + "limits.retry_buffer"
+    static let signedBodyWithoutRoom =
+        "the request body must be kept whole to be signed (aws_sigv4 payload: signed) and limits.buffer_memory has "
+        + "no room for it now"
 
     /// `message`: the answer's body when the reason's own text would mislead.
     private mutating func endLocally(
@@ -1546,9 +1546,9 @@ struct ExchangeStateMachine: Equatable {
             requestComplete: progress.requestComplete, endpoint: progress.endpoint, retryAfter: progress.retryAfter,
             hedges: hedges)
         if let message { record.message = message }
-        if settled != nil && report == nil || !others.isEmpty {
-            record.unanswered = UnansweredAttempts(settled: settled != nil && report == nil, copies: others.count)
-        }
+        // The attempt settled on without a report was still in flight: let go unanswered, as are the others.
+        let unanswered = UnansweredAttempts(settled: settled != nil && report == nil, copies: others.count)
+        if unanswered != UnansweredAttempts() { record.unanswered = unanswered }
         return .end(ending, record, .with(report: report, endpoint: endpoint, letGo: others))
     }
 }

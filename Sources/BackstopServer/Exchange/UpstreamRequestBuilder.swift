@@ -103,7 +103,10 @@ enum UpstreamRequestBuilder {
         }
         let query = path.firstIndex(of: "?")
         var clientHeaders: [(name: String, value: String)] = []
-        for index in headers.indices {
+        for index in headers.indices where headers.nameCount(at: index) > 6 {
+            // Only an `x-amz-` name is lowercased (a string per field of every signed request otherwise).
+            let first = headers.withName(at: index) { $0.first }
+            guard first == UInt8(ascii: "x") || first == UInt8(ascii: "X") else { continue }
             let name = headers.name(at: index).lowercased()
             if SigV4Signer.signsClientHeader(named: name) { clientHeaders.append((name, headers.value(at: index))) }
         }

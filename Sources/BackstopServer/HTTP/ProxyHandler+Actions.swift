@@ -396,13 +396,10 @@ extension ProxyHandler {
     /// The access line and request metrics of a queued request's answer: `202` with its delivery, or its refusal.
     private func logQueued(_ intake: QueueIntake, status: Int, error: String?, delivery: String?) {
         let elapsed = now - intake.started
-        // An answer of the upstream's, on the status page too (its activity window; a 507 `spool-full` in its
-        // failures), as an exchange's and a refusal after routing are (docs/reference/operations.md#status-page).
-        runtime.metrics.upstream(intake.upstream).recordExchange(
-            status: status, seconds: elapsed.seconds, attempts: 0, second: now.secondsAndAttoseconds.seconds)
-        if status >= 500, let error {
-            runtime.recordFailure(upstream: intake.upstream, endpoint: "-", status: status, cause: error)
-        }
+        // On the status page too: a 507 `spool-full` among the upstream's failures.
+        runtime.recordAnswer(
+            upstream: intake.upstream, status: status, seconds: elapsed.seconds, attempts: 0, now: now,
+            cause: error ?? "status \(status)")
         var request = intake.record
         request.delivery = delivery
         runtime.logAccess(

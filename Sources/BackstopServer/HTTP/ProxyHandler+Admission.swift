@@ -151,14 +151,10 @@ extension ProxyHandler {
     ) {
         let upstreamName = upstream ?? "-"
         if let upstream {
-            // Refused after routing: an answer of that upstream's, on the status page too (its activity window, and
-            // its failures when it is a 5xx: `upstream-overloaded`, `spool-full`), as an exchange's would be.
-            let second = now.secondsAndAttoseconds.seconds
-            runtime.metrics.upstream(upstream).recordExchange(
-                status: reason.status, seconds: 0, attempts: 0, second: second)
-            if reason.status >= 500 {
-                runtime.recordFailure(upstream: upstream, endpoint: "-", status: reason.status, cause: reason.rawValue)
-            }
+            // Refused after routing: an answer of that upstream's, on the status page too (`upstream-overloaded`,
+            // `spool-full` among its failures).
+            runtime.recordAnswer(
+                upstream: upstream, status: reason.status, seconds: 0, attempts: 0, now: now, cause: reason.rawValue)
         } else {
             runtime.metrics.recordRequest(upstream: upstreamName, status: reason.status, seconds: 0)
         }

@@ -136,4 +136,16 @@ extension ProxyRuntime {
         failures.record(
             FailureRecord(at: clock.wall(), upstream: upstream, endpoint: endpoint, status: status, cause: cause))
     }
+
+    /// A request of `upstream`'s answered without an exchange (refused after routing, a queued upstream's own
+    /// answer, an upgrade's handshake): its request metrics and activity window, and, for a 5xx, the failures, as
+    /// an exchange's end records them. `cause` is read only for a 5xx.
+    func recordAnswer(
+        upstream: String, status: Int, seconds: Double, attempts: Int, now: Duration, endpoint: String = "-",
+        cause: @autoclosure () -> String
+    ) {
+        metrics.upstream(upstream).recordExchange(
+            status: status, seconds: seconds, attempts: attempts, second: now.secondsAndAttoseconds.seconds)
+        if status >= 500 { recordFailure(upstream: upstream, endpoint: endpoint, status: status, cause: cause()) }
+    }
 }

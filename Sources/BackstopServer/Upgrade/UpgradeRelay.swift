@@ -595,17 +595,11 @@ final class UpgradeRelay: ChannelDuplexHandler, RemovableChannelHandler {
         logged = true
         traceFinished(status: status, error: error, attempts: attempts)
         let elapsed = now - machine.startedAt
-        // On the status page as any exchange's end: its activity window, and a 5xx among the failures
-        // (docs/reference/operations.md#status-page).
-        metrics.recordExchange(
-            status: status, seconds: elapsed.seconds, attempts: attempts, second: now.secondsAndAttoseconds.seconds)
-        if status >= 500 {
-            runtime.recordFailure(
-                upstream: request.upstream.config.name,
-                endpoint: attempts > 0 ? request.upstream.health.key(0) : "-", status: status,
-                cause: error.map { error in reason.map { "\(error): \($0)" } ?? error } ?? "upstream answered \(status)"
-            )
-        }
+        // On the status page as any exchange's end (docs/reference/operations.md#status-page).
+        runtime.recordAnswer(
+            upstream: request.upstream.config.name, status: status, seconds: elapsed.seconds, attempts: attempts,
+            now: now, endpoint: attempts > 0 ? request.upstream.health.key(0) : "-",
+            cause: error.map { error in reason.map { "\(error): \($0)" } ?? error } ?? "upstream answered \(status)")
         runtime.logAccess(
             AccessRecord(
                 request: request.record, status: status, error: error, reason: reason,
