@@ -19,7 +19,7 @@ struct QueueProbeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backstop-queue-probe",
         abstract: "Load, crash and memory probes of Backstop's queue store and spool.",
-        subcommands: [EnqueueCommand.self, SpoolCommand.self, ReopenFullCommand.self])
+        subcommands: [EnqueueCommand.self, SpoolCommand.self, ReopenFullCommand.self, SettleFullCommand.self])
 }
 
 /// Writes a line to stdout at once (no buffering: a parent reading acknowledgements must see each before a kill).
@@ -262,6 +262,69 @@ struct ReopenFullCommand: AsyncParsableCommand {
             fields.append(("reopened", "\(error)"))
         }
         emit(json(fields))
+    }
+}
+
+/// `settle-full`: deliveries claimed, the filesystem then filled by another file, their outcomes recorded: a failed
+/// try's new time (which frees nothing) and a delivery (whose delete frees its row). Prints each outcome and the
+/// reserve's size before and after each.
+struct SettleFullCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "settle-full",
+        abstract: "Queue and claim two requests, fill the filesystem with a file, record a retry, then a delivery.")
+
+    @Option(help: "The spool directory.") var dir: String
+    @Option(help: "Key file; created when missing.") var keyFile: String
+
+    func run() async throws {
+        let key = try EnqueueCommand.key(at: keyFile)
+        let request = QueuedRequest(
+            method: "POST", target: "/events", headers: [], body: Array(repeating: 0x78, count: 1024))
+        var fields: [(String, Any)] = []
+        // Closed and opened again: the log starts empty, so the first outcome needs new blocks.
+        let first = try await QueueStore.open(
+            directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
+        for _ in 0..<2 { _ = try await first.enqueue(upstream: "events", request) }
+        await first.close()
+        let store = try await QueueStore.open(
+            directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
+        let claimed = try await store.claim(
+            upstream: "events", concurrency: 2, policy: DeliveryPolicy(maxAge: .seconds(86_400))
+        ).deliveries
+        fields.append(("claimed", claimed.count))
+        let reserve = dir + "/queue.reserve"
+        fields.append(("reserve_before", Self.size(of: reserve)))
+        let filler = open(dir + "/../filler", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        let block = [UInt8](repeating: 0x66, count: 4096)
+        var filled = 0
+        while true {
+            let written = block.withUnsafeBytes { write(filler, $0.baseAddress, $0.count) }
+            if written <= 0 { break }
+            filled += written
+        }
+        close(filler)
+        fields.append(("filler_bytes", filled))
+        if claimed.count == 2 {
+            for (name, delivery, decision) in [
+                ("retry", claimed[0], DeliveryDecision.retry(at: Date().timeIntervalSince1970 + 60, lastOutcome: "x")),
+                ("delivered", claimed[1], .delivered),
+            ] {
+                do {
+                    try await store.settle(delivery, decision)
+                    fields.append((name, "recorded"))
+                } catch {
+                    fields.append((name, "\(error)"))
+                }
+                fields.append(("reserve_after_" + name, Self.size(of: reserve)))
+            }
+        }
+        await store.close()
+        emit(json(fields))
+    }
+
+    static func size(of path: String) -> Int {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int(info.st_size) : -1
     }
 }
 

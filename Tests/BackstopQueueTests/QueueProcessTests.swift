@@ -153,6 +153,26 @@ struct QueueProcessTests {
     }
 
     @Test(
+        "on a full disk the reserve is spent only on an outcome that frees room: a failed try's new time is refused spool-full and leaves it whole, a delivery's delete takes it"
+    )
+    func reserveOnlyForWritesThatFreeRoom() throws {
+        let (dir, mountPoint, inNamespace) = try Self.smallTmpfs()
+        let result = try QueueProbe.run(
+            inNamespace + ["settle-full", "--dir", mountPoint + "/spool", "--key-file", dir.path + "/key"],
+            executable: "/usr/bin/unshare")
+        #expect(result.json["claimed"] as? Int == 2, "\(result.json) \(result.stderr)")
+        let whole = result.json["reserve_before"] as? Int ?? 0
+        #expect(whole == SpoolReserve.size(forFilesystemOf: 4 << 20), "\(result.json)")
+        // Before the fix the retry took the reserve: the deliveries that would free the disk then found none left
+        // (QueuedDeliveryTests.diskFull failed now and then: every delete refused for good).
+        #expect(
+            (result.json["retry"] as? String)?.hasPrefix("the spool's filesystem is full") == true, "\(result.json)")
+        #expect(result.json["reserve_after_retry"] as? Int == whole, "\(result.json)")
+        #expect(result.json["delivered"] as? String == "recorded", "\(result.json)")
+        #expect(result.json["reserve_after_delivered"] as? Int == 0, "\(result.json)")
+    }
+
+    @Test(
         "8 and 32 MiB bodies (256 MiB with BACKSTOP_BIG_BODIES=1): read back twice with their SHA-256, no plaintext on disk, peak RSS bounded",
         arguments: QueueProbe.bigBodySizes)
     func largeBodies(bytes: Int) throws {

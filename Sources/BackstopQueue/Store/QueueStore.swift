@@ -123,7 +123,7 @@ public final class QueueStore: Sendable {
                 DeliveryID(unixMillis: Int64(clamping: Self.micros(clock.wall()) / 1000))
             }, ownerLock: ownerLock, reserve: reserve)
         do throws(QueueError) {
-            try await store.run(writes: false) { try store.prepare($0) }
+            try await store.run(writes: false, { try store.prepare($0) }, freesRoom: true)
             do {
                 try checkpointer.start()
             } catch {
@@ -435,7 +435,7 @@ public final class QueueStore: Sendable {
                         [.text(outcome), seq])
                     return 0
                 }
-            }, then: { self.freed($0) })
+            }, then: { self.freed($0) }, freesRoom: decision == .delivered)
     }
 
     /// How many deliveries are queued per upstream not in `upstreams` (the ones with `delivery: queue` now): no
@@ -543,7 +543,7 @@ public final class QueueStore: Sendable {
             { connection in
                 try connection.query("DELETE FROM deliveries WHERE id = ? RETURNING size", [.text(id.text)])
                     .compactMap { $0.integer(0) }
-            }, then: { self.freed($0.reduce(0, +)) })
+            }, then: { self.freed($0.reduce(0, +)) }, freesRoom: true)
         return !sizes.isEmpty
     }
 
@@ -589,16 +589,21 @@ public final class QueueStore: Sendable {
         return total
     }
 
+    /// Runs `work` in the store's next batch. `freesRoom`: the work frees room on the disk (a delete) or opens the
+    /// store, and may spend the reserve when the disk is full (`SpoolReserve`).
     @discardableResult
     private func run<T: Sendable>(
         writes: Bool, _ work: @escaping @Sendable (SQLiteHandle) throws -> T,
-        then: (@Sendable (T) -> Void)? = nil
+        then: (@Sendable (T) -> Void)? = nil, freesRoom: Bool = false
     ) async throws(QueueError) -> T {
         do {
             return try await database.perform(writes: writes, work, then: then)
-        } catch let error as SQLiteHandle.Failure where error.isFull && reserve.release() {
-            // The disk is full: the reserve gives the write that frees room (an outcome, a delete) what it needs,
-            // and the opening of a queue on a disk someone else filled the shared-memory file it maps.
+        } catch let error as SQLiteHandle.Failure where error.isFull && freesRoom && reserve.release() {
+            // The disk is full: the reserve gives the write that frees room (a delivered row's delete, a drop) what
+            // it needs, and the opening of a queue on a disk someone else filled the shared-memory file it maps.
+            // Only those (`freesRoom`): spent on a failed try's new time, which frees nothing, the reserve was gone
+            // when the deliveries that would free the disk came to be recorded (a flake of
+            // QueuedDeliveryTests.diskFull: every delete failed for good).
             do {
                 return try await database.perform(writes: writes, work, then: then)
             } catch {

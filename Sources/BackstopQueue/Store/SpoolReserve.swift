@@ -8,9 +8,9 @@ import Musl
 
 /// Room kept on the spool's filesystem so the queue can always record outcomes ("A full disk" in
 /// docs/reference/behaviour.md#queued-delivery): the file `queue.reserve`, allocated (`posix_fallocate`) to `size`
-/// bytes. Requests fill the disk around it; when a
-/// write that frees room (a delivered row's delete, an outcome, a drop) fails for want of blocks, the reserve is let
-/// go (truncated to nothing) and the write tried again: SQLite in WAL mode needs free blocks to delete a row and to
+/// bytes. Requests fill the disk around it; when a write that frees room (a delivered row's delete, a drop; never a
+/// failed try's new time, which frees nothing) fails for want of blocks, the reserve is let go (truncated to nothing)
+/// and the write tried again: SQLite in WAL mode needs free blocks to delete a row and to
 /// copy its WAL into the database, and a queue that filled the disk with its own requests could otherwise free
 /// nothing and not even open again. A request is taken only while the reserve is whole (made whole again first when
 /// there is room).
