@@ -61,6 +61,12 @@ enum EnvironmentChecks {
                 break
             }
         }
+        if let keychain = config.keychain, let problem = unusablePath(keychain.path) {
+            problems.append(
+                ConfigError(
+                    location: keychain.pathLocation ?? SourceLocation(file: config.sourceFile, line: 1, column: 1),
+                    message: "keychain.path \(keychain.path) cannot be used: \(problem)"))
+        }
         if let keychain = config.keychain, case .file(let keyPath) = keychain.key {
             let location = keychain.keyLocation ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
             if access(keyPath, F_OK) != 0, errno != ENOENT {
@@ -85,7 +91,9 @@ enum EnvironmentChecks {
                             + "backstop would refuse to start"))
             }
         }
-        if let spool = config.spool, let problem = SpoolDirectoryCheck.problem(spool.directory) {
+        if let spool = config.spool,
+            let problem = SpoolDirectoryCheck.problem(spool.directory, createdByRun: directoriesRunCreates(config))
+        {
             let location = spool.location ?? SourceLocation(file: config.sourceFile, line: 1, column: 1)
             problems.append(ConfigError(location: location, message: "spool.dir \(spool.directory) \(problem)"))
         }
@@ -93,6 +101,26 @@ enum EnvironmentChecks {
     }
 
     private static func errnoText() -> String { String(cString: strerror(errno)) }
+
+    /// Why a file `run` would create at `path` cannot be: a name in it over 255 bytes (also below a directory
+    /// that does not exist yet, which a lookup would report first as missing), or a directory on the way that is
+    /// a file or out of reach. Nil when it exists or may be created.
+    static func unusablePath(_ path: String) -> String? {
+        if path.split(separator: "/").contains(where: { $0.utf8.count > Int(NAME_MAX) }) {
+            return "a name in it is longer than \(NAME_MAX) bytes"
+        }
+        if access(path, F_OK) != 0, errno != ENOENT { return errnoText() }
+        return nil
+    }
+
+    /// The directories `run` creates with their missing parents before it opens the spool: the keychain's and its
+    /// key file's (`KeychainBootstrap`).
+    static func directoriesRunCreates(_ config: Config) -> [String] {
+        guard let keychain = config.keychain else { return [] }
+        var paths = [keychain.path]
+        if case .file(let keyPath) = keychain.key { paths.append(keyPath) }
+        return paths.map(Posix.directory(of:))
+    }
 }
 
 /// Key file sanity for `check`: the same checks `run` applies when it loads the key.
@@ -111,7 +139,7 @@ enum KeyFileCheck {
 /// the directory must exist and this user must be able to create files in it.
 enum UnixSocketDirectoryCheck {
     static func problem(_ path: String) -> String? {
-        let parent = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let parent = Posix.directory(of: path)
         var info = stat()
         guard stat(parent, &info) == 0 else {
             return "its directory \(parent) cannot be used: \(String(cString: strerror(errno)))"
@@ -125,9 +153,10 @@ enum UnixSocketDirectoryCheck {
 }
 
 /// `spool.dir` for `check`: `run` creates it when missing (one level, mode 0700), so it must be a writable
-/// directory, or its parent must be one.
+/// directory, or its parent must be one — or be among `createdByRun` (or above one of them: the keychain's
+/// directories, made with their parents before the spool opens), with the nearest directory that exists writable.
 enum SpoolDirectoryCheck {
-    static func problem(_ directory: String) -> String? {
+    static func problem(_ directory: String, createdByRun: [String] = []) -> String? {
         var info = stat()
         if stat(directory, &info) == 0 {
             guard info.st_mode & S_IFMT == S_IFDIR else { return "is not a directory" }
@@ -136,8 +165,15 @@ enum SpoolDirectoryCheck {
             }
             return QueueStore.directoryTrustProblem(directory).map { "is \($0)" }
         }
-        let parent =
-            directory.lastIndex(of: "/").map { $0 == directory.startIndex ? "/" : String(directory[..<$0]) } ?? "."
+        if errno != ENOENT { return "cannot be used: \(String(cString: strerror(errno)))" }
+        var parent = Posix.directory(of: directory)
+        if stat(parent, &info) != 0, errno == ENOENT,
+            createdByRun.contains(where: { $0 == parent || $0.hasPrefix(parent + "/") })
+        {
+            while stat(parent, &info) != 0, errno == ENOENT, parent != "/", parent != "." {
+                parent = Posix.directory(of: parent)
+            }
+        }
         guard stat(parent, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, access(parent, W_OK | X_OK) == 0 else {
             return "does not exist and cannot be created: \(parent) is not a writable directory"
         }

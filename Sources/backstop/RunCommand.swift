@@ -22,6 +22,14 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .long, help: "How long a drain waits for in-flight requests (e.g. 30s).")
     var drainTimeout: String = "30s"
 
+    /// Before anything is read: a malformed option is a usage error (exit 2) whatever the config holds
+    /// (docs/reference/cli.md#exit-codes).
+    func validate() throws {
+        if DurationParser.parse(drainTimeout) == nil {
+            throw ValidationError("--drain-timeout: '\(drainTimeout)' is not a duration (e.g. 30s)")
+        }
+    }
+
     func run() async throws {
         // A SIGHUP before the daemon can reload (config management, logrotate during a restart) must not kill it
         // with the default action: it is ignored (already from `Main`) until the signal sequence takes it, and the
@@ -37,10 +45,8 @@ struct RunCommand: AsyncParsableCommand {
             for error in errors.errors { Console.error(error.description) }
             throw ExitCode(1)
         }
-        guard let drain = DurationParser.parse(drainTimeout) else {
-            Console.error("--drain-timeout: '\(drainTimeout)' is not a duration (e.g. 30s)")
-            throw ExitCode(2)
-        }
+        // `validate` refused any other value.
+        let drain = DurationParser.parse(drainTimeout) ?? .seconds(30)
         let logSettings = LogSettings(level: config.log.level.loggerLevel, format: config.log.format)
         LoggingSystem.bootstrap { label in LineLogHandler(label: label, settings: logSettings) }
         let logger = Logger(label: "backstop")

@@ -216,6 +216,48 @@ struct CommandLineTests {
             ], "got: \(result.standardOutput)")
     }
 
+    @Test(
+        "check agrees with run on the state directories: a spool.dir inside the keychain's directory that run creates is ok, one inside another missing directory is not, and a keychain file name over 255 bytes is refused"
+    )
+    func checkStateDirectoriesAsRunMakesThem() async throws {
+        let (directory, path) = try writeConfig(
+            """
+            version: 1
+            listen: [127.0.0.1:8080]
+            keychain: {path: state/k.bkc, key_file: state/k.key}
+            spool: {dir: state/spool}
+            upstreams:
+              - {name: a, match: {hosts: [a.test]}, url: http://127.0.0.1:9}
+
+            """)
+        defer { TestFiles.remove(directory) }
+        let fresh = try await TestProcess.run(binary, ["check", "--config", path])
+        #expect(fresh.status == 0, "run creates state/ for the keychain before the spool: \(fresh.standardOutput)")
+
+        let long = String(repeating: "k", count: 300)
+        try """
+        version: 1
+        listen: [127.0.0.1:8080]
+        keychain: {path: state/\(long).bkc, key_file: state/k.key}
+        spool: {dir: other/spool}
+        upstreams:
+          - {name: a, match: {hosts: [a.test]}, url: http://127.0.0.1:9}
+
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let refused = try await TestProcess.run(binary, ["check", "--config", path])
+        #expect(refused.status == 1)
+        let lines = refused.standardOutput.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2, "\(refused.standardOutput)")
+        #expect(
+            lines.first?.hasPrefix("\(path):3:18: keychain.path \(directory)/state/\(long).bkc cannot be used: ")
+                == true,
+            "\(lines)")
+        #expect(
+            lines.last?.hasSuffix(
+                "spool.dir \(directory)/other/spool does not exist and cannot be created: \(directory)/other is not a "
+                    + "writable directory") == true, "\(lines)")
+    }
+
     @Test("check reports file problems beside schema errors, in file order: every problem in one run")
     func checkFilesBesideSchemaErrors() async throws {
         let (directory, path) = try writeConfig(
@@ -327,6 +369,22 @@ struct CommandLineTests {
         #expect(help.status == 0)
         #expect(help.standardOutput.contains("SUBCOMMANDS"))
         #expect(try await TestProcess.run(binary, ["keychain", "--help"]).status == 0)
+    }
+
+    @Test(
+        "a malformed option value is a usage error (exit 2) naming the option, before the config is read: --drain-timeout, an empty --new-key-file"
+    )
+    func malformedOptionBeforeConfig() async throws {
+        let missing = "/nonexistent/backstop-test.yaml"
+        for (arguments, option) in [
+            (["run", "--drain-timeout", "5", "--config", missing], "--drain-timeout"),
+            (["keychain", "rekey", "--new-key-file", "", "--config", missing], "--new-key-file"),
+        ] {
+            let result = try await TestProcess.run(binary, arguments)
+            #expect(result.status == 2, "\(arguments): \(result.standardError)")
+            #expect(result.standardError.contains(option), "\(arguments): \(result.standardError)")
+            #expect(!result.standardError.contains(missing), "the config is not read: \(result.standardError)")
+        }
     }
 
     @Test("version prints the version; an unknown flag is a usage error (exit 2)")

@@ -273,8 +273,10 @@ struct ConfigBuilder {
             return nil
         }
         var path: String?
+        var pathLocation: SourceLocation?
         if let n = map["path"] {
             path = reader.string(n, "keychain.path").map(resolve)
+            pathLocation = reader.location(n)
         } else {
             reader.fail(node, "'keychain' needs 'path' (the keychain file)")
         }
@@ -304,7 +306,7 @@ struct ConfigBuilder {
             reader.fail(node, "'keychain' needs 'key_file' (or 'key_credential')")
         }
         guard let path, let key else { return nil }
-        return KeychainConfig(path: path, key: key.0, keyLocation: key.1)
+        return KeychainConfig(path: path, key: key.0, keyLocation: key.1, pathLocation: pathLocation)
     }
 
     mutating func limits(_ node: Node) -> Limits {

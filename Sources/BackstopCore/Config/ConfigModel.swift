@@ -251,10 +251,15 @@ public struct KeychainConfig: Sendable, Equatable {
     public var key: KeySource
     /// Where `key_file`/`key_credential` was written, for errors found later (unreadable key file, bad mode).
     @NotCompared public var keyLocation: SourceLocation?
-    public init(path: String, key: KeySource, keyLocation: SourceLocation? = nil) {
+    /// Where `path` was written.
+    @NotCompared public var pathLocation: SourceLocation?
+    public init(
+        path: String, key: KeySource, keyLocation: SourceLocation? = nil, pathLocation: SourceLocation? = nil
+    ) {
         self.path = path
         self.key = key
         self.keyLocation = keyLocation
+        self.pathLocation = pathLocation
     }
 }
 

@@ -93,7 +93,8 @@ public enum Posix {
         throw .io(operation: "stat", path: path, errno: errno)
     }
 
-    static func directory(of path: String) -> String {
+    /// The directory part of `path` ("." for a bare name, "/" for a name at the root).
+    public static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }

@@ -16,6 +16,10 @@ struct KeychainRekeyCommand: ParsableCommand {
     var newKeyFile: String
     @OptionGroup var options: ConfigOption
 
+    func validate() throws {
+        if newKeyFile.isEmpty { throw ValidationError("--new-key-file: an empty path names no file") }
+    }
+
     /// Rekeys; returns the durability warning of a replace that took effect, throws for one that did not.
     private static func rekey(_ keychain: FileKeychain, to newKey: KeychainKey) throws -> KeychainError? {
         do {
