@@ -161,6 +161,53 @@ struct QueuedDeliveryTests {
     }
 
     @Test(
+        "a queued request has its server span like any other: 202 with the upstream, in the client's trace; a 507 spool-full too, with its reason"
+    )
+    func queuedIntakeTraced() async throws {
+        let receiver = try await TracedRequestTests.Receiver.start()
+        defer { receiver.stop() }
+        let switchable = try await SwitchableOrigin(down: true)
+        let setup = try Setup(
+            origin: switchable.origin, maxBytes: "1MiB",
+            extra: "limits: {max_request_body: 512KiB}\n" + TracedRequestTests.tracing(receiver))
+        let daemon = try DaemonProcess.start(binary: binary, arguments: ["run", "--config", setup.config])
+        try await daemon.waitUntilListening(port: setup.port)
+        let traces = ["1bf92f3577b34da6a3ce929d0e0e4736", "2bf92f3577b34da6a3ce929d0e0e4736"]
+        let accepted = try await setup.post(
+            "/hook", body: "{}", headers: [("traceparent", "00-\(traces[0])-00f067aa0ba902b7-01")])
+        #expect(accepted.status == 202)
+        // Bodies of 500 KiB until the 1 MiB budget refuses one, without storing it.
+        var statuses: [Int] = []
+        for n in 0..<3 where !statuses.contains(507) {
+            statuses.append(
+                try await setup.post(
+                    "/big/\(n)", body: String(repeating: "x", count: 500 * 1024),
+                    headers: [("traceparent", "00-\(traces[1])-00f067aa0ba902b7-01")]
+                ).status)
+        }
+        #expect(statuses.last == 507, "\(statuses)")
+
+        try await receiver.process.waitForOutput(timeout: .seconds(15)) { output in
+            traces.allSatisfy { output.contains($0) }
+        }
+        let spans = receiver.spans
+        let intake = try #require(spans.first { $0["trace_id"] as? String == traces[0] })
+        #expect(intake["kind"] as? String == "SPAN_KIND_SERVER")
+        #expect(intake["parent_span_id"] as? String == "00f067aa0ba902b7")
+        #expect(TracedRequestTests.int(intake, "http.response.status_code") == 202)
+        #expect(TracedRequestTests.string(intake, "backstop.upstream") == "events")
+        #expect(TracedRequestTests.int(intake, "backstop.attempts") == 0)
+        let full = try #require(
+            spans.first {
+                $0["trace_id"] as? String == traces[1] && TracedRequestTests.int($0, "http.response.status_code") == 507
+            })
+        #expect(TracedRequestTests.string(full, "error.type") == "spool-full")
+        #expect(TracedRequestTests.statusCode(full) == "STATUS_CODE_ERROR")
+        await daemon.stop()
+        try await switchable.origin.shutdown()
+    }
+
+    @Test(
         "deliveries list: a spool.dir that is missing, or whose queue cannot be looked at, is exit 1 naming it — never the empty list a drain check would trust"
     )
     func listRefusesASpoolItCannotSee() async throws {

@@ -1,5 +1,6 @@
 import BackstopCore
 import BackstopQueue
+import BackstopTracing
 import NIOCore
 import NIOHTTP1
 
@@ -21,6 +22,9 @@ final class QueueIntake {
     /// Bytes of `limits.buffer_memory` this request holds.
     private var reserved = 0
     private var finished = false
+    /// The request's server span, begun as its head was read and ended with its answer (a refused or queued request
+    /// is a request too: docs/reference/operations.md#tracing); nil without tracing.
+    private let trace: (span: RequestTrace, facts: RequestFacts)?
 
     init(
         head: ClientRequestHead, upstream: String, record: AccessRecord.Request, runtime: ProxyRuntime,
@@ -44,7 +48,24 @@ final class QueueIntake {
         }
         self.runtime = runtime
         self.bufferMemory = bufferMemory
+        trace = runtime.tracer.map { tracer in
+            (
+                tracer.startRequest(headers: head.headers, at: now),
+                RequestFacts(
+                    head, record, target: RequestTarget.parse(head.uri), status: 0, upstream: upstream,
+                    errorReason: nil, attempts: 0)
+            )
+        }
         runtime.requestStarted()
+    }
+
+    /// Ends the request's server span with its answer: `202`, or why it was not stored.
+    func answered(status: Int, error: String?, at now: Duration) {
+        guard let trace else { return }
+        var facts = trace.facts
+        facts.status = status
+        facts.errorReason = error
+        trace.span.finish(facts, at: now)
     }
 
     /// Keeps `part`; false when it does not fit `limits.buffer_memory` (nothing of it is kept then).

@@ -400,6 +400,7 @@ extension ProxyHandler {
         runtime.recordAnswer(
             upstream: intake.upstream, status: status, seconds: elapsed.seconds, attempts: 0, now: now,
             cause: error ?? "status \(status)")
+        intake.answered(status: status, error: error, at: now)
         var request = intake.record
         request.delivery = delivery
         runtime.logAccess(
