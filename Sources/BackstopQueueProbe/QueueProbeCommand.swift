@@ -228,31 +228,16 @@ struct ReopenFullCommand: AsyncParsableCommand {
 
     func run() async throws {
         let key = try EnqueueCommand.key(at: keyFile)
-        let request = QueuedRequest(
-            method: "POST", target: "/events", headers: [], body: Array(repeating: 0x78, count: 1024))
         var fields: [(String, Any)] = []
-        let first = try await QueueStore.open(
-            directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
-        for _ in 0..<requests { _ = try await first.enqueue(upstream: "events", request) }
-        await first.close()
-        // Someone else's file takes every free block.
-        let filler = open(dir + "/../filler", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        let block = [UInt8](repeating: 0x66, count: 64 << 10)
-        var filled = 0
-        while true {
-            let written = block.withUnsafeBytes { write(filler, $0.baseAddress, $0.count) }
-            if written <= 0 { break }
-            filled += written
-        }
-        close(filler)
-        fields.append(("filler_bytes", filled))
+        try await Self.queue(requests, in: dir, key: key)
+        fields.append(("filler_bytes", Self.fillFilesystem(besides: dir, blockSize: 64 << 10)))
         do {
             let store = try await QueueStore.open(
                 directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
             fields.append(("reopened", "ok"))
             fields.append(("listed", (try? await store.list(.queued).count) ?? -1))
             do {
-                _ = try await store.enqueue(upstream: "events", request)
+                _ = try await store.enqueue(upstream: "events", Self.request)
                 fields.append(("enqueue", "accepted"))
             } catch {
                 fields.append(("enqueue", "\(error)"))
@@ -262,6 +247,32 @@ struct ReopenFullCommand: AsyncParsableCommand {
             fields.append(("reopened", "\(error)"))
         }
         emit(json(fields))
+    }
+
+    /// What the full-disk probes queue: a 1 KiB POST.
+    static let request = QueuedRequest(
+        method: "POST", target: "/events", headers: [], body: Array(repeating: 0x78, count: 1024))
+
+    /// Queues `count` requests for upstream `events` in the store at `dir`, and closes it.
+    static func queue(_ count: Int, in dir: String, key: KeychainKey) async throws {
+        let store = try await QueueStore.open(
+            directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
+        for _ in 0..<count { _ = try await store.enqueue(upstream: "events", request) }
+        await store.close()
+    }
+
+    /// Someone else's file beside `dir` takes every free block of its filesystem; returns the bytes it took.
+    static func fillFilesystem(besides dir: String, blockSize: Int) -> Int {
+        let filler = open(dir + "/../filler", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        let block = [UInt8](repeating: 0x66, count: blockSize)
+        var filled = 0
+        while true {
+            let written = block.withUnsafeBytes { write(filler, $0.baseAddress, $0.count) }
+            if written <= 0 { break }
+            filled += written
+        }
+        close(filler)
+        return filled
     }
 }
 
@@ -278,14 +289,9 @@ struct SettleFullCommand: AsyncParsableCommand {
 
     func run() async throws {
         let key = try EnqueueCommand.key(at: keyFile)
-        let request = QueuedRequest(
-            method: "POST", target: "/events", headers: [], body: Array(repeating: 0x78, count: 1024))
         var fields: [(String, Any)] = []
         // Closed and opened again: the log starts empty, so the first outcome needs new blocks.
-        let first = try await QueueStore.open(
-            directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
-        for _ in 0..<2 { _ = try await first.enqueue(upstream: "events", request) }
-        await first.close()
+        try await ReopenFullCommand.queue(2, in: dir, key: key)
         let store = try await QueueStore.open(
             directory: dir, key: key, budget: SpoolBudget(limit: 1 << 30), owner: true)
         let claimed = try await store.claim(
@@ -294,16 +300,7 @@ struct SettleFullCommand: AsyncParsableCommand {
         fields.append(("claimed", claimed.count))
         let reserve = dir + "/queue.reserve"
         fields.append(("reserve_before", Self.size(of: reserve)))
-        let filler = open(dir + "/../filler", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        let block = [UInt8](repeating: 0x66, count: 4096)
-        var filled = 0
-        while true {
-            let written = block.withUnsafeBytes { write(filler, $0.baseAddress, $0.count) }
-            if written <= 0 { break }
-            filled += written
-        }
-        close(filler)
-        fields.append(("filler_bytes", filled))
+        fields.append(("filler_bytes", ReopenFullCommand.fillFilesystem(besides: dir, blockSize: 4096)))
         if claimed.count == 2 {
             for (name, delivery, decision) in [
                 ("retry", claimed[0], DeliveryDecision.retry(at: Date().timeIntervalSince1970 + 60, lastOutcome: "x")),
