@@ -78,6 +78,55 @@ struct StreamingTests {
         try await origin.shutdown()
     }
 
+    @Test(
+        "a client reading steadily is progress for timeouts.idle: a 4 MiB body read at ~800 KB/s with idle 500ms arrives whole; one that reads nothing is cut"
+    )
+    func steadyReaderIsNotIdle() async throws {
+        // Before TCP_NOTSENT_LOWAT on client connections the loopback socket took ~4.8 MB at once and said nothing
+        // until ~1.1 MB had drained: the response showed no progress for well over 500 ms and was cut as idle.
+        let size = 4 << 20
+        let stalledSize = 64 << 20
+        try await withOriginAndProxy(
+            origin: { request in
+                .stream(
+                    status: 200, headers: [], totalBytes: request.uri.contains("stalled") ? stalledSize : size,
+                    chunkSize: 64 << 10, chunked: false)
+            },
+            config: { singleUpstreamConfig($0, extra: "    timeouts: {idle: 500ms}") }
+        ) { _, proxy in
+            let response = try await RawHTTP.exchange(
+                port: proxy.port, request: RawHTTP.request("GET", "http://app.test/steady", host: "app.test"),
+                timeout: .seconds(60), readDelayPerChunk: .milliseconds(20))
+            #expect(response.status == 200)
+            #expect(response.body.count == size, "cut after \(response.body.count) bytes")
+            #expect(TestPattern.verify(response.body, expectedLength: size))
+
+            // A client that takes nothing is still idle: its 64 MiB response is cut once the kernel buffers are full
+            // and 500 ms pass, its connection closed.
+            let stalled = try BlockingSocket(port: proxy.port)
+            #expect(stalled.send("GET http://app.test/stalled HTTP/1.1\r\nHost: app.test\r\n\r\n"))
+            for open in [1, 0] {
+                try await Poll.until(
+                    "\(open) client connection(s) open", within: .seconds(10), every: .milliseconds(20)
+                ) {
+                    proxy.server.metricsText().contains("\nbackstop_client_connections \(open)\n")
+                }
+            }
+            let fd = stalled.fd
+            let received = try await BlockingSocket.onThread { () -> Int in
+                // What the kernel held for it, then the close: read on a thread of its own (a blocking read).
+                var buffer = [UInt8](repeating: 0, count: 64 << 10)
+                var total = 0
+                var info = timeval(tv_sec: 20, tv_usec: 0)
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &info, socklen_t(MemoryLayout<timeval>.size))
+                while case let n = recv(fd, &buffer, buffer.count, 0), n > 0 { total += n }
+                return total
+            }()
+            withExtendedLifetime(stalled) {}
+            #expect(received > 0 && received < stalledSize, "\(received) bytes of \(stalledSize)")
+        }
+    }
+
     @Test("the first byte of a slow stream reaches the client before the upstream finishes")
     func firstByteEarly() async throws {
         let chunks = (0..<6).map { Array("chunk-\($0);".utf8) }

@@ -37,8 +37,14 @@ extension ProxyHandler {
             // `channelWritabilityChanged`.
             flush()
             unreported = (unreported.bytes + unflushedBytes, generation)
+            let batch = unflushedBytes
             unflushedBytes = 0
-            if unreported.bytes > 0, context?.channel.isWritable == true { clientWritable() }
+            guard unreported.bytes > 0, let context else { return }
+            if context.channel.isWritable {
+                clientWritable()
+            } else if batch > 0 {
+                reportWhenWritten(batch, of: generation, context)
+            }
         case .endResponse(let lastChunk, let close, let finished):
             finish(finished)
             endResponse(lastChunk: lastChunk, close: close)

@@ -170,6 +170,26 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelWritabilityChanged()
     }
 
+    /// Under backpressure: once the batch of `bytes` just flushed is in the client socket (an empty write after it
+    /// completes), it counts as consumed and as the response's progress. The socket turns writable again only when
+    /// NIO's buffer is nearly empty, up to a megabyte (`CurlTransfer.highWater`) later: at a slow reader's steady
+    /// pace that outlasted `timeouts.idle`, which then cut a client that was reading all along
+    /// (docs/reference/config.md#timeouts).
+    func reportWhenWritten(_ bytes: Int, of generation: Int, _ context: ChannelHandlerContext) {
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        promise.futureResult.whenSuccess { loopBound.value.clientTook(bytes, of: generation) }
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: promise)
+    }
+
+    private func clientTook(_ bytes: Int, of generation: Int) {
+        machine.clientWritable(now: now)
+        guard unreported.generation == generation, unreported.bytes > 0 else { return }
+        let reported = min(bytes, unreported.bytes)
+        unreported.bytes -= reported
+        exchange?.consumed(reported, of: generation)
+    }
+
     /// The client socket drained: the body bytes written so far count as consumed (backpressure).
     func clientWritable() {
         machine.clientWritable(now: now)

@@ -329,6 +329,16 @@ public final class ProxyServer: Sendable {
         }.withConnectedSocket(socket).get()
     }
 
+    /// `TCP_NOTSENT_LOWAT` on a TCP client connection: the kernel takes a response's bytes only while fewer than this
+    /// wait unsent, and says the socket is writable again once half of them went out. Without it a loopback socket
+    /// took ~4.8 MB at once and said nothing until ~1.1 MB had drained: a client reading steadily at 200 KB/s made no
+    /// progress Backstop could see for 5 s, and `timeouts.idle` cut it (docs/reference/config.md#timeouts). With it a
+    /// steady reader shows progress every 64 KiB, and a stalled one holds less in the kernel. (A unix socket says
+    /// writable once three quarters of its smaller buffer is free: nothing to set.)
+    static let notSentLowWater = ChannelOptions.Types.SocketOption(
+        level: .tcp, name: NIOBSDSocket.Option(rawValue: CInt(TCP_NOTSENT_LOWAT)))
+    static let notSentLowWaterBytes: SocketOptionValue = 128 * 1024
+
     private func bind(_ listener: ListenerConfig, maxConnections: Int) async throws -> Channel {
         let runtime = self.runtime
         let filter = ClientAccessFilter(allowClients: listener.allowClients)
@@ -361,7 +371,8 @@ public final class ProxyServer: Sendable {
         do {
             switch listener.address {
             case .tcp(let host, let port):
-                return try await bootstrap.bind(host: host, port: port).get()
+                return try await bootstrap.childChannelOption(Self.notSentLowWater, value: Self.notSentLowWaterBytes)
+                    .bind(host: host, port: port).get()
             case .unix(let path):
                 try UnixListenerPath.ensureNotInUse(path)
                 return try await UnixListenerPath.bindPrivately(path) { bindPath in
