@@ -197,6 +197,7 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
                 for action in expired { perform(action) }
                 nextAbandonDeadline = next
             }
+            http1.closeExpiredIdle(now: bs_monotonic_ms())
             settleHTTP1()
             flushDirty()
             logSocketFailures()

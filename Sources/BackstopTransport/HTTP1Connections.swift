@@ -198,6 +198,19 @@ final class HTTP1Connections {
 
     // MARK: transfers
 
+    /// Closes the idle connections too old to be used (`IdleConnectionPool.expire`), at most once every
+    /// `expirySweepMS`: the transport calls it every turn, and its turns come at least once a second.
+    func closeExpiredIdle(now: Int64) {
+        guard now >= nextExpirySweep else { return }
+        nextExpirySweep = now + Self.expirySweepMS
+        guard pool.count > 0 else { return }
+        for connection in pool.expire(now: now) { close(connection) }
+    }
+
+    /// How often idle connections are looked at for their age: an unusable one lives at most this long past 118 s.
+    static let expirySweepMS: Int64 = 5_000
+    private var nextExpirySweep: Int64 = 0
+
     /// Starts `transfer` on an idle connection to its endpoint, else on a new one; nil, or why it could not.
     func begin(_ transfer: CurlTransfer, url: HTTP1URL) -> String? {
         let endpoint = endpoint(for: transfer.request, url: url)

@@ -85,6 +85,22 @@ struct IdleConnectionPool<Key: Hashable, Connection: AnyObject> {
         return true
     }
 
+    /// Takes out every connection too old to be used at `now` (to be closed): without it a connection parked after a
+    /// burst to an endpoint nobody asks again stayed open, its descriptor and the upstream's slot held, until that
+    /// endpoint's next request. Emptied buckets stay, as after `take`.
+    mutating func expire(now: Int64) -> [Connection] {
+        var expired: [Connection] = []
+        for bucket in idle.values {
+            // Oldest first: the expired ones are a prefix.
+            let old = bucket.list.prefix { now - $0.since >= maxAgeMS }
+            guard !old.isEmpty else { continue }
+            expired += old.map(\.connection)
+            bucket.list.removeFirst(old.count)
+        }
+        count -= expired.count
+        return expired
+    }
+
     /// Every idle connection, emptying the pool.
     mutating func removeAll() -> [Connection] {
         let all = idle.values.flatMap { $0.list.map(\.connection) }

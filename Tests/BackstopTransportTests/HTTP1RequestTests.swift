@@ -166,6 +166,25 @@ struct IdleConnectionPoolTests {
         #expect(pool.count == 0)
     }
 
+    @Test func aSweepClosesWhatIsTooOldInEveryKeyAndKeepsTheRest() {
+        var pool = IdleConnectionPool<String, Connection>(capacity: 8, maxAgeMS: 100)
+        let x = [Connection(), Connection(), Connection()]
+        let y = Connection()
+        _ = pool.put(x[0], "x", now: 0)
+        _ = pool.put(x[1], "x", now: 20)
+        _ = pool.put(y, "y", now: 10)
+        _ = pool.put(x[2], "x", now: 90)
+        #expect(pool.expire(now: 99).isEmpty)
+        let expired = pool.expire(now: 125)
+        #expect(expired.count == 3 && expired.contains { $0 === x[0] } && expired.contains { $0 === x[1] })
+        #expect(expired.contains { $0 === y })
+        #expect(pool.count == 1)
+        let taken = [pool.take("x", now: 126), pool.take("y", now: 126)]
+        #expect(taken[0].connection === x[2] && taken[0].expired.isEmpty)
+        #expect(taken[1].connection == nil && taken[1].expired.isEmpty)
+        #expect(pool.count == 0)
+    }
+
     @Test func keysTakenInTurnEachFindTheirOwnConnections() {
         var pool = IdleConnectionPool<String, Connection>(capacity: 8, maxAgeMS: 100)
         let x = [Connection(), Connection()]
