@@ -79,12 +79,12 @@ struct StreamingTests {
     }
 
     @Test(
-        "a client reading steadily is progress for timeouts.idle: a 4 MiB body read at ~800 KB/s with idle 500ms arrives whole; one that reads nothing is cut"
+        "a client reading steadily is progress for timeouts.idle: a 12 MiB body read at ~1.6 MB/s with idle 500ms arrives whole; one that reads nothing is cut"
     )
     func steadyReaderIsNotIdle() async throws {
-        // Before TCP_NOTSENT_LOWAT on client connections the loopback socket took ~4.8 MB at once and said nothing
-        // until ~1.1 MB had drained: the response showed no progress for well over 500 ms and was cut as idle.
-        let size = 4 << 20
+        // Before the fix the loopback socket took ~4.8 MB at once (more than a 4 MiB body: why this one is larger)
+        // and then said nothing until ~1.1 MB had drained, 0.7 s at this pace: the response was cut as idle.
+        let size = 12 << 20
         let stalledSize = 64 << 20
         try await withOriginAndProxy(
             origin: { request in
@@ -96,7 +96,7 @@ struct StreamingTests {
         ) { _, proxy in
             let response = try await RawHTTP.exchange(
                 port: proxy.port, request: RawHTTP.request("GET", "http://app.test/steady", host: "app.test"),
-                timeout: .seconds(60), readDelayPerChunk: .milliseconds(20))
+                timeout: .seconds(60), readDelayPerChunk: .milliseconds(10))
             #expect(response.status == 200)
             #expect(response.body.count == size, "cut after \(response.body.count) bytes")
             #expect(TestPattern.verify(response.body, expectedLength: size))
