@@ -192,12 +192,13 @@ public final class CurlMultiTransport: TransferStarting, @unchecked Sendable {
             fireTimers()
             readCompletions()
             var nextAbandonDeadline: Int64?
+            let now = bs_monotonic_ms()
             if table.hasDeadlines {
-                let (expired, next) = table.expire(now: bs_monotonic_ms())
+                let (expired, next) = table.expire(now: now)
                 for action in expired { perform(action) }
                 nextAbandonDeadline = next
             }
-            http1.closeExpiredIdle(now: bs_monotonic_ms())
+            http1.closeExpiredIdle(now: now)
             settleHTTP1()
             flushDirty()
             logSocketFailures()

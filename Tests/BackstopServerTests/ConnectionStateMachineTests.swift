@@ -948,7 +948,7 @@ struct ConnectionStateMachineTests {
         ),
         ("hold", { d in d.run { m, _ in m.holdUploads() } }),
         ("release", { d in d.run { [now = d.now] in $0.releaseUploads(now: now, into: &$1) } }),
-        ("writable", { d in d.run { [now = d.now] m, _ in m.clientWritable(now: now) } }),
+        ("writable", { d in d.run { [now = d.now] m, _ in m.clientTookBytes(now: now) } }),
         ("head timeout", { d in d.run { [now = d.now] in $0.headTimedOut(now: now, into: &$1) } }),
         ("parse error", { d in d.run { [now = d.now] in $0.parseFailed(.badRequest, now: now, into: &$1) } }),
         ("closed", { d in d.run { $0.connectionClosed(into: &$1) } }),

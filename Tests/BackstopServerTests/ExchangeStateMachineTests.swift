@@ -610,7 +610,7 @@ struct ExchangeStateMachineTests {
         case .noEndpoint(let ms): m.retryPermit(granted: false, endpointOpen: false, now: at(ms))
         case .refreshed(let token, let ms): m.refreshFinished(token, now: at(ms))
         case .timer(let ms): m.timerFired(now: at(ms), wall: 0, random: &random)
-        case .writable(let ms): m.clientWritableAction(now: at(ms))
+        case .writable(let ms): m.clientTookBytesAction(now: at(ms))
         case .framingBroken(let cause): m.framingBroken(cause)
         case .stalled: m.clientStalled()
         case .gone: m.clientGone()
@@ -638,9 +638,9 @@ struct ExchangeStateMachineTests {
 }
 
 extension ExchangeStateMachine {
-    /// `clientWritable` as a table step: it returns nothing.
-    fileprivate mutating func clientWritableAction(now: Duration) -> Action {
-        clientWritable(now: now)
+    /// `clientTookBytes` as a table step: it returns nothing.
+    fileprivate mutating func clientTookBytesAction(now: Duration) -> Action {
+        clientTookBytes(now: now)
         return .none
     }
 }

@@ -1431,8 +1431,9 @@ struct ExchangeStateMachine: Equatable {
 
     // MARK: the client
 
-    /// The client socket drained: the response is making progress.
-    mutating func clientWritable(now: Duration) {
+    /// The client took bytes of the response (its socket drained, or a batch written under backpressure went into
+    /// it): the response is making progress.
+    mutating func clientTookBytes(now: Duration) {
         guard case .relaying = state else { return }
         relayedAt = now
     }

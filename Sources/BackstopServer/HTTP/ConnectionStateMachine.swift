@@ -624,10 +624,11 @@ extension ConnectionStateMachine {
         if writable, case .idle = state { drainQueue(now: now, into: &actions) }
     }
 
-    /// The client socket drained: the response is making progress.
-    mutating func clientWritable(now: Duration) {
+    /// The client took bytes of the response (its socket drained, or a batch written under backpressure went into
+    /// it): the response is making progress.
+    mutating func clientTookBytes(now: Duration) {
         guard case .active(let active) = state else { return }
-        active.withExchange { $0.clientWritable(now: now) }
+        active.withExchange { $0.clientTookBytes(now: now) }
     }
 
     /// Runs `event` on the active request's exchange and performs what it returns.

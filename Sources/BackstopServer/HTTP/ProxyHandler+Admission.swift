@@ -169,17 +169,25 @@ extension ProxyHandler {
             client: clientAddress, method: head.method.rawValue, host: host, path: AccessRecord.path(of: head.uri),
             delivery: delivery)
         let now = self.now
-        if let tracer = runtime.tracer {
-            // A refused request is a request too: its server span, with the reason (docs/reference/operations.md#tracing).
-            tracer.startRequest(headers: head.headers, at: now).finish(
-                RequestFacts(
-                    head, request, target: target, status: reason.status, upstream: upstream,
-                    errorReason: reason.rawValue, attempts: 0), at: now)
-        }
+        traceLocalAnswer(reason, head: head, request: request, target: target, upstream: upstream)
         logLocalAnswer(
             reason, method: request.method, host: request.host, path: request.path, upstream: upstreamName,
             delivery: delivery)
         feed { $0.headAdmitted(.reject(reason, close: close, retryAfter: retryAfter), now: now, into: &$1) }
+    }
+
+    /// The server span of a request Backstop answered itself before any exchange, with the reason: a refused
+    /// request is a request too (docs/reference/operations.md#tracing). `request` is made only when tracing is on.
+    func traceLocalAnswer(
+        _ reason: ProxyErrorReason, head: ClientRequestHead, request: @autoclosure () -> AccessRecord.Request,
+        target: RequestTarget?, upstream: String?
+    ) {
+        guard let tracer = runtime.tracer else { return }
+        let now = self.now
+        tracer.startRequest(headers: head.headers, at: now).finish(
+            RequestFacts(
+                head, request(), target: target, status: reason.status, upstream: upstream,
+                errorReason: reason.rawValue, attempts: 0), at: now)
     }
 
     /// `elapsed`: the request's time, when Backstop waited on it before answering (a head that never completed);

@@ -77,13 +77,12 @@ extension ProxyHandler {
         runtime.metrics.recordRequest(upstream: "-", status: reason.status, seconds: 0)
         logLocalAnswer(reason, method: "CONNECT", host: host, path: "-", reason: detail)
         let now = self.now
-        if let head, let tracer = runtime.tracer {
-            let request = AccessRecord.Request(
-                client: clientAddress, method: head.method.rawValue, host: host, path: "-", delivery: nil)
-            tracer.startRequest(headers: head.headers, at: now).finish(
-                RequestFacts(
-                    head, request, target: RequestTarget.parse(head.uri), status: reason.status, upstream: nil,
-                    errorReason: reason.rawValue, attempts: 0), at: now)
+        if let head {
+            traceLocalAnswer(
+                reason, head: head,
+                request: AccessRecord.Request(
+                    client: clientAddress, method: head.method.rawValue, host: host, path: "-", delivery: nil),
+                target: RequestTarget.parse(head.uri), upstream: nil)
         }
         if afterUpgrade {
             feed { $0.answerLocally(reason, close: true, message: body, now: now, into: &$1) }

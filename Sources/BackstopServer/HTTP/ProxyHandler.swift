@@ -183,7 +183,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func clientTook(_ bytes: Int, of generation: Int) {
-        machine.clientWritable(now: now)
+        machine.clientTookBytes(now: now)
         guard unreported.generation == generation, unreported.bytes > 0 else { return }
         let reported = min(bytes, unreported.bytes)
         unreported.bytes -= reported
@@ -192,7 +192,7 @@ final class ProxyHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The client socket drained: the body bytes written so far count as consumed (backpressure).
     func clientWritable() {
-        machine.clientWritable(now: now)
+        machine.clientTookBytes(now: now)
         guard unreported.bytes > 0 else { return }
         exchange?.consumed(unreported.bytes, of: unreported.generation)
         unreported.bytes = 0

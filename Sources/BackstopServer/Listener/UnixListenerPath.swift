@@ -1,3 +1,4 @@
+import BackstopKeychain
 import NIOCore
 
 #if canImport(Glibc)
@@ -49,8 +50,7 @@ enum UnixListenerPath {
     static func bindPrivately(
         _ path: String, bind: (String) async throws -> any Channel
     ) async throws -> any Channel {
-        let slash = path.lastIndex(of: "/")
-        let parent = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let parent = Posix.directory(of: path)
         var template = Array((parent == "/" ? "" : parent).utf8CString.dropLast()) + Array("/.bs-XXXXXX".utf8CString)
         let maxPath = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
         guard template.count - 1 + 2 <= maxPath, mkdtemp(&template) != nil else {
